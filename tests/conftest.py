@@ -1,0 +1,38 @@
+"""Shared fixtures: a tiny random Llama pair written as HF checkpoints (fast, no embedded weights needed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TRTSPEC_HOME", str(ROOT / ".pytest_cache" / "trtspec-home"))
+
+
+def make_random_llama(path: Path, *, vocab: int = 64, hidden: int = 32, layers: int = 2, heads: int = 4,
+                      kv_heads: int | None = None, seed: int = 0, tie: bool = False) -> Path:
+    """Write a random-weight LlamaForCausalLM (fp32) to `path` and return it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads or heads, max_position_embeddings=256,
+                         tie_word_embeddings=tie, bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    gen = torch.Generator().manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def random_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("random_pair")
+    target = make_random_llama(base / "target", hidden=48, layers=2, heads=4, kv_heads=2, seed=1)
+    draft = make_random_llama(base / "draft", hidden=16, layers=1, heads=2, seed=2)
+    return target, draft

@@ -1,0 +1,17 @@
+"""Imports are cheap: CLI root, method table, choices, models and build/triton rendering never import torch."""
+
+import subprocess
+import sys
+
+import pytest
+
+LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
+         "trtspec.doctor"]
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_module_does_not_import_torch(module):
+    code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'; " \
+           f"assert 'tritonclient' not in sys.modules"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

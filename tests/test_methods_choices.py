@@ -1,0 +1,56 @@
+import pytest
+
+from trtspec import choices, methods
+from trtspec.errors import ConfigError, UnknownMethodError
+
+
+@pytest.mark.parametrize("wng,expected", [((7, 7, 7), 83), ((4, 4, 4), 23), ((5, 6, 7), 59), ((2, 2, 1), 2),
+                                          ((1, 1, 0), 0), ((4, 3, 4), 15)])
+def test_lookahead_formula_matches_tensorrt_llm(wng, expected):
+    assert methods.lookahead_max_draft_len(*wng) == expected
+
+
+def test_lookahead_illegal():
+    with pytest.raises(ConfigError, match="N == 1"):
+        methods.lookahead_max_draft_len(2, 1, 0)
+
+
+def test_resolve_unknown_method_lists_choices():
+    with pytest.raises(UnknownMethodError) as exc:
+        methods.resolve("medussa")
+    assert "draft_target" in exc.value.hint
+
+
+def test_engine_methods_have_proposers():
+    assert {"none", "draft_target", "ngram"} <= set(methods.engine_methods())
+
+
+def test_default_tree_is_valid_for_four_heads():
+    tree = choices.validate(choices.MC_SIM_7B_63, max_depth=4, max_nodes=63)
+    assert len(tree) == 63 and choices.depth(tree) == 4
+
+
+def test_parse_formats_roundtrip():
+    tree = [[0], [0, 0], [1]]
+    assert choices.parse(choices.to_triton(tree)) == tree
+    assert choices.parse(choices.to_json(tree)) == tree
+    assert choices.parse("- [0]\n- [0, 0]\n- [1]\n") == tree
+    assert choices.parse("mc_sim_7b_63") == choices.MC_SIM_7B_63
+    assert choices.to_triton(tree) == "{0}, {0, 0}, {1}"
+
+
+@pytest.mark.parametrize("bad,kw,msg", [
+    ([[0], [1, 0, 0]], {}, r"parent \[1\] is missing"),
+    ([[0], [0]], {}, "duplicate"),
+    ([[0], [0, 0], [0, 0, 0]], {"max_depth": 2}, "depth 3"),
+    ([[0], [1], [2]], {"max_nodes": 2}, "max_draft_len=2"),
+])
+def test_validate_errors_show_offending_entry(bad, kw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        choices.validate(bad, **kw)
+
+
+@pytest.mark.parametrize("text", ["[[0], [-1]]", "[[0], ['a']]", "{0}, {x}", "[[0], []]", "not: [valid"])
+def test_parse_rejects_malformed(text):
+    with pytest.raises(ConfigError):
+        choices.parse(text)

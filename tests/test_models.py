@@ -1,0 +1,44 @@
+import json
+
+import pytest
+
+from tests.conftest import make_random_llama
+from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
+from trtspec.models import check_pair, resolve_model
+
+
+def test_embedded_models_load_with_transformers_and_generate_text():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for name in ("tiny", "tiny-draft"):
+        path = resolve_model(name)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        ids = tok("def main(", return_tensors="pt")
+        out = model.generate(**ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id)
+        text = tok.decode(out[0][ids["input_ids"].shape[1]:])
+        assert out.shape[1] == ids["input_ids"].shape[1] + 12 and text.strip()
+
+
+def test_embedded_pair_is_compatible():
+    check_pair(resolve_model("tiny"), resolve_model("tiny-draft"))
+
+
+def test_not_a_causal_lm(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    with pytest.raises(ModelNotFoundError, match="not a causal LM"):
+        resolve_model(tmp_path)
+
+
+def test_missing_weights(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(ModelNotFoundError, match="no weights"):
+        resolve_model(tmp_path)
+
+
+def test_vocab_mismatch_names_both_sizes(tmp_path):
+    a = make_random_llama(tmp_path / "a", vocab=64)
+    b = make_random_llama(tmp_path / "b", vocab=80)
+    with pytest.raises(IncompatibleModelsError, match="64.*80"):
+        check_pair(a, b)

@@ -1,0 +1,163 @@
+"""Speculation trees as choices lists: parse, validate, serialise. Pure Python (no torch).
+
+A tree is given the Medusa/EAGLE way, as a list of paths: `[[0], [0, 0], [1], ...]`. The path `[a, b]` is the node
+reached by taking the a-th most likely token of head 1 and then the b-th most likely token of head 2. Every prefix of
+a path must itself be a path (prefix-closed); the root (the last committed token) is implicit.
+
+Formats:
+- JSON/YAML/Python list of lists (`run.py`, LLM API, trtspec build configs);
+- TensorRT-LLM's C++/Triton parameter form `{0}, {0, 0}, {1}` (`medusa_choices` / `eagle_choices` in config.pbtxt).
+
+`trtspec.spec.tree` turns validated choices into masks, positions and retrieve indices (torch).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from trtspec.errors import ConfigError
+
+Choices = list[list[int]]
+
+# Medusa's default 63-node tree (FasterDecoding/Medusa `medusa_choices.py`, also TensorRT-LLM's default):
+# depth 4, so it needs >= 4 heads and max_draft_len >= 63.
+MC_SIM_7B_63: Choices = [
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0], [0, 5], [0, 0, 1],
+    [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2], [3, 0], [0, 9], [8], [9], [1, 0, 0],
+    [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4], [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6],
+    [0, 3, 0], [5, 0], [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2],
+    [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1],
+    [1, 6], [0, 7, 0],
+]  # fmt: skip
+
+PRESETS: dict[str, Choices] = {"mc_sim_7b_63": MC_SIM_7B_63}
+
+
+def chain(depth: int) -> Choices:
+    """The degenerate tree of a single path of `depth` top-1 tokens: [[0], [0, 0], ...]."""
+    return [[0] * d for d in range(1, depth + 1)]
+
+
+def parse(value: str | Sequence[Sequence[int]] | Path, field: str = "choices") -> Choices:
+    """Choices from a preset name, a JSON/YAML/Triton string, a file path, or a list of lists.
+
+    Raises ConfigError naming `field` and the offending entry. Does not check depth or node budgets: see `validate`.
+    """
+    if isinstance(value, Path):
+        return parse(_read_file(value, field), field)
+    if isinstance(value, str):
+        text = value.strip()
+        if text in PRESETS:
+            return [list(p) for p in PRESETS[text]]
+        if not text.startswith(("[", "{", "-")) and Path(text).is_file():
+            return parse(_read_file(Path(text), field), field)
+        return _coerce(_parse_text(text, field), field)
+    return _coerce(value, field)
+
+
+def validate(
+    choices: Choices,
+    *,
+    max_depth: int | None = None,
+    max_nodes: int | None = None,
+    field: str = "choices",
+) -> Choices:
+    """Check a tree: non-empty, non-negative ints, no duplicates, prefix-closed, depth and node budgets.
+
+    Args:
+        max_depth: number of heads (Medusa) / draft layers (EAGLE); every path must be at most this long.
+        max_nodes: the engine's max_draft_len; the tree may have at most this many nodes.
+    Returns the choices sorted by (depth, path), the order TensorRT-LLM and Medusa use.
+    """
+    if not choices:
+        raise ConfigError(field, choices, "the tree is empty", hint="give at least one path, e.g. [[0]]")
+    seen: set[tuple[int, ...]] = set()
+    for path in choices:
+        key = tuple(path)
+        if key in seen:
+            raise ConfigError(field, path, "duplicate path", hint="list every node once")
+        seen.add(key)
+    for path in choices:
+        for cut in range(1, len(path)):
+            if tuple(path[:cut]) not in seen:
+                raise ConfigError(
+                    field, path, f"is not prefix-closed: its parent {path[:cut]} is missing",
+                    hint=f"add {path[:cut]} to the tree or drop {path}",
+                )  # fmt: skip
+    if max_depth is not None:
+        deepest = max(choices, key=len)
+        if len(deepest) > max_depth:
+            raise ConfigError(
+                field, deepest, f"has depth {len(deepest)} but only {max_depth} heads/draft layers exist",
+                hint=f"use paths of at most {max_depth} entries, or train more heads",
+            )  # fmt: skip
+    if max_nodes is not None and len(choices) > max_nodes:
+        raise ConfigError(
+            field, f"{len(choices)} nodes", f"exceeds max_draft_len={max_nodes}",
+            hint=f"drop nodes (keep at most {max_nodes}) or rebuild with a larger max_draft_len",
+        )  # fmt: skip
+    return sorted((list(p) for p in choices), key=lambda p: (len(p), p))
+
+
+def depth(choices: Choices) -> int:
+    return max(len(p) for p in choices)
+
+
+def to_triton(choices: Choices) -> str:
+    """TensorRT-LLM's C++ parameter form: `{0}, {0, 0}, {1}`."""
+    return ", ".join("{" + ", ".join(str(i) for i in path) + "}" for path in choices)
+
+
+def to_json(choices: Choices) -> str:
+    """The run.py / LLM-API form: `[[0], [0, 0], [1]]`."""
+    return json.dumps(choices)
+
+
+def _read_file(path: Path, field: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror})", hint="check the path") from None
+
+
+def _parse_text(text: str, field: str) -> object:
+    if text.startswith("{"):  # Triton form: {0}, {0, 0}
+        groups = re.findall(r"\{([^{}]*)\}", text)
+        rest = re.sub(r"\{[^{}]*\}", "", text).replace(",", "").strip()
+        if not groups or rest:
+            raise ConfigError(field, text, "is not in the `{0}, {0, 0}` form", hint="e.g. '{0}, {0, 0}, {1}'")
+        try:
+            return [[int(x) for x in g.split(",") if x.strip()] for g in groups]
+        except ValueError:
+            raise ConfigError(field, text, "has a non-integer entry", hint="use integers only") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(field, text[:60], f"is neither JSON nor YAML ({exc})", hint="e.g. [[0], [0, 0], [1]]") from None
+
+
+def _coerce(value: object, field: str) -> Choices:
+    if isinstance(value, dict):
+        for key in ("medusa_choices", "eagle_choices", "choices"):
+            if key in value:
+                return _coerce(value[key], field)
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(field, value, "is not a list of paths", hint="e.g. [[0], [0, 0], [1]]")
+    out: Choices = []
+    for path in value:
+        if not isinstance(path, (list, tuple)) or not path:
+            raise ConfigError(field, path, "is not a non-empty list of token ranks", hint="e.g. [0, 1]")
+        for rank in path:
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+                raise ConfigError(field, path, f"has rank {rank!r}; ranks are integers >= 0", hint="e.g. [0, 1]")
+        out.append([int(r) for r in path])
+    return out

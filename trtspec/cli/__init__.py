@@ -1,0 +1,1 @@
+"""The click CLI: thin modules that parse, call the library, and print."""

@@ -1,0 +1,34 @@
+"""`trtspec doctor`: what this machine can run."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def doctor(as_json: bool) -> None:
+    """Report versions, tritonserver, TensorRT-LLM, GPUs and the embedded models.
+
+    Exits 0 when everything required is present; optional pieces (TensorRT-LLM, GPUs) are reported, not required.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from trtspec.doctor import run_checks
+
+    checks = run_checks()
+    if as_json:
+        click.echo(json.dumps([c.__dict__ for c in checks], indent=2))
+    else:
+        table = Table(title="trtspec doctor")
+        for col in ("check", "status", "detail"):
+            table.add_column(col)
+        for c in checks:
+            status = "[green]ok[/]" if c.ok else ("[red]missing[/]" if c.required else "[yellow]unavailable[/]")
+            table.add_row(c.name, status, c.detail)
+        Console().print(table)
+    if any(c.required and not c.ok for c in checks):
+        raise SystemExit(1)

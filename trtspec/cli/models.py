@@ -1,0 +1,34 @@
+"""`trtspec models`: list the embedded models, or check and describe one model (name or directory)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models(model: str | None, as_json: bool) -> None:
+    """List embedded models, or validate MODEL (embedded name or HF directory) and show its shape."""
+    from trtspec.models import EMBEDDED, read_config, resolve_model, tokenizer_vocab
+
+    if model is None:
+        rows = [{"name": n, "description": d} for n, d in EMBEDDED.items()]
+        click.echo(json.dumps(rows, indent=2) if as_json else "\n".join(f"{r['name']:12} {r['description']}" for r in rows))
+        return
+    path = resolve_model(model)
+    cfg = read_config(path)
+    info = {
+        "model": model,
+        "path": str(path),
+        "architecture": cfg.get("architectures", ["?"])[0],
+        "hidden_size": cfg.get("hidden_size"),
+        "num_hidden_layers": cfg.get("num_hidden_layers"),
+        "num_attention_heads": cfg.get("num_attention_heads"),
+        "vocab_size": cfg.get("vocab_size"),
+        "tokenizer_entries": tokenizer_vocab(path),
+        "torch_dtype": cfg.get("dtype", cfg.get("torch_dtype")),
+    }
+    click.echo(json.dumps(info, indent=2) if as_json else "\n".join(f"{k:20} {v}" for k, v in info.items()))

@@ -1,0 +1,96 @@
+"""Environment checks for `trtspec doctor`: what this machine can run. Imports nothing heavy at module level."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_package(dist: str, *, required: bool = True) -> Check:
+    version = _version(dist)
+    return Check(dist, version is not None, version or "not installed", required)
+
+
+def check_tensorrt_llm() -> Check:
+    """TensorRT-LLM is optional: it exists only inside NVIDIA's containers."""
+    try:
+        module = importlib.import_module("tensorrt_llm")
+    except Exception as exc:  # ImportError, or a broken CUDA install raising something else
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return Check("tensorrt_llm", False,
+                     f"unavailable ({reason}); engine steps are planned, not run. Run them inside "
+                     "nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3", required=False)
+    return Check("tensorrt_llm", True, getattr(module, "__version__", "unknown version"), required=False)
+
+
+def find_tritonserver() -> Path | None:
+    """A tritonserver binary: on PATH / NVIDIA's container first, else the one bundled in nvidia-pytriton."""
+    for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    try:
+        spec = importlib.util.find_spec("pytriton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec and spec.submodule_search_locations:
+        binary = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "bin" / "tritonserver"
+        if binary.is_file():
+            return binary
+    return None
+
+
+def check_tritonserver() -> Check:
+    binary = find_tritonserver()
+    if binary is None:
+        return Check("tritonserver", False, "not found (pip install nvidia-pytriton, or use NVIDIA's container)")
+    return Check("tritonserver", True, str(binary))
+
+
+def check_gpus() -> Check:
+    try:
+        import torch
+    except ImportError:
+        return Check("gpu", False, "torch not installed", required=False)
+    if not torch.cuda.is_available():
+        return Check("gpu", False, "no CUDA GPU: the torch engine runs on CPU", required=False)
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return Check("gpu", True, ", ".join(names), required=False)
+
+
+def check_embedded_models() -> list[Check]:
+    from trtspec.errors import TrtspecError
+    from trtspec.models import EMBEDDED, resolve_model
+
+    out = []
+    for name, desc in EMBEDDED.items():
+        try:
+            path = resolve_model(name)
+            out.append(Check(f"model {name}", True, f"{desc} ({path})"))
+        except TrtspecError as exc:
+            out.append(Check(f"model {name}", False, exc.message))
+    return out
+
+
+def run_checks() -> list[Check]:
+    checks = [check_package(d) for d in ("torch", "transformers", "tritonclient", "nvidia-pytriton", "nvidia-modelopt")]
+    checks += [check_tritonserver(), check_tensorrt_llm(), check_gpus()]
+    checks += check_embedded_models()
+    return checks

@@ -1,0 +1,67 @@
+"""The TrtspecError hierarchy.
+
+Every error carries a one-line message that names the offending field or path and value, and a hint: the fix or the
+next command to run. The CLI prints `Error: <message>` and `Hint: <hint>` and exits with `exit_code`; tracebacks only
+with `--debug` / `TRTSPEC_DEBUG=1`.
+"""
+
+from __future__ import annotations
+
+
+class TrtspecError(Exception):
+    """Base class. `exit_code` 1 = runtime failure, 2 = bad input, 3 = a required tool is missing."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(TrtspecError):
+    """Bad input from the user: a value, a file or a combination of options."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A config field has a bad value. The message names the field, the value and the fix."""
+
+    def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field}={value!r}: {problem}", hint=hint)
+
+
+class ModelNotFoundError(UsageError):
+    """A model name or directory that does not resolve to a causal-LM checkpoint."""
+
+
+class IncompatibleModelsError(UsageError):
+    """Draft and target (or heads and target) cannot be paired: vocab, tokenizer or hidden size differ."""
+
+
+class UnknownMethodError(UsageError):
+    """A speculative method name that is not in the registry."""
+
+
+class ToolNotFoundError(TrtspecError):
+    """A required external tool or optional package is missing (tensorrt_llm, tritonserver, ...)."""
+
+    exit_code = 3
+
+
+class BuildError(TrtspecError):
+    """A build step failed."""
+
+
+class ServerError(TrtspecError):
+    """tritonserver failed to start, became unready, or a request failed."""
+
+
+class OverloadedError(TrtspecError):
+    """The engine's queue is full: the request was rejected, never silently dropped."""

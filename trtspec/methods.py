@@ -1,0 +1,145 @@
+"""THE method table: one row per speculative-decoding method, resolved once.
+
+Every other module asks this table instead of comparing method strings: the TensorRT-LLM build flag
+(`trtllm-build --speculative_decoding_mode`), the Triton `tensorrt_llm` model's `decoding_mode` parameter, the
+LLM-API `speculative_config.decoding_type`, and the reference engine's proposer key. CLI choices come from
+`METHODS` too, so choices and dispatch cannot drift.
+
+Sources for the TensorRT-LLM/Triton values: shared/reference/trtllm-specdec.md sections 2.1-2.4, 3.5 and 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtspec.errors import ConfigError, UnknownMethodError
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What one method means on each execution path."""
+
+    name: str
+    summary: str
+    # `trtllm-build --speculative_decoding_mode` (engine flow); None = plain engine, no speculative mode.
+    trtllm_build_mode: str | None
+    # Triton tensorrt_llm model parameter `decoding_mode`; "" lets TensorRT-LLM pick (top_k_top_p / external drafts).
+    triton_decoding_mode: str
+    # LLM-API `speculative_config.decoding_type` (trtllm-serve / extra_llm_api_options); None = not in the LLM API.
+    llmapi_decoding_type: str | None
+    # Key into trtspec.spec.proposers.PROPOSERS; None = the reference engine has no proposer for it (yet).
+    proposer: str | None
+    needs_draft_model: bool = False
+    needs_medusa_heads: bool = False
+    tree: bool = False
+    # Lossless at temperature > 0 on the reference engine (exact rejection sampling).
+    lossless_sampling: bool = True
+    # Architectures TensorRT-LLM's engine flow supports for this method (HF `architectures[0]`); () = any.
+    engine_architectures: tuple[str, ...] = ()
+
+
+METHODS: dict[str, MethodInfo] = {
+    m.name: m
+    for m in (
+        MethodInfo(
+            name="none",
+            summary="plain autoregressive decoding (baseline)",
+            trtllm_build_mode=None,
+            triton_decoding_mode="",
+            llmapi_decoding_type=None,
+            proposer=None,
+        ),
+        MethodInfo(
+            name="draft_target",
+            summary="a smaller draft model proposes k tokens; the target verifies them in one pass",
+            trtllm_build_mode="draft_tokens_external",
+            triton_decoding_mode="",
+            llmapi_decoding_type="DraftTarget",
+            proposer="draft_model",
+            needs_draft_model=True,
+        ),
+        MethodInfo(
+            name="ngram",
+            summary="prompt lookup: the draft is copied from an earlier n-gram match in the context",
+            trtllm_build_mode="draft_tokens_external",
+            triton_decoding_mode="",
+            llmapi_decoding_type="NGram",
+            proposer="ngram",
+        ),
+        MethodInfo(
+            name="medusa",
+            summary="Medusa heads on the target's last hidden state propose a token tree",
+            trtllm_build_mode="medusa",
+            triton_decoding_mode="medusa",
+            llmapi_decoding_type="Medusa",
+            proposer="medusa",
+            needs_medusa_heads=True,
+            tree=True,
+            engine_architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"),
+        ),
+        MethodInfo(
+            name="eagle",
+            summary="EAGLE-1/2 draft head on target features (TensorRT-LLM engine flow)",
+            trtllm_build_mode="eagle",
+            triton_decoding_mode="eagle",
+            llmapi_decoding_type="Eagle",
+            proposer=None,
+            tree=True,
+            engine_architectures=("LlamaForCausalLM",),
+        ),
+        MethodInfo(
+            name="lookahead",
+            summary="Jacobi lookahead: an n-gram pool built from parallel guesses, no draft model",
+            trtllm_build_mode="lookahead_decoding",
+            triton_decoding_mode="lookahead",
+            llmapi_decoding_type="Lookahead",
+            proposer="lookahead",
+        ),
+        MethodInfo(
+            name="redrafter",
+            summary="ReDrafter recurrent drafter with beam search (explicit draft tokens)",
+            trtllm_build_mode="explicit_draft_tokens",
+            triton_decoding_mode="redrafter",
+            llmapi_decoding_type=None,
+            proposer=None,
+            engine_architectures=("LlamaForCausalLM", "QWenForCausalLM", "Qwen2ForCausalLM"),
+        ),
+    )
+}
+
+
+def resolve(name: str) -> MethodInfo:
+    """The row for `name`, or an UnknownMethodError that lists the valid names."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise UnknownMethodError(
+            f"method={name!r} is not a speculative-decoding method trtspec knows",
+            hint=f"use one of: {', '.join(sorted(METHODS))}",
+        ) from None
+
+
+def engine_methods() -> list[str]:
+    """Methods the reference (torch) engine runs: the baseline plus every method with a proposer."""
+    return sorted(name for name, m in METHODS.items() if m.proposer is not None or name == "none")
+
+
+def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
+    """TensorRT-LLM's draft-token budget for lookahead (W, N, G).
+
+    From `LookaheadDecodingConfig::calculateSpeculativeResourceTuple`:
+        maxDraftTokens = (N == 1 ? 0 : N - 2) + (W - 1 + G) * (N - 1)
+    e.g. (7, 7, 7) -> 83, (4, 4, 4) -> 23, (2, 2, 1) -> 2, (1, 1, 0) -> 0. The engine's `--max_draft_len` must equal
+    this for the server's (W, N, G); per-request (w, n, g) must each be <= the server's.
+    """
+    validate_lookahead(window, ngram, verification_set)
+    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
+
+
+def validate_lookahead(window: int, ngram: int, verification_set: int, field: str = "lookahead") -> None:
+    """TensorRT-LLM's `isLegal`: N >= 1, W >= 1, G >= 0, and N == 1 implies W == 1 and G == 0."""
+    value = (window, ngram, verification_set)
+    if window < 1 or ngram < 1 or verification_set < 0:
+        raise ConfigError(field, value, "needs W >= 1, N >= 1, G >= 0", hint="e.g. lookahead: [4, 4, 4]")
+    if ngram == 1 and (window != 1 or verification_set != 0):
+        raise ConfigError(field, value, "N == 1 requires W == 1 and G == 0", hint="use N >= 2, e.g. [4, 4, 4]")

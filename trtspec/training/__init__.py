@@ -1,0 +1,1 @@
+"""Training: the embedded tiny model pair (`tiny.py`) and Medusa heads (ModelOpt)."""
