@@ -1,0 +1,375 @@
+"""Token trees: choices -> tree buffers (mask, positions, retrieve indices), and tree verification.
+
+A tree has a root (the last committed token, index 0) and N draft nodes (indices 1..N, parents before children).
+One target forward over [root + nodes] with the tree attention mask scores every node at once: row i of the target
+logits is the target's next-token distribution after the path root -> ... -> i.
+
+Verification (all return a `TreeVerdict`: accepted node path, emitted tokens, the next token):
+- `verify_tree_greedy`: temperature 0; the longest root path whose tokens equal the target's argmax. Exact.
+- `verify_tree_rejection`: recursive rejection sampling over siblings (SpecInfer, Miao et al. 2023; EAGLE's
+  `evaluate_posterior` is its one-hot case). Lossless: the emitted tokens follow the target distribution exactly.
+- `verify_tree_typical_lossy`: Medusa's typical acceptance (Cai et al. 2024, sec. 3.3.1). LOSSY: it accepts any
+  plausible token (target prob > min(epsilon, alpha * exp(-entropy))), so outputs do NOT follow the target
+  distribution at temperature > 0. Offered because Medusa ships it; always labelled lossy.
+
+Paper letters, for readers of SpecInfer: p = target, q = draft. In code: `target_*` / `draft_*` only.
+This module knows nothing about proposers, KV caches or requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from trtspec import choices as choices_mod
+
+# Medusa's defaults (`medusa_generate`: posterior_threshold=0.09, posterior_alpha=0.3).
+TYPICAL_POSTERIOR_THRESHOLD = 0.09
+TYPICAL_POSTERIOR_ALPHA = 0.3
+
+
+class SamplingLike(Protocol):
+    """The request's sampling parameters as the verifiers read them (trtspec.spec.params.SamplingParams)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# structure
+
+
+@dataclass(frozen=True)
+class TokenTree:
+    """Static tree buffers for [root + N nodes]; index 0 is the root.
+
+    Built once per tree shape (from choices or from a parents list) and reused every step.
+    """
+
+    parents: torch.Tensor  # [N + 1] long; parents[0] = -1, parents[i] < i
+    depth: torch.Tensor  # [N + 1] long; depth[0] = 0
+    attention_mask: torch.Tensor  # [N + 1, N + 1] bool; [i, j] = j is i or an ancestor of i
+    retrieve_indices: torch.Tensor  # [num_leaves, max_depth + 1] long; root-to-leaf node paths, padded with -1
+    children: torch.Tensor  # [N + 1, max_children] long; child node indices in sibling order, padded with -1
+    node_head: torch.Tensor | None  # [N] long; Medusa head that proposes node i+1 (= depth - 1); None w/o choices
+    node_rank: torch.Tensor | None  # [N] long; rank of node i+1's token in its head's top-k; None w/o choices
+
+    @property
+    def num_nodes(self) -> int:
+        """N, the number of draft nodes (the root excluded)."""
+        return self.parents.numel() - 1
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    def position_ids(self, root_position: int) -> torch.Tensor:
+        """Positions of [root + nodes] when the root sits at `root_position`.  # [N + 1]"""
+        return self.depth + root_position
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the first node below the root down to `node` (root excluded)."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = int(self.parents[node])
+        return out[::-1]
+
+    @classmethod
+    def from_choices(cls, tree_choices: choices_mod.Choices, *, max_depth: int | None = None,
+                     max_nodes: int | None = None) -> TokenTree:
+        """The tree of Medusa/EAGLE choices (`[[0], [0, 0], [1], ...]`), validated first.
+
+        Args:
+            max_depth: number of heads; deeper paths are refused (ConfigError naming the path).
+            max_nodes: node budget (max_draft_len); larger trees are refused.
+        """
+        paths = choices_mod.validate(tree_choices, max_depth=max_depth, max_nodes=max_nodes)  # sorted (depth, path)
+        index = {(): 0} | {tuple(p): i + 1 for i, p in enumerate(paths)}
+        parents = [-1] + [index[tuple(p[:-1])] for p in paths]
+        tree = cls.from_parents(parents)
+        return cls(tree.parents, tree.depth, tree.attention_mask, tree.retrieve_indices, tree.children,
+                   node_head=torch.tensor([len(p) - 1 for p in paths]), node_rank=torch.tensor([p[-1] for p in paths]))
+
+    @classmethod
+    def from_parents(cls, parents: Sequence[int]) -> TokenTree:
+        """The tree given each node's parent, root-inclusive indexing: parents[0] = -1, 0 <= parents[i] < i."""
+        parent_list = [int(x) for x in parents]
+        if not parent_list or parent_list[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parent_list) if i):
+            raise ValueError(f"parents={parent_list}: need parents[0] == -1 and 0 <= parents[i] < i")
+        size = len(parent_list)
+        depth = [0] * size
+        mask = torch.zeros(size, size, dtype=torch.bool)  # [N + 1, N + 1]
+        mask[0, 0] = True
+        kids: list[list[int]] = [[] for _ in range(size)]
+        for i in range(1, size):
+            parent = parent_list[i]
+            depth[i] = depth[parent] + 1
+            mask[i] = mask[parent]
+            mask[i, i] = True
+            kids[parent].append(i)
+        max_depth = max(depth)
+        leaves = [i for i in range(size) if not kids[i]]
+        retrieve = torch.full((len(leaves), max_depth + 1), -1, dtype=torch.long)  # [num_leaves, max_depth + 1]
+        for row, leaf in enumerate(leaves):
+            chain = mask[leaf].nonzero().flatten()  # ancestors-or-self, in index order = root-to-leaf order
+            retrieve[row, : chain.numel()] = chain
+        children = torch.full((size, max(1, max(len(k) for k in kids))), -1, dtype=torch.long)
+        for i, k in enumerate(kids):
+            children[i, : len(k)] = torch.tensor(k, dtype=torch.long)
+        return cls(torch.tensor(parent_list), torch.tensor(depth), mask, retrieve, children, None, None)
+
+
+def tree_from_spec(spec: str | choices_mod.Choices, *, num_heads: int, max_nodes: int | None = None) -> TokenTree:
+    """Parse (preset name, file, JSON/YAML/Triton text or list) and build; depth limited to the number of heads."""
+    return TokenTree.from_choices(choices_mod.parse(spec), max_depth=num_heads, max_nodes=max_nodes)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# verdicts
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    """Outcome of verifying one tree draft.
+
+    `accepted_nodes` are node indices (1..N) root-down along the accepted path; `next_token_id` is the recovered
+    token (a rejection happened below the last accepted node) or the bonus token (a leaf was reached).
+    """
+
+    accepted_nodes: list[int]
+    accepted_token_ids: list[int]
+    next_token_id: int
+    bonus: bool
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.accepted_nodes)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The emitted tokens: accepted draft tokens, then the recovered/bonus token."""
+        return [*self.accepted_token_ids, self.next_token_id]
+
+
+@dataclass(frozen=True)
+class TreeWalk:
+    """Batched verification result (B independent trials of the same tree shape)."""
+
+    accepted_nodes: torch.Tensor  # [B, max_depth] long; accepted node indices root-down, padded with -1
+    num_accepted: torch.Tensor  # [B] long
+    next_token_ids: torch.Tensor  # [B] long
+
+    def verdict(self, tree: TokenTree, draft_token_ids: torch.Tensor, row: int = 0) -> TreeVerdict:
+        """Trial `row` as a TreeVerdict. draft_token_ids: [N] or [B, N]."""
+        tokens = draft_token_ids if draft_token_ids.dim() == 1 else draft_token_ids[row]  # [N]
+        nodes = self.accepted_nodes[row, : int(self.num_accepted[row])].tolist()
+        last = nodes[-1] if nodes else 0
+        return TreeVerdict(nodes, [int(tokens[n - 1]) for n in nodes], int(self.next_token_ids[row]),
+                           bonus=bool((tree.children[last] < 0).all()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# greedy (temperature 0): exact
+
+
+def verify_tree_greedy(tree: TokenTree, draft_token_ids: torch.Tensor, target_logits: torch.Tensor) -> TreeVerdict:
+    """The longest root path whose draft tokens all equal the target's argmax; then the target's argmax after it.
+
+    Args:
+        draft_token_ids: [N] token of each node (node i+1 at index i).
+        target_logits: [N + 1, vocab] target logits of [root + nodes] under the tree mask.
+    """
+    walk = greedy_walk(tree, draft_token_ids[None], target_logits[None])
+    return walk.verdict(tree, draft_token_ids)
+
+
+def greedy_walk(tree: TokenTree, draft_token_ids: torch.Tensor, target_logits: torch.Tensor) -> TreeWalk:
+    """Batched greedy verification. draft_token_ids: [B, N]; target_logits: [B, N + 1, vocab]."""
+    target_argmax = target_logits.argmax(-1)  # [B, N + 1]
+    return _longest_path(tree, draft_token_ids, target_argmax, match=None, next_from=target_argmax)
+
+
+def _longest_path(tree: TokenTree, draft_token_ids: torch.Tensor, target_argmax: torch.Tensor,
+                  match: torch.Tensor | None, next_from: torch.Tensor,
+                  score: torch.Tensor | None = None) -> TreeWalk:
+    """Pick, per trial, the retrieve path with the longest accepted prefix (ties: highest `score`, then first).
+
+    A node is accepted when `match[b, node]` (default: its token equals the target argmax at its parent).
+    next_from: [B, N + 1] the token to emit after each node. score: [B, N + 1] per-node log-likelihood or None.
+    """
+    batch = draft_token_ids.shape[0]
+    retrieve = tree.retrieve_indices  # [L, D + 1]
+    nodes = retrieve[:, 1:]  # [L, D] node indices, -1 padded
+    valid = nodes >= 0  # [L, D]
+    safe = nodes.clamp(min=0)
+    root_tokens = torch.zeros(batch, 1, dtype=draft_token_ids.dtype)
+    tokens = torch.cat([root_tokens, draft_token_ids], dim=1)  # [B, N + 1]
+    if match is None:
+        parent_argmax = target_argmax.gather(1, tree.parents.clamp(min=0).expand(batch, -1))  # [B, N + 1]
+        match = tokens == parent_argmax  # [B, N + 1]
+    path_match = match[:, safe] & valid  # [B, L, D]
+    path_len = path_match.long().cumprod(-1).sum(-1)  # [B, L]
+    best_len = path_len.max(-1, keepdim=True).values  # [B, 1]
+    key = (path_len == best_len).float()  # [B, L]
+    if score is not None:
+        within = torch.arange(nodes.shape[1])[None, None] < path_len[..., None]  # [B, L, D]
+        likelihood = (score[:, safe] * within).sum(-1)  # [B, L]
+        key = torch.where(path_len == best_len, likelihood, torch.full_like(likelihood, -float("inf")))
+    best = key.argmax(-1)  # [B] first maximum
+    num_accepted = best_len[:, 0]  # [B]
+    accepted = torch.where(torch.arange(nodes.shape[1])[None] < num_accepted[:, None], nodes[best], -1)  # [B, D]
+    last = accepted.gather(1, (num_accepted - 1).clamp(min=0)[:, None])[:, 0]  # [B]
+    last = torch.where(num_accepted > 0, last, torch.zeros_like(last))
+    next_token_ids = next_from.gather(1, last[:, None])[:, 0]  # [B]
+    return TreeWalk(accepted, num_accepted, next_token_ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# recursive rejection sampling: lossless
+
+
+def verify_tree_rejection(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
+                          target_logits: torch.Tensor, sampling: SamplingLike,
+                          generator: torch.Generator | None) -> TreeVerdict:
+    """Lossless tree verification by recursive rejection sampling (temperature 0 falls back to greedy).
+
+    Args:
+        draft_token_ids: [N] node tokens.
+        draft_probs: [N, vocab] the distribution each node's token was sampled from, or None for one-hot drafts
+            (Medusa/EAGLE top-k children, n-gram guesses: q = delta at the token).
+        target_logits: [N + 1, vocab] raw target logits of [root + nodes]; the request's temperature/top-k/top-p
+            are applied here.
+    """
+    if sampling.temperature == 0:
+        return verify_tree_greedy(tree, draft_token_ids, target_logits)
+    target_probs = target_probs_from_logits(target_logits, sampling)  # [N + 1, vocab]
+    walk = rejection_walk(tree, draft_token_ids[None], None if draft_probs is None else draft_probs[None],
+                          target_probs[None], generator)
+    return walk.verdict(tree, draft_token_ids)
+
+
+def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
+                   target_probs: torch.Tensor, generator: torch.Generator | None) -> TreeWalk:
+    """Batched recursive rejection sampling over siblings (B independent trials of one tree shape).
+
+    At the current node, try its children in sibling order: accept child token x with probability
+    min(1, residual(x) / draft(x)); on rejection set residual <- norm(max(0, residual - draft)) and try the next
+    sibling (one-hot draft: residual(x) <- 0, renormalised). An accepted child becomes the current node and its
+    residual restarts from the target's distribution there. When no child is accepted, the next token is
+    sampled from the residual (recovered); at a leaf, from the target (bonus).
+
+    Args:
+        draft_token_ids: [B, N]; draft_probs: [B, N, vocab] or None (one-hot); target_probs: [B, N + 1, vocab].
+    Returns a TreeWalk whose emitted tokens follow the target distribution exactly.
+    """
+    batch, _, vocab = target_probs.shape
+    rows = torch.arange(batch)
+    current = torch.zeros(batch, dtype=torch.long)  # [B] current node (0 = root)
+    residual = target_probs[:, 0].clone()  # [B, vocab]
+    searching = torch.ones(batch, dtype=torch.bool)  # [B] still walking down
+    accepted = torch.full((batch, max(1, tree.max_depth)), -1, dtype=torch.long)  # [B, D]
+    num_accepted = torch.zeros(batch, dtype=torch.long)  # [B]
+    for _ in range(tree.max_depth):
+        moved = torch.zeros(batch, dtype=torch.bool)  # [B] accepted a child at this level
+        for slot in range(tree.children.shape[1]):
+            child = tree.children[current, slot]  # [B] node index or -1
+            trying = searching & ~moved & (child >= 0)  # [B]
+            if not trying.any():
+                continue
+            node = child.clamp(min=1) - 1  # [B] index into the N draft nodes
+            token = draft_token_ids[rows, node]  # [B]
+            residual_at_token = residual[rows, token]  # [B]
+            if draft_probs is None:
+                draft_at_token = torch.ones(batch)  # [B] one-hot: q(x) = 1
+            else:
+                draft_at_token = draft_probs[rows, node, token]  # [B]
+            accept_prob = (residual_at_token / draft_at_token.clamp(min=1e-30)).clamp(max=1.0)  # [B]
+            uniform = torch.rand(batch, generator=generator)  # [B]
+            accept = trying & (uniform < accept_prob)  # [B]
+            reject = trying & ~accept  # [B]
+            if draft_probs is None:
+                updated = residual.scatter(1, token[:, None], 0.0)  # [B, vocab]
+            else:
+                updated = (residual - draft_probs[rows, node]).clamp(min=0)  # [B, vocab]
+            residual = torch.where(reject[:, None], _normalise(updated, fallback=residual), residual)
+            accepted[rows[accept], num_accepted[accept]] = child[accept]
+            num_accepted = num_accepted + accept.long()
+            current = torch.where(accept, child, current)
+            moved |= accept
+        residual = torch.where(moved[:, None], target_probs[rows, current], residual)  # restart below the child
+        searching &= moved
+    next_token_ids = torch.multinomial(residual, 1, generator=generator)[:, 0]  # [B]
+    return TreeWalk(accepted, num_accepted, next_token_ids)
+
+
+def _normalise(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """Rows of `weights` scaled to sum 1; rows summing to 0 (numerically exhausted residual) keep `fallback`."""
+    total = weights.sum(-1, keepdim=True)  # [B, 1]
+    return torch.where(total > 0, weights / total.clamp(min=1e-30), fallback)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Medusa typical acceptance: LOSSY
+
+
+def verify_tree_typical_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, target_logits: torch.Tensor,
+                              sampling: SamplingLike, generator: torch.Generator | None, *,
+                              posterior_threshold: float = TYPICAL_POSTERIOR_THRESHOLD,
+                              posterior_alpha: float = TYPICAL_POSTERIOR_ALPHA) -> TreeVerdict:
+    """Medusa typical acceptance (LOSSY at temperature > 0; exact greedy at temperature 0).
+
+    A node is accepted when the target's probability of its token (at its parent, after temperature) exceeds
+    min(posterior_threshold, posterior_alpha * exp(-entropy)). The longest accepted path wins (ties: the higher
+    target log-likelihood); the next token is sampled from the target distribution at the last accepted node,
+    truncated to tokens above the same threshold. Outputs do NOT follow the target distribution.
+    """
+    if sampling.temperature == 0:
+        return verify_tree_greedy(tree, draft_token_ids, target_logits)
+    walk = typical_walk_lossy(tree, draft_token_ids[None], target_logits[None], sampling, generator,
+                              posterior_threshold=posterior_threshold, posterior_alpha=posterior_alpha)
+    return walk.verdict(tree, draft_token_ids)
+
+
+def typical_walk_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, target_logits: torch.Tensor,
+                       sampling: SamplingLike, generator: torch.Generator | None, *,
+                       posterior_threshold: float = TYPICAL_POSTERIOR_THRESHOLD,
+                       posterior_alpha: float = TYPICAL_POSTERIOR_ALPHA) -> TreeWalk:
+    """Batched typical acceptance (LOSSY). draft_token_ids: [B, N]; target_logits: [B, N + 1, vocab]."""
+    batch = draft_token_ids.shape[0]
+    target_probs = torch.softmax(target_logits.float() / sampling.temperature, dim=-1)  # [B, N + 1, vocab]
+    entropy = -(target_probs * torch.log(target_probs + 1e-5)).sum(-1)  # [B, N + 1]
+    threshold = torch.clamp(posterior_alpha * torch.exp(-entropy), max=posterior_threshold)  # [B, N + 1]
+    parent = tree.parents.clamp(min=0).expand(batch, -1)  # [B, N + 1]
+    tokens = torch.cat([torch.zeros(batch, 1, dtype=torch.long), draft_token_ids], dim=1)  # [B, N + 1]
+    prob_at_parent = target_probs.gather(1, parent[..., None].expand(-1, -1, target_probs.shape[-1]))
+    token_prob = prob_at_parent.gather(2, tokens[..., None])[..., 0]  # [B, N + 1]
+    match = token_prob > threshold.gather(1, parent)  # [B, N + 1]
+    typical = torch.where(target_probs > threshold[..., None], target_probs, 0.0)  # [B, N + 1, vocab]
+    typical = _normalise(typical, fallback=target_probs)
+    flat = torch.multinomial(typical.flatten(0, 1), 1, generator=generator).view(batch, -1)  # [B, N + 1]
+    return _longest_path(tree, draft_token_ids, target_argmax=flat, match=match, next_from=flat,
+                         score=torch.log(token_prob.clamp(min=1e-30)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def target_probs_from_logits(target_logits: torch.Tensor, sampling: SamplingLike) -> torch.Tensor:
+    """Temperature, top-k and top-p applied to target logits; rows sum to 1.  # [..., vocab]"""
+    logits = target_logits.float() / sampling.temperature
+    if sampling.top_k and sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -float("inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs > sampling.top_p  # keep the smallest set reaching top_p
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
