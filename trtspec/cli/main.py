@@ -18,6 +18,7 @@ from trtspec.errors import TrtspecError
 COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
     "models": "trtspec.cli.models:models",
+    "train": "trtspec.cli.train:train",
 }
 
 

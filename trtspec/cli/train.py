@@ -1,0 +1,72 @@
+"""`trtspec train medusa`: Medusa heads for a frozen target (NVIDIA ModelOpt), exported in both layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def train() -> None:
+    """Train speculation modules for a target model."""
+
+
+@train.command("medusa")
+@click.option("--model", "target", default="tiny", show_default=True,
+              help="Target: embedded name or local HF Llama directory (kept frozen).")
+@click.option("--heads", "num_heads", type=click.IntRange(1, 16), default=4, show_default=True,
+              help="Number of Medusa heads (head h predicts the token h+2 ahead).")
+@click.option("--layers", "num_layers", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Residual blocks per head.")
+@click.option("--steps", type=click.IntRange(1), default=400, show_default=True, help="Optimizer steps.")
+@click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True,
+              help="Sequences per step.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
+              help="Peak AdamW learning rate.")
+@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=192, show_default=True,
+              help="Self-distillation sequences: corpus prompts the target continues itself.")
+@click.option("--gen-len", type=click.IntRange(2), default=160, show_default=True,
+              help="Tokens the target generates per self-distillation prompt.")
+@click.option("--max-draft-len", type=click.IntRange(1), default=63, show_default=True,
+              help="Tree node budget written to the TensorRT-LLM checkpoint (max_draft_len).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Output directory: HF Medusa layout (config.json + medusa_lm_head.safetensors).")
+@click.option("--trtllm-out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="TensorRT-LLM Medusa checkpoint directory [default: OUT/trtllm-ckpt].")
+@click.option("--no-trtllm", is_flag=True, help="Skip the TensorRT-LLM checkpoint (it includes the base weights).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of data sampling and batch order.")
+@click.option("--json", "as_json", is_flag=True, help="Print the training report as JSON.")
+def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size: int, lr: float, num_prompts: int,
+           gen_len: int, max_draft_len: int, out_dir: Path, trtllm_out: Path | None, no_trtllm: bool, seed: int,
+           as_json: bool) -> None:
+    """Train Medusa heads on a frozen target by self-distillation (NVIDIA ModelOpt).
+
+    Reports per-head top-1/top-5 accuracy on held-out prompts and writes OUT (HF Medusa layout, usable as
+    `trtspec generate --method medusa --medusa OUT`) and a TensorRT-LLM Medusa checkpoint for `trtllm-build`.
+    """
+    from trtspec.cli._progress import stage_progress
+    from trtspec.models import resolve_model
+    from trtspec.spec.medusa_heads import write_text
+    from trtspec.training.medusa import MedusaRecipe, model_card, train_medusa
+
+    path = resolve_model(target)
+    recipe = MedusaRecipe(num_heads=num_heads, num_layers=num_layers, steps=steps, batch_size=batch_size, lr=lr,
+                          num_prompts=num_prompts, gen_len=gen_len, max_draft_len=max_draft_len, seed=seed)
+    trtllm_dir = None if no_trtllm else (trtllm_out or out_dir / "trtllm-ckpt")
+    with stage_progress(disable=as_json) as progress:
+        report = train_medusa(path, out_dir, recipe, base_model_name=target, trtllm_dir=trtllm_dir,
+                              progress=progress)
+    write_text(out_dir / "README.md", model_card(report))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"Medusa heads for {target}: {num_heads} heads x {num_layers} layers, "
+               f"{report['data']['train_tokens']:,} training tokens, {report['timings']['total_s']:.0f} s")
+    for h, (before, after) in enumerate(zip(report["accuracy_before"], report["accuracy"], strict=True)):
+        click.echo(f"  head {h}: top-1 {after['top1']:.3f} top-5 {after['top5']:.3f} "
+                   f"(untrained {before['top1']:.3f} / {before['top5']:.3f})")
+    click.echo(f"HF Medusa layout: {out_dir}")
+    if trtllm_dir is not None:
+        click.echo(f"TensorRT-LLM checkpoint: {trtllm_dir} (max_draft_len {max_draft_len})")
