@@ -52,7 +52,7 @@ def parse(value: str | Sequence[Sequence[int]] | Path, field: str = "choices") -
         text = value.strip()
         if text in PRESETS:
             return [list(p) for p in PRESETS[text]]
-        if not text.startswith(("[", "{", "-")) and Path(text).is_file():
+        if not text.startswith(("[", "{", "-", "#")) and "\n" not in text and Path(text).is_file():
             return parse(_read_file(Path(text), field), field)
         return _coerce(_parse_text(text, field), field)
     return _coerce(value, field)
@@ -124,7 +124,7 @@ def _read_file(path: Path, field: str) -> str:
 
 
 def _parse_text(text: str, field: str) -> object:
-    if text.startswith("{"):  # Triton form: {0}, {0, 0}
+    if text.startswith("{") and not text.lstrip("{ \n").startswith('"'):  # Triton form: {0}, {0, 0}
         groups = re.findall(r"\{([^{}]*)\}", text)
         rest = re.sub(r"\{[^{}]*\}", "", text).replace(",", "").strip()
         if not groups or rest:

@@ -7,28 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 from safetensors import safe_open
 
-from trtspec.cli.main import cli
+from tests.medusa.conftest import HEADS, LAYERS
 from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
 from trtspec.spec.medusa_heads import load_medusa_heads
-
-HEADS, LAYERS = 4, 1
-
-
-@pytest.fixture(scope="session")
-def trained_heads(random_pair, tmp_path_factory) -> tuple[Path, dict]:
-    """Heads for the random target, trained for a handful of steps through the CLI."""
-    target, _ = random_pair
-    out = tmp_path_factory.mktemp("medusa") / "heads"
-    result = CliRunner().invoke(cli, ["train", "medusa", "--model", str(target), "--heads", str(HEADS), "--layers",
-                                      str(LAYERS), "--steps", "4", "--prompts", "8", "--gen-len", "24",
-                                      "--max-draft-len", "31", "--out", str(out), "--json"],
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    return out, report
 
 
 def _tensors(path: Path) -> dict[str, tuple[list[int], str]]:

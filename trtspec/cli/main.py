@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
     "models": "trtspec.cli.models:models",
     "train": "trtspec.cli.train:train",
+    "tune": "trtspec.cli.tune:tune",
 }
 
 

@@ -122,6 +122,18 @@ def load_medusa_heads(path: str | Path, *, target_hidden_size: int | None = None
     return heads.to(dtype).eval()
 
 
+def resolve_heads(name_or_path: str | Path, *, target_hidden_size: int | None = None,
+                  target_vocab_size: int | None = None, dtype: torch.dtype = torch.float32,
+                  field: str = "medusa") -> MedusaHeads:
+    """`load_medusa_heads` for an embedded name (e.g. `tiny-medusa`) or a directory."""
+    from trtspec.models import EMBEDDED, embedded_path
+
+    text = str(name_or_path)
+    path = embedded_path(text) if text in EMBEDDED else Path(text)
+    return load_medusa_heads(path, target_hidden_size=target_hidden_size, target_vocab_size=target_vocab_size,
+                             dtype=dtype, field=field)
+
+
 def _read_hf(root: Path, config: dict, field: str) -> tuple[MedusaShape, dict[str, torch.Tensor]]:
     weights = next((root / w for w in HF_WEIGHTS if (root / w).is_file()), None)
     if weights is None:
