@@ -80,16 +80,17 @@ class SpecEngine:
     """Speculative decoding over a target LlamaModel with registered proposers (see module docstring)."""
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
-                 medusa: Path | None = None, proposer_options: dict[str, object] | None = None) -> None:
+                 medusa: Path | None = None, max_num_seqs: int = 256,
+                 proposer_options: dict[str, object] | None = None) -> None:
         self.target = target
         self.tokenizer = tokenizer
         self.max_k = max_k
         self.device = target.lm_head.weight.device
         self.vocab_size = target.config.vocab_size
-        self.cache = target.new_cache(num_slots=4)
+        self.cache = target.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs)
         self.max_context = self.cache.max_seq_len
-        ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, draft_model=draft, medusa=medusa,
-                              options=dict(proposer_options or {}))
+        ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
+                              medusa=medusa, options=dict(proposer_options or {}))
         self.available_methods = tuple(m for m in runnable_methods()
                                        if (draft is not None or not resolve(m).needs_draft_model)
                                        and (medusa is not None or not resolve(m).needs_medusa_heads))
@@ -97,13 +98,13 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
-        self.running: list[_Request] = []
+        self.requests: list[_Request] = []  # unfinished, FIFO; the first ones hold KV slots
         self.stats = AcceptanceStats()  # aggregated over finished requests
         self._ids = itertools.count()
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
-                        *, max_k: int = 8, device: str = "cpu", dtype: str = "float32",
+                        *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
                         allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None
                         ) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
@@ -126,6 +127,7 @@ class SpecEngine:
             tokenizer=_load_tokenizer(target_path),
             max_k=max_k,
             medusa=medusa_path,
+            max_num_seqs=max_num_seqs,
             proposer_options=proposer_options,
         )
 
@@ -145,20 +147,20 @@ class SpecEngine:
         return self._enqueue(self._make_request(prompt, sampling or SamplingParams(), spec or SpecParams()))
 
     def has_unfinished(self) -> bool:
-        return bool(self.running)
+        return bool(self.requests)
 
     def abort(self, request_id: int) -> None:
         """Drop a request and free its KV slots (no output is produced for it)."""
-        for request in self.running:
+        for request in self.requests:
             if request.request_id == request_id:
-                self.running.remove(request)
+                self.requests.remove(request)
                 self._release(request)
                 return
 
     def step(self) -> list[RequestDelta]:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
-        # 1. schedule: FIFO, every running request, one target slot each
+        # 1. schedule: FIFO; every request that holds (or can get) a KV slot
         batch = self._schedule()
         if not batch:
             return []
@@ -250,10 +252,16 @@ class SpecEngine:
 
     # -- phases ------------------------------------------------------------------------------------------------
     def _schedule(self) -> list[_Request]:
-        for request in self.running:
+        batch = []
+        for request in self.requests:
             if request.slot is None:
+                if self.cache.num_free_slots == 0:
+                    break  # FIFO: later requests wait for a slot too
                 request.slot = self.cache.alloc()
-        return list(self.running)
+                if request.proposer is not None:
+                    request.proposer.add_request(request.request_id)
+            batch.append(request)
+        return batch
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k, capped so that neither max_new_tokens nor the context overflow."""
@@ -337,7 +345,7 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
-            self.running.remove(request)
+            self.requests.remove(request)
             self._release(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
@@ -370,9 +378,7 @@ class SpecEngine:
                         stop_ids=frozenset(eos) | frozenset(sampling.stop_token_ids))
 
     def _enqueue(self, request: _Request) -> int:
-        if request.proposer is not None:
-            request.proposer.add_request(request.request_id)
-        self.running.append(request)
+        self.requests.append(request)
         return request.request_id
 
     def _release(self, request: _Request) -> None:

@@ -63,6 +63,7 @@ class ProposerContext:
 
     vocab_size: int  # target vocab (width of draft_probs)
     max_k: int
+    max_num_seqs: int = 256  # concurrent sequences (KV slots) the engine may schedule
     draft_model: LlamaModel | None = None
     medusa: Path | None = None
     options: dict[str, object] = field(default_factory=dict)  # proposer-specific knobs, e.g. {"max_ngram": 3}

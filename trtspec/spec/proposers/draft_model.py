@@ -38,17 +38,17 @@ class DraftModelProposer:
     name: ClassVar[str] = "draft_model"
     needs_hidden_states: ClassVar[bool] = False
 
-    def __init__(self, model: LlamaModel, vocab_size: int) -> None:
+    def __init__(self, model: LlamaModel, vocab_size: int, max_num_seqs: int = 256) -> None:
         self.model = model
         self.vocab_size = vocab_size
-        self.cache = model.new_cache(num_slots=4)
+        self.cache = model.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs)
         self.states: dict[int, _DraftState] = {}
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> DraftModelProposer:
         if ctx.draft_model is None:
             raise ConfigError("draft", None, "method draft_target needs a draft model", hint="pass draft='tiny-draft'")
-        return cls(ctx.draft_model, ctx.vocab_size)
+        return cls(ctx.draft_model, ctx.vocab_size, ctx.max_num_seqs)
 
     def add_request(self, request_id: int) -> None:
         self.states[request_id] = _DraftState(slot=self.cache.alloc(), cached_ids=[])
