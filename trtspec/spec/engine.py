@@ -169,6 +169,7 @@ class SpecEngine:
         # 2. propose: each proposer drafts for its own requests, batched
         t = time.perf_counter()
         drafts = self._propose(batch, ks)
+        _synchronize(self.device)
         draft_time = time.perf_counter() - t
 
         # 3. target forward: one pass over every request's uncached tokens + draft tokens
@@ -176,6 +177,7 @@ class SpecEngine:
         t = time.perf_counter()
         out = self.target(input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
                           num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+        _synchronize(self.device)
         target_time = time.perf_counter() - t
 
         # 4. verify: target distributions after the last committed token and after each draft token
@@ -412,6 +414,12 @@ def _tree_layout(batch: list[_Request], drafts: list[Draft], num_pending: list[i
                 row[n:n + draft.num_tokens] |= mask[b, n + parent, n:n + draft.num_tokens]
             positions[b, n + i] = base + n - 1 + depth[i]
     return positions, mask
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work so that the draft / target / overhead time split is honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _per_prompt(value: Any, default: Any, n: int, name: str) -> list[Any]:
