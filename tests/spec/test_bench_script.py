@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _bench():
     spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
     return module
 
