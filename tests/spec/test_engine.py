@@ -176,3 +176,17 @@ def test_bad_engine_setup(random_pair, tmp_path):
     other = make_random_llama(tmp_path / "vocab80", vocab=80)
     with pytest.raises(IncompatibleModelsError, match="64.*80"):
         SpecEngine.from_pretrained(random_pair[0], other)
+
+
+def test_tree_layout_masks_and_positions():
+    from trtspec.spec.engine import tree_layout
+    from trtspec.spec.proposers import Draft
+
+    ids = torch.tensor([7, 8, 9])
+    chain, tree = Draft(ids), Draft(ids, parents=(-1, 0, 0))  # tree: node 0, then two children of node 0
+    positions, mask = tree_layout([chain, tree], num_pending=[2, 1], bases=[10, 4], width=5)
+    assert torch.equal(mask[0], torch.ones(5, 5, dtype=torch.bool).tril())
+    assert positions[0].tolist() == [10, 11, 12, 13, 14]
+    # row 1: pending token p at 4, node 0 at depth 1, nodes 1 and 2 at depth 2 (siblings do not see each other)
+    assert positions[1, :4].tolist() == [4, 5, 6, 6]
+    assert mask[1, :4, :4].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]

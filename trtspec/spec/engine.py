@@ -308,7 +308,8 @@ class SpecEngine:
         num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
         positions = tree_mask = None
         if not all(d.is_chain for d in drafts):
-            positions, tree_mask = _tree_layout(batch, drafts, num_pending, width, self.cache)
+            bases = [self.cache.length(r.slot) for r in batch]
+            positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
         to = self.device
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
@@ -391,17 +392,18 @@ class SpecEngine:
             request.proposer.free(request.request_id)
 
 
-def _tree_layout(batch: list[_Request], drafts: list[Draft], num_pending: list[int], width: int, cache: Any
-                 ) -> tuple[Tensor, Tensor]:
+def tree_layout(drafts: list[Draft], num_pending: list[int], bases: list[int], width: int) -> tuple[Tensor, Tensor]:
     """Positions [batch, T] and mask [batch, T, T] for rows of (pending chain + draft tree).
 
     Pending tokens are causal; draft node i sees every pending token, its ancestors and itself, at position
-    (last pending position + depth of i).
+    (last pending position + depth of i). A chain draft gets the causal mask and sequential positions.
+
+    Args:
+        num_pending: uncached context tokens per row; bases: cached tokens per row; width: T.
     """
-    positions = torch.zeros(len(batch), width, dtype=torch.long)  # [batch, T]
-    mask = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(batch), 1, 1)  # [batch, T, T]
-    for b, (request, draft, n) in enumerate(zip(batch, drafts, num_pending, strict=True)):
-        base = cache.length(request.slot)
+    positions = torch.zeros(len(drafts), width, dtype=torch.long)  # [batch, T]
+    mask = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(drafts), 1, 1)  # [batch, T, T]
+    for b, (draft, n, base) in enumerate(zip(drafts, num_pending, bases, strict=True)):
         positions[b] = base + torch.arange(width)
         parents = draft.parents or tuple(range(-1, draft.num_tokens - 1))
         depth: list[int] = []
