@@ -19,6 +19,7 @@ PROMPTS = ASSETS / "prompts"
 EMBEDDED = {
     "tiny": "target (Llama, 12M parameters) trained on the Python standard library",
     "tiny-draft": "draft (Llama, 1.7M parameters) distilled from tiny",
+    "tiny-medusa": "Medusa heads for tiny (HF Medusa layout, fp16), trained by `trtspec train medusa`",
 }
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -54,6 +55,33 @@ def resolve_model(name_or_path: str | Path, *, field: str = "model") -> Path:
             f"{field}={text!r}: {path} has no weights ({' or '.join(WEIGHT_FILES)})",
             hint="save the model with save_pretrained(..., safe_serialization=True)",
         )
+    return path
+
+
+def is_medusa_heads(path: Path) -> bool:
+    """True for a Medusa heads directory: HF Medusa layout or TensorRT-LLM MedusaForCausalLM checkpoint."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return "medusa_num_heads" in config or config.get("architecture") == "MedusaForCausalLM"
+
+
+def resolve_medusa(name_or_path: str | Path, *, field: str = "medusa") -> Path:
+    """A Medusa heads directory for an embedded name (`tiny-medusa`) or a local path.
+
+    Raises ModelNotFoundError naming the path when it does not exist or holds no Medusa config.
+    """
+    text = str(name_or_path)
+    path = embedded_path(text) if text in EMBEDDED else Path(text).expanduser()
+    if not path.is_dir():
+        raise ModelNotFoundError(f"{field}={text!r}: no embedded head set of that name and no directory at {path}",
+                                 hint="use tiny-medusa, or train heads with `trtspec train medusa --out DIR`")
+    if not is_medusa_heads(path):
+        raise ModelNotFoundError(
+            f"{field}={text!r}: {path / 'config.json'} is neither an HF Medusa config (medusa_num_heads) nor a "
+            f"TensorRT-LLM Medusa checkpoint (architecture MedusaForCausalLM)",
+            hint="train heads with `trtspec train medusa --model ... --out DIR`")
     return path
 
 

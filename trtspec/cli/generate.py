@@ -14,6 +14,8 @@ import click
 
 from trtspec.methods import engine_methods
 
+TREE_MAX_NODES = 64  # default k (node cap) for tree methods: every node of a 63-node tree
+
 
 def method_choices() -> list[str]:
     """Engine methods that have a registered proposer (the registry import is deferred: it pulls in torch)."""
@@ -50,7 +52,16 @@ class _MethodChoice(click.Choice):
               help="Draft model for --method draft_target (embedded name or directory).")
 @click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
-@click.option("--k", "k", type=int, default=4, show_default=True, help="Draft tokens per step (0 = plain decoding).")
+@click.option("--k", "k", type=int, default=None,
+              help="Draft tokens per step (0 = plain decoding) [default: 4; tree methods: the whole tree].")
+@click.option("--medusa", default="tiny-medusa", show_default=True,
+              help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
+@click.option("--choices", "medusa_choices", default=None,
+              help="Medusa tree for --method medusa: preset (mc_sim_7b_63), JSON/YAML file or text, or '{0}, {0, 0}' "
+                   "[default: the heads' tuned tree, else mc_sim_7b_63 cut to the heads].")
+@click.option("--typical", is_flag=True,
+              help="LOSSY: Medusa typical acceptance for tree drafts at temperature > 0 (accepts more tokens, but the "
+                   "output no longer follows the target distribution). Default: exact recursive rejection sampling.")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (0 = greedy).")
 @click.option("--top-k", type=int, default=0, show_default=True, help="Keep the k most likely tokens (0 = off).")
 @click.option("--top-p", type=float, default=1.0, show_default=True, help="Nucleus mass in (0, 1] (1 = off).")
@@ -61,16 +72,25 @@ class _MethodChoice(click.Choice):
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
               help="Weight and KV-cache dtype.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
-def generate(prompt: str, model: str, draft: str, method: str, k: int, temperature: float, top_k: int, top_p: float,
-             max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, as_json: bool) -> None:
+def generate(prompt: str, model: str, draft: str, method: str, k: int | None, medusa: str, medusa_choices: str | None,
+             typical: bool, temperature: float, top_k: int, top_p: float, max_new_tokens: int, seed: int | None,
+             max_k: int, device: str, dtype: str, as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine."""
     from trtspec.spec.params import SamplingParams, SpecParams
 
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
-    spec = SpecParams(method=method, k=k if method != "none" else 0)
+    from trtspec.methods import resolve
+
+    tree = resolve(method).tree
+    if k is None:
+        k = TREE_MAX_NODES if tree else 4
+    if tree:
+        max_k = max(max_k, k)
+    spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
-                       dtype=dtype, on_text=None if as_json else _echo_text)
+                       dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa,
+                       medusa_choices=medusa_choices)
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -79,7 +99,7 @@ def generate(prompt: str, model: str, draft: str, method: str, k: int, temperatu
 
 
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
-              on_text: Any = None) -> dict[str, Any]:
+              on_text: Any = None, medusa: str | None = None, medusa_choices: str | None = None) -> dict[str, Any]:
     """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
 
     Args:
@@ -89,8 +109,10 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
     from trtspec.spec.engine import SpecEngine
 
     spec.validate(max_k=max_k)
-    engine = SpecEngine.from_pretrained(model, draft if resolve(spec.method).needs_draft_model else None,
-                                        max_k=max_k, device=device, dtype=dtype)
+    info = resolve(spec.method)
+    engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
+                                        medusa if info.needs_medusa_heads else None, max_k=max_k, device=device,
+                                        dtype=dtype, proposer_options=_tree_options(medusa_choices))
     token_ids: list[int] = []
     final = None
     for delta in engine.stream(prompt, sampling, spec):
@@ -100,13 +122,19 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
         final = delta
     assert final is not None and final.stats is not None
     return {"text": engine.decode(token_ids), "token_ids": token_ids, "finish_reason": final.finish_reason,
-            "method": spec.method, "k": spec.k, **final.stats.to_dict()}
+            "method": spec.method, "k": spec.k, "acceptance": spec.acceptance,
+            "lossless": spec.acceptance == "exact", **final.stats.to_dict()}
+
+
+def _tree_options(medusa_choices: str | None) -> dict[str, object]:
+    return {} if medusa_choices is None else {"medusa_choices": medusa_choices}
 
 
 def format_stats(result: dict[str, Any]) -> str:
     """One human line: tokens, speed, acceptance and the time split."""
+    lossy = "" if result.get("lossless", True) else f" acceptance={result['acceptance']} (LOSSY),"
     return (f"[{result['num_emitted_tokens']} tokens, {result['tokens_per_s']:.1f} tok/s, method={result['method']} "
-            f"k={result['k']}, mean acceptance length {result['mean_acceptance_length']:.2f}, acceptance rate "
+            f"k={result['k']},{lossy} mean acceptance length {result['mean_acceptance_length']:.2f}, acceptance rate "
             f"{result['acceptance_rate']:.2f}, {result['tokens_per_target_forward']:.2f} tokens/target forward, "
             f"time draft {result['draft_time_s']:.2f}s / target {result['target_time_s']:.2f}s / overhead "
             f"{result['overhead_time_s']:.2f}s, finish={result['finish_reason']}]")

@@ -27,6 +27,7 @@ from trtspec.spec.model import LlamaModel
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
 from trtspec.spec.sampling import logits_to_probs
+from trtspec.spec.tree import TreeVerdict, tree_for_parents, verify_tree
 from trtspec.spec.verify import Verdict, verify_chain
 
 Prompt = str | Sequence[int]
@@ -90,7 +91,8 @@ class SpecEngine:
         self.cache = target.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs)
         self.max_context = self.cache.max_seq_len
         ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
-                              medusa=medusa, options=dict(proposer_options or {}))
+                              medusa=medusa, options=dict(proposer_options or {}),
+                              hidden_size=target.config.hidden_size)
         self.available_methods = tuple(m for m in runnable_methods()
                                        if (draft is not None or not resolve(m).needs_draft_model)
                                        and (medusa is not None or not resolve(m).needs_medusa_heads))
@@ -112,15 +114,13 @@ class SpecEngine:
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
         (IncompatibleModelsError naming both sizes); `allow_vocab_padding` accepts padding-only differences.
         """
-        from trtspec.models import check_pair, resolve_model
+        from trtspec.models import check_pair, resolve_medusa, resolve_model
 
         target_path = resolve_model(target, field="target")
         draft_path = resolve_model(draft, field="draft") if draft is not None else None
         if draft_path is not None:
             check_pair(target_path, draft_path, allow_vocab_padding=allow_vocab_padding)
-        medusa_path = Path(medusa) if medusa is not None else None
-        if medusa_path is not None and not medusa_path.exists():
-            raise ConfigError("medusa", str(medusa), "no such directory", hint="pass a Medusa heads checkpoint directory")
+        medusa_path = resolve_medusa(medusa) if medusa is not None else None
         return cls(
             LlamaModel.from_pretrained(target_path, dtype=dtype, device=device, field="target"),
             draft=LlamaModel.from_pretrained(draft_path, dtype=dtype, device=device, field="draft") if draft_path else None,
@@ -287,7 +287,7 @@ class SpecEngine:
             for i, draft in zip(indices, proposer.propose(inputs), strict=True):
                 drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
                                   None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
-                                  draft.parents)
+                                  None if draft.parents is None else draft.parents[: ks[i]])  # parents-first
         return drafts
 
     def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
@@ -314,25 +314,35 @@ class SpecEngine:
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
 
-    def _verify(self, request: _Request, draft: Draft, target_logits: Tensor) -> Verdict:
-        """target_logits: [k + 1, vocab]."""
-        if not draft.is_chain:
-            raise NotImplementedError("tree drafts are verified by trtspec.spec.tree (Medusa issue)")
+    def _verify(self, request: _Request, draft: Draft, target_logits: Tensor) -> Verdict | TreeVerdict:
+        """target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask)."""
         s = request.sampling
+        if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
+            tree = tree_for_parents(tuple(draft.parents))
+            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_logits, s, request.generator,
+                               acceptance=request.spec.acceptance)
         target_probs = logits_to_probs(target_logits, s.temperature, s.top_k, s.top_p)  # [k + 1, vocab]
         return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
                             generator=request.generator)
 
-    def _commit(self, request: _Request, verdict: Verdict, num_pending: int, hidden: Tensor) -> RequestDelta:
+    def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int,
+                hidden: Tensor) -> RequestDelta:
         """Append the verdict's tokens (cut at a stop token / max_new_tokens / context) and roll the KV caches back.
+
+        A tree verdict keeps a root path whose nodes are not contiguous: their KV entries are compacted into place.
 
         Args:
             hidden: [T, hidden] this request's target hidden states from the step's forward.
         """
         cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
-        self.cache.rollback(request.slot, cached + num_pending + verdict.num_accepted)
+        keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
+        if keep == list(range(len(keep))):
+            self.cache.rollback(request.slot, cached + num_pending + len(keep))
+        else:
+            self.cache.compact(request.slot, cached + num_pending, keep)
         if request.proposer is not None and request.proposer.needs_hidden_states:
-            request.target_hidden = hidden[num_pending - 1 + verdict.num_accepted]  # [hidden]
+            # the state that predicted the next token: the last accepted draft token's, else the last pending one's
+            request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
         new_ids: list[int] = []
         finish_reason = None
         for token in verdict.token_ids:

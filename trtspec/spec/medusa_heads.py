@@ -126,11 +126,9 @@ def resolve_heads(name_or_path: str | Path, *, target_hidden_size: int | None = 
                   target_vocab_size: int | None = None, dtype: torch.dtype = torch.float32,
                   field: str = "medusa") -> MedusaHeads:
     """`load_medusa_heads` for an embedded name (e.g. `tiny-medusa`) or a directory."""
-    from trtspec.models import EMBEDDED, embedded_path
+    from trtspec.models import resolve_medusa
 
-    text = str(name_or_path)
-    path = embedded_path(text) if text in EMBEDDED else Path(text)
-    return load_medusa_heads(path, target_hidden_size=target_hidden_size, target_vocab_size=target_vocab_size,
+    return load_medusa_heads(resolve_medusa(name_or_path, field=field), target_hidden_size=target_hidden_size, target_vocab_size=target_vocab_size,
                              dtype=dtype, field=field)
 
 

@@ -40,7 +40,10 @@ class SamplingParams:
 @dataclass(frozen=True)
 class SpecParams:
     method: str = "draft_target"  # one of trtspec.methods.engine_methods()
-    k: int = 4  # draft tokens per step; 0 = plain decoding whatever the method
+    k: int = 4  # draft tokens per step (tree methods: nodes of the tree kept); 0 = plain decoding whatever the method
+    # Tree drafts at temperature > 0: "exact" (recursive rejection sampling, lossless) or "typical_lossy" (Medusa's
+    # typical acceptance: accepts more, but does NOT preserve the target distribution).
+    acceptance: str = "exact"
 
     def validate(self, *, max_k: int, available: tuple[str, ...] | None = None) -> SpecParams:
         """Check k against the engine's max_k and the method against the methods this engine can run.
@@ -58,6 +61,12 @@ class SpecParams:
             need = "a draft model (draft=...)" if info.needs_draft_model else "Medusa heads (medusa=...)"
             raise ConfigError("method", self.method, f"needs {need}, which this engine was not loaded with",
                               hint=f"load the engine with it, or use one of: {', '.join(available)}")
+        if self.acceptance not in ("exact", "typical_lossy"):
+            raise ConfigError("acceptance", self.acceptance, "is not an acceptance rule",
+                              hint="use exact (lossless) or typical_lossy (Medusa typical acceptance, lossy)")
+        if self.acceptance != "exact" and not info.tree:
+            raise ConfigError("acceptance", self.acceptance, f"applies to tree methods only, not {self.method}",
+                              hint="use acceptance=exact, or method=medusa")
         if not 0 <= self.k <= max_k:
             raise ConfigError("k", self.k, f"must be in [0, {max_k}] (the engine's max_k)",
                               hint=f"use k <= {max_k}, or load the engine with a larger max_k")

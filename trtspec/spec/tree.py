@@ -18,6 +18,7 @@ This module knows nothing about proposers, KV caches or requests.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,7 @@ from typing import Protocol
 import torch
 
 from trtspec import choices as choices_mod
+from trtspec.spec.sampling import logits_to_probs
 
 # Medusa's defaults (`medusa_generate`: posterior_threshold=0.09, posterior_alpha=0.3).
 TYPICAL_POSTERIOR_THRESHOLD = 0.09
@@ -145,10 +147,16 @@ class TreeVerdict:
     accepted_token_ids: list[int]
     next_token_id: int
     bonus: bool
+    num_draft_tokens: int  # N, the nodes verified
 
     @property
     def num_accepted(self) -> int:
         return len(self.accepted_nodes)
+
+    @property
+    def accepted_offsets(self) -> list[int]:
+        """Draft indices (0-based, as in Draft.token_ids) of the accepted nodes, root-down."""
+        return [n - 1 for n in self.accepted_nodes]
 
     @property
     def token_ids(self) -> list[int]:
@@ -170,7 +178,7 @@ class TreeWalk:
         nodes = self.accepted_nodes[row, : int(self.num_accepted[row])].tolist()
         last = nodes[-1] if nodes else 0
         return TreeVerdict(nodes, [int(tokens[n - 1]) for n in nodes], int(self.next_token_ids[row]),
-                           bonus=bool((tree.children[last] < 0).all()))
+                           bonus=bool((tree.children[last] < 0).all()), num_draft_tokens=tree.num_nodes)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,7 +255,7 @@ def verify_tree_rejection(tree: TokenTree, draft_token_ids: torch.Tensor, draft_
     """
     if sampling.temperature == 0:
         return verify_tree_greedy(tree, draft_token_ids, target_logits)
-    target_probs = target_probs_from_logits(target_logits, sampling)  # [N + 1, vocab]
+    target_probs = logits_to_probs(target_logits, sampling.temperature, sampling.top_k, sampling.top_p)  # [N+1, V]
     walk = rejection_walk(tree, draft_token_ids[None], None if draft_probs is None else draft_probs[None],
                           target_probs[None], generator)
     return walk.verdict(tree, draft_token_ids)
@@ -357,19 +365,27 @@ def typical_walk_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, target_lo
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# shared helpers
+# dispatch (the engine's entry point)
+
+# Acceptance rules for tree drafts at temperature > 0; the key is SpecParams.acceptance. Greedy is always exact.
+TREE_ACCEPTANCE = ("exact", "typical_lossy")
 
 
-def target_probs_from_logits(target_logits: torch.Tensor, sampling: SamplingLike) -> torch.Tensor:
-    """Temperature, top-k and top-p applied to target logits; rows sum to 1.  # [..., vocab]"""
-    logits = target_logits.float() / sampling.temperature
-    if sampling.top_k and sampling.top_k < logits.shape[-1]:
-        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, -float("inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        drop = sorted_probs.cumsum(-1) - sorted_probs > sampling.top_p  # keep the smallest set reaching top_p
-        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+def verify_tree(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
+                target_logits: torch.Tensor, sampling: SamplingLike, generator: torch.Generator | None,
+                acceptance: str = "exact") -> TreeVerdict:
+    """Verify one tree draft: greedy at temperature 0, else `acceptance` ("exact" lossless, "typical_lossy").
+
+    Args: as `verify_tree_rejection`; target_logits: [N + 1, vocab] of [root + nodes].
+    """
+    if acceptance == "typical_lossy":
+        return verify_tree_typical_lossy(tree, draft_token_ids, target_logits, sampling, generator)
+    if acceptance != "exact":
+        raise ValueError(f"acceptance={acceptance!r}: use one of {TREE_ACCEPTANCE}")
+    return verify_tree_rejection(tree, draft_token_ids, draft_probs, target_logits, sampling, generator)
+
+
+@functools.lru_cache(maxsize=64)
+def tree_for_parents(parents: tuple[int, ...]) -> TokenTree:
+    """The TokenTree of a Draft's `parents` (-1 = the root), cached: proposers reuse one static shape."""
+    return TokenTree.from_parents((-1, *(p + 1 for p in parents)))

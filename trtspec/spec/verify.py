@@ -37,6 +37,11 @@ class Verdict:
     def accepted_all(self) -> bool:
         return self.num_accepted == self.num_draft_tokens
 
+    @property
+    def accepted_offsets(self) -> list[int]:
+        """Draft indices of the accepted tokens (a chain keeps a prefix; tree verdicts pick a root path)."""
+        return list(range(self.num_accepted))
+
 
 def greedy_verify(target_probs: Tensor, draft_token_ids: Tensor) -> tuple[Tensor, Tensor]:
     """Longest draft prefix equal to the target's argmax, then the target's argmax.

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.proposers.draft_model import DraftModelProposer
+from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
+    MedusaProposer.name: MedusaProposer,
     NgramProposer.name: NgramProposer,
 }
 

@@ -67,6 +67,7 @@ class ProposerContext:
     draft_model: LlamaModel | None = None
     medusa: Path | None = None
     options: dict[str, object] = field(default_factory=dict)  # proposer-specific knobs, e.g. {"max_ngram": 3}
+    hidden_size: int | None = None  # target hidden size (Medusa heads must match it)
 
 
 class Proposer(Protocol):

@@ -86,10 +86,9 @@ class MedusaProposer:
 
 def default_choices(medusa_dir: Path, num_heads: int) -> choices_mod.Choices:
     """The heads' own tuned tree if shipped (medusa_choices.yaml), else mc_sim_7b_63 restricted to `num_heads`."""
-    from trtspec.models import EMBEDDED, embedded_path
+    from trtspec.models import resolve_medusa
 
-    root = embedded_path(str(medusa_dir)) if str(medusa_dir) in EMBEDDED else medusa_dir
-    tuned = root / CHOICES_FILE
+    tuned = resolve_medusa(medusa_dir) / CHOICES_FILE
     if tuned.is_file():
         return choices_mod.parse(tuned, field="medusa_choices")
     return [p for p in choices_mod.MC_SIM_7B_63 if len(p) <= num_heads]
