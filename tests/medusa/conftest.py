@@ -13,6 +13,13 @@ from trtspec.cli.main import cli
 HEADS, LAYERS = 4, 1
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _few_threads() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # 2 shared cores on CI machines
+
+
 @pytest.fixture(scope="session")
 def trained_heads(random_pair, tmp_path_factory) -> tuple[Path, dict]:
     """Heads for the random target, trained for a handful of steps through the CLI."""

@@ -199,28 +199,26 @@ def verify_tree_greedy(tree: TokenTree, draft_token_ids: torch.Tensor, target_lo
 def greedy_walk(tree: TokenTree, draft_token_ids: torch.Tensor, target_logits: torch.Tensor) -> TreeWalk:
     """Batched greedy verification. draft_token_ids: [B, N]; target_logits: [B, N + 1, vocab]."""
     target_argmax = target_logits.argmax(-1)  # [B, N + 1]
-    return _longest_path(tree, draft_token_ids, target_argmax, match=None, next_from=target_argmax)
+    parent_argmax = target_argmax[:, tree.parents.clamp(min=0)]  # [B, N + 1] argmax at each node's parent
+    match = torch.cat([torch.ones_like(draft_token_ids[:, :1], dtype=torch.bool),
+                       draft_token_ids == parent_argmax[:, 1:]], dim=1)  # [B, N + 1]
+    accepted, num_accepted, last = _longest_path(tree, match)
+    return TreeWalk(accepted, num_accepted, target_argmax.gather(1, last[:, None])[:, 0])
 
 
-def _longest_path(tree: TokenTree, draft_token_ids: torch.Tensor, target_argmax: torch.Tensor,
-                  match: torch.Tensor | None, next_from: torch.Tensor,
-                  score: torch.Tensor | None = None) -> TreeWalk:
-    """Pick, per trial, the retrieve path with the longest accepted prefix (ties: highest `score`, then first).
+def _longest_path(tree: TokenTree, match: torch.Tensor,
+                  score: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per trial, the root path with the longest prefix of matching nodes (ties: highest summed `score`, then first).
 
-    A node is accepted when `match[b, node]` (default: its token equals the target argmax at its parent).
-    next_from: [B, N + 1] the token to emit after each node. score: [B, N + 1] per-node log-likelihood or None.
+    Args:
+        match: [B, N + 1] bool, node accepted given its parent is (column 0, the root, is ignored).
+        score: [B, N + 1] per-node log-likelihood for tie-breaking, or None.
+    Returns:
+        accepted [B, max_depth] node indices root-down (-1 padded), num_accepted [B], last accepted node [B] (0 = root).
     """
-    batch = draft_token_ids.shape[0]
-    retrieve = tree.retrieve_indices  # [L, D + 1]
-    nodes = retrieve[:, 1:]  # [L, D] node indices, -1 padded
-    valid = nodes >= 0  # [L, D]
+    nodes = tree.retrieve_indices[:, 1:]  # [L, D] node indices of each root-to-leaf path, -1 padded
     safe = nodes.clamp(min=0)
-    root_tokens = torch.zeros(batch, 1, dtype=draft_token_ids.dtype)
-    tokens = torch.cat([root_tokens, draft_token_ids], dim=1)  # [B, N + 1]
-    if match is None:
-        parent_argmax = target_argmax.gather(1, tree.parents.clamp(min=0).expand(batch, -1))  # [B, N + 1]
-        match = tokens == parent_argmax  # [B, N + 1]
-    path_match = match[:, safe] & valid  # [B, L, D]
+    path_match = match[:, safe] & (nodes >= 0)  # [B, L, D]
     path_len = path_match.long().cumprod(-1).sum(-1)  # [B, L]
     best_len = path_len.max(-1, keepdim=True).values  # [B, 1]
     key = (path_len == best_len).float()  # [B, L]
@@ -232,9 +230,7 @@ def _longest_path(tree: TokenTree, draft_token_ids: torch.Tensor, target_argmax:
     num_accepted = best_len[:, 0]  # [B]
     accepted = torch.where(torch.arange(nodes.shape[1])[None] < num_accepted[:, None], nodes[best], -1)  # [B, D]
     last = accepted.gather(1, (num_accepted - 1).clamp(min=0)[:, None])[:, 0]  # [B]
-    last = torch.where(num_accepted > 0, last, torch.zeros_like(last))
-    next_token_ids = next_from.gather(1, last[:, None])[:, 0]  # [B]
-    return TreeWalk(accepted, num_accepted, next_token_ids)
+    return accepted, num_accepted, torch.where(num_accepted > 0, last, torch.zeros_like(last))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -288,7 +284,7 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
             child = tree.children[current, slot]  # [B] node index or -1
             trying = searching & ~moved & (child >= 0)  # [B]
             if not trying.any():
-                continue
+                break  # children are packed left and walkers only drop out: later slots have none either
             node = child.clamp(min=1) - 1  # [B] index into the N draft nodes
             token = draft_token_ids[rows, node]  # [B]
             residual_at_token = residual[rows, token]  # [B]
@@ -311,6 +307,8 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
             moved |= accept
         residual = torch.where(moved[:, None], target_probs[rows, current], residual)  # restart below the child
         searching &= moved
+        if not searching.any():
+            break
     next_token_ids = torch.multinomial(residual, 1, generator=generator)[:, 0]  # [B]
     return TreeWalk(accepted, num_accepted, next_token_ids)
 
@@ -352,16 +350,16 @@ def typical_walk_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, target_lo
     target_probs = torch.softmax(target_logits.float() / sampling.temperature, dim=-1)  # [B, N + 1, vocab]
     entropy = -(target_probs * torch.log(target_probs + 1e-5)).sum(-1)  # [B, N + 1]
     threshold = torch.clamp(posterior_alpha * torch.exp(-entropy), max=posterior_threshold)  # [B, N + 1]
-    parent = tree.parents.clamp(min=0).expand(batch, -1)  # [B, N + 1]
-    tokens = torch.cat([torch.zeros(batch, 1, dtype=torch.long), draft_token_ids], dim=1)  # [B, N + 1]
-    prob_at_parent = target_probs.gather(1, parent[..., None].expand(-1, -1, target_probs.shape[-1]))
-    token_prob = prob_at_parent.gather(2, tokens[..., None])[..., 0]  # [B, N + 1]
-    match = token_prob > threshold.gather(1, parent)  # [B, N + 1]
-    typical = torch.where(target_probs > threshold[..., None], target_probs, 0.0)  # [B, N + 1, vocab]
-    typical = _normalise(typical, fallback=target_probs)
-    flat = torch.multinomial(typical.flatten(0, 1), 1, generator=generator).view(batch, -1)  # [B, N + 1]
-    return _longest_path(tree, draft_token_ids, target_argmax=flat, match=match, next_from=flat,
-                         score=torch.log(token_prob.clamp(min=1e-30)))
+    parent = tree.parents[1:].clamp(min=0)  # [N]
+    rows = torch.arange(batch)[:, None]  # [B, 1]
+    token_prob = target_probs[rows, parent[None], draft_token_ids]  # [B, N] target prob of each node at its parent
+    match = torch.cat([torch.ones(batch, 1, dtype=torch.bool), token_prob > threshold[:, parent]], dim=1)
+    score = torch.cat([torch.zeros(batch, 1), torch.log(token_prob.clamp(min=1e-30))], dim=1)  # [B, N + 1]
+    accepted, num_accepted, last = _longest_path(tree, match, score)
+    last_probs = target_probs[torch.arange(batch), last]  # [B, vocab]
+    typical = torch.where(last_probs > threshold[torch.arange(batch), last][:, None], last_probs, 0.0)  # [B, vocab]
+    next_token_ids = torch.multinomial(_normalise(typical, fallback=last_probs), 1, generator=generator)[:, 0]
+    return TreeWalk(accepted, num_accepted, next_token_ids)
 
 
 # ---------------------------------------------------------------------------------------------------------------
