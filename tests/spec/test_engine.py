@@ -13,6 +13,7 @@ from scipy.stats import chisquare
 from tests.conftest import make_random_llama
 from tests.spec.conftest import hf_greedy
 from trtspec.errors import ConfigError, IncompatibleModelsError, UnknownMethodError, UsageError
+from trtspec.methods import resolve
 from trtspec.models import PROMPTS
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -20,7 +21,8 @@ from trtspec.spec.proposers import runnable_methods
 from trtspec.spec.sampling import logits_to_probs
 
 PROMPTS_RANDOM = [[5, 9, 3, 7, 5, 9, 3, 2, 11], [4], [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8]]
-SPEC_METHODS = [m for m in runnable_methods() if m != "none"]
+# methods this module's engines can run (target + draft); Medusa needs trained heads: tests/medusa covers it
+SPEC_METHODS = [m for m in runnable_methods() if m != "none" and not resolve(m).needs_medusa_heads]
 
 
 @pytest.fixture(scope="module")
