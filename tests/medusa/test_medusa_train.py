@@ -105,3 +105,16 @@ def test_not_a_heads_directory(tmp_path, random_pair):
         load_medusa_heads(tmp_path)
     with pytest.raises(ModelNotFoundError, match="neither an HF Medusa config"):
         load_medusa_heads(random_pair[0])
+
+
+def test_cli_defaults_match_the_recipe():
+    from trtspec.cli.train import medusa
+    from trtspec.training.medusa import MedusaRecipe
+
+    defaults = {p.name: p.default for p in medusa.params}
+    recipe = MedusaRecipe()
+    assert (defaults["num_heads"], defaults["num_layers"], defaults["steps"], defaults["batch_size"]) == (
+        recipe.num_heads, recipe.num_layers, recipe.steps, recipe.batch_size)
+    assert (defaults["lr"], defaults["num_prompts"], defaults["gen_len"], defaults["corpus_windows"]) == (
+        recipe.lr, recipe.num_prompts, recipe.gen_len, recipe.num_corpus_windows)
+    assert defaults["max_draft_len"] == recipe.max_draft_len

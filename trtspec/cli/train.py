@@ -20,15 +20,17 @@ def train() -> None:
               help="Number of Medusa heads (head h predicts the token h+2 ahead).")
 @click.option("--layers", "num_layers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Residual blocks per head.")
-@click.option("--steps", type=click.IntRange(1), default=400, show_default=True, help="Optimizer steps.")
+@click.option("--steps", type=click.IntRange(1), default=300, show_default=True, help="Optimizer steps.")
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True,
               help="Sequences per step.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
               help="Peak AdamW learning rate.")
-@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=192, show_default=True,
-              help="Self-distillation sequences: corpus prompts the target continues itself.")
-@click.option("--gen-len", type=click.IntRange(2), default=160, show_default=True,
+@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=96, show_default=True,
+              help="Self-distillation sequences: corpus prompts the target continues itself (greedy and sampled).")
+@click.option("--gen-len", type=click.IntRange(2), default=128, show_default=True,
               help="Tokens the target generates per self-distillation prompt.")
+@click.option("--corpus-windows", type=click.IntRange(0), default=96, show_default=True,
+              help="Extra training-corpus windows (same length), labelled by the target's distributions.")
 @click.option("--max-draft-len", type=click.IntRange(1), default=63, show_default=True,
               help="Tree node budget written to the TensorRT-LLM checkpoint (max_draft_len).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
@@ -39,7 +41,7 @@ def train() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of data sampling and batch order.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training report as JSON.")
 def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size: int, lr: float, num_prompts: int,
-           gen_len: int, max_draft_len: int, out_dir: Path, trtllm_out: Path | None, no_trtllm: bool, seed: int,
+           gen_len: int, corpus_windows: int, max_draft_len: int, out_dir: Path, trtllm_out: Path | None, no_trtllm: bool, seed: int,
            as_json: bool) -> None:
     """Train Medusa heads on a frozen target by self-distillation (NVIDIA ModelOpt).
 
@@ -53,7 +55,8 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
 
     path = resolve_model(target)
     recipe = MedusaRecipe(num_heads=num_heads, num_layers=num_layers, steps=steps, batch_size=batch_size, lr=lr,
-                          num_prompts=num_prompts, gen_len=gen_len, max_draft_len=max_draft_len, seed=seed)
+                          num_prompts=num_prompts, gen_len=gen_len, num_corpus_windows=corpus_windows,
+                          max_draft_len=max_draft_len, seed=seed)
     trtllm_dir = None if no_trtllm else (trtllm_out or out_dir / "trtllm-ckpt")
     with stage_progress(disable=as_json) as progress:
         report = train_medusa(path, out_dir, recipe, base_model_name=target, trtllm_dir=trtllm_dir,

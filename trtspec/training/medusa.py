@@ -2,7 +2,8 @@
 
 Pipeline (deterministic for a seed, interpreter and torch build):
   1. prompts     windows of the training corpus (stdlib train files; random token ids for a tokenizer-less target)
-  2. generate    the target continues them itself, half greedy and half sampled at T=1 (self-distillation data)
+  2. generate    the target continues them itself, half greedy and half sampled at T=1 (self-distillation data);
+                 plus corpus windows of the same length (cheap: no generation), also labelled by the target
   3. convert     `modelopt.torch.speculative.convert(model, [("medusa", ...)])` adds the heads; each head's LM head
                  starts as a copy of the target's (Medusa's initialisation), its residual blocks as the identity
   4. features    the target is frozen, so its last hidden states and next-token distributions are computed once
@@ -40,12 +41,13 @@ HEAD_LOSS_DECAY = 0.8  # Medusa / ModelOpt `medusa_decay_coefficient`
 class MedusaRecipe:
     num_heads: int = 4
     num_layers: int = 1
-    steps: int = 400
+    steps: int = 300
     batch_size: int = 8
     lr: float = 3e-3
-    num_prompts: int = 192  # self-distillation sequences
+    num_prompts: int = 96  # self-distillation sequences: corpus prompts the target continues itself
     prompt_len: int = 32
-    gen_len: int = 160
+    gen_len: int = 128
+    num_corpus_windows: int = 96  # plus corpus windows of prompt_len + gen_len tokens, labelled by the target too
     eval_prompts: int = 24
     eval_gen_len: int = 96
     max_draft_len: int = 63  # written to the TensorRT-LLM checkpoint (node budget of the tree)
@@ -61,12 +63,26 @@ def _silent(stage: str, done: int, total: int, info: str) -> None:
 
 
 def corpus_prompts(tokenizer: Any, files: list[Path], num: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """`num` random windows of `length` tokens from `files` (one flat stream).  # [num, length]"""
-    from trtspec.training.tiny import encode_files
+    """`num` windows of `length` tokens at random offsets, visiting `files` in random order (cycling if few).
 
-    stream = encode_files(tokenizer, files)  # [num_tokens]
-    starts = torch.randint(0, stream.numel() - length, (num,), generator=gen)
-    return torch.stack([stream[s : s + length] for s in starts.tolist()])
+    Returns [num, length] token ids. Only the files visited are tokenized.
+    """
+    from trtspec.training.corpus import read
+
+    rows: list[list[int]] = []
+    order = torch.randperm(len(files), generator=gen).tolist()
+    encoded: dict[int, list[int]] = {}
+    for visit in range(num * 4):
+        index = order[visit % len(order)]
+        if index not in encoded:
+            encoded[index] = tokenizer(read(files[index]), add_special_tokens=False)["input_ids"]
+        ids = encoded[index]
+        if len(ids) >= length:
+            start = int(torch.randint(0, len(ids) - length + 1, (1,), generator=gen))
+            rows.append(ids[start : start + length])
+        if len(rows) == num:
+            return torch.tensor(rows, dtype=torch.long)
+    raise ValueError(f"too few corpus files with {length} tokens for {num} prompts")
 
 
 def random_prompts(vocab_size: int, num: int, length: int, gen: torch.Generator) -> torch.Tensor:
@@ -250,10 +266,14 @@ def train_medusa(target: Path, out_dir: Path, recipe: MedusaRecipe, *, base_mode
     vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
     gen = torch.Generator().manual_seed(recipe.seed)
     has_tokenizer = (target / "tokenizer.json").is_file()
+    windows = torch.zeros(0, recipe.prompt_len + recipe.gen_len, dtype=torch.long)  # [w, P + G]
     if has_tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(target)
         corpus = stdlib_corpus()
         train_prompts = corpus_prompts(tokenizer, corpus.train_files, recipe.num_prompts, recipe.prompt_len, gen)
+        if recipe.num_corpus_windows:
+            windows = corpus_prompts(tokenizer, corpus.train_files, recipe.num_corpus_windows,
+                                     recipe.prompt_len + recipe.gen_len, gen)
         eval_prompts = corpus_prompts(tokenizer, corpus.heldout_files, recipe.eval_prompts, recipe.prompt_len, gen)
         data_source = f"{corpus.source}: train files for prompts, held-out files (every 25th) for evaluation"
     else:
@@ -263,7 +283,8 @@ def train_medusa(target: Path, out_dir: Path, recipe: MedusaRecipe, *, base_mode
     progress("prompts", 1, 1, f"{train_prompts.shape[0]} train / {eval_prompts.shape[0]} held-out prompts")
 
     t = time.time()
-    sequences = self_distillation_data(model, train_prompts, recipe.gen_len, gen, progress)  # [n, P + G]
+    generated = self_distillation_data(model, train_prompts, recipe.gen_len, gen, progress)  # [n, P + G]
+    sequences = torch.cat([generated, windows])  # [n + w, P + G]
     eval_sequences = continue_with_target(model, eval_prompts, recipe.eval_gen_len, sample=False, gen=gen)
     timings["generate_s"] = time.time() - t
 
@@ -289,6 +310,7 @@ def train_medusa(target: Path, out_dir: Path, recipe: MedusaRecipe, *, base_mode
         "trainer": "NVIDIA ModelOpt modelopt.torch.speculative (medusa mode), frozen target, soft-label "
                    "self-distillation on cached target features",
         "data": {"source": data_source, "sequences": sequences.shape[0], "sequence_len": sequences.shape[1],
+                 "generated_sequences": generated.shape[0], "corpus_windows": windows.shape[0],
                  "greedy_and_sampled": "alternating chunks of greedy and T=1 continuations",
                  "data_tokens": sequences.numel(), "train_tokens": recipe.steps * tokens_per_step},
         "final_loss": sum(losses[-10:]) / len(losses[-10:]),
@@ -330,7 +352,7 @@ Head h reads the target's last hidden state at the last committed token and prop
 | | |
 |---|---|
 | training | {r['steps']} AdamW steps x {r['batch_size']} sequences, {d['train_tokens']:,} token positions, lr {r['lr']} |
-| data | {d['sequences']} self-distillation sequences of {d['sequence_len']} tokens ({d['greedy_and_sampled']}); {d['source']} |
+| data | {d['generated_sequences']} target continuations ({d['greedy_and_sampled']}) and {d['corpus_windows']} corpus windows, {d['sequence_len']} tokens each, all labelled with the target's own distributions; {d['source']} |
 | final loss | {report['final_loss']:.3f} (sum over heads of 0.8^h KL(target || head)) |
 | time | {report['timings']['total_s'] / 60:.1f} min on this machine |
 
