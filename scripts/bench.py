@@ -198,7 +198,7 @@ def print_section(section: Section) -> None:
         table.add_column(column, justify="left" if i == 0 else "right")
     for row in section.rows:
         table.add_row(*row)
-    Console().print(table)
+    Console(width=200).print(table)
 
 
 def to_markdown(section: Section, command: str) -> str:

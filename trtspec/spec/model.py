@@ -177,19 +177,20 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 class Block(nn.Module):
-    """One decoder layer: pre-norm attention (GQA) + pre-norm SwiGLU MLP."""
+    """One decoder layer: pre-norm attention (GQA) + pre-norm SwiGLU MLP.
+
+    q/k/v and gate/up projections are fused into one matmul each (fewer small GEMMs per token on CPU); `_rename`
+    concatenates the HF weights at load time.
+    """
 
     def __init__(self, c: LlamaConfig) -> None:
         super().__init__()
         self.c = c
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.attention_bias)
-        self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
-        self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.qkv_proj = nn.Linear(c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, bias=c.attention_bias)
         self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.attention_bias)
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+        self.gate_up_proj = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor, write: _CacheWrite,
@@ -202,22 +203,29 @@ class Block(nn.Module):
         """
         c, (batch, T, _) = self.c, x.shape
         h = self.input_layernorm(x)  # [batch, T, hidden]
-        q = self.q_proj(h).view(batch, T, c.num_heads, c.head_dim)  # [batch, T, heads, head_dim]
-        k = self.k_proj(h).view(batch, T, c.num_kv_heads, c.head_dim)  # [batch, T, kv_heads, head_dim]
-        v = self.v_proj(h).view(batch, T, c.num_kv_heads, c.head_dim)  # [batch, T, kv_heads, head_dim]
+        qkv = self.qkv_proj(h).view(batch, T, c.num_heads + 2 * c.num_kv_heads, c.head_dim)
+        q, k, v = qkv.split([c.num_heads, c.num_kv_heads, c.num_kv_heads], dim=2)  # [batch, T, (kv_)heads, head_dim]
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [batch, T, 1, head_dim]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # append the valid new tokens to each row's slot, then attend over the slot's first ctx entries
-        cache_k[write.slots, write.cols] = k[write.valid].to(cache_k.dtype)
-        cache_v[write.slots, write.cols] = v[write.valid].to(cache_v.dtype)
-        keys = cache_k[write.row_slots, : write.ctx].transpose(1, 2)  # [batch, kv_heads, ctx, head_dim]
-        values = cache_v[write.row_slots, : write.ctx].transpose(1, 2)  # [batch, kv_heads, ctx, head_dim]
+        if write.single is not None:  # one sequence: plain slices (views), no gather
+            slot, start, n = write.single
+            cache_k[slot, start : start + n] = k[0, :n]
+            cache_v[slot, start : start + n] = v[0, :n]
+            keys = cache_k[slot : slot + 1, : write.ctx].transpose(1, 2)  # [1, kv_heads, ctx, head_dim]
+            values = cache_v[slot : slot + 1, : write.ctx].transpose(1, 2)  # [1, kv_heads, ctx, head_dim]
+        else:
+            cache_k[write.slots, write.cols] = k[write.valid].to(cache_k.dtype)
+            cache_v[write.slots, write.cols] = v[write.valid].to(cache_v.dtype)
+            keys = cache_k[write.row_slots, : write.ctx].transpose(1, 2)  # [batch, kv_heads, ctx, head_dim]
+            values = cache_v[write.row_slots, : write.ctx].transpose(1, 2)  # [batch, kv_heads, ctx, head_dim]
         out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.to(q.dtype), values.to(q.dtype),
                                              attn_mask=attn_mask, enable_gqa=True)  # [batch, heads, T, head_dim]
         x = x + self.o_proj(out.transpose(1, 2).reshape(batch, T, c.num_heads * c.head_dim))
         h = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        gate, up = self.gate_up_proj(h).chunk(2, dim=-1)  # [batch, T, intermediate] each
+        return x + self.down_proj(F.silu(gate) * up)
 
 
 @dataclass
@@ -229,6 +237,7 @@ class _CacheWrite:
     cols: Tensor  # [num_valid] cache position of each valid token
     row_slots: Tensor  # [batch]
     ctx: int  # number of cache entries any row attends over
+    single: tuple[int, int, int] | None = None  # (slot, start, num_tokens) when the batch is one sequence
 
 
 class LlamaModel(nn.Module):
@@ -298,8 +307,12 @@ class LlamaModel(nn.Module):
         valid = offsets[None, :] < num_tokens[:, None]  # [batch, T]
         ctx = int((prefix + num_tokens).max())
         write = _CacheWrite(valid=valid, slots=slots[:, None].expand(batch, T)[valid], cols=cache_pos[valid],
-                            row_slots=slots, ctx=ctx)
-        attn_mask = _attention_mask(prefix, num_tokens, valid, ctx, tree_mask)  # [batch, 1, T, ctx]
+                            row_slots=slots, ctx=ctx,
+                            single=(int(slots[0]), int(prefix[0]), int(num_tokens[0])) if batch == 1 else None)
+        if batch == 1 and T == 1:
+            attn_mask = None  # one query that sees the whole cached prefix and itself
+        else:
+            attn_mask = _attention_mask(prefix, num_tokens, valid, ctx, tree_mask)  # [batch, 1, T, ctx]
 
         freqs = positions[..., None].float() * self.inv_freq  # [batch, T, head_dim / 2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [batch, T, head_dim]
@@ -353,11 +366,17 @@ def _load_safetensors(path: Path, *, field: str) -> dict[str, Tensor]:
 
 
 def _rename(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """HF LlamaForCausalLM parameter names -> this module's (flat layer: attention and MLP in one Block)."""
+    """HF LlamaForCausalLM parameters -> this module's: one flat Block per layer, fused qkv and gate_up."""
     out = {}
     for name, tensor in state.items():
         if name.endswith("rotary_emb.inv_freq"):
             continue
-        name = name.removeprefix("model.").replace(".self_attn.", ".").replace(".mlp.", ".")
-        out[name] = tensor
+        out[name.removeprefix("model.").replace(".self_attn.", ".").replace(".mlp.", ".")] = tensor
+    fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    for prefix in sorted({n.rsplit(".", 2)[0] for n in out if n.endswith("q_proj.weight")}):
+        for target, parts in fused.items():
+            for kind in ("weight", "bias"):
+                names = [f"{prefix}.{p}.{kind}" for p in parts]
+                if names[0] in out:
+                    out[f"{prefix}.{target}.{kind}"] = torch.cat([out.pop(n) for n in names])
     return out
