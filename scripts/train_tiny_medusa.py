@@ -91,7 +91,7 @@ def acceptance_markdown(result: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure-only", action="store_true")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--per-suite", type=int, default=6, help="held-out prompts per suite for the measurement")
     parser.add_argument("--new-tokens", type=int, default=64)
     args = parser.parse_args()

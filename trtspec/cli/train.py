@@ -20,16 +20,16 @@ def train() -> None:
               help="Number of Medusa heads (head h predicts the token h+2 ahead).")
 @click.option("--layers", "num_layers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Residual blocks per head.")
-@click.option("--steps", type=click.IntRange(1), default=300, show_default=True, help="Optimizer steps.")
+@click.option("--steps", type=click.IntRange(1), default=150, show_default=True, help="Optimizer steps.")
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True,
               help="Sequences per step.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
               help="Peak AdamW learning rate.")
-@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=96, show_default=True,
+@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=64, show_default=True,
               help="Self-distillation sequences: corpus prompts the target continues itself (greedy and sampled).")
-@click.option("--gen-len", type=click.IntRange(2), default=128, show_default=True,
+@click.option("--gen-len", type=click.IntRange(2), default=96, show_default=True,
               help="Tokens the target generates per self-distillation prompt.")
-@click.option("--corpus-windows", type=click.IntRange(0), default=96, show_default=True,
+@click.option("--corpus-windows", type=click.IntRange(0), default=64, show_default=True,
               help="Extra training-corpus windows (same length), labelled by the target's distributions.")
 @click.option("--max-draft-len", type=click.IntRange(1), default=63, show_default=True,
               help="Tree node budget written to the TensorRT-LLM checkpoint (max_draft_len).")

@@ -41,13 +41,13 @@ HEAD_LOSS_DECAY = 0.8  # Medusa / ModelOpt `medusa_decay_coefficient`
 class MedusaRecipe:
     num_heads: int = 4
     num_layers: int = 1
-    steps: int = 300
+    steps: int = 150
     batch_size: int = 8
     lr: float = 3e-3
-    num_prompts: int = 96  # self-distillation sequences: corpus prompts the target continues itself
+    num_prompts: int = 64  # self-distillation sequences: corpus prompts the target continues itself
     prompt_len: int = 32
-    gen_len: int = 128
-    num_corpus_windows: int = 96  # plus corpus windows of prompt_len + gen_len tokens, labelled by the target too
+    gen_len: int = 96
+    num_corpus_windows: int = 64  # plus corpus windows of prompt_len + gen_len tokens, labelled by the target too
     eval_prompts: int = 24
     eval_gen_len: int = 96
     max_draft_len: int = 63  # written to the TensorRT-LLM checkpoint (node budget of the tree)
