@@ -16,8 +16,10 @@ from trtspec import __version__
 from trtspec.errors import TrtspecError
 
 COMMANDS: dict[str, str] = {
+    "deploy": "trtspec.cli.deploy:deploy",
     "doctor": "trtspec.cli.doctor:doctor",
     "models": "trtspec.cli.models:models",
+    "serve": "trtspec.cli.serve:serve",
 }
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 
 HOST = "127.0.0.1"
+# Log fragments after which tritonserver keeps running but never becomes ready (strict readiness).
+FATAL_LOG_MARKERS = ("failed to load", "Failed to preinitialize", "failed to initialize", "Traceback (most recent")
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,26 @@ class Ports:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """The exact command and environment additions that serve a repository."""
+    """The exact command, and the directories to prepend to environment variables (LD_LIBRARY_PATH, PATH)."""
 
     argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    backend_dir: Path | None = None  # a prepared backend dir (bundled binary only); None = the binary's default
+    env_prepend: dict[str, list[str]] = field(default_factory=dict)
+    env_set: dict[str, str] = field(default_factory=dict)
     world_size: int = 1
     note: str = ""
 
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """`base` (default os.environ) with the plan's additions applied."""
+        env = dict(os.environ if base is None else base)
+        for name, dirs in self.env_prepend.items():
+            env[name] = os.pathsep.join([*dirs, *([env[name]] if env.get(name) else [])])
+        return {**env, **self.env_set}
+
     def shell(self) -> str:
-        """A copy-pasteable shell line (env additions first)."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        """A copy-pasteable shell line (environment additions first)."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in self.env_set.items()]
+        parts += [f"{k}={shlex.quote(os.pathsep.join(dirs))}:${k}" for k, dirs in self.env_prepend.items()]
+        return " ".join([*parts, shlex.join(self.argv)])
 
 
 def pytriton_root() -> Path | None:
@@ -77,7 +87,7 @@ def pytriton_root() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _is_bundled(binary: Path) -> bool:
+def is_bundled(binary: Path) -> bool:
     root = pytriton_root()
     return root is not None and root in binary.resolve().parents
 
@@ -105,18 +115,14 @@ def prepare_bundled_backends(dest: Path) -> Path:
     return dest
 
 
-def bundled_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment additions for the bundled binary: LD_LIBRARY_PATH (libpython dir first) and PATH."""
-    base = dict(os.environ if base is None else base)
+def bundled_env_prepend() -> dict[str, list[str]]:
+    """What the bundled binary needs first on LD_LIBRARY_PATH (this interpreter's libpython dir, pytriton's
+    libraries) and PATH (this interpreter's bin: the stub's embedded Python finds this environment through it)."""
     root = pytriton_root()
     libs = [str(sysconfig.get_config_var("LIBDIR") or "")]
     if root is not None:
         libs.append(str(root.parent / "nvidia_pytriton.libs"))
-    if base.get("LD_LIBRARY_PATH"):
-        libs.append(base["LD_LIBRARY_PATH"])
-    # The stub embeds Python; it finds this environment's site-packages through the `python` first on PATH.
-    path = os.pathsep.join([str(Path(sys.executable).parent), base.get("PATH", "")])
-    return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in libs if p), "PATH": path}
+    return {"LD_LIBRARY_PATH": [p for p in libs if p], "PATH": [str(Path(sys.executable).parent)]}
 
 
 def plan_launch(
@@ -128,12 +134,14 @@ def plan_launch(
     load_models: Sequence[str] | None = None,
     host: str = HOST,
     log_verbose: int = 0,
+    record: dict | None = None,
 ) -> LaunchPlan:
     """The tritonserver command for `repo`. Pure except for locating the binary.
 
     Args:
         load_models: explicit model control: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded).
         backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
+        record: the repository's `trtspec-repo.json` content (read from `repo` when None).
     """
     from trtspec.doctor import find_tritonserver
 
@@ -141,7 +149,7 @@ def plan_launch(
     if binary is None:
         raise ToolNotFoundError("no tritonserver binary found",
                                 hint="pip install nvidia-pytriton, or run inside nvcr.io/nvidia/tritonserver:*-trtllm-*")
-    record = read_repo_record(repo)
+    record = read_repo_record(repo) if record is None else record
     argv = [str(binary), f"--model-repository={Path(repo).resolve()}",
             f"--http-address={host}", f"--http-port={ports.http}",
             f"--grpc-address={host}", f"--grpc-port={ports.grpc}",
@@ -149,13 +157,18 @@ def plan_launch(
             "--allow-metrics=true", "--exit-timeout-secs=10", f"--log-verbose={log_verbose}"]
     if load_models is not None:
         argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
-    env: dict[str, str] = {}
-    if _is_bundled(binary):
+    env_prepend: dict[str, list[str]] = {}
+    env_set: dict[str, str] = {}
+    notes = []
+    if is_bundled(binary):
+        env_prepend = bundled_env_prepend()
         if backend_dir is not None:
             argv.append(f"--backend-directory={backend_dir}")
-        env = bundled_env()
-    world_size = int(record.get("world_size", 1))
-    note = ""
+        else:
+            notes.append("nvidia-pytriton's binary also needs --backend-directory=DIR whose python/ holds the stub "
+                         "for this Python; `trtspec serve` prepares one")
+    loads_engines = load_models is None or "tensorrt_llm" in load_models
+    world_size = int(record.get("world_size", 1)) if loads_engines else 1
     if record.get("backend") == "tensorrtllm" and world_size > 1:
         # Leader mode: one tritonserver per MPI rank; rank 0 serves, the other ranks only load the TRT-LLM models.
         ranks = [argv + ["--backend-config=python,shm-region-prefix-name=prefix0_"]]
@@ -167,11 +180,13 @@ def plan_launch(
         for i, rank_argv in enumerate(ranks):
             mpi += ([":"] if i else []) + ["-n", "1", *rank_argv]
         argv = mpi
-        note = f"TensorRT-LLM engines with world size {world_size} (TP x PP): one tritonserver per rank via mpirun"
-    elif record.get("backend") == "tensorrtllm" and "tensorrt_llm_draft" in record.get("models", []):
-        env["TRTLLM_ORCHESTRATOR"] = "1"  # draft + target engines in one server: orchestrator mode
-        note = "draft-target: orchestrator mode (TRTLLM_ORCHESTRATOR=1) serves both engines from one process"
-    return LaunchPlan(argv=argv, env=env, backend_dir=backend_dir, world_size=world_size, note=note)
+        notes.append(f"TensorRT-LLM engines with world size {world_size} (TP x PP): one tritonserver per rank via "
+                     "mpirun")
+    elif record.get("backend") == "tensorrtllm" and loads_engines and "tensorrt_llm_draft" in record.get("models", []):
+        env_set["TRTLLM_ORCHESTRATOR"] = "1"  # draft + target engines in one server: orchestrator mode
+        notes.append("draft-target: orchestrator mode (TRTLLM_ORCHESTRATOR=1) serves both engines from one process")
+    return LaunchPlan(argv=argv, env_prepend=env_prepend, env_set=env_set, world_size=world_size,
+                      note="; ".join(notes))
 
 
 def read_repo_record(repo: Path) -> dict:
@@ -191,8 +206,10 @@ class TritonServer:
 
     def __init__(self, repo: Path, *, ports: Ports | None = None, load_models: Sequence[str] | None = None,
                  binary: Path | None = None, startup_timeout: float = 180.0, stop_timeout: float = 20.0,
-                 log_path: Path | None = None, log_verbose: int = 0, env: dict[str, str] | None = None) -> None:
+                 log_path: Path | None = None, log_verbose: int = 0, env: dict[str, str] | None = None,
+                 host: str = HOST) -> None:
         self.repo = Path(repo).resolve()
+        self.host = host
         self.ports = ports or Ports.free()
         self.load_models = load_models
         self.binary = binary
@@ -207,15 +224,19 @@ class TritonServer:
 
     @property
     def grpc_url(self) -> str:
-        return f"{HOST}:{self.ports.grpc}"
+        return f"{self._client_host}:{self.ports.grpc}"
 
     @property
     def http_url(self) -> str:
-        return f"http://{HOST}:{self.ports.http}"
+        return f"http://{self._client_host}:{self.ports.http}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{HOST}:{self.ports.metrics}/metrics"
+        return f"http://{self._client_host}:{self.ports.metrics}/metrics"
+
+    @property
+    def _client_host(self) -> str:
+        return HOST if self.host in ("0.0.0.0", "") else self.host
 
     def start(self) -> TritonServer:
         self._workdir = tempfile.TemporaryDirectory(prefix="trtspec-triton-")
@@ -226,16 +247,13 @@ class TritonServer:
             from trtspec.doctor import find_tritonserver
 
             binary = find_tritonserver()
-        if binary is not None and _is_bundled(binary):
+        if binary is not None and is_bundled(binary):
             backend_dir = prepare_bundled_backends(work / "backends")
         self.plan = plan_launch(self.repo, ports=self.ports, binary=binary, backend_dir=backend_dir,
-                                load_models=self.load_models, log_verbose=self.log_verbose)
-        if self.plan.world_size > 1:
-            raise UsageError(f"this repository needs {self.plan.world_size} MPI ranks: {self.plan.note}",
-                             hint=f"launch it with: {self.plan.shell()}")
+                                load_models=self.load_models, log_verbose=self.log_verbose, host=self.host)
         self.log_path = self.log_path or work / "tritonserver.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
-        env = {**os.environ, **self.plan.env, **self.extra_env}
+        env = {**self.plan.environment(), **self.extra_env}
         self.process = subprocess.Popen(self.plan.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -253,11 +271,23 @@ class TritonServer:
                                   f"{tail}", hint="read the log above; `trtspec doctor` checks the installation")
             if self.ready():
                 return
+            fatal = self._fatal_log_lines()
+            if fatal:
+                self.stop()
+                raise ServerError("a model failed to load:\n" + "\n".join(fatal),
+                                  hint="fix the model (see the lines above); `trtspec doctor` checks the installation")
             time.sleep(0.25)
         tail = self.log_tail()
         self.stop()
         raise ServerError(f"tritonserver was not ready after {self.startup_timeout:.0f} s:\n{tail}",
                           hint="a model failed to load or is slow to start; see the log")
+
+    def _fatal_log_lines(self) -> list[str]:
+        """Log lines that mean the server will never become ready (a model failed to load or initialize)."""
+        if self.log_path is None or not Path(self.log_path).is_file():
+            return []
+        text = Path(self.log_path).read_text(errors="replace")
+        return [line.strip() for line in text.splitlines() if any(m in line for m in FATAL_LOG_MARKERS)]
 
     def ready(self) -> bool:
         try:

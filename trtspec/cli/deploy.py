@@ -1,0 +1,47 @@
+"""`trtspec deploy`: render a Triton model repository from a build output (reads its trtspec-manifest.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtspec.triton.repo import BACKENDS
+
+
+@click.command()
+@click.option("--backend", type=click.Choice(BACKENDS), required=True,
+              help="tensorrtllm: TensorRT-LLM engines (C++ backend); torch: the reference engine (Python backend).")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), required=True,
+              help="Output directory of `trtspec build` (holds trtspec-manifest.json).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Model repository directory to write.")
+@click.option("--max-batch-size", type=click.IntRange(1), default=8, show_default=True,
+              help="Triton max_batch_size of every model (requests).")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
+def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int, force: bool, dry_run: bool) -> None:
+    """Render the Triton model repository for BUILD and print the command that serves it."""
+    from trtspec.triton.render import write_repository
+    from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
+    from trtspec.triton.server import Ports, plan_launch
+
+    spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size)
+    plan = plan_repository(spec)
+    click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
+               f"({backend} flavour, method {spec.method}, core model {spec.core_model}):")
+    for rel in sorted(plan):
+        click.echo(f"  {rel}")
+    for role, engine in spec.engines.items():
+        if not (engine.path / "config.json").is_file():
+            click.echo(f"Note: the {role} engine is not built yet ({engine.path}); run the engine steps of "
+                       "`trtspec build` inside a TensorRT-LLM container before serving.")
+    if not dry_run:
+        write_repository(plan, out, force=force)
+    click.echo("Serve it with:")
+    click.echo(f"  trtspec serve {out}")
+    if backend == "tensorrtllm":
+        launch = plan_launch(out, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"),
+                             record=repo_record(spec))
+        if launch.note:
+            click.echo(f"  ({launch.note})")
+        click.echo(f"or, inside NVIDIA's Triton TensorRT-LLM container:\n  {launch.shell()}")
