@@ -2,8 +2,9 @@
 
 `model_repo/trtspec_engine/1/model.py` is a thin shim that hands `pb_utils` to `EngineModel`. Requests are parsed
 and validated up front (`parse_request`, pure numpy; a bad request gets a Triton error response naming the field and
-the fix, and the server keeps serving). Valid requests go to one worker thread that owns the SpecEngine; responses
-go back through each request's decoupled response sender: one per engine step when `streaming` is set, else one.
+the fix, and the server keeps serving). Valid requests go to one worker thread that owns the SpecEngine and runs its
+request-level loop (add_request / step: concurrent requests are batched continuously); responses go back through
+each request's decoupled response sender: one per engine step when `streaming` is set, else one at the end.
 Acceptance counters are published as Prometheus metrics through Triton's custom-metrics API (`pb_utils.MetricFamily`).
 torch is imported only when the engine is built.
 """
@@ -14,7 +15,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,19 @@ def _with_hint(exc: TrtspecError) -> str:
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
 
 
+@dataclass
+class _Active:
+    """A request the engine is running: where its responses go and what it generated so far."""
+
+    sender: Any
+    request: EngineRequest
+    generated: list[int] = field(default_factory=list)
+
+    def cancelled(self) -> bool:
+        check = getattr(self.sender, "is_cancelled", None)  # python backend >= 23.10
+        return bool(check and check())
+
+
 class SpecMetrics:
     """Prometheus counters of speculation, via Triton's custom-metrics API (names follow vLLM's spec-decode ones)."""
 
@@ -216,40 +230,66 @@ class EngineModel:
                     flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _serve(self) -> None:
-        """Worker loop: one request at a time through engine.stream (the engine is not shared across threads)."""
+        """Worker loop (continuous batching): admit new requests, drop cancelled ones, step, route the deltas."""
+        active: dict[int, _Active] = {}
         while True:
-            item = self.inbox.get()
-            if item is None:
-                return
-            sender, request = item
+            # 1. admit: block while idle, otherwise take whatever arrived since the last step
+            items = [self.inbox.get()] if not active else []
+            while True:
+                try:
+                    items.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for item in items:
+                if item is None:  # finalize(): abort what is running and stop
+                    for rid, running in active.items():
+                        self.engine.abort(rid)
+                        self._fail(running.sender, "the model is being unloaded")
+                    return
+                sender, request = item
+                try:
+                    rid = self.engine.add_request(request.prompt_ids, request.sampling, request.spec)
+                except TrtspecError as exc:
+                    self._fail(sender, _with_hint(exc))
+                    continue
+                active[rid] = _Active(sender, request)
+            # 2. cancel: clients that went away stop costing engine steps
+            for rid in [rid for rid, running in active.items() if running.cancelled()]:
+                self.engine.abort(rid)
+                del active[rid]
+            if not active:
+                continue
+            # 3. step: one speculative step for every running request
             try:
-                self._generate(sender, request)
-            except Exception as exc:  # never let one request kill the worker; report it to that client
-                self._fail(sender, f"generation failed: {type(exc).__name__}: {exc}")
+                deltas = self.engine.step()
+            except Exception as exc:  # never let the worker die: fail the running requests, keep serving
+                for rid, running in active.items():
+                    self.engine.abort(rid)
+                    self._fail(running.sender, f"generation failed: {type(exc).__name__}: {exc}")
+                active.clear()
+                continue
+            # 4. route: stream deltas, finish requests
+            for delta in deltas:
+                running = active.get(delta.request_id)
+                if running is None:
+                    continue
+                running.generated += delta.token_ids
+                if delta.finished:
+                    del active[delta.request_id]
+                    self._finish(running, list(delta.token_ids), delta.stats)
+                elif running.request.streaming and delta.token_ids:
+                    running.sender.send(self._response(list(delta.token_ids)))
 
-    def _generate(self, sender: Any, request: EngineRequest) -> None:
-        generated: list[int] = []
-        last: list[int] = []
-        stats = None
-        cancelled = getattr(sender, "is_cancelled", lambda: False)
-        for delta in self.engine.stream(request.prompt_ids, request.sampling, request.spec):
-            last = list(delta.token_ids)
-            generated += last
-            if delta.finished:
-                stats = delta.stats
-                break
-            if cancelled():
-                return
-            if request.streaming and last:
-                sender.send(self._response(last))
+    def _finish(self, running: _Active, last: list[int], stats: Any) -> None:
+        request = running.request
         if stats is not None:
             self.metrics.observe(stats)
         if request.streaming:
             tokens = last  # the final delta's tokens
         else:
-            tokens = generated if request.exclude_input_in_output else request.prompt_ids + generated
-        sender.send(self._response(tokens, stats if request.return_perf_metrics else None),
-                    flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            tokens = running.generated if request.exclude_input_in_output else request.prompt_ids + running.generated
+        running.sender.send(self._response(tokens, stats if request.return_perf_metrics else None),
+                            flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _response(self, tokens: list[int], stats: Any = None) -> Any:
         tensor = self.pb.Tensor

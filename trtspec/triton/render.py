@@ -154,11 +154,14 @@ def render_model(template_dir: str, values: Mapping[str, object], *, root: Path 
     return text
 
 
-def model_files(name: str, template_dir: str, values: Mapping[str, object], *,
+def model_files(name: str, template_dir: str, values: Mapping[str, object], *, shared: tuple[str, ...] = (),
                 root: Path | None = None) -> RepoPlan:
-    """The files of one model: its rendered config.pbtxt, plus `1/` copied from the template (model.py, ...)."""
+    """The files of one model: its rendered config.pbtxt, `1/` copied from the template (model.py, ...), and the
+    `shared` helper modules of `model_repo/common/` next to its model.py (the Python backend imports from there)."""
     root = root or template_root()
     plan: RepoPlan = {f"{name}/config.pbtxt": RepoFile(text=render_model(template_dir, values, root=root))}
+    for module in shared:
+        plan[f"{name}/1/{module}"] = RepoFile(copy_from=root / "common" / module)
     version_dir = root / template_dir / "1"
     if version_dir.is_dir():
         for src in sorted(version_dir.rglob("*")):

@@ -30,6 +30,7 @@ from trtspec.triton.render import (
 
 BACKENDS = ("tensorrtllm", "torch")
 CORE_MODEL = {"tensorrtllm": "tensorrt_llm", "torch": "trtspec_engine"}
+CODEC = ("text_codec.py",)  # model_repo/common/ helper the tokenizing Python models import
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,10 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
     plan |= model_files("preprocessing", "preprocessing", {
         **batch, "instance_count": spec.preprocessing_instances,
         "parameters": pbtxt_parameters({**tokenizer, "add_special_tokens": True,
-                                        "max_input_len": spec.max_input_len})})
+                                        "max_input_len": spec.max_input_len})}, shared=CODEC)
     plan |= model_files("postprocessing", "postprocessing", {
         **batch, "instance_count": spec.postprocessing_instances,
-        "parameters": pbtxt_parameters({**tokenizer, "skip_special_tokens": True})})
+        "parameters": pbtxt_parameters({**tokenizer, "skip_special_tokens": True})}, shared=CODEC)
     plan |= model_files("ensemble", "ensemble", {**batch, "core_model": spec.core_model, **_ensemble_extras(spec)})
     if spec.backend == "torch":
         plan |= model_files("trtspec_engine", "trtspec_engine", {
@@ -228,7 +229,7 @@ def _trtllm_models(spec: RepoSpec) -> RepoPlan:
            "tokenizer_dir": str(spec.tokenizer_dir)}
     plan |= model_files("tensorrt_llm_bls", "tensorrt_llm_bls", {
         "triton_max_batch_size": spec.triton_max_batch_size, "decoupled": False, "instance_count": 1,
-        "parameters": pbtxt_parameters(bls)})
+        "parameters": pbtxt_parameters(bls)}, shared=CODEC)
     return plan
 
 

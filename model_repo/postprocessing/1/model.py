@@ -1,7 +1,7 @@
 """Triton Python model `postprocessing`: token ids -> text with the deployment's Hugging Face tokenizer.
 
-Self-contained (numpy + transformers only). Input `TOKENS_BATCH` is [batch, beam, len] and `SEQUENCE_LENGTH`
-[batch, beam]; each row is decoded up to its length. When streaming, each response carries only the new tokens,
+Self-contained (numpy, and tokenizers/transformers through text_codec.py). Input `TOKENS_BATCH` is
+[batch, beam, len] and `SEQUENCE_LENGTH` [batch, beam]; each row is decoded up to its length. When streaming, each response carries only the new tokens,
 so `OUTPUT` is the text of those tokens (a delta).
 """
 
@@ -9,15 +9,14 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from text_codec import TextCodec
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        from transformers import AutoTokenizer
-
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"])
+        self.tokenizer = TextCodec(params["tokenizer_dir"])
         self.skip_special_tokens = params.get("skip_special_tokens", "true").lower() == "true"
 
     def execute(self, requests):

@@ -1,6 +1,7 @@
 """Triton Python model `preprocessing`: text -> token ids with the deployment's Hugging Face tokenizer.
 
-Self-contained (numpy + transformers only) so it also runs in NVIDIA's TensorRT-LLM container without trtspec.
+Self-contained (numpy, and tokenizers/transformers through text_codec.py) so it also runs in NVIDIA's TensorRT-LLM
+container without trtspec.
 Bad requests (an empty or over-long prompt, a non-positive output length) get a Triton error response.
 """
 
@@ -8,6 +9,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from text_codec import TextCodec
 
 
 def _parameters(args):
@@ -17,10 +19,8 @@ def _parameters(args):
 
 class TritonPythonModel:
     def initialize(self, args):
-        from transformers import AutoTokenizer
-
         params = _parameters(args)
-        self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"])
+        self.tokenizer = TextCodec(params["tokenizer_dir"])
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() == "true"
         self.max_input_len = int(params.get("max_input_len", "0")) or None
         eos = self.tokenizer.eos_token_id

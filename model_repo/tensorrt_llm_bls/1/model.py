@@ -3,7 +3,8 @@
 With `tensorrt_llm_draft_model_name` set and `num_draft_tokens` k > 0 in the request, each iteration asks the draft
 engine for k tokens, then the target engine verifies them in one pass (`draft_input_ids`, request_output_len = k + 1)
 and returns the accepted prefix plus one token of its own. Otherwise the request goes to the target directly.
-Batch 1 and non-streaming while speculating (as tensorrtllm_backend's BLS). Self-contained: numpy, transformers.
+Batch 1 and non-streaming while speculating (as tensorrtllm_backend's BLS). Self-contained: numpy, and
+tokenizers/transformers through text_codec.py.
 Acceptance counters cover the whole generation (not only the last target call).
 """
 
@@ -11,17 +12,16 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from text_codec import TextCodec
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        from transformers import AutoTokenizer
-
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.target_model = params.get("tensorrt_llm_model_name", "tensorrt_llm")
         self.draft_model = params.get("tensorrt_llm_draft_model_name") or None
-        self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"])
+        self.tokenizer = TextCodec(params["tokenizer_dir"])
         eos = self.tokenizer.eos_token_id
         self.end_id = -1 if eos is None else int(eos)
 
