@@ -66,7 +66,8 @@ def test_templates_have_only_known_placeholders():
                           "trtspec_engine"}
     assert found["tensorrt_llm"] == {"model_name", "triton_max_batch_size", "decoupled", "max_queue_delay_microseconds",
                                      "max_queue_size", "logits_datatype", "parameters"}
-    assert found["ensemble"] == {"triton_max_batch_size", "core_model", "extra_inputs", "extra_input_map"}
+    assert found["ensemble"] == {"triton_max_batch_size", "core_model", "extra_inputs", "extra_input_map",
+                                 "extra_outputs", "extra_output_map"}
 
 
 def test_invalid_model_config_is_reported():
@@ -143,6 +144,7 @@ def test_torch_repository_renders(tmp_path, tokenized_pair):
         "default_k": "3"}.items()
     ensemble = validate_model_config(plan["ensemble/config.pbtxt"].text)
     assert "num_draft_tokens" in [i.name for i in ensemble.input]
+    assert "num_drafts" in [o.name for o in ensemble.output]
     assert ensemble.ensemble_scheduling.step[1].model_name == "trtspec_engine"
     assert "trtspec_engine/1/model.py" in plan and "tensorrt_llm/config.pbtxt" not in plan
     with pytest.raises(ConfigError, match="must be in"):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.triton.helpers import torch_bundle
 from trtspec.errors import ServerError
-from trtspec.triton.client import TritonClient
+from trtspec.triton.client import Completion, TritonClient
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
@@ -88,6 +88,8 @@ def test_streaming_returns_tokens_incrementally(server, engine):
     assert all(len(c.token_ids) <= K + 1 for c in chunks)  # one engine step each: accepted + 1
     assert [t for c in chunks for t in c.token_ids] == ids
     assert "".join(c.text for c in chunks) == text
+    final = Completion.from_chunks(chunks)  # the last response carries the counters of the whole request
+    assert final.num_drafts is not None and final.total_draft_tokens >= final.num_drafts > 0
 
 
 def test_concurrent_clients_all_get_correct_results(server, engine):

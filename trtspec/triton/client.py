@@ -13,7 +13,7 @@ tritonclient is imported when a client is created, not at module import.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +42,13 @@ _NUMPY = {"INT32": np.int32, "FP32": np.float32, "UINT64": np.uint64, "BOOL": np
 
 @dataclass
 class Chunk:
-    """One response: the tokens (and, for text models, the text) it added."""
+    """One response: the tokens (and, for text models, the text) it added; `perf` holds the acceptance counters
+    when the response carried them (the last one, when return_perf_metrics was set)."""
 
     text: str
     token_ids: list[int]
     final: bool = False
+    perf: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +62,20 @@ class Completion:
     total_draft_tokens: int | None = None
     num_drafts: int | None = None  # trtspec_engine only (mean acceptance length needs it)
     chunks: list[Chunk] = field(default_factory=list)
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[Chunk]) -> Completion:
+        """Join streamed chunks: text and tokens concatenated, the acceptance counters of the last chunk."""
+        completion = cls(text="", token_ids=[])
+        for chunk in chunks:
+            completion.chunks.append(chunk)
+            completion.text += chunk.text
+            completion.token_ids += chunk.token_ids
+            for name, value in chunk.perf.items():
+                setattr(completion, name, value)
+        if completion.chunks:
+            completion.chunks[-1].final = True
+        return completion
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -212,24 +228,17 @@ def _chunk(result: Any) -> Chunk:
     if text_out is not None:
         raw = text_out.reshape(-1)[0]
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-    return Chunk(text=text, token_ids=token_ids)
+    perf: dict[str, float] = {}
+    for name in PERF_FIELDS:
+        value = result.as_numpy(name)
+        if value is not None:
+            scalar = value.reshape(-1)[0]
+            perf[name] = float(scalar) if name == "acceptance_rate" else int(scalar)
+    return Chunk(text=text, token_ids=token_ids, perf=perf)
 
 
 def _collect(results: Iterator[Any]) -> Completion:
-    completion = Completion(text="", token_ids=[])
-    for result in results:
-        chunk = _chunk(result)
-        completion.chunks.append(chunk)
-        completion.text += chunk.text
-        completion.token_ids += chunk.token_ids
-        for name in PERF_FIELDS:
-            value = result.as_numpy(name)
-            if value is not None:
-                scalar = value.reshape(-1)[0]
-                setattr(completion, name, float(scalar) if name == "acceptance_rate" else int(scalar))
-    if completion.chunks:
-        completion.chunks[-1].final = True
-    return completion
+    return Completion.from_chunks(_chunk(result) for result in results)
 
 
 def _message(exc: BaseException) -> str:

@@ -183,13 +183,16 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
 
 
 def _ensemble_extras(spec: RepoSpec) -> dict[str, Block]:
-    """Core-model inputs the ensemble passes through: `num_draft_tokens` exists on trtspec_engine only."""
+    """Core-model tensors the ensemble passes through that only trtspec_engine has: the `num_draft_tokens` input
+    (k per request) and the `num_drafts` output (for the mean acceptance length)."""
     if spec.backend != "torch":
-        return {"extra_inputs": Block(""), "extra_input_map": Block("")}
-    name = pbtxt_string("num_draft_tokens")
+        return {name: Block("") for name in ("extra_inputs", "extra_input_map", "extra_outputs", "extra_output_map")}
+    k, drafts = pbtxt_string("num_draft_tokens"), pbtxt_string("num_drafts")
     return {
-        "extra_inputs": Block(f",\n  {{ name: {name} data_type: TYPE_INT32 dims: [ 1 ] optional: true }}"),
-        "extra_input_map": Block(f"\n      input_map {{ key: {name} value: {name} }}"),
+        "extra_inputs": Block(f",\n  {{ name: {k} data_type: TYPE_INT32 dims: [ 1 ] optional: true }}"),
+        "extra_input_map": Block(f"\n      input_map {{ key: {k} value: {k} }}"),
+        "extra_outputs": Block(f",\n  {{ name: {drafts} data_type: TYPE_INT32 dims: [ 1 ] }}"),
+        "extra_output_map": Block(f"\n      output_map {{ key: {drafts} value: {drafts} }}"),
     }
 
 
