@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tests.triton.helpers import trt_manifest, write_manifest
 from trtspec.cli.main import cli
+from trtspec.triton.server import Ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +69,29 @@ def test_serve_refuses_tensorrtllm_repo_without_its_backend_and_dry_runs(tmp_pat
                                       "preprocessing"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "--grpc-port=9101" in result.output and "--load-model=preprocessing" in result.output
+
+
+@pytest.mark.triton
+def test_serve_runs_until_interrupted_and_stops_cleanly(tmp_path, tokenized_pair):
+    build = write_manifest(tmp_path / "build", trt_manifest("none", tokenized_pair[0]))
+    repo = tmp_path / "repo"
+    assert CliRunner().invoke(cli, ["deploy", "--backend", "tensorrtllm", "--build", str(build), "--out",
+                                    str(repo)]).exit_code == 0
+    ports = Ports.free()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "trtspec", "serve", str(repo), "--load-model", "preprocessing",
+                             "--grpc-port", str(ports.grpc), "--http-port", str(ports.http), "--metrics-port",
+                             str(ports.metrics)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert "tritonserver ready" in line and f"127.0.0.1:{ports.grpc}" in line, line + proc.stderr.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=5) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: forwarded to tritonserver as SIGTERM
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "tritonserver exited (0)" in out
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=2)
