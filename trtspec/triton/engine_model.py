@@ -106,7 +106,10 @@ def parse_request(get: Callable[[str], np.ndarray | None], limits: EngineLimits)
         ).validate()  # fmt: skip
         spec = SpecParams(method=limits.method, k=k).validate(max_k=limits.max_k)
     except TrtspecError as exc:
-        raise RequestError(_with_hint(exc).replace("k=", "num_draft_tokens (k)=", 1)) from None
+        message = _with_hint(exc)
+        if getattr(exc, "field", None) == "k":  # name the tensor the client sent
+            message = "num_draft_tokens (k)" + message[1:]
+        raise RequestError(message) from None
     return EngineRequest(
         prompt_ids=prompt, sampling=sampling, spec=spec,
         streaming=_scalar(get, "streaming", bool, False),

@@ -136,7 +136,7 @@ def plan_launch(
     log_verbose: int = 0,
     record: dict | None = None,
 ) -> LaunchPlan:
-    """The tritonserver command for `repo`. Pure except for locating the binary.
+    """The tritonserver command for `repo` (reads only the repository's trtspec-repo.json and locates the binary).
 
     Args:
         load_models: explicit model control: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded).
