@@ -33,8 +33,10 @@ def server(tmp_path_factory, tokenizer_dir):
     plan = dict(bls)
     for role in ("target", "draft"):
         config = (DOUBLES / "counting_lm" / "config.pbtxt").read_text()
+        policy = "model_transaction_policy { decoupled: true }\n" if role == "target" else ""  # as rendered
         plan[f"counting_{role}/config.pbtxt"] = RepoFile(
-            text=f'name: "counting_{role}"\n{config}\nparameters: {{ key: "role" value: {{ string_value: "{role}" }} }}')
+            text=f'name: "counting_{role}"\n{policy}{config}\n'
+                 f'parameters: {{ key: "role" value: {{ string_value: "{role}" }} }}')
         plan[f"counting_{role}/1/model.py"] = RepoFile(copy_from=DOUBLES / "counting_lm" / "1" / "model.py")
     repo = write_repository(plan, base / "repo")
     with TritonServer(repo) as srv:

@@ -105,7 +105,7 @@ def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
     assert params["gpt_model_path"] == str((tmp_path / f"build-{method}" / "engines/target").resolve())
     assert params["gpt_model_type"] == "inflight_fused_batching" and params["max_beam_width"] == "1"
     assert params["max_tokens_in_paged_kv_cache"] == "2048" and "kv_cache_free_gpu_mem_fraction" not in params
-    assert target.backend == "tensorrtllm" and target.max_batch_size == 4
+    assert target.backend == "tensorrtllm" and target.max_batch_size == 4 and target.model_transaction_policy.decoupled
     ensemble = configs["ensemble/config.pbtxt"]
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["preprocessing", "tensorrt_llm",
                                                                           "postprocessing"]
@@ -116,7 +116,7 @@ def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
         assert params["enable_kv_cache_reuse"] == "true"
         bls = configs["tensorrt_llm_bls/config.pbtxt"]
         assert bls.parameters["tensorrt_llm_draft_model_name"].string_value == "tensorrt_llm_draft"
-        assert not target.model_transaction_policy.decoupled
+        assert target.model_transaction_policy.decoupled and not draft.model_transaction_policy.decoupled
     else:
         assert "tensorrt_llm_draft/config.pbtxt" not in configs
         assert "tensorrt_llm_draft_model_name" not in configs["tensorrt_llm_bls/config.pbtxt"].parameters

@@ -223,9 +223,8 @@ def _trtllm_models(spec: RepoSpec) -> RepoPlan:
         engine = spec.engines[role]
         name = "tensorrt_llm" if role == "target" else "tensorrt_llm_draft"
         params = _trtllm_parameters(spec, engine, speculative=role == "target")
-        # BLS draft-target calls both engines non-streaming; the ensemble streams from a decoupled target otherwise.
-        decoupled = not info.needs_draft_model
-        plan |= model_files(name, "tensorrt_llm", {**queue, "model_name": name, "decoupled": decoupled,
+        # The target is decoupled so the ensemble can stream; the BLS reads either kind (exec(decoupled=True)).
+        plan |= model_files(name, "tensorrt_llm", {**queue, "model_name": name, "decoupled": role == "target",
                                                    "parameters": pbtxt_parameters(params)})
     bls = {"tensorrt_llm_model_name": "tensorrt_llm", "accumulate_tokens": False,
            "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if "draft" in roles else None,

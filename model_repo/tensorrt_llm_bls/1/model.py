@@ -115,9 +115,14 @@ class TritonPythonModel:
         request = pb_utils.InferenceRequest(
             model_name=model, requested_output_names=["output_ids", "sequence_length"],
             inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()])
-        response = request.exec()
-        if response.has_error():
-            raise ValueError(f"{model}: {response.error().message()}")
-        ids = pb_utils.get_output_tensor_by_name(response, "output_ids").as_numpy()  # [1, beam, len]
-        length = int(pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)[0])
-        return [int(t) for t in ids.reshape(-1)[:length]]
+        tokens = []
+        # decoupled=True works for decoupled (streaming-capable) and plain models alike; responses are joined
+        for response in request.exec(decoupled=True):
+            if response.has_error():
+                raise ValueError(f"{model}: {response.error().message()}")
+            ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+            if ids is None:  # the empty final-flag response of a decoupled model
+                continue
+            length = int(pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)[0])
+            tokens += [int(t) for t in ids.as_numpy().reshape(-1)[:length]]  # [1, beam, len] -> this response's
+        return tokens

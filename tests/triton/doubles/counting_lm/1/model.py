@@ -2,6 +2,7 @@
 
 As the target (parameter role=target) it verifies `draft_input_ids` greedily (keeps the longest prefix that
 matches its own next tokens) and adds one token; as the draft (role=draft) it makes every third token wrong.
+Decoupled or not, as its config says.
 """
 
 import json
@@ -16,8 +17,9 @@ def following(token):
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = json.loads(args["model_config"]).get("parameters", {})
-        self.role = params.get("role", {}).get("string_value", "target")
+        config = json.loads(args["model_config"])
+        self.role = config.get("parameters", {}).get("role", {}).get("string_value", "target")
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     def execute(self, requests):
         responses = []
@@ -43,8 +45,12 @@ class TritonPythonModel:
                     token = following(last) + (1 if self.role == "draft" and i % 3 == 2 else 0)
                     out.append(token)
                     last = token
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
+            response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("output_ids", np.array(out, dtype=np.int32).reshape(1, 1, -1)),
                 pb_utils.Tensor("sequence_length", np.array([[len(out)]], dtype=np.int32)),
-            ]))
-        return responses
+            ])
+            if self.decoupled:  # as the tensorrt_llm model in a streaming-capable deployment
+                request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                responses.append(response)
+        return None if self.decoupled else responses
