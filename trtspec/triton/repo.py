@@ -248,7 +248,7 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
         "kv_cache_free_gpu_mem_fraction": engine.kv_cache_free_gpu_mem_fraction,
         "max_tokens_in_paged_kv_cache": engine.max_tokens_in_paged_kv_cache,
         "gpu_device_ids": engine.gpu_device_ids,
-        "exclude_input_in_output": not info.needs_draft_model,  # the BLS loop slices outputs after the prompt
+        "exclude_input_in_output": True,  # completions only (the BLS asks for the same per request)
         "batch_scheduler_policy": "guaranteed_no_evict",
     }
     if engine.kv_cache_free_gpu_mem_fraction is None and engine.max_tokens_in_paged_kv_cache is None:
