@@ -192,3 +192,20 @@ def test_server_keeps_serving_after_bad_requests(server, engine):
             client.generate(PROMPTS[0], max_tokens=4, k=MAX_K + 5)
         out = client.generate(PROMPTS[0], max_tokens=MAX_TOKENS, k=K)
     assert server.alive() and out.token_ids == expected(engine, [PROMPTS[0]])[0][0]
+
+
+def test_generate_cli_talks_to_the_server(server, engine):
+    import json
+
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+
+    (ids, text), = expected(engine, [PROMPTS[3]])
+    args = ["generate", "--url", server.grpc_url, "--k", str(K), "--max-new-tokens", str(MAX_TOKENS)]
+    result = CliRunner().invoke(cli, [*args, "--stream", PROMPTS[3]], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(text) and "model=ensemble" in result.output and "acceptance rate" in result.output
+    result = CliRunner().invoke(cli, [*args, "--json", PROMPTS[3]], catch_exceptions=False)
+    record = json.loads(result.output)
+    assert record["token_ids"] == ids and record["text"] == text and record["num_drafts"] > 0
