@@ -21,20 +21,24 @@ from trtspec.triton.repo import BACKENDS
               help="Draft tokens per request when a request does not say (default: the build's max_draft_len).")
 @click.option("--max-k", type=click.IntRange(1), default=None,
               help="torch: the largest k a request may ask for (default: the build's max_draft_len).")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Hugging Face tokenizer directory for pre/postprocessing (default: the build's target checkpoint).")
 @click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
 @click.option("--lookahead", default=None, metavar="W,N,G",
               help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory.")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
-           max_k: int | None, device: str | None, lookahead: str | None, force: bool, dry_run: bool) -> None:
+           max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None, force: bool,
+           dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
     from trtspec.triton.server import Ports, plan_launch
 
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
-                               max_k=max_k, device=device, lookahead=_lookahead(lookahead))
+                               max_k=max_k, device=device, lookahead=_lookahead(lookahead),
+                               tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None)
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
                f"({backend} flavour, method {spec.method}, core model {spec.core_model}):")

@@ -92,7 +92,8 @@ class RepoSpec:
         else:
             from trtspec.models import resolve_model
 
-            spec = cls(tokenizer_dir=resolve_model(build.target_model, field="target"), engines=build.engines,
+            tokenizer = overrides.get("tokenizer_dir") or resolve_model(build.target_model, field="target")
+            spec = cls(tokenizer_dir=Path(tokenizer), engines=build.engines,
                        enable_kv_cache_reuse=build.enable_kv_cache_reuse, **common)
         spec = replace(spec, **{k: v for k, v in overrides.items() if v is not None})
         spec.check()
