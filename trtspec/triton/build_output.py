@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import UsageError
+from trtspec.methods import resolve
 
 MANIFEST = "trtspec-manifest.json"
 BUNDLE = "trtspec-bundle.json"
@@ -105,8 +106,10 @@ def read_build_output(build_dir: Path) -> BuildOutput:
     engines = {}
     for role, rel in (manifest.get("engines") or {}).items():
         tp = engine_cfg.get("draft_tp_size") if role == "draft" else None
+        # Medusa/EAGLE engines take max_draft_len from their checkpoint, not from a trtllm-build flag.
+        from_checkpoint = int(derived.get("max_draft_len") or 0) if role == "target" and resolve(method).tree else 0
         engines[role] = _engine(root, role, str(rel), steps.get(f"engine-{role}"),
-                                (derived.get("kv_cache") or {}).get(role) or {},
+                                (derived.get("kv_cache") or {}).get(role) or {}, from_checkpoint,
                                 tp_size=int(tp or engine_cfg.get("tp_size", 1)),
                                 pp_size=int(engine_cfg.get("pp_size", 1)),
                                 num_medusa_heads=int(heads) if heads and role == "target" else None)
@@ -143,12 +146,12 @@ def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput
     )  # fmt: skip
 
 
-def _engine(root: Path, role: str, rel: str, step: dict[str, Any] | None, kv: dict[str, Any], *, tp_size: int,
-            pp_size: int, num_medusa_heads: int | None) -> EngineInfo:
+def _engine(root: Path, role: str, rel: str, step: dict[str, Any] | None, kv: dict[str, Any], from_checkpoint: int,
+            *, tp_size: int, pp_size: int, num_medusa_heads: int | None) -> EngineInfo:
     path = (root / rel).resolve() if not Path(rel).is_absolute() else Path(rel)
     flags = _flags(step)
     info: dict[str, Any] = {
-        "max_draft_len": int(flags.get("--max_draft_len", 0)),
+        "max_draft_len": int(flags.get("--max_draft_len", from_checkpoint)),
         "speculative_decoding_mode": flags.get("--speculative_decoding_mode"),
         "tp_size": tp_size, "pp_size": pp_size, "num_medusa_heads": num_medusa_heads,
         "kv_cache_free_gpu_mem_fraction": kv.get("kv_cache_free_gpu_mem_fraction"),
