@@ -19,9 +19,9 @@ class TextCodec:
     def __init__(self, tokenizer_dir):
         path = Path(tokenizer_dir)
         config_file = path / "tokenizer_config.json"
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
         special_file = path / "special_tokens_map.json"
-        special = json.loads(special_file.read_text()) if special_file.is_file() else {}
+        special = json.loads(special_file.read_text(encoding="utf-8")) if special_file.is_file() else {}
         self._fast = None
         self._hf = None
         if (path / "tokenizer.json").is_file() and not config.get("clean_up_tokenization_spaces", False):

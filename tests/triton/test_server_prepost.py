@@ -96,7 +96,7 @@ def test_launch_plan_for_the_bundled_binary(trt_repo, tmp_path):
     assert env["LD_LIBRARY_PATH"].split(":")[0] == sysconfig.get_config_var("LIBDIR")
     assert env["LD_LIBRARY_PATH"].endswith(":/x")
     full = plan_launch(trt_repo, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"))
-    assert full.env_set == {"TRTLLM_ORCHESTRATOR": "1"}  # draft + target in one server
+    assert full.env_set == {"PYTHONUTF8": "1", "TRTLLM_ORCHESTRATOR": "1"}  # draft + target in one server
 
 
 def test_multi_gpu_repository_prints_an_mpirun_launch(trt_repo):

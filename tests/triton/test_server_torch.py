@@ -59,16 +59,18 @@ def engine(pair):
     return SpecEngine.from_pretrained(target=pair[0], draft=pair[1], max_k=MAX_K)
 
 
-def expected(engine, prompts, k=K):
+@pytest.fixture(scope="module")
+def want(engine) -> dict[str, tuple[list[int], str]]:
+    """In-process greedy outputs (token ids, text) of every prompt: what the server must return."""
     from trtspec.spec.params import SamplingParams, SpecParams
 
-    outs = engine.generate(prompts, sampling=SamplingParams(max_new_tokens=MAX_TOKENS),
-                           spec=SpecParams(method="draft_target", k=k))
-    return [(o.token_ids, o.text) for o in outs]
+    outs = engine.generate(PROMPTS, sampling=SamplingParams(max_new_tokens=MAX_TOKENS),
+                           spec=SpecParams(method="draft_target", k=K))
+    return {prompt: (o.token_ids, o.text) for prompt, o in zip(PROMPTS, outs, strict=True)}
 
 
-def test_greedy_output_equals_in_process_engine(server, engine):
-    (ids, text), = expected(engine, [PROMPTS[0]])
+def test_greedy_output_equals_in_process_engine(server, engine, want):
+    ids, text = want[PROMPTS[0]]
     with TritonClient(server.grpc_url, model="ensemble") as client:
         out = client.generate(PROMPTS[0], max_tokens=MAX_TOKENS, k=K)
     assert out.token_ids == ids and out.text == text
@@ -80,8 +82,8 @@ def test_greedy_output_equals_in_process_engine(server, engine):
     assert core.mean_acceptance_length == pytest.approx(1 + core.total_accepted_draft_tokens / core.num_drafts)
 
 
-def test_streaming_returns_tokens_incrementally(server, engine):
-    (ids, text), = expected(engine, [PROMPTS[1]])
+def test_streaming_returns_tokens_incrementally(server, want):
+    ids, text = want[PROMPTS[1]]
     with TritonClient(server.grpc_url, model="ensemble") as client:
         chunks = list(client.stream(PROMPTS[1], max_tokens=MAX_TOKENS, k=K))
     assert len(chunks) >= 2, "a streamed request must arrive in several responses"
@@ -92,16 +94,14 @@ def test_streaming_returns_tokens_incrementally(server, engine):
     assert final.num_drafts is not None and final.total_draft_tokens >= final.num_drafts > 0
 
 
-def test_concurrent_clients_all_get_correct_results(server, engine):
-    want = expected(engine, PROMPTS)
-
+def test_concurrent_clients_all_get_correct_results(server, want):
     def ask(prompt):
         with TritonClient(server.grpc_url, model="ensemble") as client:
             return client.generate(prompt, max_tokens=MAX_TOKENS, k=K)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(ask, PROMPTS))
-    assert [(o.token_ids, o.text) for o in got] == want
+    assert [(o.token_ids, o.text) for o in got] == [want[p] for p in PROMPTS]
 
 
 def _metrics(server) -> dict[str, float]:
@@ -184,24 +184,24 @@ def test_bad_requests_get_clear_errors(server, case, build, message):
     assert error is not None and message in error, f"{case}: {error}"
 
 
-def test_server_keeps_serving_after_bad_requests(server, engine):
+def test_server_keeps_serving_after_bad_requests(server, want):
     with TritonClient(server.grpc_url, model="ensemble") as client:
         with pytest.raises(ServerError, match="empty prompt"):
             client.generate("   ", max_tokens=4)
         with pytest.raises(ServerError, match="must be in"):
             client.generate(PROMPTS[0], max_tokens=4, k=MAX_K + 5)
         out = client.generate(PROMPTS[0], max_tokens=MAX_TOKENS, k=K)
-    assert server.alive() and out.token_ids == expected(engine, [PROMPTS[0]])[0][0]
+    assert server.alive() and out.token_ids == want[PROMPTS[0]][0]
 
 
-def test_generate_cli_talks_to_the_server(server, engine):
+def test_generate_cli_talks_to_the_server(server, want):
     import json
 
     from click.testing import CliRunner
 
     from trtspec.cli.main import cli
 
-    (ids, text), = expected(engine, [PROMPTS[3]])
+    ids, text = want[PROMPTS[3]]
     args = ["generate", "--url", server.grpc_url, "--k", str(K), "--max-new-tokens", str(MAX_TOKENS)]
     result = CliRunner().invoke(cli, [*args, "--stream", PROMPTS[3]], catch_exceptions=False)
     assert result.exit_code == 0, result.output

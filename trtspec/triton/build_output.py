@@ -69,7 +69,7 @@ class BuildOutput:
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc})", hint=f"rebuild; the {what} is written atomically") from None
     if not isinstance(data, dict):

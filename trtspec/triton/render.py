@@ -149,7 +149,7 @@ RepoPlan = dict[str, RepoFile]  # relative path -> file
 def render_model(template_dir: str, values: Mapping[str, object], *, root: Path | None = None) -> str:
     """Render `model_repo/<template_dir>/config.pbtxt.tmpl` with `values` and check it parses as a ModelConfig."""
     path = (root or template_root()) / template_dir / f"config{TEMPLATE_SUFFIX}"
-    text = render_template(path.read_text(), values, source=str(path))
+    text = render_template(path.read_text(encoding="utf-8"), values, source=str(path))
     validate_model_config(text, source=f"{template_dir}/config.pbtxt")
     return text
 
@@ -186,7 +186,7 @@ def write_repository(plan: RepoPlan, out: Path, *, force: bool = False) -> Path:
             if item.copy_from is not None:
                 shutil.copyfile(item.copy_from, dest)
             else:
-                dest.write_text(item.text or "")
+                dest.write_text(item.text or "", encoding="utf-8")
         old = None
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")

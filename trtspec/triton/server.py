@@ -158,7 +158,9 @@ def plan_launch(
     if load_models is not None:
         argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
     env_prepend: dict[str, list[str]] = {}
-    env_set: dict[str, str] = {}
+    # The Python-backend stubs inherit this environment; without a UTF-8 locale their open()/read_text() default to
+    # ASCII and fail on tokenizer files.
+    env_set: dict[str, str] = {"PYTHONUTF8": "1"}
     notes = []
     if is_bundled(binary):
         env_prepend = bundled_env_prepend()
@@ -194,7 +196,7 @@ def read_repo_record(repo: Path) -> dict:
     path = Path(repo) / "trtspec-repo.json"
     if not Path(repo).is_dir():
         raise UsageError(f"model repository {repo} does not exist", hint="render one with `trtspec deploy`")
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 class TritonServer:
@@ -286,7 +288,7 @@ class TritonServer:
         """Log lines that mean the server will never become ready (a model failed to load or initialize)."""
         if self.log_path is None or not Path(self.log_path).is_file():
             return []
-        text = Path(self.log_path).read_text(errors="replace")
+        text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
         return [line.strip() for line in text.splitlines() if any(m in line for m in FATAL_LOG_MARKERS)]
 
     def ready(self) -> bool:
@@ -302,7 +304,7 @@ class TritonServer:
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not Path(self.log_path).is_file():
             return ""
-        return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(Path(self.log_path).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
     def stop(self) -> int | None:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code."""
