@@ -103,7 +103,7 @@ def plan_build(resolved: Resolved) -> BuildPlan:
 
 
 def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
-    spec, method = r.spec, r.method
+    method = r.method
     steps: list[Step] = []
     # 1. checkpoint conversion, one per model (ReDrafter: base first, then drafter merge)
     converters = {"medusa": _convert_medusa, "eagle": _convert_eagle, "redrafter": _convert_redrafter}

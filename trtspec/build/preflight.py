@@ -21,7 +21,6 @@ from trtspec.build.checkpoint import (
     medusa_heads,
     merged_special_ids,
     special_token_ids,
-    tensor_shapes,
 )
 from trtspec.build.memory import EngineMemory, estimate_kv
 from trtspec.config import BuildSpec
@@ -169,7 +168,7 @@ def _check_architecture(spec: BuildSpec, method: MethodInfo, models: dict[str, M
     if spec.backend == "tensorrtllm" and method.engine_architectures and arch not in method.engine_architectures:
         raise ConfigError("target", spec.target, f"is a {arch}; TensorRT-LLM's {method.name} engine flow supports "
                           f"only {', '.join(method.engine_architectures)}",
-                          hint=f"pick a target of a supported architecture, or another method (e.g. draft_target)")
+                          hint="pick a target of a supported architecture, or another method (e.g. draft_target)")
     for role in ("target", "draft"):
         ref = models.get(role)
         if spec.backend == "tensorrtllm" and ref and ref.architecture and ref.architecture not in CONVERT_FAMILIES:
@@ -348,9 +347,3 @@ def _check_engine_flags(spec: BuildSpec, method: MethodInfo, max_draft_len: int,
                               hint=f"set engine.max_seq_len <= {limit - max_draft_len}")
     checks.append(Check("engine flags", "ok", f"beam 1, logits {engine.logits_dtype}, paged context FMHA "
                         f"{'on' if engine.use_paged_context_fmha else 'off'}"))
-
-
-def target_tensor_shapes(resolved: Resolved) -> dict[str, tuple[int, ...]]:
-    """Shapes of the target's HF tensors (empty when not available here)."""
-    ref = resolved.models["target"]
-    return tensor_shapes(Path(ref.path)) if ref.exists else {}
