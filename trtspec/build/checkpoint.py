@@ -14,8 +14,6 @@ from typing import Any
 
 from trtspec.errors import ConfigError, IncompatibleModelsError
 
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1}
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
@@ -36,8 +34,8 @@ def tensor_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def weight_bytes(model_dir: Path) -> int | None:
-    """Bytes of all safetensors weights in `model_dir` (as stored), or None when there are none."""
+def param_count(model_dir: Path) -> int | None:
+    """Number of weights in a directory's *.safetensors files (from headers), or None when there are none."""
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         return None
@@ -47,7 +45,7 @@ def weight_bytes(model_dir: Path) -> int | None:
             count = 1
             for dim in info["shape"]:
                 count *= dim
-            total += count * DTYPE_BYTES.get(info["dtype"], 2)
+            total += count
     return total
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.build.checkpoint import DTYPE_BYTES, estimate_params, safetensors_header
+from trtspec.build.checkpoint import estimate_params, param_count
 from trtspec.config import BuildSpec
 from trtspec.errors import ConfigError
 
@@ -114,18 +114,8 @@ def _param_size(spec: BuildSpec) -> float:
 
 
 def _weight_bytes(ref: ModelRef, config: dict[str, Any], spec: BuildSpec) -> float:
-    files = sorted(Path(ref.path).glob("*.safetensors")) if ref.exists else []
-    if files:
-        params = 0
-        for file in files:
-            for info in safetensors_header(file).values():
-                count = 1
-                for dim in info["shape"]:
-                    count *= dim
-                params += count if info["dtype"] in DTYPE_BYTES else 0
-    else:
-        params = estimate_params(config)
-    return params * _param_size(spec)
+    params = param_count(Path(ref.path)) if ref.exists else None
+    return (params if params is not None else estimate_params(config)) * _param_size(spec)
 
 
 def _kv_bytes_per_token(config: dict[str, Any], spec: BuildSpec, tp: int) -> int:
