@@ -171,3 +171,8 @@ def test_config_keeps_rope_theta_and_llama3_scaling():
     config = trtllm_config(hf, "bfloat16")
     assert config["rotary_base"] == 500000.0
     assert config["rotary_scaling"] == {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+
+
+def test_only_engines_needs_converted_checkpoints(pair_config, tmp_path, capsys):
+    assert run_build(pair_config, "--only", "engines", "--out", tmp_path / "fresh") == 2
+    assert "--only convert" in capsys.readouterr().err and not (tmp_path / "fresh").exists()

@@ -178,3 +178,31 @@ def test_memory_estimate_refuses_too_small_gpu(random_pair):
     with pytest.raises(ConfigError) as err:
         run_preflight(spec_of(**dtm(random_pair, gpu={"memory_gib": 0.0001, "reserve_gib": 0})))
     assert err.value.field == "engine.max_seq_len" and "less than one sequence" in err.value.message
+
+
+@pytest.mark.parametrize(("engine", "field", "text"), [
+    ({"max_batch_size": 513}, "engine.max_batch_size", "at most 512"),
+    ({"pp_size": 2}, "engine.pp_size", "pipeline parallelism"),
+])
+def test_eagle_builder_limits(random_pair, tmp_path, engine, field, text):
+    (tmp_path / "eagle").mkdir()
+    with pytest.raises(ConfigError) as err:
+        run_preflight(spec_of(target=str(random_pair[0]), method="eagle", eagle={"model": str(tmp_path / "eagle")},
+                              engine={"max_input_len": 64, "max_seq_len": 128, **engine}))
+    assert err.value.field == field and text in err.value.message
+
+
+def test_quantized_engine_needs_half_precision(random_pair):
+    with pytest.raises(ConfigError) as err:
+        run_preflight(spec_of(target=str(random_pair[0]), engine={"quantization": "fp8", "dtype": "float32",
+                                                                  "max_input_len": 8, "max_seq_len": 16}))
+    assert err.value.field == "engine.quantization" and "float16" in err.value.hint
+
+
+def test_modelopt_heads_need_single_rank(random_pair, tmp_path):
+    heads = make_medusa_heads(tmp_path / "heads", layout="modelopt")
+    spec = medusa_spec(random_pair, heads)
+    spec["engine"]["tp_size"] = 2
+    with pytest.raises(ConfigError) as err:
+        run_preflight(spec_of(**spec))
+    assert err.value.field == "medusa.heads" and "FasterDecoding" in err.value.hint

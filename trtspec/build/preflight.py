@@ -226,6 +226,12 @@ def _medusa(spec: BuildSpec, models: dict[str, ModelRef], checks: list[Check]) -
     if spec.medusa.num_layers and spec.medusa.num_layers != heads.num_layers:
         raise ConfigError("medusa.num_layers", spec.medusa.num_layers, f"but the heads have {heads.num_layers} layers",
                           hint="drop medusa.num_layers (it is read from the heads)")
+    engine = spec.engine
+    if spec.backend == "tensorrtllm" and heads.layout == "modelopt" and (
+            engine.tp_size > 1 or engine.pp_size > 1 or engine.quantization != "none"):
+        raise ConfigError("medusa.heads", str(ref.path), "ModelOpt-layout heads are merged by trtspec's single-rank, "
+                          "unquantized converter (TensorRT-LLM's medusa/convert_checkpoint.py reads FasterDecoding heads)",
+                          hint="use tp_size/pp_size 1 and no quantization, or FasterDecoding-layout heads")
     checks.append(Check("medusa heads", "ok", f"{heads.layout} layout, {heads.num_heads} heads x {heads.num_layers} "
                         f"layers, hidden {heads.hidden_size}, vocab {heads.vocab_size}"))
     return heads
