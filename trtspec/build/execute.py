@@ -62,7 +62,7 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
     previous = read_manifest(out) or {}
     old_steps = {s["id"]: s for s in previous.get("steps", [])}
     steps = plan.select(only)
-    _check_stage_inputs(steps, plan, out, old_steps)
+    _check_stage_inputs(steps, plan, out)
 
     # 1. stage: clone the current output (hard links) so unchanged steps can be skipped and failures discarded
     staging = out.parent / f".{out.name}.trtspec-tmp-{os.getpid()}"
@@ -186,7 +186,7 @@ def _copy_model(src: Path, dst: Path) -> None:
             _link_or_copy(str(item), str(dst / item.name))
 
 
-def _check_stage_inputs(steps: list[Step], plan: BuildPlan, out: Path, old: dict[str, dict[str, Any]]) -> None:
+def _check_stage_inputs(steps: list[Step], plan: BuildPlan, out: Path) -> None:
     """`--only engines` needs the converted checkpoints from an earlier `--only convert` run."""
     produced_here = {o for s in steps for o in s.outputs}
     produced_by_plan = {o for s in plan.steps for o in s.outputs}

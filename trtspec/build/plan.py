@@ -18,6 +18,7 @@ from typing import Any
 
 from trtspec import choices as tree_choices
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
+from trtspec.config import NgramSpec
 
 TRTLLM = "tensorrt_llm"
 OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
@@ -280,8 +281,8 @@ def _llm_api(r: Resolved) -> dict[str, Any] | None:
     if drafter is not None:
         speculative["speculative_model"] = drafter.path
         options["disable_overlap_scheduler"] = True  # two-model speculation (3.5)
-    if spec.ngram is not None or method.name == "ngram":
-        speculative["max_matching_ngram_size"] = (spec.ngram.max_matching_ngram_size if spec.ngram else 2)
+    if method.llmapi_decoding_type == "NGram":
+        speculative["max_matching_ngram_size"] = (spec.ngram or NgramSpec()).max_matching_ngram_size
     options["speculative_config"] = speculative
     return options
 

@@ -244,22 +244,23 @@ def _tree(value: Any, depth: int, field_name: str) -> list[list[int]]:
     return tree_choices.parse(value, field=field_name)
 
 
-def _draft_len(spec: BuildSpec, heads: MedusaHeads | None,
-               checks: list[Check]) -> tuple[int, list[list[int]] | None, tuple[int, int, int] | None]:
+# (max_draft_len, tree choices, lookahead envelope)
+DraftShape = tuple[int, list[list[int]] | None, tuple[int, int, int] | None]
+
+
+def _draft_len(spec: BuildSpec, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     """(max_draft_len, tree choices, lookahead envelope) following each method's rule (trtllm-specdec.md 2.2-2.4)."""
-    given = spec.max_draft_len
-    rule = DRAFT_LEN_RULES[spec.method]
-    return rule(spec, given, heads, checks)
+    return DRAFT_LEN_RULES[spec.method](spec, spec.max_draft_len, heads, checks)
 
 
-def _rule_none(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_none(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     if given:
         raise ConfigError("max_draft_len", given, "a baseline (method: none) engine has no draft tokens",
                           hint="drop max_draft_len or pick a speculative method")
     return 0, None, None
 
 
-def _rule_external(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_external(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     if given == 0:
         raise ConfigError("max_draft_len", 0, f"method {spec.method} needs at least one draft token",
                           hint="set max_draft_len (k) to the largest k you will sweep, e.g. 4")
@@ -268,7 +269,8 @@ def _rule_external(spec, given, heads, checks):  # type: ignore[no-untyped-def]
     return given or DEFAULT_K, None, None
 
 
-def _rule_medusa(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    assert spec.medusa is not None
     num_heads = spec.medusa.num_heads or (heads.num_heads if heads else None)
     if num_heads is None:
         num_heads = 4
@@ -279,8 +281,9 @@ def _rule_medusa(spec, given, heads, checks):  # type: ignore[no-untyped-def]
     return given or len(tree), tree, None
 
 
-def _rule_eagle(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     eagle = spec.eagle
+    assert eagle is not None
     tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
                                  max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
     max_draft_len = given or len(tree)
@@ -296,7 +299,7 @@ def _rule_eagle(spec, given, heads, checks):  # type: ignore[no-untyped-def]
     return max_draft_len, tree, None
 
 
-def _rule_lookahead(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     from trtspec.config import LookaheadSpec
 
     wng = (spec.lookahead or LookaheadSpec()).as_tuple()
@@ -312,7 +315,8 @@ def _rule_lookahead(spec, given, heads, checks):  # type: ignore[no-untyped-def]
     return derived, None, wng
 
 
-def _rule_redrafter(spec, given, heads, checks):  # type: ignore[no-untyped-def]
+def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    assert spec.redrafter is not None
     derived = spec.redrafter.num_beams * spec.redrafter.draft_len_per_beam
     if given is not None and given != derived:
         raise ConfigError("max_draft_len", given, f"ReDrafter fixes it to num_beams x draft_len_per_beam = {derived}",
