@@ -18,6 +18,7 @@ from trtspec.errors import TrtspecError
 COMMANDS: dict[str, str] = {
     "build": "trtspec.cli.build:build",
     "doctor": "trtspec.cli.doctor:doctor",
+    "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
 }
 
