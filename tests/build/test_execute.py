@@ -176,3 +176,14 @@ def test_config_keeps_rope_theta_and_llama3_scaling():
 def test_only_engines_needs_converted_checkpoints(pair_config, tmp_path, capsys):
     assert run_build(pair_config, "--only", "engines", "--out", tmp_path / "fresh") == 2
     assert "--only convert" in capsys.readouterr().err and not (tmp_path / "fresh").exists()
+
+
+def test_tied_embeddings_get_their_own_lm_head(tmp_path):
+    from tests.conftest import make_random_llama
+
+    tied = make_random_llama(tmp_path / "tied", hidden=16, layers=1, heads=2, tie=True)
+    spec = parse_build_spec({"target": str(tied), "method": "none", "engine": {"dtype": "float32",
+                             "max_input_len": 8, "max_seq_len": 16}})
+    execute(*_plan(spec), tmp_path / "out", only="convert", quiet=True)
+    trt = load_file(str(tmp_path / "out/checkpoints/target/rank0.safetensors"))
+    assert (trt["lm_head.weight"] == trt["transformer.vocab_embedding.weight"]).all()

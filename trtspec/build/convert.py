@@ -83,7 +83,8 @@ def convert_llama(model_dir: Path, dtype: str) -> tuple[dict[str, Any], dict[str
     target_dtype = getattr(torch, dtype)
     out: dict[str, Any] = {"transformer.vocab_embedding.weight": state["model.embed_tokens.weight"],
                            "transformer.ln_f.weight": state["model.norm.weight"],
-                           "lm_head.weight": state.get("lm_head.weight", state["model.embed_tokens.weight"])}
+                           # tied embeddings (no lm_head in HF): TensorRT-LLM still wants its own lm_head tensor
+                           "lm_head.weight": state.get("lm_head.weight", state["model.embed_tokens.weight"]).clone()}
     for i in range(hf["num_hidden_layers"]):
         src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
         # [(heads + 2 * kv_heads) * head_size, hidden]: q, k, v stacked on the output dimension
