@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("trtspec.spec.params", reason="the reference engine lands from the engine branch")
-
-from trtspec.triton.engine_model import EngineLimits, RequestError, SpecMetrics, parse_request  # noqa: E402
+from trtspec.triton.engine_model import EngineLimits, RequestError, SpecMetrics, parse_request
 
 LIMITS = EngineLimits(method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16, vocab_size=64)
 

@@ -2,7 +2,7 @@
 
 One server per module. Over gRPC: greedy output equals the in-process engine, streaming is incremental, concurrent
 clients all get correct results, the Prometheus metrics move, and bad requests get clear errors while the server
-keeps serving. Uses the embedded pair when present, else the random test pair with a character tokenizer.
+keeps serving. The repository is deployed from the torch bundle of the embedded pair (build_configs/tiny-torch.yaml).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.triton.helpers import torch_bundle
 from trtspec.errors import ServerError
 from trtspec.triton.client import Completion, TritonClient
 from trtspec.triton.render import write_repository
@@ -23,7 +22,7 @@ from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
-pytest.importorskip("trtspec.spec.engine", reason="the reference engine lands from the engine branch")
+ROOT = Path(__file__).resolve().parents[2]
 K = 3
 MAX_K = 6
 MAX_TOKENS = 12
@@ -32,31 +31,33 @@ PROMPTS = ["def add(a, b):", "import os", "for i in range(3):", "x = 1 + 2", "pr
 
 
 @pytest.fixture(scope="module")
-def pair(tokenized_pair) -> tuple[Path, Path]:
-    from trtspec.errors import ModelNotFoundError
-    from trtspec.models import resolve_model
+def bundle(tmp_path_factory) -> Path:
+    """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it."""
+    from trtspec.build.execute import execute
+    from trtspec.build.plan import plan_build
+    from trtspec.build.preflight import run_preflight
+    from trtspec.config import load_build_spec
 
-    try:
-        return resolve_model("tiny"), resolve_model("tiny-draft")
-    except ModelNotFoundError:
-        return tokenized_pair
+    out = tmp_path_factory.mktemp("torch") / "bundle"
+    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
+    resolved = run_preflight(spec)
+    execute(plan_build(resolved), resolved, out, quiet=True)
+    return out
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, pair):
-    base = tmp_path_factory.mktemp("torch")
-    bundle = torch_bundle(base / "bundle", *pair, k=K)
-    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, max_input_len=64, max_output_len=64)
-    repo = write_repository(plan_repository(spec), base / "repo")
+def server(bundle):
+    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, default_k=K, max_input_len=64, max_output_len=64)
+    repo = write_repository(plan_repository(spec), bundle.parent / "repo")
     with TritonServer(repo) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def engine(pair):
+def engine():
     from trtspec.spec.engine import SpecEngine
 
-    return SpecEngine.from_pretrained(target=pair[0], draft=pair[1], max_k=MAX_K)
+    return SpecEngine.from_pretrained(target="tiny", draft="tiny-draft", max_k=MAX_K)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Read what `trtspec build` produced: `trtspec-manifest.json` and, for a torch bundle, `trtspec-bundle.json`.
+"""Read what `trtspec build` produced: `trtspec-manifest.json`, and a torch bundle through its `load_bundle`.
 
 Facts about each engine come from the engine itself when it is built (`engines/<role>/config.json`, written by
 trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `mapping`), else from the manifest
@@ -21,8 +21,7 @@ from typing import Any
 from trtspec.errors import UsageError
 from trtspec.methods import resolve
 
-MANIFEST = "trtspec-manifest.json"
-BUNDLE = "trtspec-bundle.json"
+MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
 
 
 @dataclass(frozen=True)
@@ -127,22 +126,15 @@ def read_build_output(build_dir: Path) -> BuildOutput:
 
 
 def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput:
-    if not (root / BUNDLE).is_file():
-        raise UsageError(f"{root} is a torch build without {BUNDLE}", hint="rebuild the bundle with `trtspec build`")
-    settings = read_json(root / BUNDLE, "bundle settings")
-    models = {role: str(root / settings[role]) for role in ("target", "draft", "medusa") if settings.get(role)}
-    for role, path in models.items():
-        if not (Path(path) / "config.json").is_file():
-            raise UsageError(f"bundle {role} directory {path} has no config.json",
-                             hint="rebuild the bundle (a copy step did not complete)")
-    lookahead = settings.get("lookahead")
+    """A torch bundle through the build's own reader (`trtspec.build.bundle.load_bundle`)."""
+    from trtspec.build.bundle import load_bundle
+
+    bundle = load_bundle(root)
+    models = {role: str(path) for role in ("target", "draft", "medusa") if (path := getattr(bundle, role))}
     return BuildOutput(
-        root=root, backend="torch", method=str(settings.get("method", method)), target_model=models["target"],
-        models=models, max_draft_len=int(settings.get("max_draft_len") or 0), choices=settings.get("choices"),
-        lookahead=tuple(int(x) for x in lookahead) if lookahead else None,  # type: ignore[arg-type]
-        dtype=str(settings.get("dtype", "float32")),
-        **{**common, "max_batch_size": int(settings.get("max_batch_size", common["max_batch_size"])),
-           "max_seq_len": int(settings.get("max_seq_len", common["max_seq_len"]))},
+        root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
+        max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,
+        **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len},
     )  # fmt: skip
 
 
