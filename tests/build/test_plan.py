@@ -30,7 +30,10 @@ def dry_plan(path: Path):
 def normalized(path: Path) -> dict:
     """The plan as JSON with machine-specific paths replaced (repo root, embedded models)."""
     resolved, plan = dry_plan(path)
-    data = {"plan": plan.to_dict(), "max_draft_len": resolved.max_draft_len, "choices": resolved.choices,
+    plan_dict = plan.to_dict()
+    for step, full in zip(plan_dict["steps"], plan.steps, strict=True):
+        step["content"] = full.content  # the full text: its length would depend on where the repo is checked out
+    data = {"plan": plan_dict, "max_draft_len": resolved.max_draft_len, "choices": resolved.choices,
             "llm_api_yaml": next((s.content for s in plan.steps if s.id == "write-llm-api"), None)}
     text = json.dumps(data, indent=1, sort_keys=True).replace(str(ROOT), "<root>")
     return json.loads(text)
