@@ -40,7 +40,7 @@ def test_typical_acceptance_is_labelled_lossy(embedded_medusa):
     assert "LOSSY" in result.output
 
 
-def test_choices_deeper_than_the_heads_are_refused(embedded_medusa, tmp_path):
+def test_choices_deeper_than_the_heads_are_refused(embedded_medusa, tmp_path, capsys):
     bad = tmp_path / "tree.yaml"
     bad.write_text("medusa_choices:\n  - [0]\n  - [0, 0]\n  - [0, 0, 0]\n  - [0, 0, 0, 0]\n  - [0, 0, 0, 0, 0]\n")
     from trtspec.cli.main import main
@@ -48,3 +48,5 @@ def test_choices_deeper_than_the_heads_are_refused(embedded_medusa, tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["generate", "x", "--method", "medusa", "--choices", str(bad)])
     assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "[0, 0, 0, 0, 0]" in err and "only 4 heads" in err and "Traceback" not in err

@@ -59,7 +59,7 @@ def test_trtllm_checkpoint_matches_medusa_format(trained_heads, random_pair):
                 "intermediate_size"):
         assert config[key] == target_cfg[key], key
     assert config["position_embedding_type"] == "rope_gpt_neox" and config["hidden_act"] == "silu"
-    assert "norm_epsilon" in config and "max_position_embeddings" in config
+    assert "norm_epsilon" in config and "max_position_embeddings" in config and config["rotary_base"] > 0
 
     tensors = _tensors(ckpt / "rank0.safetensors")
     head_dim = hidden // heads

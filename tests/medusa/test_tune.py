@@ -44,13 +44,14 @@ def test_greedy_tree_prefers_rank_zero_chain_when_heads_are_sharp():
     assert greedy_tree(sharp, 3) == [[0], [0, 0], [0, 0, 0]]
 
 
-def test_replay_and_rank_accuracy():
-    ranks = torch.tensor([[0, 0, 0], [0, 1, 5], [1, 0, 0], [5, 0, 0]])  # max_rank 5 = miss
-    acc = rank_accuracy(ranks, max_rank=5)
+def test_replay_walks_like_the_engine_and_rank_accuracy():
+    ranks = torch.tensor([[[0, 0, 0], [0, 1, 5], [1, 0, 0], [5, 0, 0]],
+                          [[5, 0, 0], [1, 0, 0], [0, 1, 5], [0, 0, 0]]])  # [n, span, heads]; max_rank 5 = miss
+    acc = rank_accuracy(ranks.flatten(0, 1), max_rank=5)
     assert acc[0].tolist() == [0.5, 0.25, 0, 0, 0]
     tree = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
-    # depths reached: 3, 2, 1, 0 -> mean 1.5 -> 2.5 tokens per forward
-    assert replay_accept_length(tree, ranks) == pytest.approx(2.5)
+    # sequence 1: one step accepts 3 (+1) and jumps past the end; sequence 2: steps of 0, 1 and 3 accepted tokens
+    assert replay_accept_length(tree, ranks) == pytest.approx((4 + 1 + 2 + 4) / 4)
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])

@@ -48,17 +48,17 @@ def tree(target: str, medusa_dir: str, budget: int, out_file: Path | None, num_p
                                 max_rank=max_rank)
     result = tune_tree(accuracy, ranks, budget)
     result["rank_accuracy"] = [[round(x, 4) for x in row] for row in accuracy.tolist()]
-    result["calibration_positions"] = ranks.shape[0]
+    result["calibration_positions"] = ranks.shape[0] * ranks.shape[1]
     if out_file is not None:
         write_choices(out_file, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    click.echo(f"calibration: {ranks.shape[0]} positions; top-1 accuracy per head: "
+    click.echo(f"calibration: {result['calibration_positions']} positions; top-1 accuracy per head: "
                + ", ".join(f"{row[0]:.3f}" for row in accuracy.tolist()))
     click.echo(f"tree: {result['num_nodes']} nodes, depth {result['depth']}; acceptance length (tokens per target "
-               f"forward, greedy) estimated {result['estimated_acceptance_length']:.3f}, replayed "
-               f"{result['replayed_acceptance_length']:.3f}")
+               f"forward, greedy) estimated {result['estimated_acceptance_length']:.3f} (per position, heads "
+               f"independent), replayed {result['replayed_acceptance_length']:.3f} (engine walk)")
     for name, b in result["baselines"].items():
         click.echo(f"  {name}: {b['num_nodes']} nodes, estimated {b['estimated_acceptance_length']:.3f}, "
                    f"replayed {b['replayed_acceptance_length']:.3f}")

@@ -271,7 +271,7 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
         draft_token_ids: [B, N]; draft_probs: [B, N, vocab] or None (one-hot); target_probs: [B, N + 1, vocab].
     Returns a TreeWalk whose emitted tokens follow the target distribution exactly.
     """
-    batch, _, vocab = target_probs.shape
+    batch = target_probs.shape[0]
     rows = torch.arange(batch)
     current = torch.zeros(batch, dtype=torch.long)  # [B] current node (0 = root)
     residual = target_probs[:, 0].clone()  # [B, vocab]
@@ -332,7 +332,8 @@ def verify_tree_typical_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, ta
     A node is accepted when the target's probability of its token (at its parent, after temperature) exceeds
     min(posterior_threshold, posterior_alpha * exp(-entropy)). The longest accepted path wins (ties: the higher
     target log-likelihood); the next token is sampled from the target distribution at the last accepted node,
-    truncated to tokens above the same threshold. Outputs do NOT follow the target distribution.
+    truncated to tokens above the same threshold. Outputs do NOT follow the target distribution. As in Medusa,
+    only the temperature shapes the target distribution here (top-k / top-p are not applied).
     """
     if sampling.temperature == 0:
         return verify_tree_greedy(tree, draft_token_ids, target_logits)

@@ -232,6 +232,10 @@ def export_trtllm_checkpoint(model: Any, out_dir: Path, *, max_draft_len: int) -
                                            inference_tensor_parallel=1)
         config = json.loads((tmp / "config.json").read_text())
         config["max_draft_len"] = max_draft_len  # ModelOpt hard-codes 63; the tree's node budget belongs here
+        rope = getattr(model.config, "rope_parameters", None) or {}
+        rope_theta = rope.get("rope_theta", getattr(model.config, "rope_theta", None))
+        if "rotary_base" not in config and rope_theta is not None:
+            config["rotary_base"] = float(rope_theta)  # ModelOpt 0.47 omits it; TensorRT-LLM defaults to 10000
         write_json(tmp / "config.json", config)
         for path in (tmp, *tmp.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp creates 0700

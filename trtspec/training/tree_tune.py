@@ -7,8 +7,10 @@
                 path (heads assumed independent, as in Medusa); expected accepted tokens = sum over nodes
   3. search     greedy: repeatedly add the candidate node (a child of a chosen node, or of the root) with the highest
                 path probability until the budget is spent; the result is prefix-closed by construction
-  4. measure    the tree's accepted length replayed on the calibration positions (teacher forced, greedy): the
-                deepest tree node whose path equals the observed ranks
+  4. replay     walk each calibration continuation as the engine would at temperature 0: at position t accept the
+                deepest tree node whose path equals the observed ranks, emit it plus one target token, jump ahead;
+                acceptance length = tokens / steps (per step, like the engine; a per-position average would
+                over-weight the easy stretches the engine jumps over)
 
 Greedy (temperature 0) acceptance of a node requires its token to be the target's own choice, so the replay is exact
 for greedy decoding on these continuations; the estimate is the independence approximation of it.
@@ -54,7 +56,7 @@ def calibrate(target: Path, heads: MedusaHeads, *, num_prompts: int, prompt_len:
               max_rank: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy continuations of held-out prompts by the target, then head ranks and rank accuracies.
 
-    Returns (accuracy [heads, max_rank], ranks [positions, heads]).
+    Returns (accuracy [heads, max_rank], ranks [prompts, positions, heads]).
     """
     from transformers import AutoTokenizer, LlamaForCausalLM
 
@@ -68,12 +70,12 @@ def calibrate(target: Path, heads: MedusaHeads, *, num_prompts: int, prompt_len:
     with torch.no_grad():
         features = model.model(input_ids=sequences).last_hidden_state  # [n, P + new, hidden]
     ranks = head_ranks(heads.float(), features, sequences, prompt_len, max_rank)  # [positions, heads]
-    return rank_accuracy(ranks, max_rank), ranks
+    return rank_accuracy(ranks.flatten(0, 1), max_rank), ranks
 
 
 def head_ranks(heads: MedusaHeads, features: torch.Tensor, sequences: torch.Tensor, start: int,
                max_rank: int) -> torch.Tensor:
-    """Rank of the token at t + 2 + h in head h's logits at t, for continuation positions t.  # [positions, heads]
+    """Rank of the token at t + 2 + h in head h's logits at t, for continuation positions t.  # [n, span, heads]
 
     Positions where t + 1 + num_heads runs past the sequence are dropped; ranks >= max_rank are clamped to max_rank
     (a miss). features: [n, T, hidden] target last hidden states of `sequences` [n, T].
@@ -89,7 +91,7 @@ def head_ranks(heads: MedusaHeads, features: torch.Tensor, sequences: torch.Tens
         truth = sequences[:, positions + 2 + h]  # [n, span]
         truth_logit = logits[h].gather(-1, truth[..., None])  # [n, span, 1]
         ranks.append((logits[h] > truth_logit).sum(-1).clamp(max=max_rank))  # [n, span]
-    return torch.stack(ranks, dim=-1).flatten(0, 1)  # [n * span, heads]
+    return torch.stack(ranks, dim=-1)  # [n, span, heads]
 
 
 def rank_accuracy(ranks: torch.Tensor, max_rank: int) -> torch.Tensor:
@@ -132,16 +134,21 @@ def expected_accept_length(tree_choices: choices_mod.Choices, accuracy: torch.Te
 
 
 def replay_accept_length(tree_choices: choices_mod.Choices, ranks: torch.Tensor) -> float:
-    """Mean of 1 + (deepest tree node whose path equals the observed ranks), over calibration positions."""
+    """Tokens per step of a greedy engine walk over each continuation. ranks: [n, span, heads].
+
+    At position t the step accepts the deepest tree node whose path equals the observed ranks (d tokens), emits
+    d + 1 tokens and moves to t + d + 1.
+    """
     nodes = {tuple(p) for p in tree_choices}
-    rows = ranks.tolist()
-    total = 0
-    for row in rows:
-        depth = 0
-        while depth < len(row) and tuple(row[: depth + 1]) in nodes:
-            depth += 1
-        total += depth
-    return 1.0 + total / max(1, len(rows))
+    tokens = steps = 0
+    for sequence in ranks.tolist():
+        t = 0
+        while t < len(sequence):
+            depth = 0
+            while depth < len(sequence[t]) and tuple(sequence[t][: depth + 1]) in nodes:
+                depth += 1
+            tokens, steps, t = tokens + depth + 1, steps + 1, t + depth + 1
+    return tokens / max(1, steps)
 
 
 def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int) -> dict[str, Any]:
