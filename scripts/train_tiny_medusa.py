@@ -85,7 +85,15 @@ def acceptance_markdown(result: dict) -> str:
     for r in result["rows"]:
         lines.append(f"| {r['label']} | {r['nodes']} | {r['temperature']} | {r['mean_acceptance_length']:.3f} |")
     lines += ["", "Per-head top-1 rank accuracy on the calibration continuations: "
-              + ", ".join(f"{a:.3f}" for a in result["rank_accuracy_top1"]) + "."]
+              + ", ".join(f"{a:.3f}" for a in result["rank_accuracy_top1"]) + ".", "",
+              "At equal node budgets the `tiny-draft` chain accepts more than these heads. The draft is an "
+              "autoregressive model distilled from `tiny` (greedy per-token agreement 0.84) that conditions every "
+              "drafted token on the ones before it; a Medusa head predicts the token h+2 ahead from one hidden state "
+              "of a 12M-parameter target, without the intermediate tokens. Steps start right after a miss, where "
+              "the heads are weakest, so per-step acceptance sits below what the per-position accuracies suggest. "
+              "At temperature 1 the exact (lossless) verifier accepts a one-hot top-k child with the target's "
+              "probability of that token, which is small for this high-entropy target; typical acceptance accepts "
+              "far more but is lossy."]
     return "\n".join(lines)
 
 
@@ -93,7 +101,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure-only", action="store_true")
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--heads", type=int, default=2, help="2 heads keep the asset at 6.9 MB (4 heads: 13.8 MB)")
+    parser.add_argument("--heads", type=int, default=4,
+                        help="4 heads (13.8 MB fp16) allow the default 63-node tree; 2 heads: 6.9 MB, depth 2")
     parser.add_argument("--per-suite", type=int, default=6, help="held-out prompts per suite for the measurement")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on shared cores)")
