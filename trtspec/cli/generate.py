@@ -60,11 +60,19 @@ class _MethodChoice(click.Choice):
 @click.option("--device", default="cpu", show_default=True, help="torch device (cpu, cuda, cuda:1).")
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
               help="Weight and KV-cache dtype.")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="torch CPU threads (0 = torch's default). Small models at batch 1 run best on one thread.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
 def generate(prompt: str, model: str, draft: str, method: str, k: int, temperature: float, top_k: int, top_p: float,
-             max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, as_json: bool) -> None:
+             max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
+             as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine."""
+    import torch
+
     from trtspec.spec.params import SamplingParams, SpecParams
+
+    if threads > 0:
+        torch.set_num_threads(threads)  # the application's choice; the library never changes it
 
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
