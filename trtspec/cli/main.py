@@ -16,6 +16,7 @@ from trtspec import __version__
 from trtspec.errors import TrtspecError
 
 COMMANDS: dict[str, str] = {
+    "build": "trtspec.cli.build:build",
     "doctor": "trtspec.cli.doctor:doctor",
     "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
