@@ -18,6 +18,8 @@ from trtspec.errors import TrtspecError
 COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
     "models": "trtspec.cli.models:models",
+    "report": "trtspec.cli.report:report",
+    "sweep": "trtspec.cli.sweep:sweep",
 }
 
 

@@ -1,0 +1,268 @@
+"""From results.jsonl to numbers: measured speedup vs the k = 0 baseline, the cost model's prediction per case, and
+the recommendation (method, k per batch size, expected speedup, cost per 1M tokens). Pure Python (no torch).
+
+Prediction per case (see costmodel.py): E(k) from the case's per-position acceptance; T_target(b, k+1) and T_draft(b)
+from the calibration record of the case's model set at b = concurrency; host overhead per step from the engine's
+own overhead accounting (`overhead_time_s / num_target_forwards`) of the case and of its baseline.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.methods import resolve
+from trtspec.sweep import costmodel
+from trtspec.sweep.records import Record, latest_by_id, read_records
+
+TOLERANCE = 0.15  # the issue's acceptance bound for |predicted / measured - 1|
+BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "backend")
+
+
+@dataclass
+class CaseRow:
+    """One ok case with its derived numbers (None where a number cannot be derived)."""
+
+    id: str
+    params: dict[str, Any]
+    tokens_per_s: float
+    wall_time_s: float
+    tokens_per_step: float
+    acceptance_rate: float
+    per_pos: list[float]
+    measured_speedup: float | None = None
+    prediction: costmodel.Prediction | None = None
+    measured_step_s: float | None = None
+    miss_reason: str = ""
+
+    @property
+    def method(self) -> str:
+        return str(self.params["method"])
+
+    @property
+    def k(self) -> int:
+        return int(self.params["k"])
+
+    @property
+    def variant(self) -> str:
+        """method plus its draft / heads, the unit a recommendation picks."""
+        extra = self.params.get("draft") or self.params.get("medusa")
+        return f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        return self.prediction.speedup if self.prediction else None
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1."""
+        if self.prediction is None or not self.measured_speedup:
+            return None
+        return self.prediction.speedup / self.measured_speedup - 1.0
+
+    @property
+    def within_tolerance(self) -> bool | None:
+        err = self.error
+        return None if err is None else abs(err) <= TOLERANCE
+
+
+@dataclass
+class Results:
+    rows: list[CaseRow]
+    errors: list[Record]
+    calibrations: dict[str, Record]
+    sweeps: list[Record] = field(default_factory=list)
+
+    def baseline_of(self, row: CaseRow) -> CaseRow | None:
+        key = _baseline_key(row.params)
+        return next((r for r in self.rows if r.method == "none" and _baseline_key(r.params) == key), None)
+
+
+def load_results(path: str | Path) -> Results:
+    """Read a results file and derive every case's measured and predicted speedup."""
+    records = read_records(path)
+    cases = latest_by_id(records, "case")
+    rows = [_row(rec) for rec in cases.values() if rec.get("status") == "ok"]
+    errors = [rec for rec in cases.values() if rec.get("status") != "ok"]
+    results = Results(rows, errors, latest_by_id(records, "calibration"),
+                      [r for r in records if r.get("kind") == "sweep"])
+    stats_of = {rec["id"]: rec["metrics"].get("stats", {}) for rec in cases.values() if rec.get("status") == "ok"}
+    for row in rows:
+        base = results.baseline_of(row)
+        if base is not None and base.tokens_per_s > 0:
+            row.measured_speedup = row.tokens_per_s / base.tokens_per_s
+        costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]))
+        if costs is None:
+            continue
+        stats, base_stats = stats_of[row.id], stats_of.get(base.id, {}) if base else {}
+        row.prediction = costmodel.predict(
+            row.k, row.tokens_per_step, costs, overhead_base_s=_overhead_per_step(base_stats),
+            overhead_spec_s=_overhead_per_step(stats), draft_step_s=_proposer_step_s(row, stats))
+        row.miss_reason = _miss_reason(row, base, costs)
+    return results
+
+
+def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: int) -> costmodel.StepCosts | None:
+    """Calibrated forward costs for a case's model set at a batch size (nearest calibrated batch size)."""
+    needs_draft = bool(params.get("draft") or params.get("medusa"))
+    best: Record | None = None
+    for rec in calibrations:
+        if rec.get("model") != params["model"]:
+            continue
+        if needs_draft and (rec.get("draft"), rec.get("medusa")) != (params.get("draft"), params.get("medusa")):
+            continue
+        best = rec
+        if not needs_draft or rec.get("draft") == params.get("draft"):
+            break
+    if best is None or not best.get("target_s"):
+        return None
+    sizes = sorted(int(b) for b in best["target_s"])
+    b = min(sizes, key=lambda s: (abs(s - batch), s))
+    target_s = {int(n): float(t) for n, t in best["target_s"][str(b)].items()}
+    draft_s = float(best.get("draft_s", {}).get(str(b), 0.0)) if needs_draft else 0.0
+    return costmodel.StepCosts(b, target_s, draft_s)
+
+
+def _row(rec: Record) -> CaseRow:
+    metrics = rec["metrics"]
+    stats = metrics.get("stats", {})
+    drafts = stats.get("num_drafts") or 0
+    per_pos_counts = stats.get("num_accepted_tokens_per_pos") or []
+    per_pos = [c / drafts for c in per_pos_counts] if drafts else []
+    tokens_per_step = stats.get("mean_acceptance_length") or (1.0 + sum(per_pos))
+    steps = metrics.get("num_steps")
+    return CaseRow(
+        id=rec["id"], params=rec["params"], tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
+        wall_time_s=float(metrics.get("wall_time_s", 0.0)), tokens_per_step=float(tokens_per_step),
+        acceptance_rate=float(stats.get("acceptance_rate") or 0.0), per_pos=per_pos,
+        measured_step_s=metrics["wall_time_s"] / steps if steps else None)
+
+
+def _baseline_key(params: dict[str, Any]) -> tuple:
+    return tuple(params.get(k) for k in BASELINE_KEYS)
+
+
+def _overhead_per_step(stats: dict[str, Any]) -> float:
+    forwards = stats.get("num_target_forwards") or 0
+    return float(stats.get("overhead_time_s") or 0.0) / forwards if forwards else 0.0
+
+
+def _proposer_step_s(row: CaseRow, stats: dict[str, Any]) -> float | None:
+    """Proposers without a model (n-gram, lookahead) cost what the engine measured; model drafts use calibration."""
+    info = resolve(row.method)
+    if info.needs_draft_model or info.needs_medusa_heads or row.k == 0:
+        return None
+    forwards = stats.get("num_target_forwards") or 0
+    return float(stats.get("draft_time_s") or 0.0) / forwards if forwards else 0.0
+
+
+def _miss_reason(row: CaseRow, base: CaseRow | None, costs: costmodel.StepCosts) -> str:
+    """A short why for a prediction outside the tolerance: which measured step time differs from the model's."""
+    if row.within_tolerance is not False or row.prediction is None:
+        return ""
+    parts = []
+    pred = row.prediction
+    if row.measured_step_s:
+        ratio = row.measured_step_s / pred.spec_step_s
+        if abs(ratio - 1) > 0.1:
+            parts.append(f"spec step {row.measured_step_s * 1e3:.1f} ms measured vs {pred.spec_step_s * 1e3:.1f} ms "
+                         "modelled")
+    if base and base.measured_step_s:
+        ratio = base.measured_step_s / pred.baseline_step_s
+        if abs(ratio - 1) > 0.1:
+            parts.append(f"baseline step {base.measured_step_s * 1e3:.1f} ms measured vs "
+                         f"{pred.baseline_step_s * 1e3:.1f} ms modelled")
+    if int(row.params["concurrency"]) > 1:
+        parts.append("batch drains at the tail (requests finish at different steps)")
+    if costs.batch_size != int(row.params["concurrency"]):
+        parts.append(f"costs from batch {costs.batch_size} (not calibrated at {row.params['concurrency']})")
+    return "; ".join(parts) or "timing noise (short case; see wall_time_s)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recommendation
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    temperature: float
+    batch_size: int
+    variant: str
+    method: str
+    draft: str | None
+    k: int
+    speedup: float
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    cost_per_million: float | None
+    baseline_cost_per_million: float | None
+
+
+def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
+              price_per_hour: float | None = None) -> list[Recommendation]:
+    """Per temperature: the variant with the best predicted speedup, and its best k (0 allowed) per batch size.
+
+    E(k) is averaged over the suites of the sweep; step costs come from calibration at each batch size, host
+    overhead per step from the nearest measured concurrency, scaled linearly with the batch size (an assumption).
+    """
+    calibs = list(results.calibrations.values())
+    if not calibs:
+        return []
+    sizes = sorted(batch_sizes or {int(b) for c in calibs for b in c.get("target_s", {})})
+    out: list[Recommendation] = []
+    for temperature in sorted({float(r.params["temperature"]) for r in results.rows}):
+        rows = [r for r in results.rows if float(r.params["temperature"]) == temperature]
+        by_variant: dict[str, list[CaseRow]] = defaultdict(list)
+        for r in rows:
+            if r.k > 0:
+                by_variant[r.variant].append(r)
+        base_rows = [r for r in rows if r.k == 0]
+        plans: dict[str, list[Recommendation]] = {}
+        for variant, vrows in by_variant.items():
+            plans[variant] = [_best_at(variant, vrows, base_rows, calibs, b, temperature, price_per_hour)
+                              for b in sizes]
+        if not plans:
+            continue
+        best = max(plans, key=lambda v: statistics.geometric_mean([max(p.speedup, 1e-9) for p in plans[v]]))
+        out.extend(plans[best])
+    return out
+
+
+def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
+             temperature: float, price: float | None) -> Recommendation:
+    sample = rows[0]
+    costs = step_costs(calibs, sample.params, batch)
+    assert costs is not None
+    tps_by_k: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        tps_by_k[r.k].append(r.tokens_per_step)
+    e_by_k = {k: statistics.fmean(v) for k, v in tps_by_k.items()}
+    over_spec = {k: _scaled_overhead([r for r in rows if r.k == k], batch) for k in e_by_k}
+    over_base = _scaled_overhead(base_rows, batch)
+    draft_step = None
+    if not (resolve(sample.method).needs_draft_model or resolve(sample.method).needs_medusa_heads):
+        draft_step = {k: statistics.fmean([r.prediction.draft_step_s for r in rows if r.k == k and r.prediction]
+                                          or [0.0]) for k in e_by_k}
+    best = costmodel.optimal_k(e_by_k, costs, overhead_base_s=over_base, overhead_spec_s=over_spec,
+                               draft_step_s=draft_step)
+    base_tps = batch / best.baseline_step_s
+    return Recommendation(
+        temperature=temperature, batch_size=batch, variant=variant, method=sample.method if best.k else "none",
+        draft=sample.params.get("draft"), k=best.k, speedup=best.speedup, tokens_per_s=best.tokens_per_s,
+        baseline_tokens_per_s=base_tps,
+        cost_per_million=costmodel.cost_per_million_tokens(best.tokens_per_s, price) if price else None,
+        baseline_cost_per_million=costmodel.cost_per_million_tokens(base_tps, price) if price else None)
+
+
+def _scaled_overhead(rows: list[CaseRow], batch: int) -> float:
+    """Overhead per step at `batch`, from the rows at the nearest concurrency, scaled by batch / concurrency."""
+    with_pred = [r for r in rows if r.prediction is not None]
+    if not with_pred:
+        return 0.0
+    conc = min({int(r.params["concurrency"]) for r in with_pred}, key=lambda c: (abs(c - batch), c))
+    near = [r for r in with_pred if int(r.params["concurrency"]) == conc]
+    return statistics.fmean(r.prediction.overhead_step_s for r in near) * batch / conc  # type: ignore[union-attr]
