@@ -43,7 +43,7 @@ def synthetic_metrics(method: str, k: int, temperature: float, concurrency: int,
     costs = synthetic_costs(concurrency)
     overhead = 0.001
     draft = k * costs.draft_s if method == "draft_target" else 0.0003 * (k > 0)
-    step = (draft + costs.target(k + 1) + overhead) * (1 + noise)
+    step = (draft + costs.target(k + 1) + overhead) * (1 + noise * (k > 0))  # noise: an unmodelled spec cost
     steps_per_request = max_new_tokens / tokens_per_step
     num_steps = steps_per_request * num_requests / concurrency
     wall = num_steps * step

@@ -176,8 +176,8 @@ def _miss_reason(row: CaseRow, base: CaseRow | None, costs: costmodel.StepCosts)
         if abs(ratio - 1) > 0.1:
             parts.append(f"baseline step {base.measured_step_s * 1e3:.1f} ms measured vs "
                          f"{pred.baseline_step_s * 1e3:.1f} ms modelled")
-    if int(row.params["concurrency"]) > 1:
-        parts.append("batch drains at the tail (requests finish at different steps)")
+    if not parts and int(row.params["concurrency"]) > 1:
+        parts.append("fewer tokens per batched step than E(k): the batch drains at the tail")
     if costs.batch_size != int(row.params["concurrency"]):
         parts.append(f"costs from batch {costs.batch_size} (not calibrated at {row.params['concurrency']})")
     return "; ".join(parts) or "timing noise (short case; see wall_time_s)"

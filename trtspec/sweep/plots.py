@@ -61,9 +61,16 @@ def render_all(results: Results, out_dir: Path) -> dict[str, Path]:
 
 
 def _legend(ax: Any) -> None:
+    """Legend below the axes, so it never hides data."""
     handles, _ = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(fontsize=7, loc="best", ncol=1 if len(handles) <= 8 else 2)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+
+
+def _integer_ticks(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _acceptance_per_position(plt: Any, results: Results) -> Any:
@@ -77,6 +84,7 @@ def _acceptance_per_position(plt: Any, results: Results) -> Any:
     ax.set(title="Per-position acceptance r_i = P(first i draft tokens accepted)", xlabel="draft position i",
            ylabel="acceptance rate r_i", ylim=(0, 1.05))
     ax.grid(alpha=0.3)
+    _integer_ticks(ax)
     _legend(ax)
     return fig
 
@@ -93,6 +101,7 @@ def _acceptance_length_vs_k(plt: Any, results: Results) -> Any:
     ax.set(title="Mean acceptance length (tokens per target forward) vs k", xlabel="draft length k",
            ylabel="mean acceptance length")
     ax.grid(alpha=0.3)
+    _integer_ticks(ax)
     _legend(ax)
     return fig
 
@@ -109,16 +118,18 @@ def _throughput_vs_k(plt: Any, results: Results) -> Any:
         (line,) = ax_tps.plot(ks, tps, marker="o", label=key)
         measured = [(r.k, r.measured_speedup) for r in group if r.measured_speedup]
         if measured:
-            ax_spd.plot(*zip(*measured, strict=True), marker="o", color=line.get_color(), label=f"{key} measured")
+            ax_spd.plot(*zip(*measured, strict=True), marker="o", color=line.get_color(), label=key)
         predicted = [(r.k, r.predicted_speedup) for r in group if r.predicted_speedup]
         if predicted:
-            ax_spd.plot(*zip(*predicted, strict=True), linestyle="--", color=line.get_color(), alpha=0.7,
-                        label=f"{key} predicted")
+            ax_spd.plot(*zip(*predicted, strict=True), linestyle="--", color=line.get_color(), alpha=0.7)
+    ax_spd.plot([], [], color="black", marker="o", label="measured (solid)")
+    ax_spd.plot([], [], color="black", linestyle="--", label="predicted by the cost model (dashed)")
     ax_tps.set(title="Output tokens/s vs k (k = 0: plain decoding)", xlabel="draft length k", ylabel="tokens/s")
     ax_spd.axhline(1.0, color="grey", linestyle=":", label="no speedup")
     ax_spd.set(title="Speedup over plain decoding vs k", xlabel="draft length k", ylabel="speedup (x)")
     for ax in (ax_tps, ax_spd):
         ax.grid(alpha=0.3)
+        _integer_ticks(ax)
         _legend(ax)
     return fig
 

@@ -116,7 +116,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs: list[Recommendation],
               price: float | None, gpus: Sequence[str]) -> str:
     rows = sorted(results.rows, key=lambda r: (r.params["suite"], r.params["temperature"], r.params["concurrency"],
-                                               r.variant, r.k))
+                                               r.k > 0, r.variant, r.k))
     out = [f"# Speculative decoding sweep report: `{results_path.name}`", ""]
     sweep = results.sweeps[-1]["spec"] if results.sweeps else {}
     backend = (results.sweeps[-1].get("backend_info") if results.sweeps else None) or {}
