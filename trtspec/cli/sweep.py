@@ -29,6 +29,7 @@ from trtspec.methods import METHODS
 @click.option("--model-name", help="Triton model to call (default trtspec_engine / tensorrt_llm).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
 @click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")
+@click.option("--threads", type=int, help="torch intra-op threads for the engine backend (default: torch's).")
 @click.option("--retry-errors", is_flag=True, help="Rerun cases whose earlier record is an error.")
 @click.option("--dry-run", is_flag=True, help="Validate and list the cases; run nothing.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")

@@ -149,19 +149,24 @@ def _trtllm_call(transport: Transport, model: str, ids: np.ndarray, output_len: 
     return output_ids, seq_len
 
 
-def perf_metrics_request(transport: Transport, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int, k: int,
-                         temperature: float, seed: int) -> tuple[list[int], dict[str, float]]:
-    """One request with `return_perf_metrics`; returns (generated ids, the three perf-metric values)."""
+def perf_metrics_request(transport: Transport, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int,
+                         k: int | None, temperature: float, seed: int) -> tuple[list[int], dict[str, float]]:
+    """One request with `return_perf_metrics`; returns (generated ids, the three perf-metric values).
+
+    `k` is sent as `num_draft_tokens` (the torch-flavour model's per-request k); None for TensorRT-LLM models, whose
+    tree/lookahead draft size is fixed by the server configuration.
+    """
     ids = np.asarray(prompt_ids, dtype=np.int32)
     inputs = {
         "input_ids": ids[None, :],  # [1, prompt_len]
         "input_lengths": np.array([[len(ids)]], dtype=np.int32),
         "request_output_len": np.array([[max_new_tokens]], dtype=np.int32),
-        "num_draft_tokens": np.array([[k]], dtype=np.int32),
         "temperature": np.array([[temperature]], dtype=np.float32),
         "seed": np.array([[seed]], dtype=np.uint64),
         "return_perf_metrics": np.array([[True]], dtype=bool),
     }
+    if k is not None:
+        inputs["num_draft_tokens"] = np.array([[k]], dtype=np.int32)
     out = transport.infer(model, inputs, ["output_ids", "sequence_length", *PERF_OUTPUTS])
     output_ids = np.asarray(out["output_ids"]).reshape(-1)
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
@@ -273,11 +278,19 @@ class TritonBackend:
         assert self.transport is not None
         counts = LoopCounts()
         perf_accepted = perf_drafted = 0
+        used_perf_metrics = False
         output_tokens = 0
         start = time.perf_counter()
         for i, prompt in enumerate(suite.prompts):  # concurrency > 1 is approximated serially on this path
             prompt_ids = self.tokenizer.encode(prompt).ids
-            if case.k > 0 and _uses_client_loop(spec, case.method):
+            if spec.flavour == "tensorrtllm" and case.k == 0:
+                out, seq_len = _trtllm_call(self.transport, spec.served_model_name,
+                                            np.asarray(prompt_ids, dtype=np.int32), case.max_new_tokens, None,
+                                            case.temperature, None, None)
+                generated = out[len(prompt_ids):seq_len].tolist()
+                counts.num_target_forwards += len(generated)
+                counts.num_emitted_tokens += len(generated)
+            elif case.k > 0 and _uses_client_loop(spec, case.method):
                 generated, one = draft_target_loop(
                     self.transport, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
                     prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k,
@@ -286,13 +299,14 @@ class TritonBackend:
             else:
                 generated, perf = perf_metrics_request(
                     self.transport, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
-                    k=case.k, temperature=case.temperature, seed=case.seed + i)
+                    k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=case.seed + i)
+                used_perf_metrics = True
                 perf_accepted += int(perf["total_accepted_draft_tokens"])
                 perf_drafted += int(perf["total_draft_tokens"])
             output_tokens += len(generated)
         wall = time.perf_counter() - start
         stats = counts.to_dict()
-        if perf_drafted or not counts.num_drafts:
+        if used_perf_metrics:
             # Perf-metric path: drafts (iterations) ~ draft tokens / k (TensorRT-LLM counts min(k, path len) per step).
             drafts = perf_drafted / case.k if case.k else 0
             stats.update(num_draft_tokens=perf_drafted, num_accepted_tokens=perf_accepted,
@@ -301,7 +315,7 @@ class TritonBackend:
                          mean_acceptance_length=1.0 + perf_accepted / drafts if drafts else 1.0,
                          acceptance_rate_per_pos=None, source="perf_metrics")
         else:
-            stats["source"] = "client_loop"
+            stats["source"] = "client_loop" if counts.num_drafts else "plain"
         return {"wall_time_s": wall, "num_requests": len(suite.prompts), "output_tokens": output_tokens,
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "stats": stats}
 

@@ -52,6 +52,7 @@ class SweepSpec(BaseModel):
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
     chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
+    threads: int | None = Field(None, description="torch intra-op threads (engine backend); None = torch default")
     device: str = "cpu"
     dtype: str = "float32"
 
@@ -110,6 +111,8 @@ class SweepSpec(BaseModel):
         _positive("temperatures", self.temperatures, allow_zero=True)
         _positive("concurrency", self.concurrency)
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
+        if self.threads is not None:
+            _positive("threads", [self.threads])
         for field in ("max_new_tokens", "num_prompts", "max_draft_len"):
             _positive(field, [getattr(self, field)])
         if self.backend == "triton" and not self.url:

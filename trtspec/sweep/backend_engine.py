@@ -1,0 +1,183 @@
+"""Sweep backend `engine`: the in-process reference SpecEngine (imports torch; loaded only for this backend).
+
+One engine per model set (target + draft or Medusa heads) is loaded once and reused for every case that needs it;
+n-gram and plain cases reuse whichever engine is loaded. Concurrency c keeps c requests in flight through
+`add_request` / `step` (a finished request is replaced by the next prompt at once), so the target forward of each
+step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first case.
+
+Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
+the sweep's prompt + half the generated length): the target over n = 1..max_k+1 tokens per sequence and the draft
+over 1 token, at each batch size. Medians of a few repeats after a warm-up.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from typing import Any
+
+from trtspec.sweep.grid import BASELINE, Case, SweepSpec
+from trtspec.sweep.prompts import PromptSuite, load_suite
+from trtspec.sweep.runner import ModelSet
+
+CALIBRATION_REPEATS = 5
+
+
+class EngineBackend:
+    name = "engine"
+
+    def __init__(self) -> None:
+        self._engines: dict[ModelSet, Any] = {}
+        self._device = "cpu"
+        self._saved_threads: int | None = None
+
+    # -- Backend protocol ----------------------------------------------------------------------------------------
+    def preflight(self, spec: SweepSpec) -> None:
+        from trtspec.methods import engine_methods
+
+        self._device = spec.device
+        if spec.threads:  # process-wide; restored in close(). One thread is far steadier on a shared CPU.
+            import torch
+
+            self._saved_threads = torch.get_num_threads()
+            torch.set_num_threads(spec.threads)
+        unknown = [m for m in spec.methods if m not in engine_methods()]
+        if unknown:  # SweepSpec already refuses these; kept so a hand-built spec fails before loading models
+            from trtspec.errors import ConfigError
+
+            raise ConfigError("methods", unknown[0], "the reference engine cannot run it",
+                              hint=f"use one of {', '.join(engine_methods())}")
+
+    def calibrate(self, spec: SweepSpec, model_set: ModelSet) -> dict[str, Any]:
+        import torch
+
+        engine = self._engine(spec, model_set)
+        draft_model = getattr(engine.proposers.get("draft_model"), "model", None)
+        context = _calibration_context(spec)
+        sizes = sorted(set(spec.calibration_batch_sizes) | set(spec.concurrency))
+        target_s: dict[str, dict[str, float]] = {}
+        draft_s: dict[str, float] = {}
+        with torch.inference_mode():
+            for b in sizes:
+                target_s[str(b)] = {str(n): _time_forward(engine.target, b, context, n)
+                                    for n in range(1, spec.max_draft_len + 2)}
+                if draft_model is not None:
+                    draft_s[str(b)] = _time_forward(draft_model, b, context, 1)
+        return {"batch_sizes": sizes, "context_tokens": context, "repeats": CALIBRATION_REPEATS,
+                "target_s": target_s, "draft_s": draft_s, "device": spec.device, "dtype": spec.dtype,
+                "torch_threads": torch.get_num_threads()}
+
+    def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
+        from trtspec.spec.metrics import AcceptanceStats
+        from trtspec.spec.params import SamplingParams, SpecParams
+
+        engine = self._engine(spec, _model_set_of(case, self._engines))
+        prompts = [encode_prompt(engine, p) for p in suite.prompts]  # no chat template: base models get raw text
+        method = case.method if case.method != BASELINE else "none"
+        spec_params = SpecParams(method=method, k=case.k)
+        samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
+                                    max_new_tokens=case.max_new_tokens, ignore_eos=True)
+                     for i in range(len(prompts))]
+        stats = AcceptanceStats()
+        per_request: list[float] = []
+        output_tokens = 0
+        num_steps = 0
+        pending = list(range(len(prompts)))
+        in_flight = 0
+        start = time.perf_counter()
+        while pending or in_flight:
+            # keep `concurrency` requests in flight; a finished one is replaced before the next step
+            while pending and in_flight < case.concurrency:
+                i = pending.pop(0)
+                engine.add_request(prompts[i], samplings[i], spec_params)
+                in_flight += 1
+            for delta in engine.step():
+                output_tokens += len(delta.token_ids)
+                if delta.finished:
+                    in_flight -= 1
+                    if delta.stats is not None:
+                        stats.merge(delta.stats)
+                        per_request.append(delta.stats.mean_acceptance_length)
+            num_steps += 1
+        wall = time.perf_counter() - start
+        return {"wall_time_s": wall, "num_requests": len(prompts), "output_tokens": output_tokens,
+                "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "num_steps": num_steps,
+                "per_request_mean_acceptance_length": per_request, "stats": stats.to_dict()}
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        tokenizers = {str(m.model): e.tokenizer is not None for m, e in self._engines.items()}
+        return {"name": self.name, "device": self._device, "torch": torch.__version__, "has_tokenizer": tokenizers,
+                "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
+
+    def close(self) -> None:
+        self._engines.clear()
+        if self._saved_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._saved_threads)
+            self._saved_threads = None
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _engine(self, spec: SweepSpec, model_set: ModelSet) -> Any:
+        if model_set not in self._engines:
+            from trtspec.spec.engine import SpecEngine
+            from trtspec.spec.params import SamplingParams, SpecParams
+
+            engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
+                                                max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype)
+            warm_prompt = encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0])
+            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0),
+                            SpecParams(method="none", k=0))  # untimed warm-up
+            self._engines[model_set] = engine
+        return self._engines[model_set]
+
+
+def encode_prompt(engine: Any, text: str) -> list[int]:
+    """Token ids of a prompt; a model without a tokenizer (random test models) gets bytes modulo its vocabulary."""
+    if engine.tokenizer is not None:
+        return engine.encode(text)
+    return [b % engine.vocab_size for b in text.encode("utf-8")]
+
+
+def _model_set_of(case: Case, loaded: dict[ModelSet, Any]) -> ModelSet:
+    """The model set a case needs; model-free methods reuse any loaded engine of the same target."""
+    if case.draft or case.medusa:
+        return ModelSet(case.model, case.draft, case.medusa)
+    for model_set in loaded:
+        if model_set.model == case.model:
+            return model_set
+    return ModelSet(case.model)
+
+
+def _calibration_context(spec: SweepSpec) -> int:
+    """Context length for the micro-benchmark: mean prompt tokens (~4 bytes/token) + half of max_new_tokens."""
+    chars = [len(p) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
+    return max(8, int(statistics.fmean(chars) / 4) + spec.max_new_tokens // 2)
+
+
+def _time_forward(model: Any, batch: int, context: int, num_tokens: int) -> float:
+    """Median seconds of one forward of `num_tokens` new tokens for each of `batch` sequences with a cached context."""
+    import torch
+
+    cache = model.new_cache(num_slots=batch, max_slots=max(batch, 4))
+    slots = torch.tensor([cache.alloc() for _ in range(batch)])  # [batch]
+    device = model.lm_head.weight.device
+    context = min(context, cache.max_seq_len - num_tokens - 1)
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    prefix = torch.randint(0, vocab, (batch, context), generator=gen)  # [batch, context]
+    model(prefix.to(device), cache, slots.to(device))
+    new = torch.randint(0, vocab, (batch, num_tokens), generator=gen).to(device)  # [batch, num_tokens]
+    times = []
+    for i in range(CALIBRATION_REPEATS + 1):
+        t = time.perf_counter()
+        model(new, cache, slots.to(device))
+        elapsed = time.perf_counter() - t
+        for s in slots.tolist():
+            cache.rollback(s, context)
+        if i:  # the first call is a warm-up
+            times.append(elapsed)
+    return statistics.median(times)
