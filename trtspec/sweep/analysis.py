@@ -4,6 +4,10 @@ the recommendation (method, k per batch size, expected speedup, cost per 1M toke
 Prediction per case (see costmodel.py): E(k) from the case's per-position acceptance; T_target(b, k+1) and T_draft(b)
 from the calibration record of the case's model set at b = concurrency; host overhead per step from the engine's
 own overhead accounting (`overhead_time_s / num_target_forwards`) of the case and of its baseline.
+
+Timing: `wall` uses wall-clock seconds; `cpu` uses process CPU seconds (cases and calibration record both), which
+other processes time-slicing a shared CPU do not inflate. The engine's wall-clock overhead is converted with the
+case's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and the device is the CPU, else wall.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class CaseRow:
     measured_speedup: float | None = None
     prediction: costmodel.Prediction | None = None
     measured_step_s: float | None = None
+    wall_tokens_per_s: float = 0.0  # always wall clock, whatever the timing of tokens_per_s
     miss_reason: str = ""
 
     @property
@@ -76,26 +81,35 @@ class Results:
     errors: list[Record]
     calibrations: dict[str, Record]
     sweeps: list[Record] = field(default_factory=list)
+    timing: str = "wall"
 
     def baseline_of(self, row: CaseRow) -> CaseRow | None:
         key = _baseline_key(row.params)
         return next((r for r in self.rows if r.method == "none" and _baseline_key(r.params) == key), None)
 
 
-def load_results(path: str | Path) -> Results:
-    """Read a results file and derive every case's measured and predicted speedup."""
+def load_results(path: str | Path, timing: str = "auto") -> Results:
+    """Read a results file and derive every case's measured and predicted speedup (timing: wall | cpu | auto)."""
     records = read_records(path)
     cases = latest_by_id(records, "case")
-    rows = [_row(rec) for rec in cases.values() if rec.get("status") == "ok"]
+    ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
+    calibrations = latest_by_id(records, "calibration")
+    if timing == "auto":
+        on_cpu = all((rec.get("backend") or {}).get("device", "cpu") == "cpu" for rec in ok)
+        has_cpu = all("cpu_time_s" in rec["metrics"] for rec in ok) and \
+            all("target_cpu_s" in c for c in calibrations.values())
+        timing = "cpu" if ok and on_cpu and has_cpu else "wall"
+    if timing not in ("wall", "cpu"):
+        raise ValueError(f"timing={timing!r}: use wall, cpu or auto")
+    rows = [_row(rec, timing) for rec in ok]
     errors = [rec for rec in cases.values() if rec.get("status") != "ok"]
-    results = Results(rows, errors, latest_by_id(records, "calibration"),
-                      [r for r in records if r.get("kind") == "sweep"])
-    stats_of = {rec["id"]: rec["metrics"].get("stats", {}) for rec in cases.values() if rec.get("status") == "ok"}
+    results = Results(rows, errors, calibrations, [r for r in records if r.get("kind") == "sweep"], timing)
+    stats_of = {rec["id"]: _clock_stats(rec["metrics"], timing) for rec in ok}
     for row in rows:
         base = results.baseline_of(row)
         if base is not None and base.tokens_per_s > 0:
             row.measured_speedup = row.tokens_per_s / base.tokens_per_s
-        costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]))
+        costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]), timing)
         if costs is None:
             continue
         stats, base_stats = stats_of[row.id], stats_of.get(base.id, {}) if base else {}
@@ -106,7 +120,8 @@ def load_results(path: str | Path) -> Results:
     return results
 
 
-def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: int) -> costmodel.StepCosts | None:
+def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: int,
+               timing: str = "wall") -> costmodel.StepCosts | None:
     """Calibrated forward costs for a case's model set at a batch size (nearest calibrated batch size)."""
     needs_draft = bool(params.get("draft") or params.get("medusa"))
     best: Record | None = None
@@ -118,17 +133,31 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: in
         best = rec
         if not needs_draft or rec.get("draft") == params.get("draft"):
             break
-    if best is None or not best.get("target_s"):
+    suffix = "cpu_s" if timing == "cpu" else "s"
+    if best is None or not best.get(f"target_{suffix}"):
         return None
-    sizes = sorted(int(b) for b in best["target_s"])
+    sizes = sorted(int(b) for b in best[f"target_{suffix}"])
     b = min(sizes, key=lambda s: (abs(s - batch), s))
-    target_s = {int(n): float(t) for n, t in best["target_s"][str(b)].items()}
-    draft_s = float(best.get("draft_s", {}).get(str(b), 0.0)) if needs_draft else 0.0
+    target_s = {int(n): float(t) for n, t in best[f"target_{suffix}"][str(b)].items()}
+    draft_s = float(best.get(f"draft_{suffix}", {}).get(str(b), 0.0)) if needs_draft else 0.0
     return costmodel.StepCosts(b, target_s, draft_s)
 
 
-def _row(rec: Record) -> CaseRow:
+def _clock_stats(metrics: dict[str, Any], timing: str) -> dict[str, Any]:
+    """The case's stats with the engine's wall-clock time split converted to CPU seconds in cpu timing."""
+    stats = dict(metrics.get("stats", {}))
+    if timing == "cpu" and metrics.get("wall_time_s"):
+        scale = metrics["cpu_time_s"] / metrics["wall_time_s"]
+        for name in ("draft_time_s", "target_time_s", "overhead_time_s"):
+            if stats.get(name) is not None:
+                stats[name] = stats[name] * scale
+    return stats
+
+
+def _row(rec: Record, timing: str = "wall") -> CaseRow:
     metrics = rec["metrics"]
+    seconds = float(metrics["cpu_time_s"] if timing == "cpu" else metrics.get("wall_time_s", 0.0))
+    output_tokens = metrics.get("output_tokens")
     stats = metrics.get("stats", {})
     drafts = stats.get("num_drafts") or 0
     per_pos_counts = stats.get("num_accepted_tokens_per_pos") or []
@@ -136,10 +165,11 @@ def _row(rec: Record) -> CaseRow:
     tokens_per_step = stats.get("mean_acceptance_length") or (1.0 + sum(per_pos))
     steps = metrics.get("num_steps")
     return CaseRow(
-        id=rec["id"], params=rec["params"], tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
+        id=rec["id"], params=rec["params"],
+        tokens_per_s=output_tokens / seconds if output_tokens and seconds else float(metrics.get("tokens_per_s", 0.0)),
         wall_time_s=float(metrics.get("wall_time_s", 0.0)), tokens_per_step=float(tokens_per_step),
         acceptance_rate=float(stats.get("acceptance_rate") or 0.0), per_pos=per_pos,
-        measured_step_s=metrics["wall_time_s"] / steps if steps else None)
+        measured_step_s=seconds / steps if steps else None, wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)))
 
 
 def _baseline_key(params: dict[str, Any]) -> tuple:
@@ -213,6 +243,7 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
     if not calibs:
         return []
     sizes = sorted(batch_sizes or {int(b) for c in calibs for b in c.get("target_s", {})})
+    timing = results.timing
     out: list[Recommendation] = []
     for temperature in sorted({float(r.params["temperature"]) for r in results.rows}):
         rows = [r for r in results.rows if float(r.params["temperature"]) == temperature]
@@ -223,7 +254,7 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
         base_rows = [r for r in rows if r.k == 0]
         plans: dict[str, list[Recommendation]] = {}
         for variant, vrows in by_variant.items():
-            plans[variant] = [_best_at(variant, vrows, base_rows, calibs, b, temperature, price_per_hour)
+            plans[variant] = [_best_at(variant, vrows, base_rows, calibs, b, temperature, price_per_hour, timing)
                               for b in sizes]
         if not plans:
             continue
@@ -233,9 +264,9 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
 
 
 def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
-             temperature: float, price: float | None) -> Recommendation:
+             temperature: float, price: float | None, timing: str) -> Recommendation:
     sample = rows[0]
-    costs = step_costs(calibs, sample.params, batch)
+    costs = step_costs(calibs, sample.params, batch, timing)
     assert costs is not None
     tps_by_k: dict[int, list[float]] = defaultdict(list)
     for r in rows:

@@ -7,7 +7,9 @@ step is batched over up to c sequences. Each engine gets an untimed warm-up requ
 
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
 the sweep's prompt + half the generated length): the target over n = 1..max_k+1 tokens per sequence and the draft
-over 1 token, at each batch size. Medians of a few repeats after a warm-up.
+over 1 token, at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
+CPU time are recorded (for cases too): on a CPU shared with other processes, CPU seconds are insensitive to
+time-slicing, so `trtspec report --timing cpu` compares like with like (use --threads 1 for that).
 """
 
 from __future__ import annotations
@@ -49,24 +51,52 @@ class EngineBackend:
             raise ConfigError("methods", unknown[0], "the reference engine cannot run it",
                               hint=f"use one of {', '.join(engine_methods())}")
 
+    def check_prompts_fit(self, spec: SweepSpec, model_set: ModelSet) -> None:
+        """Refuse, before any case runs, prompts that leave no room for max_new_tokens + k in the context."""
+        from trtspec.errors import ConfigError
+
+        engine = self._engine(spec, model_set)
+        for suite_name in spec.suites:
+            longest = max(len(encode_prompt(engine, p)) for p in load_suite(suite_name, spec.num_prompts).prompts)
+            need = longest + spec.max_new_tokens + spec.max_draft_len + 1
+            if need > engine.max_context:
+                raise ConfigError("max_new_tokens", spec.max_new_tokens,
+                                  f"suite {suite_name!r} has a {longest}-token prompt; with max_draft_len "
+                                  f"{spec.max_draft_len} that needs {need} > the model's context of "
+                                  f"{engine.max_context} tokens",
+                                  hint="lower --max-new-tokens or use shorter prompts")
+
     def calibrate(self, spec: SweepSpec, model_set: ModelSet) -> dict[str, Any]:
         import torch
 
         engine = self._engine(spec, model_set)
         draft_model = getattr(engine.proposers.get("draft_model"), "model", None)
-        context = _calibration_context(spec)
+        context = _calibration_context(spec, engine)
         sizes = sorted(set(spec.calibration_batch_sizes) | set(spec.concurrency))
-        target_s: dict[str, dict[str, float]] = {}
-        draft_s: dict[str, float] = {}
+        ns = list(range(1, spec.max_draft_len + 2))
+        points = [("target", b, n) for b in sizes for n in ns]
+        points += [("draft", b, 1) for b in sizes] if draft_model is not None else []
+        benches = {(role, b): _Bench(engine.target if role == "target" else draft_model, b, context)
+                   for role, b, _ in points}
+        wall: dict[tuple, list[float]] = {p: [] for p in points}
+        cpu: dict[tuple, list[float]] = {p: [] for p in points}
         with torch.inference_mode():
-            for b in sizes:
-                target_s[str(b)] = {str(n): _time_forward(engine.target, b, context, n)
-                                    for n in range(1, spec.max_draft_len + 2)}
-                if draft_model is not None:
-                    draft_s[str(b)] = _time_forward(draft_model, b, context, 1)
-        return {"batch_sizes": sizes, "context_tokens": context, "repeats": CALIBRATION_REPEATS,
-                "target_s": target_s, "draft_s": draft_s, "device": spec.device, "dtype": spec.dtype,
-                "torch_threads": torch.get_num_threads()}
+            # interleaved repeats: a burst of load from other processes hits every point, not one
+            for rep in range(CALIBRATION_REPEATS + 1):
+                for role, b, n in points:
+                    w, c = benches[(role, b)].time(n)
+                    if rep:  # the first round is a warm-up
+                        wall[(role, b, n)].append(w)
+                        cpu[(role, b, n)].append(c)
+        out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "repeats": CALIBRATION_REPEATS,
+                               "device": spec.device, "dtype": spec.dtype, "torch_threads": torch.get_num_threads(),
+                               "smoothing": "median of interleaved repeats, then isotonic (non-decreasing in n)"}
+        for clock, samples in (("s", wall), ("cpu_s", cpu)):
+            out[f"target_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
+                [statistics.median(samples[("target", b, n)]) for n in ns]), strict=True)) for b in sizes}
+            out[f"draft_{clock}"] = {str(b): statistics.median(samples[("draft", b, 1)])
+                                     for b in sizes if ("draft", b, 1) in samples}
+        return out
 
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
         from trtspec.spec.metrics import AcceptanceStats
@@ -80,6 +110,7 @@ class EngineBackend:
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
         stats = AcceptanceStats()
+        cpu_start = time.process_time()
         per_request: list[float] = []
         output_tokens = 0
         num_steps = 0
@@ -101,7 +132,8 @@ class EngineBackend:
                         per_request.append(delta.stats.mean_acceptance_length)
             num_steps += 1
         wall = time.perf_counter() - start
-        return {"wall_time_s": wall, "num_requests": len(prompts), "output_tokens": output_tokens,
+        cpu = time.process_time() - cpu_start
+        return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": output_tokens / cpu if cpu > 0 else 0.0, "num_requests": len(prompts), "output_tokens": output_tokens,
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "num_steps": num_steps,
                 "per_request_mean_acceptance_length": per_request, "stats": stats.to_dict()}
 
@@ -152,32 +184,49 @@ def _model_set_of(case: Case, loaded: dict[ModelSet, Any]) -> ModelSet:
     return ModelSet(case.model)
 
 
-def _calibration_context(spec: SweepSpec) -> int:
-    """Context length for the micro-benchmark: mean prompt tokens (~4 bytes/token) + half of max_new_tokens."""
-    chars = [len(p) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
-    return max(8, int(statistics.fmean(chars) / 4) + spec.max_new_tokens // 2)
+def _calibration_context(spec: SweepSpec, engine: Any) -> int:
+    """Context length for the micro-benchmark: mean prompt tokens + half of max_new_tokens (the mean decode context)."""
+    lengths = [len(encode_prompt(engine, p)) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
+    return max(8, int(statistics.fmean(lengths)) + spec.max_new_tokens // 2)
 
 
-def _time_forward(model: Any, batch: int, context: int, num_tokens: int) -> float:
-    """Median seconds of one forward of `num_tokens` new tokens for each of `batch` sequences with a cached context."""
-    import torch
+class _Bench:
+    """A model with `batch` cache slots holding a random context of `context` tokens, for timing forwards."""
 
-    cache = model.new_cache(num_slots=batch, max_slots=max(batch, 4))
-    slots = torch.tensor([cache.alloc() for _ in range(batch)])  # [batch]
-    device = model.lm_head.weight.device
-    context = min(context, cache.max_seq_len - num_tokens - 1)
-    gen = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    prefix = torch.randint(0, vocab, (batch, context), generator=gen)  # [batch, context]
-    model(prefix.to(device), cache, slots.to(device))
-    new = torch.randint(0, vocab, (batch, num_tokens), generator=gen).to(device)  # [batch, num_tokens]
-    times = []
-    for i in range(CALIBRATION_REPEATS + 1):
-        t = time.perf_counter()
-        model(new, cache, slots.to(device))
-        elapsed = time.perf_counter() - t
-        for s in slots.tolist():
-            cache.rollback(s, context)
-        if i:  # the first call is a warm-up
-            times.append(elapsed)
-    return statistics.median(times)
+    def __init__(self, model: Any, batch: int, context: int) -> None:
+        import torch
+
+        self.model = model
+        self.device = model.lm_head.weight.device
+        self.cache = model.new_cache(num_slots=batch, max_slots=max(batch, 4))
+        self.slots = torch.tensor([self.cache.alloc() for _ in range(batch)]).to(self.device)  # [batch]
+        self.context = min(context, self.cache.max_seq_len // 2)
+        self.gen = torch.Generator().manual_seed(0)
+        vocab = model.config.vocab_size
+        prefix = torch.randint(0, vocab, (batch, self.context), generator=self.gen)  # [batch, context]
+        model(prefix.to(self.device), self.cache, self.slots)
+
+    def time(self, num_tokens: int) -> tuple[float, float]:
+        """(wall, process CPU) seconds of one forward of `num_tokens` new tokens per sequence; the cache is restored."""
+        import torch
+
+        new = torch.randint(0, self.model.config.vocab_size, (len(self.slots), num_tokens),
+                            generator=self.gen).to(self.device)  # [batch, num_tokens]
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.model(new, self.cache, self.slots)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        for s in self.slots.tolist():
+            self.cache.rollback(s, self.context)
+        return wall, cpu
+
+
+def _isotonic(values: list[float]) -> list[float]:
+    """Least-squares non-decreasing fit (pool adjacent violators): more tokens never cost less than fewer."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]

@@ -26,13 +26,15 @@ class ReportOutput:
 
 
 def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_hour: float | None = None,
-                  gpus: Sequence[str] = ("H100", "H200"), plots: bool = True) -> ReportOutput:
+                  gpus: Sequence[str] = ("H100", "H200"), plots: bool = True, timing: str = "auto") -> ReportOutput:
     """Write `out_dir/report.md` and the plots; returns what was written and the recommendation."""
     results_path, out_dir = Path(results_path), Path(out_dir)
     if not results_path.is_file():
         raise UsageError(f"results file {results_path} does not exist", hint="run `trtspec sweep ... --out FILE` first")
     try:
-        results = load_results(results_path)
+        if timing not in ("auto", "wall", "cpu"):
+            raise ConfigError("timing", timing, "is not a timing mode", hint="use auto, wall or cpu")
+        results = load_results(results_path, timing)
     except ValueError as exc:
         raise UsageError(str(exc), hint="the results file was edited or corrupted; rerun the sweep") from None
     if not results.rows and not results.errors:
@@ -127,13 +129,21 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
             "(request i uses seed + i), top_k 0, top_p 1",
             f"- chat template: {sweep.get('chat_template') or 'none (base models: prompts are sent as raw text)'}",
             "- speedup = tokens/s of the case / tokens/s of plain decoding (k = 0) with the same suite, temperature "
-            "and concurrency. Mean acceptance length = 1 + accepted / drafts (tokens per target forward).", ""]
+            "and concurrency. Mean acceptance length = 1 + accepted / drafts (tokens per target forward).",
+            f"- timing: **{results.timing}**"
+            + (" (speedups and predictions use process CPU seconds, which other processes sharing the CPU do not "
+               "inflate; `wall speedup` is the wall-clock ratio, noisy on a shared machine)"
+               if results.timing == "cpu" else " (wall-clock seconds)"), ""]
 
     out += ["## Results", ""]
-    out += _table(["suite", "T", "conc", "method", "k", "mean acc. len", "acc. rate", "tokens/s", "speedup",
-                   "predicted", "error", f"within {TOLERANCE:.0%}"],
+    cpu = results.timing == "cpu"
+    out += _table(["suite", "T", "conc", "method", "k", "mean acc. len", "acc. rate", "tokens/s (wall)",
+                   *(["wall speedup"] if cpu else []), f"speedup ({results.timing})", "predicted", "error",
+                   f"within {TOLERANCE:.0%}"],
                   [(r.params["suite"], f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
-                    _fmt(r.tokens_per_step), _fmt(r.acceptance_rate) if r.k else "-", _fmt(r.tokens_per_s, ".1f"),
+                    _fmt(r.tokens_per_step), _fmt(r.acceptance_rate) if r.k else "-",
+                    _fmt(r.wall_tokens_per_s, ".1f"),
+                    *([_fmt(_wall_speedup(results, r), ".2f", "x")] if cpu else []),
                     _fmt(r.measured_speedup, ".2f", "x"), _fmt(r.predicted_speedup, ".2f", "x"),
                     _fmt(None if r.error is None else 100 * r.error, "+.0f", "%"),
                     {True: "yes", False: "**no**", None: "-"}[r.within_tolerance if r.k else None]) for r in rows])
@@ -144,7 +154,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
         out += _table(["case", "error", "hint"],
                       [(e.get("label", e["id"]), f"{e['error']['type']}: {e['error']['message']}",
                         e["error"].get("hint") or "") for e in results.errors])
-    out += _recommendation_section(recs, price)
+    out += _recommendation_section(recs, price, results.timing)
     out += _projection_section(results, recs, gpus)
     if plots:
         out += ["## Plots", ""]
@@ -155,6 +165,11 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
         for name, path in plots.items():
             out += [f"### {titles.get(name, name)}", "", f"![{titles.get(name, name)}]({path.name})", ""]
     return "\n".join(out)
+
+
+def _wall_speedup(results: Results, row: Any) -> float | None:
+    base = results.baseline_of(row)
+    return row.wall_tokens_per_s / base.wall_tokens_per_s if base and base.wall_tokens_per_s else None
 
 
 def _cost_model_section(results: Results) -> list[str]:
@@ -172,12 +187,14 @@ def _cost_model_section(results: Results) -> list[str]:
     calib = list(results.calibrations.values())
     if calib:
         c = calib[0]
-        sizes = sorted(c["target_s"], key=int)
-        ns = sorted(c["target_s"][sizes[0]], key=int)
-        out += ["Calibration (ms per forward; target over n tokens per sequence, draft over 1):", ""]
+        key = "cpu_s" if results.timing == "cpu" else "s"
+        sizes = sorted(c[f"target_{key}"], key=int)
+        ns = sorted(c[f"target_{key}"][sizes[0]], key=int)
+        out += [f"Calibration ({results.timing} ms per forward; target over n tokens per sequence, draft over 1 "
+                f"token; {c.get('smoothing', 'median of repeats')}):", ""]
         out += _table(["batch", *[f"target n={n}" for n in ns], "draft"],
-                      [(b, *[f"{c['target_s'][b][n] * 1e3:.2f}" for n in ns],
-                        f"{c.get('draft_s', {}).get(b, 0) * 1e3:.2f}") for b in sizes])
+                      [(b, *[f"{c[f'target_{key}'][b][n] * 1e3:.2f}" for n in ns],
+                        f"{c.get(f'draft_{key}', {}).get(b, 0) * 1e3:.2f}") for b in sizes])
     misses = [r for r in checked if not r.within_tolerance]
     if misses:
         out += ["Where the model misses, and why:", ""]
@@ -188,7 +205,7 @@ def _cost_model_section(results: Results) -> list[str]:
     return out
 
 
-def _recommendation_section(recs: list[Recommendation], price: float | None) -> list[str]:
+def _recommendation_section(recs: list[Recommendation], price: float | None, timing: str) -> list[str]:
     out = ["## Recommendation", ""]
     if not recs:
         return out + ["No recommendation: the results have no calibration records.", ""]
@@ -196,6 +213,8 @@ def _recommendation_section(recs: list[Recommendation], price: float | None) -> 
             "speculate at this batch size). Write it into a build config with "
             "`trtspec report RESULTS --out DIR --write-config build.yaml`.", ""]
     header = ["T", "batch", "method", "k", "expected speedup", "tokens/s", "plain tokens/s"]
+    if timing == "cpu":
+        out += ["Throughput and cost are per CPU-second of this process (timing cpu).", ""]
     if price:
         header += [f"$ per 1M tokens (at ${price:g}/h)", "plain $ per 1M"]
     rows = []

@@ -98,8 +98,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
     backend = backend or make_backend(spec)
     results = ResultsFile(out)
     try:
-        # 1. preflight (before any file is touched)
+        # 1. preflight (before any file is touched): the backend's own checks, then per model set (engine backend)
         backend.preflight(spec)
+        check = getattr(backend, "check_prompts_fit", None)
+        if check is not None:
+            for model_set in model_sets(cases):
+                check(spec, model_set)
         # 2. resume
         existing = results.open_for_append()
         done_cases = latest_by_id(existing, "case")
