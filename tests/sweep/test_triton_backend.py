@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.sweep.fakes import FakeTritonTransport, toy_draft_next, toy_target_next
-from trtspec.errors import ServerError
+from trtspec.errors import ConfigError, ServerError
 from trtspec.sweep.backend_triton import GrpcTransport, TritonBackend, draft_target_loop
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.prompts import PromptSuite
@@ -98,10 +98,15 @@ class PerfMetricsTransport:
         n = int(inputs["request_output_len"][0, 0])
         seq = inputs["input_ids"][0].tolist() + [7] * n
         k = int(inputs["num_draft_tokens"][0, 0])
+        seq = seq[len(inputs["input_ids"][0]):]  # exclude_input_in_output
         return {"output_ids": np.array([[seq]], dtype=np.int32), "sequence_length": np.array([[len(seq)]]),
                 "acceptance_rate": np.array([[0.5]], dtype=np.float32),
                 "total_accepted_draft_tokens": np.array([[3 * k // 2]], dtype=np.int32),
-                "total_draft_tokens": np.array([[3 * k]], dtype=np.int32)}
+                "total_draft_tokens": np.array([[3 * k]], dtype=np.int32),
+                "num_drafts": np.array([[4]], dtype=np.int32)}
+
+    def model_parameters(self, model):
+        return {"method": "ngram", "max_k": "8"}
 
     def close(self):
         pass
@@ -122,5 +127,12 @@ def test_torch_flavour_reads_perf_metrics(tmp_path):
     stats = metrics["stats"]
     assert stats["source"] == "perf_metrics" and metrics["output_tokens"] == 10
     assert stats["num_draft_tokens"] == 24 and stats["num_accepted_tokens"] == 12
-    assert stats["num_drafts"] == 6 and stats["mean_acceptance_length"] == 3.0
+    assert stats["num_drafts"] == 8 and stats["mean_acceptance_length"] == 2.5  # 1 + 12 / 8, from num_drafts
     assert transport.inputs[0]["return_perf_metrics"][0, 0] and transport.inputs[0]["num_draft_tokens"][0, 0] == 4
+
+
+def test_served_method_mismatch_is_refused_before_work():
+    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", methods=["draft_target"], drafts=["d"],
+                           k=[0, 2], suites=["code"], num_prompts=1)
+    with pytest.raises(ConfigError, match="serves method 'ngram'"):
+        TritonBackend(transport=PerfMetricsTransport(), tokenizer=object()).preflight(spec)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trtspec.errors import ServerError, ToolNotFoundError
+from trtspec.errors import ConfigError, ServerError, ToolNotFoundError
 from trtspec.methods import resolve
 from trtspec.sweep.grid import Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
@@ -165,15 +165,18 @@ def perf_metrics_request(transport: Transport, *, model: str, prompt_ids: Sequen
         "seed": np.array([[seed]], dtype=np.uint64),
         "return_perf_metrics": np.array([[True]], dtype=bool),
     }
-    if k is not None:
+    extra: list[str] = []
+    if k is not None:  # the torch-flavour model: k per request, no prompt in the output, num_drafts reported
         inputs["num_draft_tokens"] = np.array([[k]], dtype=np.int32)
-    out = transport.infer(model, inputs, ["output_ids", "sequence_length", *PERF_OUTPUTS])
+        inputs["exclude_input_in_output"] = np.array([[True]], dtype=bool)
+        extra = ["num_drafts"]
+    out = transport.infer(model, inputs, ["output_ids", "sequence_length", *PERF_OUTPUTS, *extra])
     output_ids = np.asarray(out["output_ids"]).reshape(-1)
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
     generated = output_ids[:seq_len].tolist()
-    if len(generated) >= len(ids) and generated[: len(ids)] == ids.tolist():
-        generated = generated[len(ids):]  # output_ids includes the prompt unless exclude_input_in_output
-    metrics = {name: float(np.asarray(out[name]).reshape(-1)[0]) for name in PERF_OUTPUTS}
+    if k is None and generated[: len(ids)] == ids.tolist():
+        generated = generated[len(ids):]  # tensorrt_llm output_ids include the prompt (exclude_input_in_output off)
+    metrics = {name: float(np.asarray(out[name]).reshape(-1)[0]) for name in (*PERF_OUTPUTS, *extra) if name in out}
     return generated, metrics
 
 
@@ -214,6 +217,11 @@ class GrpcTransport:
             result = self.client.infer(model, tensors, outputs=requested)
             return {n: result.as_numpy(n) for n in outputs if result.as_numpy(n) is not None}
         return self._stream_infer(model, tensors, requested, outputs)
+
+    def model_parameters(self, model: str) -> dict[str, str]:
+        """A model's config.pbtxt `parameters` as strings."""
+        cfg = self.client.get_model_config(model, as_json=True).get("config", {})
+        return {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
 
     def _is_decoupled(self, model: str) -> bool:
         if model not in self._decoupled:
@@ -268,6 +276,12 @@ class TritonBackend:
             if not self.transport.ready(model):
                 raise ServerError(f"model {model!r} is not ready on {spec.url}",
                                   hint="check `model_name`/`draft_model_name` against the served repository")
+        served = _served_method(self.transport, spec.served_model_name)
+        wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
+        if wrong:
+            raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
+                              f"{served!r} (a server-level setting); k and temperature vary per request",
+                              hint=f"sweep --method {served}, or deploy a repository per method")
         if self.tokenizer is None:
             self.tokenizer = _load_tokenizer(spec.model)
 
@@ -277,7 +291,7 @@ class TritonBackend:
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
         assert self.transport is not None
         counts = LoopCounts()
-        perf_accepted = perf_drafted = 0
+        perf_accepted = perf_drafted = perf_drafts = 0
         used_perf_metrics = False
         output_tokens = 0
         start = time.perf_counter()
@@ -303,12 +317,14 @@ class TritonBackend:
                 used_perf_metrics = True
                 perf_accepted += int(perf["total_accepted_draft_tokens"])
                 perf_drafted += int(perf["total_draft_tokens"])
+                perf_drafts += int(perf.get("num_drafts", 0))
             output_tokens += len(generated)
         wall = time.perf_counter() - start
         stats = counts.to_dict()
         if used_perf_metrics:
-            # Perf-metric path: drafts (iterations) ~ draft tokens / k (TensorRT-LLM counts min(k, path len) per step).
-            drafts = perf_drafted / case.k if case.k else 0
+            # trtspec_engine reports num_drafts; for TensorRT-LLM, drafts (iterations) ~ draft tokens / k, since it
+            # counts min(k, path length) draft tokens per step.
+            drafts = perf_drafts or (perf_drafted / case.k if case.k else 0)
             stats.update(num_draft_tokens=perf_drafted, num_accepted_tokens=perf_accepted,
                          num_drafts=round(drafts), num_accepted_tokens_per_pos=None,
                          acceptance_rate=perf_accepted / perf_drafted if perf_drafted else 0.0,
@@ -325,6 +341,12 @@ class TritonBackend:
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+def _served_method(transport: Transport, model: str) -> str | None:
+    """The `method` parameter of a served trtspec_engine model (None when the transport or model does not say)."""
+    params = getattr(transport, "model_parameters", None)
+    return (params(model) or {}).get("method") if params else None
 
 
 def _uses_client_loop(spec: SweepSpec, method: str) -> bool:
