@@ -68,7 +68,7 @@ def test_backend_runs_a_case_through_the_loop(tmp_path):
 
     class ByteTokenizer:  # test double: the real backend loads the target's tokenizer.json
         def encode(self, text):
-            return type("Enc", (), {"ids": [b % 50 for b in text.encode()][:16]})()
+            return [b % 50 for b in text.encode()][:16]
 
     backend = TritonBackend(transport=FakeTritonTransport(), tokenizer=ByteTokenizer())
     backend.preflight(spec)
@@ -118,7 +118,7 @@ def test_torch_flavour_reads_perf_metrics(tmp_path):
 
     class ByteTokenizer:
         def encode(self, text):
-            return type("Enc", (), {"ids": [1, 2, 3]})()
+            return [1, 2, 3]
 
     transport = PerfMetricsTransport()
     backend = TritonBackend(transport=transport, tokenizer=ByteTokenizer())

@@ -296,7 +296,7 @@ class TritonBackend:
         output_tokens = 0
         start = time.perf_counter()
         for i, prompt in enumerate(suite.prompts):  # concurrency > 1 is approximated serially on this path
-            prompt_ids = self.tokenizer.encode(prompt).ids
+            prompt_ids = list(self.tokenizer.encode(prompt))
             if spec.flavour == "tensorrtllm" and case.k == 0:
                 out, seq_len = _trtllm_call(self.transport, spec.served_model_name,
                                             np.asarray(prompt_ids, dtype=np.int32), case.max_new_tokens, None,
@@ -356,15 +356,16 @@ def _uses_client_loop(spec: SweepSpec, method: str) -> bool:
 
 
 def _load_tokenizer(model: str) -> Any:
-    from tokenizers import Tokenizer
-
+    """The target's HF tokenizer, used exactly as the in-process engine uses it (special tokens added)."""
     from trtspec.models import resolve_model
 
-    path = Path(resolve_model(model, field="model")) / "tokenizer.json"
-    if not path.is_file():
-        raise ServerError(f"model={model!r}: no tokenizer.json at {path} to tokenize prompts for the server",
+    path = Path(resolve_model(model, field="model"))
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        raise ServerError(f"model={model!r}: no tokenizer in {path} to tokenize prompts for the server",
                           hint="pass the target's local HF directory as --model (the one the repository serves)")
-    return Tokenizer.from_file(str(path))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 def _grow(values: list[int], size: int) -> None:
