@@ -22,6 +22,15 @@ MAX_K = 4
 
 
 @pytest.fixture(scope="module")
+def tokenized_pair(random_pair, tmp_path_factory):
+    """The random pair with the Triton tests' character tokenizer, so text prompts work on both backends."""
+    base = tmp_path_factory.mktemp("sweep_tokenized")
+    tok = helpers.make_tokenizer(base / "tokenizer")
+    return tuple(helpers.with_tokenizer(m, tok, base / name) for m, name in zip(random_pair, ("target", "draft"),
+                                                                                 strict=True))
+
+
+@pytest.fixture(scope="module")
 def served(tmp_path_factory, tokenized_pair):
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository
