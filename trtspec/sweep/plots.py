@@ -67,10 +67,14 @@ def _legend(ax: Any) -> None:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
 
 
-def _integer_ticks(ax: Any) -> None:
+def _finish(ax: Any, **labels: Any) -> None:
+    """Title and axis labels, a light grid, integer x ticks, and the legend."""
     from matplotlib.ticker import MaxNLocator
 
+    ax.set(**labels)
+    ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(ax)
 
 
 def _acceptance_per_position(plt: Any, results: Results) -> Any:
@@ -81,11 +85,8 @@ def _acceptance_per_position(plt: Any, results: Results) -> Any:
     for key, group in _by_series(rows).items():
         deepest = group[-1]  # the largest k shows every position
         ax.plot(range(1, len(deepest.per_pos) + 1), deepest.per_pos, marker="o", label=f"{key} (k={deepest.k})")
-    ax.set(title="Per-position acceptance r_i = P(first i draft tokens accepted)", xlabel="draft position i",
-           ylabel="acceptance rate r_i", ylim=(0, 1.05))
-    ax.grid(alpha=0.3)
-    _integer_ticks(ax)
-    _legend(ax)
+    _finish(ax, title="Per-position acceptance r_i = P(first i draft tokens accepted)", xlabel="draft position i",
+            ylabel="acceptance rate r_i", ylim=(0, 1.05))
     return fig
 
 
@@ -98,11 +99,8 @@ def _acceptance_length_vs_k(plt: Any, results: Results) -> Any:
         ax.plot([r.k for r in group], [r.tokens_per_step for r in group], marker="o", label=key)
     ks = sorted({r.k for r in rows})
     ax.plot(ks, [k + 1 for k in ks], color="grey", linestyle=":", label="upper bound k + 1")
-    ax.set(title="Mean acceptance length (tokens per target forward) vs k", xlabel="draft length k",
-           ylabel="mean acceptance length")
-    ax.grid(alpha=0.3)
-    _integer_ticks(ax)
-    _legend(ax)
+    _finish(ax, title="Mean acceptance length (tokens per target forward) vs k", xlabel="draft length k",
+            ylabel="mean acceptance length")
     return fig
 
 
@@ -114,7 +112,7 @@ def _throughput_vs_k(plt: Any, results: Results) -> Any:
     for key, group in _by_series(rows).items():
         base = results.baseline_of(group[0])
         ks = ([0] if base else []) + [r.k for r in group]
-        tps = ([base.tokens_per_s] if base else []) + [r.tokens_per_s for r in group]
+        tps = ([base.wall_tokens_per_s] if base else []) + [r.wall_tokens_per_s for r in group]
         (line,) = ax_tps.plot(ks, tps, marker="o", label=key)
         measured = [(r.k, r.measured_speedup) for r in group if r.measured_speedup]
         if measured:
@@ -124,13 +122,11 @@ def _throughput_vs_k(plt: Any, results: Results) -> Any:
             ax_spd.plot(*zip(*predicted, strict=True), linestyle="--", color=line.get_color(), alpha=0.7)
     ax_spd.plot([], [], color="black", marker="o", label="measured (solid)")
     ax_spd.plot([], [], color="black", linestyle="--", label="predicted by the cost model (dashed)")
-    ax_tps.set(title="Output tokens/s vs k (k = 0: plain decoding)", xlabel="draft length k", ylabel="tokens/s")
     ax_spd.axhline(1.0, color="grey", linestyle=":", label="no speedup")
-    ax_spd.set(title="Speedup over plain decoding vs k", xlabel="draft length k", ylabel="speedup (x)")
-    for ax in (ax_tps, ax_spd):
-        ax.grid(alpha=0.3)
-        _integer_ticks(ax)
-        _legend(ax)
+    _finish(ax_tps, title="Output tokens/s (wall clock) vs k (k = 0: plain decoding)", xlabel="draft length k",
+            ylabel="tokens/s")
+    _finish(ax_spd, title=f"Speedup over plain decoding vs k ({results.timing} time)", xlabel="draft length k",
+            ylabel="speedup (x)")
     return fig
 
 
@@ -148,7 +144,7 @@ def _speedup_vs_concurrency(plt: Any, results: Results) -> Any:
         pts = sorted((int(r.params["concurrency"]), r.measured_speedup) for r in group if r.k == best_k)
         ax.plot(*zip(*pts, strict=True), marker="o", label=f"{key} k={best_k}")
     ax.axhline(1.0, color="grey", linestyle=":", label="no speedup")
-    ax.set(title="Measured speedup vs concurrency (best k at the lowest concurrency)",
+    ax.set(title=f"Measured speedup vs concurrency ({results.timing} time; best k at the lowest concurrency)",
            xlabel="concurrency (requests in flight)", ylabel="speedup (x)")
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
