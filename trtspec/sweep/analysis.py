@@ -41,6 +41,8 @@ class CaseRow:
     measured_speedup: float | None = None
     prediction: costmodel.Prediction | None = None
     measured_step_s: float | None = None
+    seconds: float = 0.0  # the case's duration in the chosen timing (wall or CPU)
+    num_requests: int = 0
     wall_tokens_per_s: float = 0.0  # always wall clock, whatever the timing of tokens_per_s
     miss_reason: str = ""
 
@@ -58,16 +60,27 @@ class CaseRow:
         extra = self.params.get("draft") or self.params.get("medusa")
         return f"{self.method}:{Path(str(extra)).name}" if extra else self.method
 
+    prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated
+    admissions: float | None = None  # admission steps per `concurrency` requests (measured by the runner)
+    base_admissions: float | None = None  # the same for the baseline case
+
     @property
     def predicted_speedup(self) -> float | None:
-        return self.prediction.speedup if self.prediction else None
+        """Predicted speedup of this case: whole requests (prompt pass included) when calibrated, else per step."""
+        if self.prediction is None:
+            return None
+        if self.prefill and self.k:
+            return self.prediction.with_prefill(int(self.params["max_new_tokens"]), *self.prefill,
+                                                admissions_base=self.base_admissions, admissions_spec=self.admissions)
+        return self.prediction.speedup
 
     @property
     def error(self) -> float | None:
         """predicted / measured - 1."""
-        if self.prediction is None or not self.measured_speedup:
+        predicted = self.predicted_speedup
+        if predicted is None or not self.measured_speedup:
             return None
-        return self.prediction.speedup / self.measured_speedup - 1.0
+        return predicted / self.measured_speedup - 1.0
 
     @property
     def within_tolerance(self) -> bool | None:
@@ -116,6 +129,10 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
         row.prediction = costmodel.predict(
             row.k, row.tokens_per_step, costs, overhead_base_s=_overhead_per_step(base_stats),
             overhead_spec_s=_overhead_per_step(stats), draft_step_s=_proposer_step_s(row, stats))
+        row.base_admissions = base.admissions if base else None
+        if costs.target_prefill_s:
+            uses_draft = resolve(row.method).needs_draft_model
+            row.prefill = (costs.target_prefill_s, costs.target_prefill_s + (costs.draft_prefill_s if uses_draft else 0))
         row.miss_reason = _miss_reason(row, base, costs)
     return results
 
@@ -140,7 +157,9 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: in
     b = min(sizes, key=lambda s: (abs(s - batch), s))
     target_s = {int(n): float(t) for n, t in best[f"target_{suffix}"][str(b)].items()}
     draft_s = float(best.get(f"draft_{suffix}", {}).get(str(b), 0.0)) if needs_draft else 0.0
-    return costmodel.StepCosts(b, target_s, draft_s)
+    prefill = float(best.get(f"target_prefill_{suffix}", {}).get(str(b), 0.0))
+    draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
+    return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill)
 
 
 def _clock_stats(metrics: dict[str, Any], timing: str) -> dict[str, Any]:
@@ -169,7 +188,10 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
         tokens_per_s=output_tokens / seconds if output_tokens and seconds else float(metrics.get("tokens_per_s", 0.0)),
         wall_time_s=float(metrics.get("wall_time_s", 0.0)), tokens_per_step=float(tokens_per_step),
         acceptance_rate=float(stats.get("acceptance_rate") or 0.0), per_pos=per_pos,
-        measured_step_s=seconds / steps if steps else None, wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)))
+        measured_step_s=seconds / steps if steps else None, seconds=seconds,
+        num_requests=int(metrics.get("num_requests") or 0), wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
+        admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
+                    if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
 
 
 def _baseline_key(params: dict[str, Any]) -> tuple:
@@ -190,27 +212,37 @@ def _proposer_step_s(row: CaseRow, stats: dict[str, Any]) -> float | None:
     return float(stats.get("draft_time_s") or 0.0) / forwards if forwards else 0.0
 
 
+def modelled_seconds(row: CaseRow, *, baseline: bool = False) -> float | None:
+    """Modelled seconds of the case (all its requests): R / c * (c * P + N / E * S), per the cost model."""
+    pred = row.prediction
+    if pred is None or not row.num_requests:
+        return None
+    c, n = int(row.params["concurrency"]), int(row.params["max_new_tokens"])
+    plain_prefill, spec_prefill = row.prefill or (0.0, 0.0)
+    a_base = c if row.base_admissions is None else row.base_admissions
+    a_spec = c if row.admissions is None else row.admissions
+    per_wave = (a_base * plain_prefill + n * pred.baseline_step_s if baseline or row.k == 0
+                else a_spec * spec_prefill + n / pred.tokens_per_step * pred.spec_step_s)
+    return per_wave * row.num_requests / c
+
+
 def _miss_reason(row: CaseRow, base: CaseRow | None, costs: costmodel.StepCosts) -> str:
-    """A short why for a prediction outside the tolerance: which measured step time differs from the model's."""
+    """A short why for a prediction outside the tolerance: which side (speculative or plain) the model mis-timed."""
     if row.within_tolerance is not False or row.prediction is None:
         return ""
     parts = []
-    pred = row.prediction
-    if row.measured_step_s:
-        ratio = row.measured_step_s / pred.spec_step_s
-        if abs(ratio - 1) > 0.1:
-            parts.append(f"spec step {row.measured_step_s * 1e3:.1f} ms measured vs {pred.spec_step_s * 1e3:.1f} ms "
-                         "modelled")
-    if base and base.measured_step_s:
-        ratio = base.measured_step_s / pred.baseline_step_s
-        if abs(ratio - 1) > 0.1:
-            parts.append(f"baseline step {base.measured_step_s * 1e3:.1f} ms measured vs "
-                         f"{pred.baseline_step_s * 1e3:.1f} ms modelled")
-    if not parts and int(row.params["concurrency"]) > 1:
-        parts.append("fewer tokens per batched step than E(k): the batch drains at the tail")
+    for name, case, modelled in (("speculative", row, modelled_seconds(row)),
+                                 ("plain", base, modelled_seconds(row, baseline=True))):
+        if case is None or not modelled or not case.seconds:
+            continue
+        off = case.seconds / modelled - 1
+        if abs(off) > 0.08:
+            parts.append(f"{name} run took {case.seconds:.2f} s vs {modelled:.2f} s modelled ({off:+.0%})")
     if costs.batch_size != int(row.params["concurrency"]):
         parts.append(f"costs from batch {costs.batch_size} (not calibrated at {row.params['concurrency']})")
-    return "; ".join(parts) or "timing noise (short case; see wall_time_s)"
+    if not parts and int(row.params["concurrency"]) > 1:
+        parts.append("fewer tokens per batched step than E(k): the batch drains at the tail")
+    return "; ".join(parts) or "small errors on both sides add up"
 
 
 # ---------------------------------------------------------------------------------------------------------------

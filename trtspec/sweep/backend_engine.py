@@ -71,31 +71,40 @@ class EngineBackend:
 
         engine = self._engine(spec, model_set)
         draft_model = getattr(engine.proposers.get("draft_model"), "model", None)
-        context = _calibration_context(spec, engine)
+        prompt_len, context = _calibration_lengths(spec, engine)
         sizes = sorted(set(spec.calibration_batch_sizes) | set(spec.concurrency))
         ns = list(range(1, spec.max_draft_len + 2))
         points = [("target", b, n) for b in sizes for n in ns]
         points += [("draft", b, 1) for b in sizes] if draft_model is not None else []
-        benches = {(role, b): _Bench(engine.target if role == "target" else draft_model, b, context)
-                   for role, b, _ in points}
+        # prompt passes (a fresh request's first step): n = prompt length over an empty cache
+        prefills = [("target_prefill", b, prompt_len) for b in sizes]
+        prefills += [("draft_prefill", b, prompt_len) for b in sizes] if draft_model is not None else []
+        models = {"target": engine.target, "draft": draft_model, "target_prefill": engine.target,
+                  "draft_prefill": draft_model}
+        benches = {(role, b): _Bench(models[role], b, 0 if role.endswith("prefill") else context)
+                   for role, b, _ in points + prefills}
+        points += prefills
         wall: dict[tuple, list[float]] = {p: [] for p in points}
         cpu: dict[tuple, list[float]] = {p: [] for p in points}
         with torch.inference_mode():
             # interleaved repeats: a burst of load from other processes hits every point, not one
             for rep in range(CALIBRATION_REPEATS + 1):
                 for role, b, n in points:
+                    benches[(role, b)].time(n)  # back to back: time the second call, on warm caches as in a run
                     w, c = benches[(role, b)].time(n)
                     if rep:  # the first round is a warm-up
                         wall[(role, b, n)].append(w)
                         cpu[(role, b, n)].append(c)
-        out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "repeats": CALIBRATION_REPEATS,
+        out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "prompt_tokens": prompt_len,
+                               "repeats": CALIBRATION_REPEATS,
                                "device": spec.device, "dtype": spec.dtype, "torch_threads": torch.get_num_threads(),
-                               "smoothing": "median of interleaved repeats, then isotonic (non-decreasing in n)"}
+                               "smoothing": "median of interleaved warm repeats, then isotonic (non-decreasing in n)"}
         for clock, samples in (("s", wall), ("cpu_s", cpu)):
             out[f"target_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
                 [statistics.median(samples[("target", b, n)]) for n in ns]), strict=True)) for b in sizes}
-            out[f"draft_{clock}"] = {str(b): statistics.median(samples[("draft", b, 1)])
-                                     for b in sizes if ("draft", b, 1) in samples}
+            for role, n in (("draft", 1), ("target_prefill", prompt_len), ("draft_prefill", prompt_len)):
+                out[f"{role}_{clock}"] = {str(b): statistics.median(samples[(role, b, n)])
+                                          for b in sizes if (role, b, n) in samples}
         return out
 
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
@@ -113,16 +122,19 @@ class EngineBackend:
         cpu_start = time.process_time()
         per_request: list[float] = []
         output_tokens = 0
-        num_steps = 0
+        num_steps = admission_steps = 0
         pending = list(range(len(prompts)))
         in_flight = 0
         start = time.perf_counter()
         while pending or in_flight:
             # keep `concurrency` requests in flight; a finished one is replaced before the next step
+            admitted = False
             while pending and in_flight < case.concurrency:
                 i = pending.pop(0)
                 engine.add_request(prompts[i], samplings[i], spec_params)
                 in_flight += 1
+                admitted = True
+            admission_steps += admitted  # a step that also runs prompt passes (the batch is padded to them)
             for delta in engine.step():
                 output_tokens += len(delta.token_ids)
                 if delta.finished:
@@ -135,6 +147,7 @@ class EngineBackend:
         cpu = time.process_time() - cpu_start
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": output_tokens / cpu if cpu > 0 else 0.0, "num_requests": len(prompts), "output_tokens": output_tokens,
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "num_steps": num_steps,
+                "num_admission_steps": admission_steps,
                 "per_request_mean_acceptance_length": per_request, "stats": stats.to_dict()}
 
     def info(self) -> dict[str, Any]:
@@ -184,10 +197,11 @@ def _model_set_of(case: Case, loaded: dict[ModelSet, Any]) -> ModelSet:
     return ModelSet(case.model)
 
 
-def _calibration_context(spec: SweepSpec, engine: Any) -> int:
-    """Context length for the micro-benchmark: mean prompt tokens + half of max_new_tokens (the mean decode context)."""
+def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:
+    """(mean prompt tokens, mean decode context = mean prompt tokens + half of max_new_tokens) of the sweep."""
     lengths = [len(encode_prompt(engine, p)) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
-    return max(8, int(statistics.fmean(lengths)) + spec.max_new_tokens // 2)
+    prompt = max(1, round(statistics.fmean(lengths)))
+    return prompt, max(8, prompt + spec.max_new_tokens // 2)
 
 
 class _Bench:
@@ -202,9 +216,9 @@ class _Bench:
         self.slots = torch.tensor([self.cache.alloc() for _ in range(batch)]).to(self.device)  # [batch]
         self.context = min(context, self.cache.max_seq_len // 2)
         self.gen = torch.Generator().manual_seed(0)
-        vocab = model.config.vocab_size
-        prefix = torch.randint(0, vocab, (batch, self.context), generator=self.gen)  # [batch, context]
-        model(prefix.to(self.device), self.cache, self.slots)
+        if self.context:
+            prefix = torch.randint(0, model.config.vocab_size, (batch, self.context), generator=self.gen)
+            model(prefix.to(self.device), self.cache, self.slots)  # prefix: [batch, context]
 
     def time(self, num_tokens: int) -> tuple[float, float]:
         """(wall, process CPU) seconds of one forward of `num_tokens` new tokens per sequence; the cache is restored."""

@@ -30,6 +30,8 @@ class StepCosts:
     batch_size: int
     target_s: Mapping[int, float]  # tokens per sequence in the forward (1..max_k + 1) -> seconds
     draft_s: float = 0.0  # one single-token draft forward; 0 for proposers without a model (ngram)
+    target_prefill_s: float = 0.0  # one target forward over the prompt (mean prompt length)
+    draft_prefill_s: float = 0.0  # the same for the draft model
 
     def target(self, num_tokens: int) -> float:
         """T_target(b, n); for an n that was not measured, interpolate linearly between the nearest measured ones."""
@@ -66,6 +68,22 @@ class Prediction:
     def tokens_per_s(self) -> float:
         """Output tokens per second across the batch."""
         return self.batch_size * self.tokens_per_step / self.spec_step_s
+
+    def with_prefill(self, new_tokens: int, prefill_base_s: float, prefill_spec_s: float, *,
+                     admissions_base: float | None = None, admissions_spec: float | None = None) -> float:
+        """Speedup of whole requests of `new_tokens` output tokens, prompt processing included.
+
+        A step that admits requests runs their prompt pass (the batch is padded to it). Per c requests in flight,
+        plain = a_0 * P_base + N * S_0 and speculative = a_k * P_spec + (N / E) * S_k, where P_spec adds the draft
+        model's own prompt pass and a = admission steps per c requests (between 1, when a whole batch is admitted
+        together, and c; default c). Short generations amortise the prompt less, so speedups shrink.
+        """
+        c = self.batch_size
+        a_base = c if admissions_base is None else admissions_base
+        a_spec = c if admissions_spec is None else admissions_spec
+        plain = a_base * prefill_base_s + new_tokens * self.baseline_step_s
+        spec = a_spec * prefill_spec_s + new_tokens / self.tokens_per_step * self.spec_step_s
+        return plain / spec
 
 
 def expected_tokens_per_step(per_pos: Sequence[float], k: int | None = None) -> float:

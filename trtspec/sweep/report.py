@@ -181,9 +181,12 @@ def _cost_model_section(results: Results) -> list[str]:
     inside = [r for r in checked if r.within_tolerance]
     out += [f"Predicted speedup within {TOLERANCE:.0%} of measured for **{len(inside)} of {len(checked)}** cases "
             f"(median |error| {_median([abs(r.error or 0) for r in checked]) * 100:.1f}%).",
-            "predicted = E(k) * (T_target(b,1) + overhead_base) / (k * T_draft(b) + T_target(b,k+1) + overhead_spec), "
-            "with E(k) = 1 + sum of measured per-position acceptance, T from the calibration micro-benchmark at "
-            "b = concurrency, host overhead per step from the engine's own accounting.", ""]
+            "Per step: S_0 = T_target(b,1) + overhead_base and S_k = k * T_draft(b) + T_target(b,k+1) + overhead_spec; "
+            "steady-state speedup = E(k) * S_0 / S_k, with E(k) = 1 + sum of the measured per-position acceptance, T "
+            "from the calibration micro-benchmark at b = concurrency, host overhead per step from the engine's own "
+            "accounting. A case's prediction also charges each request's prompt pass P (target, plus the draft "
+            "model's for draft_target): speedup = (c * P_0 + N * S_0) / (c * P_k + N / E(k) * S_k) for N new tokens "
+            "per request and c in flight.", ""]
     calib = list(results.calibrations.values())
     if calib:
         c = calib[0]
@@ -192,9 +195,11 @@ def _cost_model_section(results: Results) -> list[str]:
         ns = sorted(c[f"target_{key}"][sizes[0]], key=int)
         out += [f"Calibration ({results.timing} ms per forward; target over n tokens per sequence, draft over 1 "
                 f"token; {c.get('smoothing', 'median of repeats')}):", ""]
-        out += _table(["batch", *[f"target n={n}" for n in ns], "draft"],
+        out += _table(["batch", *[f"target n={n}" for n in ns], "draft", f"prompt pass ({c.get('prompt_tokens', '?')} "
+                       "tokens): target", "draft"],
                       [(b, *[f"{c[f'target_{key}'][b][n] * 1e3:.2f}" for n in ns],
-                        f"{c.get(f'draft_{key}', {}).get(b, 0) * 1e3:.2f}") for b in sizes])
+                        *[f"{c.get(f'{role}_{key}', {}).get(b, 0) * 1e3:.2f}"
+                          for role in ("draft", "target_prefill", "draft_prefill")]) for b in sizes])
     misses = [r for r in checked if not r.within_tolerance]
     if misses:
         out += ["Where the model misses, and why:", ""]
