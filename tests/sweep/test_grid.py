@@ -97,3 +97,10 @@ def test_parse_int_list():
     assert parse_int_list("0-3,6", "k") == [0, 1, 2, 3, 6]
     with pytest.raises(UsageError, match="--k"):
         parse_int_list("a-b", "k")
+
+
+def test_repeats_run_in_rounds_and_keep_round_zero_ids(spec_kwargs):
+    one = SweepSpec.build(**spec_kwargs, methods=["ngram"], k=[0, 2]).cases()
+    two = SweepSpec.build(**spec_kwargs, methods=["ngram"], k=[0, 2], repeats=2).cases()
+    assert [c.case_id for c in two[:2]] == [c.case_id for c in one]
+    assert [c.repeat for c in two] == [0, 0, 1, 1] and len({c.case_id for c in two}) == 4

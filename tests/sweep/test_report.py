@@ -88,3 +88,8 @@ def test_cli_bad_input_exits_2(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r")])
     assert exc.value.code == 2
+
+
+def test_repeats_are_merged_with_median_timing(tmp_path):
+    results = load_results(_results(tmp_path, repeats=3, concurrency=[1], temperatures=[0], suites=["code"]))
+    assert len(results.rows) == 11 and all(r.repeats == 3 for r in results.rows)

@@ -22,6 +22,7 @@ from trtspec.methods import METHODS
 @click.option("--max-new-tokens", type=int, help="Tokens generated per request.")
 @click.option("--num-prompts", type=int, help="Prompts per suite (first N, in file order).")
 @click.option("--seed", type=int, help="Request i samples with seed + i.")
+@click.option("--repeats", type=int, help="Measurement rounds over the whole grid (the report takes medians).")
 @click.option("--max-draft-len", type=int, help="The engine's maximum k (tokens).")
 @click.option("--backend", type=click.Choice(["engine", "triton"]), help="engine = in-process; triton = gRPC.")
 @click.option("--url", help="Triton gRPC url (backend triton), e.g. localhost:8001.")

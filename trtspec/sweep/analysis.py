@@ -44,6 +44,7 @@ class CaseRow:
     seconds: float = 0.0  # the case's duration in the chosen timing (wall or CPU)
     num_requests: int = 0
     wall_tokens_per_s: float = 0.0  # always wall clock, whatever the timing of tokens_per_s
+    repeats: int = 1  # measurement rounds merged into this row (timings are their medians)
     miss_reason: str = ""
 
     @property
@@ -114,7 +115,7 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
         timing = "cpu" if ok and on_cpu and has_cpu else "wall"
     if timing not in ("wall", "cpu"):
         raise ValueError(f"timing={timing!r}: use wall, cpu or auto")
-    rows = [_row(rec, timing) for rec in ok]
+    rows = _merge_repeats([_row(rec, timing) for rec in ok])
     errors = [rec for rec in cases.values() if rec.get("status") != "ok"]
     results = Results(rows, errors, calibrations, [r for r in records if r.get("kind") == "sweep"], timing)
     stats_of = {rec["id"]: _clock_stats(rec["metrics"], timing) for rec in ok}
@@ -160,6 +161,24 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: in
     prefill = float(best.get(f"target_prefill_{suffix}", {}).get(str(b), 0.0))
     draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
     return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill)
+
+
+def _merge_repeats(rows: list[CaseRow]) -> list[CaseRow]:
+    """One row per case across measurement rounds: the first round's counts, the median of each timing."""
+    groups: dict[tuple, list[CaseRow]] = defaultdict(list)
+    for row in rows:
+        key = tuple(sorted((k, str(v)) for k, v in row.params.items() if k != "repeat"))
+        groups[key].append(row)
+    merged = []
+    for group in groups.values():
+        first = min(group, key=lambda r: int(r.params.get("repeat", 0)))
+        for name in ("tokens_per_s", "wall_tokens_per_s", "seconds", "wall_time_s"):
+            setattr(first, name, statistics.median(getattr(r, name) for r in group))
+        steps = [r.measured_step_s for r in group if r.measured_step_s]
+        first.measured_step_s = statistics.median(steps) if steps else None
+        first.repeats = len(group)
+        merged.append(first)
+    return merged
 
 
 def _clock_stats(metrics: dict[str, Any], timing: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +44,7 @@ class SweepSpec(BaseModel):
     max_new_tokens: int = Field(64, description="tokens generated per request")
     num_prompts: int = Field(8, description="prompts taken (in file order) from each suite")
     seed: int = Field(0, description="request i is sampled with seed + i")
+    repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
     backend: Literal["engine", "triton"] = "engine"
     url: str | None = Field(None, description="Triton gRPC url (backend triton), e.g. localhost:8001")
@@ -113,7 +114,7 @@ class SweepSpec(BaseModel):
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
         if self.threads is not None:
             _positive("threads", [self.threads])
-        for field in ("max_new_tokens", "num_prompts", "max_draft_len"):
+        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
             _positive(field, [getattr(self, field)])
         if self.backend == "triton" and not self.url:
             raise ConfigError("url", self.url, "backend triton needs the server's gRPC url",
@@ -131,7 +132,14 @@ class SweepSpec(BaseModel):
             load_suite(suite, self.num_prompts)
 
     def cases(self) -> list[Case]:
-        """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline."""
+        """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
+
+        With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
+        other processes hits one measurement of many cases rather than every measurement of one case.
+        """
+        return [replace(case, repeat=r) for r in range(self.repeats) for case in self._round()]
+
+    def _round(self) -> list[Case]:
         out: list[Case] = []
         for suite in self.suites:
             for temperature in self.temperatures:
@@ -174,17 +182,22 @@ class Case:
     draft: str | None = None
     medusa: str | None = None
     tree: str | None = None
+    repeat: int = 0  # measurement round (see SweepSpec.repeats)
 
     @property
     def case_id(self) -> str:
         return case_id(self.params())
 
     def params(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.repeat:
+            del out["repeat"]  # round 0 keeps the id a single-round sweep gives the same case
+        return out
 
     def label(self) -> str:
         extra = self.draft or self.medusa or ""
-        return f"{self.method}{'/' + extra if extra else ''} k={self.k} T={self.temperature:g} {self.suite} c={self.concurrency}"
+        label = f"{self.method}{'/' + extra if extra else ''} k={self.k} T={self.temperature:g} {self.suite} c={self.concurrency}"
+        return label + (f" #{self.repeat}" if self.repeat else "")
 
 
 def case_id(params: dict[str, object]) -> str:
