@@ -56,6 +56,12 @@ class CaseRow:
         return int(self.params["k"])
 
     @property
+    def suite(self) -> str:
+        """Display name of the prompt suite: a shipped name, or the stem of a user JSONL path."""
+        suite = str(self.params["suite"])
+        return Path(suite).stem if suite.endswith(".jsonl") else suite
+
+    @property
     def variant(self) -> str:
         """method plus its draft / heads, the unit a recommendation picks."""
         extra = self.params.get("draft") or self.params.get("medusa")

@@ -23,7 +23,7 @@ def _pyplot() -> Any:
 
 
 def series_key(row: CaseRow) -> str:
-    return f"{row.variant} T={row.params['temperature']:g} {row.params['suite']}"
+    return f"{row.variant} T={row.params['temperature']:g} {row.suite}"
 
 
 def _by_series(rows: list[CaseRow]) -> dict[str, list[CaseRow]]:

@@ -117,7 +117,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 
 def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs: list[Recommendation],
               price: float | None, gpus: Sequence[str]) -> str:
-    rows = sorted(results.rows, key=lambda r: (r.params["suite"], r.params["temperature"], r.params["concurrency"],
+    rows = sorted(results.rows, key=lambda r: (r.suite, r.params["temperature"], r.params["concurrency"],
                                                r.k > 0, r.variant, r.k))
     out = [f"# Speculative decoding sweep report: `{results_path.name}`", ""]
     sweep = results.sweeps[-1]["spec"] if results.sweeps else {}
@@ -140,7 +140,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
     out += _table(["suite", "T", "conc", "method", "k", "mean acc. len", "acc. rate", "tokens/s (wall)",
                    *(["wall speedup"] if cpu else []), f"speedup ({results.timing})", "predicted", "error",
                    f"within {TOLERANCE:.0%}"],
-                  [(r.params["suite"], f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
+                  [(r.suite, f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
                     _fmt(r.tokens_per_step), _fmt(r.acceptance_rate) if r.k else "-",
                     _fmt(r.wall_tokens_per_s, ".1f"),
                     *([_fmt(_wall_speedup(results, r), ".2f", "x")] if cpu else []),
@@ -204,7 +204,7 @@ def _cost_model_section(results: Results) -> list[str]:
     if misses:
         out += ["Where the model misses, and why:", ""]
         out += _table(["case", "measured", "predicted", "why"],
-                      [(f"{r.variant} k={r.k} T={r.params['temperature']:g} {r.params['suite']} "
+                      [(f"{r.variant} k={r.k} T={r.params['temperature']:g} {r.suite} "
                         f"c={r.params['concurrency']}", _fmt(r.measured_speedup, ".2f", "x"),
                         _fmt(r.predicted_speedup, ".2f", "x"), r.miss_reason) for r in misses])
     return out
