@@ -255,14 +255,15 @@ def _projection_section(results: Results, recs: list[Recommendation], gpus: Sequ
     for r in rows:
         e_by_k.setdefault(r.k, []).append(r.tokens_per_step)
     e_mean = {k: sum(v) / len(v) for k, v in e_by_k.items()}
-    out = [f"## GPU projection ({costmodel.PROJECTION_LABEL})", "",
+    out = ["## GPU projection", "", f"**This is a {costmodel.PROJECTION_LABEL}.**", "",
            f"{rec.variant} at T={rec.temperature:g}: target {target.params / 1e6:.1f}M params"
            + (f", draft {draft.params / 1e6:.2f}M params" if draft else "")
-           + ", bf16 weights. Kernel-launch and host overheads are ignored, and they dominate for models this small, "
-           "so read this as the memory-bound limit for models of this size ratio, not as a prediction.", ""]
+           + ", bf16 weights, the measured E(k). Kernel-launch and host overheads are ignored, and they dominate for "
+           "models this small, so read this as the limit for models of this size ratio, not as a prediction; the "
+           "large batch sizes show where verification turns compute-bound and speculation stops paying.", ""]
     table = []
     for gpu in gpus:
-        proj = costmodel.project(gpu, target, draft, e_mean, sorted({r.batch_size for r in recs}))
+        proj = costmodel.project(gpu, target, draft, e_mean, sorted({r.batch_size for r in recs} | {64, 256, 1024}))
         for b in sorted({p.batch_size for p in proj}):
             best = max((p for p in proj if p.batch_size == b), key=lambda p: p.speedup)
             table.append((f"{costmodel.GPUS[gpu].name} (projection)", b, best.k, f"{best.speedup:.2f}x",
