@@ -51,11 +51,20 @@ class EngineBackend:
             raise ConfigError("methods", unknown[0], "the reference engine cannot run it",
                               hint=f"use one of {', '.join(engine_methods())}")
 
-    def check_prompts_fit(self, spec: SweepSpec, model_set: ModelSet) -> None:
-        """Refuse, before any case runs, prompts that leave no room for max_new_tokens + k in the context."""
+    def check_model_set(self, spec: SweepSpec, model_set: ModelSet) -> None:
+        """Before any case runs: the engine can run every method, and prompts leave room for max_new_tokens + k."""
         from trtspec.errors import ConfigError
 
         engine = self._engine(spec, model_set)
+        from trtspec.methods import resolve
+
+        relevant = [m for m in spec.methods if m != BASELINE
+                    and (model_set.draft is not None or not resolve(m).needs_draft_model)
+                    and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)]
+        missing = [m for m in relevant if m not in engine.available_methods]
+        if missing:
+            raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
+                              hint=f"available here: {', '.join(engine.available_methods)}")
         for suite_name in spec.suites:
             longest = max(len(encode_prompt(engine, p)) for p in load_suite(suite_name, spec.num_prompts).prompts)
             need = longest + spec.max_new_tokens + spec.max_draft_len + 1

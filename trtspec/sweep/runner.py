@@ -100,7 +100,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
     try:
         # 1. preflight (before any file is touched): the backend's own checks, then per model set (engine backend)
         backend.preflight(spec)
-        check = getattr(backend, "check_prompts_fit", None)
+        check = getattr(backend, "check_model_set", None)
         if check is not None:
             for model_set in model_sets(cases):
                 check(spec, model_set)
