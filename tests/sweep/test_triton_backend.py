@@ -64,6 +64,7 @@ def test_draft_target_loop_counts_every_step(k):
 def test_backend_runs_a_case_through_the_loop(tmp_path):
     spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", flavour="tensorrtllm",
                            methods=["draft_target"], drafts=["fake-draft"], k=[0, 3], suites=["code"], num_prompts=2,
+                           concurrency=[2],
                            max_new_tokens=12)
 
     class ByteTokenizer:  # test double: the real backend loads the target's tokenizer.json

@@ -233,9 +233,10 @@ class GrpcTransport:
         import queue
 
         results: queue.Queue = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client = self._grpc.InferenceServerClient(url=self.url)  # a stream per call: requests may run concurrently
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
         try:
-            self.client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
+            client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
             merged: dict[str, np.ndarray] = {}
             while True:
                 result, error = results.get(timeout=600)
@@ -249,7 +250,8 @@ class GrpcTransport:
                 if "triton_final_response" in params and params["triton_final_response"].bool_param:
                     return merged
         finally:
-            self.client.stop_stream()
+            client.stop_stream()
+            client.close()
 
     def close(self) -> None:
         self.client.close()
@@ -289,51 +291,56 @@ class TritonBackend:
         return None  # forward costs are measured in-process only; the report says so
 
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
-        assert self.transport is not None
-        counts = LoopCounts()
-        perf_accepted = perf_drafted = perf_drafts = 0
-        used_perf_metrics = False
-        output_tokens = 0
+        """Every prompt of the suite, `concurrency` requests in flight (one client thread each)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        prompts = [list(self.tokenizer.encode(p)) for p in suite.prompts]
         start = time.perf_counter()
-        for i, prompt in enumerate(suite.prompts):  # concurrency > 1 is approximated serially on this path
-            prompt_ids = list(self.tokenizer.encode(prompt))
-            if spec.flavour == "tensorrtllm" and case.k == 0:
-                out, seq_len = _trtllm_call(self.transport, spec.served_model_name,
-                                            np.asarray(prompt_ids, dtype=np.int32), case.max_new_tokens, None,
-                                            case.temperature, None, None)
-                generated = out[len(prompt_ids):seq_len].tolist()
-                counts.num_target_forwards += len(generated)
-                counts.num_emitted_tokens += len(generated)
-            elif case.k > 0 and _uses_client_loop(spec, case.method):
-                generated, one = draft_target_loop(
-                    self.transport, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
-                    prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k,
-                    temperature=case.temperature)
-                counts.merge(one)
-            else:
-                generated, perf = perf_metrics_request(
-                    self.transport, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
-                    k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=case.seed + i)
-                used_perf_metrics = True
-                perf_accepted += int(perf["total_accepted_draft_tokens"])
-                perf_drafted += int(perf["total_draft_tokens"])
-                perf_drafts += int(perf.get("num_drafts", 0))
-            output_tokens += len(generated)
+        with ThreadPoolExecutor(max_workers=case.concurrency) as pool:
+            results = list(pool.map(lambda i: self._one_request(case, spec, prompts[i], case.seed + i),
+                                    range(len(prompts))))
         wall = time.perf_counter() - start
+        counts = LoopCounts()
+        perf = [p for _, _, p in results if p is not None]
+        for _, one, _ in results:
+            counts.merge(one)
+        output_tokens = sum(len(generated) for generated, _, _ in results)
         stats = counts.to_dict()
-        if used_perf_metrics:
+        if perf:
+            accepted = sum(int(p["total_accepted_draft_tokens"]) for p in perf)
+            drafted = sum(int(p["total_draft_tokens"]) for p in perf)
             # trtspec_engine reports num_drafts; for TensorRT-LLM, drafts (iterations) ~ draft tokens / k, since it
             # counts min(k, path length) draft tokens per step.
-            drafts = perf_drafts or (perf_drafted / case.k if case.k else 0)
-            stats.update(num_draft_tokens=perf_drafted, num_accepted_tokens=perf_accepted,
-                         num_drafts=round(drafts), num_accepted_tokens_per_pos=None,
-                         acceptance_rate=perf_accepted / perf_drafted if perf_drafted else 0.0,
-                         mean_acceptance_length=1.0 + perf_accepted / drafts if drafts else 1.0,
-                         acceptance_rate_per_pos=None, source="perf_metrics")
+            drafts = sum(int(p.get("num_drafts", 0)) for p in perf) or (drafted / case.k if case.k else 0)
+            stats.update(num_draft_tokens=drafted, num_accepted_tokens=accepted, num_drafts=round(drafts),
+                         num_accepted_tokens_per_pos=None, acceptance_rate_per_pos=None,
+                         acceptance_rate=accepted / drafted if drafted else 0.0,
+                         mean_acceptance_length=1.0 + accepted / drafts if drafts else 1.0, source="perf_metrics")
         else:
             stats["source"] = "client_loop" if counts.num_drafts else "plain"
-        return {"wall_time_s": wall, "num_requests": len(suite.prompts), "output_tokens": output_tokens,
+        return {"wall_time_s": wall, "num_requests": len(prompts), "output_tokens": output_tokens,
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "stats": stats}
+
+    def _one_request(self, case: Case, spec: SweepSpec, prompt_ids: list[int],
+                     seed: int) -> tuple[list[int], LoopCounts, dict[str, float] | None]:
+        """(generated ids, client-loop counts, perf metrics or None) of one request."""
+        assert self.transport is not None
+        counts = LoopCounts()
+        if spec.flavour == "tensorrtllm" and case.k == 0:
+            out, seq_len = _trtllm_call(self.transport, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
+                                        case.max_new_tokens, None, case.temperature, None, None)
+            generated = out[len(prompt_ids):seq_len].tolist()
+            counts.num_target_forwards = counts.num_emitted_tokens = len(generated)
+            return generated, counts, None
+        if case.k > 0 and _uses_client_loop(spec, case.method):
+            generated, counts = draft_target_loop(
+                self.transport, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
+                prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k, temperature=case.temperature)
+            return generated, counts, None
+        generated, perf = perf_metrics_request(
+            self.transport, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
+            k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=seed)
+        return generated, counts, perf
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url}
