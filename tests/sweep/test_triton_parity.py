@@ -46,7 +46,7 @@ def served(tmp_path_factory, tokenized_pair):
 
 
 def _accepts(path):
-    return {(r["params"]["method"], r["params"]["k"]): (r["metrics"]["output_tokens"],
+    return {(r["params"]["method"], r["params"]["k"], r["params"]["concurrency"]): (r["metrics"]["output_tokens"],
                                                           r["metrics"]["stats"]["num_draft_tokens"],
                                                           r["metrics"]["stats"]["num_accepted_tokens"])
             for r in read_records(path) if r["kind"] == "case" and r["status"] == "ok"}
@@ -59,10 +59,11 @@ def test_triton_sweep_matches_in_process_greedy(served, tokenized_pair, tmp_path
                                for p in ["def add(a, b):", "import os", "for i in range(3):"]))
     # greedy (temperature 0 is the default); k = 0 is the plain-decoding baseline on both sides
     common = {"model": str(target), "drafts": [str(draft)], "methods": ["ngram"], "k": [0, 2, MAX_K],
+              "concurrency": [1, 2],
               "suites": [str(prompts)], "num_prompts": 3, "max_new_tokens": 12, "max_draft_len": MAX_K}
     local, remote = tmp_path / "engine.jsonl", tmp_path / "triton.jsonl"
     run_sweep(SweepSpec.build(**common, threads=1), local, show_progress=False)
     run_sweep(SweepSpec.build(**common, backend="triton", url=served.grpc_url), remote, show_progress=False)
     engine_numbers, triton_numbers = _accepts(local), _accepts(remote)
-    assert len(engine_numbers) == 3 and engine_numbers == triton_numbers
-    assert 0 < engine_numbers[("ngram", MAX_K)][2] < engine_numbers[("ngram", MAX_K)][1]
+    assert len(engine_numbers) == 6 and engine_numbers == triton_numbers
+    assert 0 < engine_numbers[("ngram", MAX_K, 1)][2] < engine_numbers[("ngram", MAX_K, 1)][1]
