@@ -26,7 +26,11 @@ from trtspec.sweep.records import Record, ResultsFile, latest_by_id
 
 
 class Backend(Protocol):
-    """What the runner needs from an execution backend."""
+    """What the runner needs from an execution backend.
+
+    A backend may also define `check_model_set(spec, model_set)`, called for each model set during preflight (the
+    engine backend loads the models there and checks methods and prompt lengths before any case runs).
+    """
 
     name: str
 
