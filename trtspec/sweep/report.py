@@ -214,8 +214,10 @@ def _recommendation_section(recs: list[Recommendation], price: float | None, tim
     out = ["## Recommendation", ""]
     if not recs:
         return out + ["No recommendation: the results have no calibration records.", ""]
-    out += ["Predicted from measured acceptance and measured costs on this machine (k = 0 means: do not "
-            "speculate at this batch size). Write it into a build config with "
+    out += ["Steady-state prediction (long generations, prompt passes amortised) from the acceptance measured in this "
+            "sweep, averaged over its suites, and the forward costs measured on this machine at each batch size "
+            "(k = 0 means: do not speculate at this batch size; host overhead per step is scaled from the nearest "
+            "measured concurrency). Write it into a build config with "
             "`trtspec report RESULTS --out DIR --write-config build.yaml`.", ""]
     header = ["T", "batch", "method", "k", "expected speedup", "tokens/s", "plain tokens/s"]
     if timing == "cpu":
