@@ -27,7 +27,7 @@ def model_card(name: str, report: dict, other: str) -> str:
     role = ("Target model" if name == "tiny" else f"Draft model, distilled from `{other}`")
     train = (f"{m['train_tokens']:,} tokens of next-token cross-entropy ({r['target_steps']} AdamW steps, batch "
              f"{r['batch_size']} x {r['seq_len']})" if name == "tiny" else
-             f"{m['distill_tokens']:,} tokens of KL(target || draft) distillation ({r['draft_steps']} steps): half "
+             f"{m['distill_tokens']:,} tokens of KL(target ‖ draft) distillation ({r['draft_steps']} steps): half "
              f"corpus windows, half the target's own continuations ({r['distill_prompts']} prompts, greedy and T=1)")
     t = report["timings"]
     return f"""# trtspec embedded model `{name}`
@@ -44,7 +44,7 @@ Python-looking text and loops under greedy decoding; it is not useful for anythi
 | training | {train} |
 | validation loss (held-out files) | {m['val_loss']:.3f} (perplexity {2.718281828 ** m['val_loss']:.0f}) |
 | greedy acceptance of tiny-draft vs tiny | alpha = {a['alpha_greedy']:.3f} (per prompt {a['alpha_min']:.2f}-{a['alpha_max']:.2f}), {r['eval_prompts']} held-out prompts of {r['eval_prompt_len']} tokens, {r['eval_new_tokens']} greedy tokens |
-| training time (whole pipeline, 2 CPU cores) | {t['total_s'] / 60:.1f} min |
+| training time (whole pipeline, 2 CPU cores shared with other jobs) | {t['total_s'] / 60:.1f} min |
 
 ## Data
 {c['source']}: `.py` files, excluding `test/`, `site-packages/`, `idlelib/`, `lib2to3/`, `turtledemo/`, `ensurepip/`.

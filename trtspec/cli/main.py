@@ -17,6 +17,7 @@ from trtspec.errors import TrtspecError
 
 COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
+    "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
     "report": "trtspec.cli.report:report",
     "sweep": "trtspec.cli.sweep:sweep",

@@ -46,10 +46,10 @@ class TinyRecipe:
     draft: ModelShape = field(default_factory=lambda: ModelShape(192, 2, 3, 512))
     target_steps: int = 500
     target_lr: float = 2e-3
-    distill_prompts: int = 384      # target generations used as distillation data
+    distill_prompts: int = 192      # target generations used as distillation data
     distill_prompt_len: int = 48
     distill_gen_len: int = 208
-    draft_steps: int = 700
+    draft_steps: int = 360
     draft_lr: float = 3e-3
     eval_prompts: int = 24
     eval_prompt_len: int = 64

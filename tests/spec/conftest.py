@@ -1,0 +1,59 @@
+"""Fixtures for the reference-engine tests: a draft that is a perturbed copy of the random target (partial acceptance),
+HF reference models, and the embedded pair when it is present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trtspec.models import EMBEDDED_MODELS
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _few_threads() -> None:
+    torch.set_num_threads(1)  # 2 shared cores on CI machines
+
+
+@pytest.fixture(scope="session")
+def near_draft(random_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The random target with noise added to every weight: agrees with the target often, not always."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(random_pair[0])
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    path = tmp_path_factory.mktemp("near_draft") / "draft"
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def hf_target(random_pair: tuple[Path, Path]):
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(random_pair[0]).eval()
+
+
+@pytest.fixture(scope="session")
+def embedded_pair() -> tuple[Path, Path]:
+    target, draft = EMBEDDED_MODELS / "tiny", EMBEDDED_MODELS / "tiny-draft"
+    if not (target / "config.json").is_file() or not (draft / "config.json").is_file():
+        pytest.skip("embedded tiny models not present yet")
+    return target, draft
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy decoding of `prompt` (EOS stops it, as in the engine)."""
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                         attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    ids = out[0, len(prompt):].tolist()
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    for i, t in enumerate(ids):
+        if t in eos:
+            return ids[: i + 1]
+    return ids

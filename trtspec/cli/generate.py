@@ -1,0 +1,117 @@
+"""`trtspec generate`: run the reference engine on one prompt, stream the text, then print acceptance stats.
+
+Thin: parse options, call the library, print. The local path lives in `run_local` so that a remote (`--url`) path
+can sit next to it without touching option parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from trtspec.methods import engine_methods
+
+
+def method_choices() -> list[str]:
+    """Engine methods that have a registered proposer (the registry import is deferred: it pulls in torch)."""
+    from trtspec.spec.proposers import runnable_methods
+
+    return sorted(m for m in engine_methods() if m in runnable_methods())
+
+
+class _MethodChoice(click.Choice):
+    """click.Choice filled from the proposer registry on first use (help or parsing), so that merely listing
+    commands (`trtspec --help`) does not import torch."""
+
+    def __init__(self) -> None:
+        super().__init__(engine_methods())
+        self._resolved = False
+
+    def _resolve(self) -> None:
+        if not self._resolved:
+            self.choices, self._resolved = method_choices(), True
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        self._resolve()
+        return super().get_metavar(param, ctx)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        self._resolve()
+        return super().convert(value, param, ctx)
+
+
+@click.command()
+@click.argument("prompt")
+@click.option("--model", default="tiny", show_default=True, help="Target: embedded name or HF checkpoint directory.")
+@click.option("--draft", default="tiny-draft", show_default=True,
+              help="Draft model for --method draft_target (embedded name or directory).")
+@click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
+              help="Speculative method (registry: methods with a reference-engine proposer).")
+@click.option("--k", "k", type=int, default=4, show_default=True, help="Draft tokens per step (0 = plain decoding).")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (0 = greedy).")
+@click.option("--top-k", type=int, default=0, show_default=True, help="Keep the k most likely tokens (0 = off).")
+@click.option("--top-p", type=float, default=1.0, show_default=True, help="Nucleus mass in (0, 1] (1 = off).")
+@click.option("--max-new-tokens", type=int, default=128, show_default=True, help="Tokens to generate at most.")
+@click.option("--seed", type=int, default=None, help="Per-request sampling seed (default: random).")
+@click.option("--max-k", type=int, default=8, show_default=True, help="Largest k the engine accepts.")
+@click.option("--device", default="cpu", show_default=True, help="torch device (cpu, cuda, cuda:1).")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
+              help="Weight and KV-cache dtype.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
+def generate(prompt: str, model: str, draft: str, method: str, k: int, temperature: float, top_k: int, top_p: float,
+             max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, as_json: bool) -> None:
+    """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine."""
+    from trtspec.spec.params import SamplingParams, SpecParams
+
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                              max_new_tokens=max_new_tokens).validate()
+    spec = SpecParams(method=method, k=k if method != "none" else 0)
+    result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
+                       dtype=dtype, on_text=None if as_json else _echo_text)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo("")
+        click.echo(format_stats(result))
+
+
+def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
+              on_text: Any = None) -> dict[str, Any]:
+    """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
+
+    Args:
+        on_text: called with each decoded text delta as it is produced (None = silent).
+    """
+    from trtspec.methods import resolve
+    from trtspec.spec.engine import SpecEngine
+
+    spec.validate(max_k=max_k)
+    engine = SpecEngine.from_pretrained(model, draft if resolve(spec.method).needs_draft_model else None,
+                                        max_k=max_k, device=device, dtype=dtype)
+    token_ids: list[int] = []
+    final = None
+    for delta in engine.stream(prompt, sampling, spec):
+        token_ids.extend(delta.token_ids)
+        if on_text is not None and delta.text:
+            on_text(delta.text)
+        final = delta
+    assert final is not None and final.stats is not None
+    return {"text": engine.decode(token_ids), "token_ids": token_ids, "finish_reason": final.finish_reason,
+            "method": spec.method, "k": spec.k, **final.stats.to_dict()}
+
+
+def format_stats(result: dict[str, Any]) -> str:
+    """One human line: tokens, speed, acceptance and the time split."""
+    return (f"[{result['num_emitted_tokens']} tokens, {result['tokens_per_s']:.1f} tok/s, method={result['method']} "
+            f"k={result['k']}, mean acceptance length {result['mean_acceptance_length']:.2f}, acceptance rate "
+            f"{result['acceptance_rate']:.2f}, {result['tokens_per_target_forward']:.2f} tokens/target forward, "
+            f"time draft {result['draft_time_s']:.2f}s / target {result['target_time_s']:.2f}s / overhead "
+            f"{result['overhead_time_s']:.2f}s, finish={result['finish_reason']}]")
+
+
+def _echo_text(text: str) -> None:
+    click.echo(text, nl=False)
+    sys.stdout.flush()

@@ -1,0 +1,443 @@
+"""SpecEngine: the request-level speculative-decoding loop over a batch of sequences.
+
+`step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
+verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
+batch may mix draft_target, ngram and plain decoding. Scheduling is FIFO over all running requests here; continuous
+batching (token budget, admission, preemption) replaces `_schedule` without touching the other phases.
+The engine knows proposers only through the registry and verifiers only through verify.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trtspec.errors import ConfigError, UsageError
+from trtspec.methods import resolve
+from trtspec.spec.metrics import AcceptanceStats
+from trtspec.spec.model import LlamaModel
+from trtspec.spec.params import SamplingParams, SpecParams
+from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
+from trtspec.spec.sampling import logits_to_probs
+from trtspec.spec.verify import Verdict, verify_chain
+
+Prompt = str | Sequence[int]
+
+
+@dataclass
+class RequestOutput:
+    """A finished request."""
+
+    request_id: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated tokens (stop token included when it ended the request)
+    text: str  # decoded generated tokens ("" without a tokenizer)
+    finish_reason: str  # "length" | "stop"
+    stats: AcceptanceStats
+
+
+@dataclass
+class RequestDelta:
+    """What one step added to one request (`step()` and `stream()` yield these)."""
+
+    request_id: int
+    token_ids: list[int]  # tokens appended this step
+    finished: bool
+    finish_reason: str | None = None
+    text: str = ""  # decoded text delta (filled by `stream()`)
+    stats: AcceptanceStats | None = None  # only when finished
+
+
+@dataclass
+class _Request:
+    request_id: int
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    spec: SpecParams
+    proposer: Proposer | None  # None = plain decoding
+    generator: torch.Generator
+    stop_ids: frozenset[int]
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None  # target KV slot, assigned when scheduled
+    target_hidden: Tensor | None = None  # [hidden] for proposers that read the target's hidden state
+    stats: AcceptanceStats = field(default_factory=AcceptanceStats)
+    start_time: float = field(default_factory=time.perf_counter)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+
+class SpecEngine:
+    """Speculative decoding over a target LlamaModel with registered proposers (see module docstring)."""
+
+    def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
+                 medusa: Path | None = None, max_num_seqs: int = 256,
+                 proposer_options: dict[str, object] | None = None) -> None:
+        self.target = target
+        self.tokenizer = tokenizer
+        self.max_k = max_k
+        self.device = target.lm_head.weight.device
+        self.vocab_size = target.config.vocab_size
+        self.cache = target.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs)
+        self.max_context = self.cache.max_seq_len
+        ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
+                              medusa=medusa, options=dict(proposer_options or {}))
+        self.available_methods = tuple(m for m in runnable_methods()
+                                       if (draft is not None or not resolve(m).needs_draft_model)
+                                       and (medusa is not None or not resolve(m).needs_medusa_heads))
+        self.proposers: dict[str, Proposer] = {
+            resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
+            if resolve(m).proposer is not None
+        }
+        self.requests: list[_Request] = []  # unfinished, FIFO; the first ones hold KV slots
+        self.stats = AcceptanceStats()  # aggregated over finished requests
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
+                        *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
+                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None
+                        ) -> SpecEngine:
+        """Load a target (and optionally a draft) by embedded name or HF directory.
+
+        Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
+        (IncompatibleModelsError naming both sizes); `allow_vocab_padding` accepts padding-only differences.
+        """
+        from trtspec.models import check_pair, resolve_model
+
+        target_path = resolve_model(target, field="target")
+        draft_path = resolve_model(draft, field="draft") if draft is not None else None
+        if draft_path is not None:
+            check_pair(target_path, draft_path, allow_vocab_padding=allow_vocab_padding)
+        medusa_path = Path(medusa) if medusa is not None else None
+        if medusa_path is not None and not medusa_path.exists():
+            raise ConfigError("medusa", str(medusa), "no such directory", hint="pass a Medusa heads checkpoint directory")
+        return cls(
+            LlamaModel.from_pretrained(target_path, dtype=dtype, device=device, field="target"),
+            draft=LlamaModel.from_pretrained(draft_path, dtype=dtype, device=device, field="draft") if draft_path else None,
+            tokenizer=_load_tokenizer(target_path),
+            max_k=max_k,
+            medusa=medusa_path,
+            max_num_seqs=max_num_seqs,
+            proposer_options=proposer_options,
+        )
+
+    # -- text --------------------------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise UsageError("this model has no tokenizer, so prompts must be token-id lists",
+                             hint="pass token ids, or use a checkpoint with tokenizer.json")
+        return list(self.tokenizer.encode(text, add_special_tokens=True))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return "" if self.tokenizer is None else self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    # -- request API -------------------------------------------------------------------------------------------
+    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None, spec: SpecParams | None = None) -> int:
+        """Validate and enqueue one request; returns its id. Raises ConfigError before any state changes."""
+        return self._enqueue(self._make_request(prompt, sampling or SamplingParams(), spec or SpecParams()))
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    def abort(self, request_id: int) -> None:
+        """Drop a request and free its KV slots (no output is produced for it)."""
+        for request in self.requests:
+            if request.request_id == request_id:
+                self.requests.remove(request)
+                self._release(request)
+                return
+
+    def step(self) -> list[RequestDelta]:
+        """One speculative step for every scheduled request; returns what each of them gained."""
+        step_start = time.perf_counter()
+        # 1. schedule: FIFO; every request that holds (or can get) a KV slot
+        batch = self._schedule()
+        if not batch:
+            return []
+        ks = [self._step_k(request) for request in batch]
+
+        # 2. propose: each proposer drafts for its own requests, batched
+        t = time.perf_counter()
+        drafts = self._propose(batch, ks)
+        _synchronize(self.device)
+        draft_time = time.perf_counter() - t
+
+        # 3. target forward: one pass over every request's uncached tokens + draft tokens
+        input_ids, num_tokens, positions, tree_mask, num_pending = self._target_inputs(batch, drafts)
+        t = time.perf_counter()
+        out = self.target(input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
+                          num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+        _synchronize(self.device)
+        target_time = time.perf_counter() - t
+
+        # 4. verify: target distributions after the last committed token and after each draft token
+        verdicts = []
+        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):
+            start = num_pending[i] - 1
+            target_logits = out.logits[i, start : start + draft.num_tokens + 1]  # [k + 1, vocab]
+            verdicts.append(self._verify(request, draft, target_logits))
+
+        # 5. commit: append tokens, roll target and draft KV back to the accepted prefix, retire finished requests
+        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i])
+                  for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
+
+        # 6. observe: acceptance counts and the time split (shared step time is charged to every request in it)
+        overhead_time = time.perf_counter() - step_start - draft_time - target_time
+        for request, verdict, delta in zip(batch, verdicts, deltas, strict=True):
+            stats = request.stats
+            if verdict.num_draft_tokens:
+                stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
+            stats.num_target_forwards += 1
+            stats.num_emitted_tokens += len(delta.token_ids)
+            stats.draft_time_s += draft_time
+            stats.target_time_s += target_time
+            stats.overhead_time_s += overhead_time
+            if delta.finished:
+                stats.wall_time_s = time.perf_counter() - request.start_time
+                self.stats.merge(stats)
+        return deltas
+
+    # -- batch API ---------------------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+                 spec: SpecParams | Sequence[SpecParams] | None = None) -> list[RequestOutput]:
+        """Run `prompts` to completion (per-prompt params when sequences are given), outputs in prompt order.
+
+        All requests are validated before any runs, so bad input yields an error and no partial output.
+        """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        samplings = _per_prompt(sampling, SamplingParams(), len(prompts), "sampling")
+        specs = _per_prompt(spec, SpecParams(), len(prompts), "spec")
+        requests = [self._make_request(prompt, s, p) for prompt, s, p in zip(prompts, samplings, specs, strict=True)]
+        ids = [self._enqueue(request) for request in requests]
+        prompt_ids = {request.request_id: list(request.prompt_ids) for request in requests}
+        generated: dict[int, list[int]] = {rid: [] for rid in ids}
+        finished: dict[int, RequestDelta] = {}
+        while any(rid not in finished for rid in ids):
+            for delta in self.step():
+                if delta.request_id in generated:
+                    generated[delta.request_id].extend(delta.token_ids)
+                    if delta.finished:
+                        finished[delta.request_id] = delta
+        return [RequestOutput(request_id=rid, prompt_token_ids=prompt_ids[rid], token_ids=generated[rid],
+                              text=self.decode(generated[rid]), finish_reason=finished[rid].finish_reason or "length",
+                              stats=finished[rid].stats or AcceptanceStats()) for rid in ids]
+
+    def stream(self, prompt: Prompt, sampling: SamplingParams | None = None,
+               spec: SpecParams | None = None) -> Iterator[RequestDelta]:
+        """Yield one request's deltas with decoded text deltas (other running requests advance too)."""
+        rid = self.add_request(prompt, sampling, spec)
+        generated: list[int] = []
+        emitted_text = ""
+        while True:
+            for delta in self.step():
+                if delta.request_id != rid:
+                    continue
+                generated.extend(delta.token_ids)
+                text = self.decode(generated)
+                # hold back an incomplete multi-byte character until its remaining bytes arrive
+                if delta.finished or not text.endswith("\ufffd"):
+                    delta.text, emitted_text = text[len(emitted_text):], text
+                yield delta
+                if delta.finished:
+                    return
+
+    # -- phases ------------------------------------------------------------------------------------------------
+    def _schedule(self) -> list[_Request]:
+        batch = []
+        for request in self.requests:
+            if request.slot is None:
+                if self.cache.num_free_slots == 0:
+                    break  # FIFO: later requests wait for a slot too
+                request.slot = self.cache.alloc()
+                if request.proposer is not None:
+                    request.proposer.add_request(request.request_id)
+            batch.append(request)
+        return batch
+
+    def _step_k(self, request: _Request) -> int:
+        """Draft length this step: the request's k, capped so that neither max_new_tokens nor the context overflow."""
+        if request.proposer is None:
+            return 0
+        remaining = request.sampling.max_new_tokens - len(request.output_ids)
+        room = self.max_context - len(request.token_ids)
+        return max(0, min(request.spec.k, remaining - 1, room))
+
+    def _propose(self, batch: list[_Request], ks: list[int]) -> list[Draft]:
+        drafts = [Draft.empty() for _ in batch]
+        groups: dict[int, list[int]] = {}  # id(proposer) -> batch indices
+        for i, (request, k) in enumerate(zip(batch, ks, strict=True)):
+            if k > 0:
+                groups.setdefault(id(request.proposer), []).append(i)
+        for indices in groups.values():
+            proposer = batch[indices[0]].proposer
+            inputs = [ProposeInput(request_id=batch[i].request_id, token_ids=batch[i].token_ids, k=ks[i],
+                                   sampling=batch[i].sampling, generator=batch[i].generator,
+                                   target_hidden=batch[i].target_hidden) for i in indices]
+            for i, draft in zip(indices, proposer.propose(inputs), strict=True):
+                drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
+                                  None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
+                                  draft.parents)
+        return drafts
+
+    def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
+                       ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, list[int]]:
+        """Right-padded rows of (uncached context tokens + draft tokens), with positions and a tree mask if needed.
+
+        Returns:
+            input_ids [batch, T], num_tokens [batch], positions [batch, T] or None (sequential),
+            tree_mask [batch, T, T] or None (causal), num_pending per row (uncached context tokens).
+        """
+        pending = [r.token_ids[self.cache.length(r.slot):] for r in batch]
+        num_pending = [len(p) for p in pending]
+        rows = [p + d.token_ids.tolist() for p, d in zip(pending, drafts, strict=True)]
+        width = max(len(row) for row in rows)
+        input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [batch, T]
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)] = torch.tensor(row)
+        num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
+        positions = tree_mask = None
+        if not all(d.is_chain for d in drafts):
+            bases = [self.cache.length(r.slot) for r in batch]
+            positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
+        to = self.device
+        return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
+                None if tree_mask is None else tree_mask.to(to), num_pending)
+
+    def _verify(self, request: _Request, draft: Draft, target_logits: Tensor) -> Verdict:
+        """target_logits: [k + 1, vocab]."""
+        if not draft.is_chain:
+            raise NotImplementedError("tree drafts are verified by trtspec.spec.tree (Medusa issue)")
+        s = request.sampling
+        target_probs = logits_to_probs(target_logits, s.temperature, s.top_k, s.top_p)  # [k + 1, vocab]
+        return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
+                            generator=request.generator)
+
+    def _commit(self, request: _Request, verdict: Verdict, num_pending: int, hidden: Tensor) -> RequestDelta:
+        """Append the verdict's tokens (cut at a stop token / max_new_tokens / context) and roll the KV caches back.
+
+        Args:
+            hidden: [T, hidden] this request's target hidden states from the step's forward.
+        """
+        cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
+        self.cache.rollback(request.slot, cached + num_pending + verdict.num_accepted)
+        if request.proposer is not None and request.proposer.needs_hidden_states:
+            request.target_hidden = hidden[num_pending - 1 + verdict.num_accepted]  # [hidden]
+        new_ids: list[int] = []
+        finish_reason = None
+        for token in verdict.token_ids:
+            new_ids.append(token)
+            if token in request.stop_ids:
+                finish_reason = "stop"
+                break
+            if len(request.output_ids) + len(new_ids) >= request.sampling.max_new_tokens:
+                finish_reason = "length"
+                break
+        request.output_ids.extend(new_ids)
+        if finish_reason is None and len(request.token_ids) >= self.max_context:
+            finish_reason = "length"
+        finished = finish_reason is not None
+        if finished:
+            self.requests.remove(request)
+            self._release(request)
+        elif request.proposer is not None:
+            request.proposer.commit(request.request_id, request.token_ids)
+        return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
+                            finish_reason=finish_reason, stats=request.stats if finished else None)
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
+        sampling.validate()
+        spec.validate(max_k=self.max_k, available=self.available_methods)
+        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise ConfigError("prompt", prompt, "is empty", hint="pass at least one token of text")
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            bad = next(t for t in ids if not 0 <= t < self.vocab_size)
+            raise ConfigError("prompt", f"token id {bad}", f"outside the vocabulary [0, {self.vocab_size})")
+        if len(ids) >= self.max_context:
+            raise ConfigError("prompt", f"{len(ids)} tokens", f"does not fit the model's context of {self.max_context}"
+                              " tokens with room to generate", hint=f"shorten the prompt below {self.max_context} tokens")
+        return ids
+
+    def _make_request(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> _Request:
+        ids = self._validate(prompt, sampling, spec)
+        info = resolve(spec.method)
+        proposer = self.proposers[info.proposer] if spec.k > 0 and info.proposer is not None else None
+        seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)
+        eos = () if sampling.ignore_eos else self.target.config.eos_token_ids
+        return _Request(request_id=next(self._ids), prompt_ids=ids, sampling=sampling, spec=spec, proposer=proposer,
+                        generator=torch.Generator(device=self.device).manual_seed(seed),
+                        stop_ids=frozenset(eos) | frozenset(sampling.stop_token_ids))
+
+    def _enqueue(self, request: _Request) -> int:
+        self.requests.append(request)
+        return request.request_id
+
+    def _release(self, request: _Request) -> None:
+        if request.slot is not None:
+            self.cache.free(request.slot)
+            request.slot = None
+        if request.proposer is not None:
+            request.proposer.free(request.request_id)
+
+
+def tree_layout(drafts: list[Draft], num_pending: list[int], bases: list[int], width: int) -> tuple[Tensor, Tensor]:
+    """Positions [batch, T] and mask [batch, T, T] for rows of (pending chain + draft tree).
+
+    Pending tokens are causal; draft node i sees every pending token, its ancestors and itself, at position
+    (last pending position + depth of i). A chain draft gets the causal mask and sequential positions.
+
+    Args:
+        num_pending: uncached context tokens per row; bases: cached tokens per row; width: T.
+    """
+    positions = torch.zeros(len(drafts), width, dtype=torch.long)  # [batch, T]
+    mask = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(drafts), 1, 1)  # [batch, T, T]
+    for b, (draft, n, base) in enumerate(zip(drafts, num_pending, bases, strict=True)):
+        positions[b] = base + torch.arange(width)
+        parents = draft.parents or tuple(range(-1, draft.num_tokens - 1))
+        depth: list[int] = []
+        for i, parent in enumerate(parents):
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+            row = mask[b, n + i]
+            row[n:] = False
+            row[n + i] = True
+            if parent >= 0:
+                row[n:n + draft.num_tokens] |= mask[b, n + parent, n:n + draft.num_tokens]
+            positions[b, n + i] = base + n - 1 + depth[i]
+    return positions, mask
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work so that the draft / target / overhead time split is honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _per_prompt(value: Any, default: Any, n: int, name: str) -> list[Any]:
+    if value is None:
+        return [default] * n
+    if isinstance(value, SamplingParams | SpecParams):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise UsageError(f"{name}: got {len(values)} parameter sets for {n} prompts", hint="pass one, or one per prompt")
+    return values
+
+
+def _load_tokenizer(path: Path) -> Any:
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)

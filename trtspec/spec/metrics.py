@@ -1,0 +1,103 @@
+"""AcceptanceStats: what speculation achieved, as data (formatting and export live in the CLI and sweep layers).
+
+Words, defined once here (vLLM's definitions and Prometheus-style names):
+- a *draft* is one proposal of k tokens for one sequence; num_draft_tokens sums the k's.
+- *accepted*: draft tokens the verifier kept. *recovered*: the token resampled after a rejection. *bonus*: the token
+  the target adds when every draft token was accepted. Each target forward therefore emits accepted + 1 tokens.
+- mean acceptance length = 1 + num_accepted_tokens / num_drafts (tokens per target forward while drafting).
+- acceptance rate = num_accepted_tokens / num_draft_tokens; it falls as k grows even at constant per-token agreement.
+- per-position acceptance r_i = num_accepted_tokens_per_pos[i] / num_drafts = P(first i+1 draft tokens accepted).
+- alpha: per-token acceptance probability, maximum-likelihood estimate under i.i.d. acceptance: each verified token
+  is a Bernoulli trial until the first rejection, so alpha = accepted / (accepted + rejections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class AcceptanceStats:
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)  # [max k seen]
+    accepted_length_histogram: list[int] = field(default_factory=list)  # [max k seen + 1], index = accepted count
+    num_rejections: int = 0  # drafts that ended with a rejection (not all tokens accepted)
+    num_target_forwards: int = 0
+    num_emitted_tokens: int = 0
+    draft_time_s: float = 0.0
+    target_time_s: float = 0.0
+    overhead_time_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    def observe(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        """Record one verified draft (call only when num_draft_tokens > 0)."""
+        if not 0 <= num_accepted_tokens <= num_draft_tokens:
+            raise ValueError(f"accepted {num_accepted_tokens} of {num_draft_tokens} draft tokens")
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted_tokens
+        self.num_rejections += int(num_accepted_tokens < num_draft_tokens)
+        _grow(self.num_accepted_tokens_per_pos, num_draft_tokens)
+        for pos in range(num_accepted_tokens):
+            self.num_accepted_tokens_per_pos[pos] += 1
+        _grow(self.accepted_length_histogram, num_draft_tokens + 1)
+        self.accepted_length_histogram[num_accepted_tokens] += 1
+
+    def merge(self, other: AcceptanceStats) -> AcceptanceStats:
+        """Add `other` into self (counts, lists elementwise, times) and return self."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                _grow(mine, len(theirs))
+                for i, value in enumerate(theirs):
+                    mine[i] += value
+            else:
+                setattr(self, f.name, mine + theirs)
+        return self
+
+    # derived -------------------------------------------------------------------------------------------------
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def acceptance_rate_per_pos(self) -> list[float]:
+        return [n / self.num_drafts for n in self.num_accepted_tokens_per_pos] if self.num_drafts else []
+
+    @property
+    def alpha(self) -> float:
+        trials = self.num_accepted_tokens + self.num_rejections
+        return self.num_accepted_tokens / trials if trials else 0.0
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        return self.num_emitted_tokens / self.num_target_forwards if self.num_target_forwards else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_emitted_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def overhead_share(self) -> float:
+        """Host overhead (neither draft nor target compute) as a share of draft + target + overhead time."""
+        total = self.draft_time_s + self.target_time_s + self.overhead_time_s
+        return self.overhead_time_s / total if total > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Fields plus derived values, JSON-ready."""
+        out = asdict(self)
+        for name in ("mean_acceptance_length", "acceptance_rate", "acceptance_rate_per_pos", "alpha",
+                     "tokens_per_target_forward", "tokens_per_s", "overhead_share"):
+            out[name] = getattr(self, name)
+        return out
+
+
+def _grow(values: list[int], size: int) -> None:
+    values.extend([0] * (size - len(values)))

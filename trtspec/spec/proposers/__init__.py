@@ -1,0 +1,25 @@
+"""Proposer registry: `PROPOSERS[methods.resolve(method).proposer]` is the class that drafts for `method`.
+
+Registering a proposer here is what makes its method runnable by the engine and selectable in the CLI.
+"""
+
+from __future__ import annotations
+
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
+from trtspec.spec.proposers.draft_model import DraftModelProposer
+from trtspec.spec.proposers.ngram import NgramProposer
+
+PROPOSERS: dict[str, type[Proposer]] = {
+    DraftModelProposer.name: DraftModelProposer,
+    NgramProposer.name: NgramProposer,
+}
+
+
+def runnable_methods() -> list[str]:
+    """Engine methods that have a registered proposer (plus "none")."""
+    from trtspec.methods import engine_methods, resolve
+
+    return [m for m in engine_methods() if m == "none" or resolve(m).proposer in PROPOSERS]
+
+
+__all__ = ["PROPOSERS", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]

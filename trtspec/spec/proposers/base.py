@@ -1,0 +1,91 @@
+"""The proposer interface: what a proposer gets (ProposeInput), what it returns (Draft), and how it is built.
+
+A proposer turns each running sequence's context into a Draft: a chain (or, later, a tree) of candidate tokens with
+the draft distributions they were sampled from, or without them (one-hot drafts such as n-gram lookups). Proposers
+never call the target model; verifiers never know which proposer made a draft. Proposers keep per-request state
+(e.g. a draft KV slot) keyed by request id: `add_request` -> (`propose` -> `commit`)* -> `free`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from trtspec.spec.model import LlamaModel
+    from trtspec.spec.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Candidate tokens for one sequence: a chain by default, a tree when `parents` branches.
+
+    Node i's parent is parents[i] (-1 = the sequence's last committed token); a chain has parents [-1, 0, 1, ...].
+    Nodes are listed parents-first (parents[i] < i).
+    """
+
+    token_ids: Tensor  # [num_draft] int64
+    draft_probs: Tensor | None = None  # [num_draft, vocab] distributions the tokens were sampled from; None = one-hot
+    parents: tuple[int, ...] | None = None  # [num_draft]; None = chain
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.shape[0]
+
+    @property
+    def is_chain(self) -> bool:
+        return self.parents is None or all(p == i - 1 for i, p in enumerate(self.parents))
+
+    @classmethod
+    def empty(cls) -> Draft:
+        return cls(token_ids=torch.zeros(0, dtype=torch.long))
+
+
+@dataclass
+class ProposeInput:
+    """One sequence's request to a proposer for this step."""
+
+    request_id: int
+    token_ids: list[int]  # [context] prompt + generated tokens so far (the last one is not yet in the target cache)
+    k: int  # draft tokens wanted (>= 1)
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    target_hidden: Tensor | None = None  # [hidden] target's last hidden state, for proposers that need it (Medusa)
+
+
+@dataclass
+class ProposerContext:
+    """The shared parts a proposer may need; the engine fills it once at load time."""
+
+    vocab_size: int  # target vocab (width of draft_probs)
+    max_k: int
+    max_num_seqs: int = 256  # concurrent sequences (KV slots) the engine may schedule
+    draft_model: LlamaModel | None = None
+    medusa: Path | None = None
+    options: dict[str, object] = field(default_factory=dict)  # proposer-specific knobs, e.g. {"max_ngram": 3}
+
+
+class Proposer(Protocol):
+    name: ClassVar[str]
+    needs_hidden_states: ClassVar[bool]  # the engine passes ProposeInput.target_hidden when True
+
+    @classmethod
+    def create(cls, ctx: ProposerContext) -> Proposer:
+        """Build from the engine's parts; raise ConfigError when a required part is missing."""
+        ...
+
+    def add_request(self, request_id: int) -> None: ...
+
+    def propose(self, batch: list[ProposeInput]) -> list[Draft]:
+        """One Draft per input, in order; a Draft may be shorter than k (even empty)."""
+        ...
+
+    def commit(self, request_id: int, token_ids: list[int]) -> None:
+        """The sequence's context after verification (accepted + recovered/bonus appended): roll state back to it."""
+        ...
+
+    def free(self, request_id: int) -> None: ...
