@@ -45,7 +45,7 @@ def synthetic_metrics(method: str, k: int, temperature: float, concurrency: int,
     draft = k * costs.draft_s if method == "draft_target" else 0.0003 * (k > 0)
     step = (draft + costs.target(k + 1) + overhead) * (1 + noise * (k > 0))  # noise: an unmodelled spec cost
     steps_per_request = max_new_tokens / tokens_per_step
-    num_steps = steps_per_request * num_requests / concurrency
+    num_steps = max(1, round(steps_per_request * num_requests / concurrency))
     wall = num_steps * step
     drafts = round(steps_per_request * num_requests) if k else 0
     return {
@@ -56,9 +56,9 @@ def synthetic_metrics(method: str, k: int, temperature: float, concurrency: int,
                   "num_accepted_tokens_per_pos": [round(drafts * r) for r in per_pos],
                   "mean_acceptance_length": tokens_per_step,
                   "acceptance_rate": (tokens_per_step - 1) / k if k else 0.0,
-                  "num_target_forwards": round(steps_per_request * num_requests),
-                  "draft_time_s": draft * steps_per_request * num_requests if method != "draft_target" else 0.0,
-                  "overhead_time_s": overhead * steps_per_request * num_requests},
+                  "num_target_forwards": num_steps * concurrency,
+                  "draft_time_s": draft * num_steps * concurrency if method != "draft_target" else 0.0,
+                  "overhead_time_s": overhead * num_steps * concurrency},
     }
 
 

@@ -69,11 +69,19 @@ class CaseRow:
 
     prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated
     admissions: float | None = None  # admission steps per `concurrency` requests (measured by the runner)
+    num_steps: int = 0  # engine steps of the run (measured by the runner)
+    admission_steps: int = 0
+    modelled_s: float | None = None  # the cost model's time for this run's measured step trace
     base_admissions: float | None = None  # the same for the baseline case
+
+    base_modelled_s: float | None = None
 
     @property
     def predicted_speedup(self) -> float | None:
-        """Predicted speedup of this case: whole requests (prompt pass included) when calibrated, else per step."""
+        """Predicted speedup of this case: modelled run times (step trace) when recorded, else whole requests with
+        prompt passes, else per step."""
+        if self.modelled_s and self.base_modelled_s:
+            return self.base_modelled_s / self.modelled_s
         if self.prediction is None:
             return None
         if self.prefill and self.k:
@@ -126,7 +134,10 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
     results = Results(rows, errors, calibrations, [r for r in records if r.get("kind") == "sweep"], timing)
     stats_of = {rec["id"]: _clock_stats(rec["metrics"], timing) for rec in ok}
     for row in rows:
+        row.modelled_s = _trace_seconds(row, stats_of[row.id], results.calibrations.values(), timing)
+    for row in rows:
         base = results.baseline_of(row)
+        row.base_modelled_s = base.modelled_s if base else None
         if base is not None and base.tokens_per_s > 0:
             row.measured_speedup = row.tokens_per_s / base.tokens_per_s
         costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]), timing)
@@ -144,9 +155,9 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
     return results
 
 
-def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: int,
+def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: float,
                timing: str = "wall") -> costmodel.StepCosts | None:
-    """Calibrated forward costs for a case's model set at a batch size (nearest calibrated batch size)."""
+    """Calibrated forward costs for a case's model set at a batch size (interpolated between calibrated sizes)."""
     needs_draft = bool(params.get("draft") or params.get("medusa"))
     best: Record | None = None
     for rec in calibrations:
@@ -161,12 +172,47 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: in
     if best is None or not best.get(f"target_{suffix}"):
         return None
     sizes = sorted(int(b) for b in best[f"target_{suffix}"])
-    b = min(sizes, key=lambda s: (abs(s - batch), s))
-    target_s = {int(n): float(t) for n, t in best[f"target_{suffix}"][str(b)].items()}
-    draft_s = float(best.get(f"draft_{suffix}", {}).get(str(b), 0.0)) if needs_draft else 0.0
-    prefill = float(best.get(f"target_prefill_{suffix}", {}).get(str(b), 0.0))
-    draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
-    return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill)
+
+    def at(b: int) -> costmodel.StepCosts:
+        target_s = {int(n): float(t) for n, t in best[f"target_{suffix}"][str(b)].items()}
+        draft_s = float(best.get(f"draft_{suffix}", {}).get(str(b), 0.0)) if needs_draft else 0.0
+        prefill = float(best.get(f"target_prefill_{suffix}", {}).get(str(b), 0.0))
+        draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
+        tokens = best.get(f"draft_tokens_{suffix}", {}).get(str(b)) if needs_draft else None
+        draft_tokens = {int(n): float(t) for n, t in tokens.items()} if tokens else None
+        return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill, draft_tokens)
+
+    lo = max((b for b in sizes if b <= batch), default=sizes[0])
+    hi = min((b for b in sizes if b >= batch), default=sizes[-1])
+    if lo == hi:
+        return at(lo)
+    return costmodel.blend(at(lo), at(hi), (batch - lo) / (hi - lo))
+
+
+def _trace_seconds(row: CaseRow, stats: dict[str, Any], calibrations: Iterable[Record], timing: str) -> float | None:
+    """The cost model's time for the run's measured step trace (None without one).
+
+    The runner records how many engine steps ran and how many admitted requests (their prompt pass); the engine's
+    stats give the average rows per step and how often a row drafted. Each step then costs
+    step_seconds(...) at the average batch, each admission step a prompt pass; all costs are calibrated.
+    """
+    forwards = stats.get("num_target_forwards") or 0
+    if not row.num_steps or not forwards:
+        return None
+    batch = forwards / row.num_steps  # average rows per step (the batch drains at the tail)
+    costs = step_costs(calibrations, row.params, batch, timing)
+    if costs is None:
+        return None
+    drafts = stats.get("num_drafts") or 0
+    draft_len = (stats.get("num_draft_tokens") or 0) / drafts if drafts else 0.0
+    share = 1 - (1 - drafts / forwards) ** batch
+    overhead = _overhead_per_step(stats)
+    emitted = stats.get("num_emitted_tokens") or forwards
+    step = costmodel.step_seconds(costs, draft_len=draft_len, draft_share=share, overhead_s=overhead,
+                                  draft_step_s=_proposer_step_s(row, stats), catch_up_tokens=emitted / forwards)
+    prefill = costs.target_prefill_s + (costs.draft_prefill_s if resolve(row.method).needs_draft_model and row.k else 0)
+    admissions = min(row.admission_steps, row.num_steps)
+    return admissions * (prefill + overhead) + (row.num_steps - admissions) * step
 
 
 def _merge_repeats(rows: list[CaseRow]) -> list[CaseRow]:
@@ -215,6 +261,7 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
         acceptance_rate=float(stats.get("acceptance_rate") or 0.0), per_pos=per_pos,
         measured_step_s=seconds / steps if steps else None, seconds=seconds,
         num_requests=int(metrics.get("num_requests") or 0), wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
+        num_steps=int(metrics.get("num_steps") or 0), admission_steps=int(metrics.get("num_admission_steps") or 0),
         admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
                     if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
 
@@ -238,7 +285,10 @@ def _proposer_step_s(row: CaseRow, stats: dict[str, Any]) -> float | None:
 
 
 def modelled_seconds(row: CaseRow, *, baseline: bool = False) -> float | None:
-    """Modelled seconds of the case (all its requests): R / c * (c * P + N / E * S), per the cost model."""
+    """Modelled seconds of the case (all its requests): the step-trace model when recorded, else
+    R / c * (a * P + N / E * S)."""
+    if row.modelled_s and row.base_modelled_s:
+        return row.base_modelled_s if baseline else row.modelled_s
     pred = row.prediction
     if pred is None or not row.num_requests:
         return None

@@ -6,8 +6,8 @@ n-gram and plain cases reuse whichever engine is loaded. Concurrency c keeps c r
 step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first case.
 
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
-the sweep's prompt + half the generated length): the target over n = 1..max_k+1 tokens per sequence and the draft
-over 1 token, at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
+the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
+and both over the mean prompt (a request's first step), at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
 CPU time are recorded (for cases too): on a CPU shared with other processes, CPU seconds are insensitive to
 time-slicing, so `trtspec report --timing cpu` compares like with like (use --threads 1 for that).
 """
@@ -84,7 +84,7 @@ class EngineBackend:
         sizes = sorted(set(spec.calibration_batch_sizes) | set(spec.concurrency))
         ns = list(range(1, spec.max_draft_len + 2))
         points = [("target", b, n) for b in sizes for n in ns]
-        points += [("draft", b, 1) for b in sizes] if draft_model is not None else []
+        points += [("draft", b, n) for b in sizes for n in ns] if draft_model is not None else []
         # prompt passes (a fresh request's first step): n = prompt length over an empty cache
         prefills = [("target_prefill", b, prompt_len) for b in sizes]
         prefills += [("draft_prefill", b, prompt_len) for b in sizes] if draft_model is not None else []
@@ -111,6 +111,9 @@ class EngineBackend:
         for clock, samples in (("s", wall), ("cpu_s", cpu)):
             out[f"target_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
                 [statistics.median(samples[("target", b, n)]) for n in ns]), strict=True)) for b in sizes}
+            if draft_model is not None:  # the draft's first forward of a step catches up on the accepted tokens
+                out[f"draft_tokens_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
+                    [statistics.median(samples[("draft", b, n)]) for n in ns]), strict=True)) for b in sizes}
             for role, n in (("draft", 1), ("target_prefill", prompt_len), ("draft_prefill", prompt_len)):
                 out[f"{role}_{clock}"] = {str(b): statistics.median(samples[(role, b, n)])
                                           for b in sizes if (role, b, n) in samples}

@@ -32,9 +32,16 @@ class StepCosts:
     draft_s: float = 0.0  # one single-token draft forward; 0 for proposers without a model (ngram)
     target_prefill_s: float = 0.0  # one target forward over the prompt (mean prompt length)
     draft_prefill_s: float = 0.0  # the same for the draft model
+    draft_tokens_s: Mapping[int, float] | None = None  # draft forward over n tokens per sequence, when measured
 
-    def target(self, num_tokens: int) -> float:
-        """T_target(b, n); for an n that was not measured, interpolate linearly between the nearest measured ones."""
+    def draft(self, num_tokens: float) -> float:
+        """T_draft(b, n): the draft's first forward of a step feeds the tokens committed since its last proposal."""
+        if not self.draft_tokens_s:
+            return self.draft_s
+        return StepCosts(self.batch_size, self.draft_tokens_s).target(num_tokens)
+
+    def target(self, num_tokens: float) -> float:
+        """T_target(b, n); for an n that was not measured (or fractional), interpolate between the nearest measured."""
         if num_tokens in self.target_s:
             return self.target_s[num_tokens]
         known = sorted(self.target_s)
@@ -84,6 +91,41 @@ class Prediction:
         plain = a_base * prefill_base_s + new_tokens * self.baseline_step_s
         spec = a_spec * prefill_spec_s + new_tokens / self.tokens_per_step * self.spec_step_s
         return plain / spec
+
+
+def blend(lo: StepCosts, hi: StepCosts, weight: float) -> StepCosts:
+    """Linear interpolation between the costs at two batch sizes (weight 0 = lo, 1 = hi)."""
+    def mix(a: float, b: float) -> float:
+        return a * (1 - weight) + b * weight
+
+    batch = round(mix(lo.batch_size, hi.batch_size))
+    target = {n: mix(lo.target(n), hi.target(n)) for n in sorted(set(lo.target_s) | set(hi.target_s))}
+    draft_tokens = ({n: mix(lo.draft(n), hi.draft(n)) for n in sorted(lo.draft_tokens_s)}
+                    if lo.draft_tokens_s and hi.draft_tokens_s else None)
+    return StepCosts(batch, target, mix(lo.draft_s, hi.draft_s), mix(lo.target_prefill_s, hi.target_prefill_s),
+                     mix(lo.draft_prefill_s, hi.draft_prefill_s), draft_tokens)
+
+
+def step_seconds(costs: StepCosts, *, draft_len: float, draft_share: float, overhead_s: float,
+                 draft_step_s: float | None = None, catch_up_tokens: float = 1.0) -> float:
+    """Modelled seconds of one engine step at the batch size of `costs`.
+
+    Args:
+        draft_len: mean draft tokens per drafting sequence (0 for plain decoding).
+        draft_share: probability that the step's padded batch contains a draft, 1 - (1 - f)^b for a per-sequence
+            drafting frequency f; otherwise the step is a plain one-token forward.
+        overhead_s: host time per step outside the forwards.
+        draft_step_s: proposer time per step when it is not draft-model forwards (n-gram); default
+            draft_share * (T_draft(b, catch_up_tokens) + (draft_len - 1) * T_draft(b, 1)).
+        catch_up_tokens: tokens the draft model's first forward of a step feeds (those committed last step).
+    """
+    target = draft_share * costs.target(draft_len + 1) + (1 - draft_share) * costs.target(1)
+    if draft_step_s is None:
+        first = costs.draft(catch_up_tokens) if draft_len else 0.0
+        draft = draft_share * (first + max(draft_len - 1, 0) * costs.draft(1))
+    else:
+        draft = draft_step_s
+    return target + draft + overhead_s
 
 
 def expected_tokens_per_step(per_pos: Sequence[float], k: int | None = None) -> float:

@@ -184,9 +184,10 @@ def _cost_model_section(results: Results) -> list[str]:
             "Per step: S_0 = T_target(b,1) + overhead_base and S_k = k * T_draft(b) + T_target(b,k+1) + overhead_spec; "
             "steady-state speedup = E(k) * S_0 / S_k, with E(k) = 1 + sum of the measured per-position acceptance, T "
             "from the calibration micro-benchmark at b = concurrency, host overhead per step from the engine's own "
-            "accounting. A case's prediction also charges each request's prompt pass P (target, plus the draft "
-            "model's for draft_target): speedup = (c * P_0 + N * S_0) / (c * P_k + N / E(k) * S_k) for N new tokens "
-            "per request and c in flight.", ""]
+            "accounting. A case's predicted speedup is modelled time of its baseline / modelled time of the case, "
+            "each the run's measured step trace (engine steps, admission steps with their prompt pass, average rows "
+            "per step, how often rows drafted and how long) priced with the calibrated costs; without a trace, "
+            "(c * P_0 + N * S_0) / (c * P_k + N / E(k) * S_k) for N new tokens per request and c in flight.", ""]
     calib = list(results.calibrations.values())
     if calib:
         c = calib[0]
