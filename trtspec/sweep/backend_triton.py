@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from trtspec.errors import ConfigError, ServerError, ToolNotFoundError
 from trtspec.methods import resolve
+from trtspec.spec.metrics import AcceptanceStats  # data only, no torch
 from trtspec.sweep.grid import Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
 
@@ -41,51 +41,9 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass
-class LoopCounts:
-    """Acceptance counted by the client-side loop, in AcceptanceStats' vLLM names."""
-
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
-    accepted_length_histogram: list[int] = field(default_factory=list)
-    num_target_forwards: int = 0
-    num_emitted_tokens: int = 0
-
-    def observe(self, num_draft_tokens: int, num_accepted: int) -> None:
-        self.num_drafts += 1
-        self.num_draft_tokens += num_draft_tokens
-        self.num_accepted_tokens += num_accepted
-        _grow(self.num_accepted_tokens_per_pos, num_draft_tokens)
-        for pos in range(num_accepted):
-            self.num_accepted_tokens_per_pos[pos] += 1
-        _grow(self.accepted_length_histogram, num_accepted + 1)
-        self.accepted_length_histogram[num_accepted] += 1
-
-    def merge(self, other: LoopCounts) -> None:
-        for pos, count in enumerate(other.num_accepted_tokens_per_pos):
-            _grow(self.num_accepted_tokens_per_pos, pos + 1)
-            self.num_accepted_tokens_per_pos[pos] += count
-        for n, count in enumerate(other.accepted_length_histogram):
-            _grow(self.accepted_length_histogram, n + 1)
-            self.accepted_length_histogram[n] += count
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_target_forwards",
-                     "num_emitted_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        drafts = max(self.num_drafts, 1)
-        out["mean_acceptance_length"] = 1.0 + self.num_accepted_tokens / drafts if self.num_drafts else 1.0
-        out["acceptance_rate"] = self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
-        out["acceptance_rate_per_pos"] = [a / drafts for a in self.num_accepted_tokens_per_pos]
-        return out
-
-
 def draft_target_loop(transport: Transport, *, draft_model: str, target_model: str, prompt_ids: Sequence[int],
                       max_new_tokens: int, k: int, temperature: float, end_id: int | None = None,
-                      pad_id: int | None = None) -> tuple[list[int], LoopCounts]:
+                      pad_id: int | None = None) -> tuple[list[int], AcceptanceStats]:
     """Generate with TensorRT-LLM draft-target through two Triton models, counting every step's acceptance.
 
     Args:
@@ -98,7 +56,7 @@ def draft_target_loop(transport: Transport, *, draft_model: str, target_model: s
     prompt = np.asarray(prompt_ids, dtype=np.int32)  # [prompt_len]
     ids = prompt
     limit = len(prompt) + max_new_tokens
-    counts = LoopCounts()
+    counts = AcceptanceStats()
     while True:
         # 1. draft: up to k tokens continuing `ids`
         num_draft = min(k, limit - len(ids) - 1)
@@ -300,7 +258,7 @@ class TritonBackend:
             results = list(pool.map(lambda i: self._one_request(case, spec, prompts[i], case.seed + i),
                                     range(len(prompts))))
         wall = time.perf_counter() - start
-        counts = LoopCounts()
+        counts = AcceptanceStats()
         perf = [p for _, _, p in results if p is not None]
         for _, one, _ in results:
             counts.merge(one)
@@ -322,10 +280,10 @@ class TritonBackend:
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "stats": stats}
 
     def _one_request(self, case: Case, spec: SweepSpec, prompt_ids: list[int],
-                     seed: int) -> tuple[list[int], LoopCounts, dict[str, float] | None]:
+                     seed: int) -> tuple[list[int], AcceptanceStats, dict[str, float] | None]:
         """(generated ids, client-loop counts, perf metrics or None) of one request."""
         assert self.transport is not None
-        counts = LoopCounts()
+        counts = AcceptanceStats()
         if spec.flavour == "tensorrtllm" and case.k == 0:
             out, seq_len = _trtllm_call(self.transport, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
                                         case.max_new_tokens, None, case.temperature, None, None)
@@ -373,7 +331,3 @@ def _load_tokenizer(model: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
-
-
-def _grow(values: list[int], size: int) -> None:
-    values.extend([0] * (size - len(values)))
