@@ -4,6 +4,8 @@ docs/benchmarks.md (one `##` section per benchmark, replaced in place on re-runs
 Sections (run all, or pick with --section):
   engine   reference engine at batch 1: plain decoding, draft_target and ngram at k = 1..8, and transformers'
            greedy / assisted generation / prompt lookup on the same models (tokens/s, speedup, acceptance, overhead)
+  sweep    `trtspec sweep` on the same pair (draft_target + ngram, k = 0..8, temperature 0 and 1, code + grounded)
+           and how close the cost model's predicted speedup comes to the measured one
 
 A new section is a function `(args) -> Section` registered in SECTIONS; it shares prompt loading and the writer.
 Methodology: every configuration decodes the same prompts one at a time (batch 1) with EOS ignored, so all rows
@@ -173,7 +175,54 @@ def bench_engine(args: argparse.Namespace) -> Section:
     )
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {"engine": bench_engine}
+# ---------------------------------------------------------------------------------------------------------------
+# section: sweep
+
+
+def bench_sweep(args: argparse.Namespace) -> Section:
+    """`trtspec sweep` on the embedded pair (draft_target + ngram, k = 0..max, T 0/1, code + grounded suites) and
+    the cost model's check: per configuration, the best measured k and the predicted speedup there."""
+    from trtspec.sweep.analysis import TOLERANCE, load_results
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.runner import run_sweep
+
+    spec = SweepSpec.build(model=args.model, drafts=[args.draft], methods=["draft_target", "ngram"],
+                           k=[0, *args.ks], temperatures=[0.0, 1.0], suites=["code", "grounded"], concurrency=[1],
+                           num_prompts=args.sweep_prompts, max_new_tokens=args.sweep_new_tokens,
+                           max_draft_len=max(args.ks), threads=args.threads, calibration_batch_sizes=[1, 4, 16])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.jsonl"
+        summary = run_sweep(spec, out, show_progress=True)
+        results = load_results(out)
+    groups: dict[tuple, list] = {}
+    for row in results.rows:
+        if row.k:
+            groups.setdefault((row.suite, float(row.params["temperature"]), row.variant), []).append(row)
+    rows = []
+    checked = [r for r in results.rows if r.k and r.error is not None]
+    for (suite, temperature, variant), group in sorted(groups.items()):
+        best = max(group, key=lambda r: r.measured_speedup or 0.0)
+        inside = sum(bool(r.within_tolerance) for r in group)
+        rows.append([f"{variant} T={temperature:g} {suite}", str(best.k), f"{best.tokens_per_step:.2f}",
+                     f"{best.measured_speedup:.2f}x", f"{best.predicted_speedup:.2f}x", f"{100 * best.error:+.0f}%",
+                     f"{inside}/{len(group)}"])
+    return Section(
+        title=f"Sweep + cost model ({args.model} + {args.draft}, batch 1, {results.timing} time)",
+        columns=["configuration", "best k", "mean acceptance length", "measured speedup", "predicted speedup",
+                 "error", f"k = 1..{max(args.ks)} within {TOLERANCE:.0%}"],
+        rows=rows,
+        notes=[
+            f"`trtspec sweep` with the engine backend: {args.sweep_prompts} prompts per suite, "
+            f"{args.sweep_new_tokens} new tokens each, EOS ignored, {summary.errors} failed cases. Speedup = tokens "
+            f"per {results.timing} second vs plain decoding (k = 0) of the same suite and temperature.",
+            f"Cost model within {TOLERANCE:.0%} of measured for {sum(bool(r.within_tolerance) for r in checked)} of "
+            f"{len(checked)} cases. Full report: `trtspec sweep ... --out results.jsonl && trtspec report "
+            "results.jsonl --out report/`.",
+        ],
+    )
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {"engine": bench_engine, "sweep": bench_sweep}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -237,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched by prompt lookup")
     parser.add_argument("--repeats", type=int, default=1, help="runs over all prompts per configuration (median)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
+    parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)
