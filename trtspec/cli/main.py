@@ -21,7 +21,9 @@ COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
     "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
+    "report": "trtspec.cli.report:report",
     "serve": "trtspec.cli.serve:serve",
+    "sweep": "trtspec.cli.sweep:sweep",
     "train": "trtspec.cli.train:train",
     "tune": "trtspec.cli.tune:tune",
 }

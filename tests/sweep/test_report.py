@@ -1,0 +1,95 @@
+"""Report: Markdown tables, PNG plots, recommendation and --write-config from a small synthetic results file."""
+
+from __future__ import annotations
+
+import yaml
+from click.testing import CliRunner
+
+from tests.sweep.fakes import FakeSweepBackend
+from trtspec.cli.main import cli
+from trtspec.sweep.analysis import load_results
+from trtspec.sweep.grid import SweepSpec
+from trtspec.sweep.report import render_report, write_config
+from trtspec.sweep.runner import run_sweep
+
+
+def _results(tmp_path, noise=0.0, **kw):
+    spec = SweepSpec.build(**{"model": "fake-target", "drafts": ["fake-draft"], "backend": "triton", "url": "x:1",
+                              "methods": ["draft_target", "ngram"], "k": list(range(0, 6)), "temperatures": [0, 1],
+                              "suites": ["code", "grounded"], "concurrency": [1, 4], "num_prompts": 2,
+                              "calibration_batch_sizes": [1, 4, 16], **kw})
+    out = tmp_path / "results.jsonl"
+    run_sweep(spec, out, backend=FakeSweepBackend(noise=noise, fail_methods=[]), show_progress=False)
+    return out
+
+
+def test_analysis_predicts_synthetic_machine_exactly(tmp_path):
+    results = load_results(_results(tmp_path))
+    spec_rows = [r for r in results.rows if r.k > 0]
+    assert spec_rows and all(r.within_tolerance for r in spec_rows)
+    assert max(abs(r.error) for r in spec_rows) < 0.02
+    dt = next(r for r in spec_rows if r.method == "draft_target" and r.k == 3 and r.params["temperature"] == 0)
+    assert dt.tokens_per_step == sum(0.7 ** i for i in range(4))
+
+
+def test_report_renders_markdown_plots_and_recommendation(tmp_path):
+    made = render_report(_results(tmp_path, noise=0.3), tmp_path / "rep", price_per_hour=2.0)
+    text = made.markdown.read_text()
+    for needle in ("## Results", "## Cost model check", "## Recommendation", "projection", "Where the model misses",
+                   "$ per 1M tokens", "![Predicted vs measured speedup](predicted_vs_measured.png)"):
+        assert needle in text, needle
+    assert set(made.plots) == {"acceptance_per_position", "acceptance_length_vs_k", "throughput_vs_k",
+                               "speedup_vs_concurrency", "predicted_vs_measured"}
+    for path in made.plots.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    recs = made.recommendations
+    assert {r.batch_size for r in recs} == {1, 4, 16} and {r.temperature for r in recs} == {0.0, 1.0}
+    at1 = next(r for r in recs if r.batch_size == 1 and r.temperature == 0)
+    assert at1.method == "draft_target" and at1.k > 0 and at1.speedup > 1
+    assert at1.cost_per_million < at1.baseline_cost_per_million
+
+
+def test_write_config_creates_and_updates(tmp_path):
+    made = render_report(_results(tmp_path), tmp_path / "rep", plots=False)
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text("target: tiny\nengine:\n  max_batch_size: 8\nmethod: none\n")
+    data = write_config(cfg, made.recommendations, target="fake-target")
+    text = cfg.read_text()
+    assert text.startswith("# Recommended by `trtspec report`")
+    loaded = yaml.safe_load(text)
+    assert loaded == data and loaded["method"] == "draft_target" and loaded["draft"] == "fake-draft"
+    assert loaded["target"] == "tiny" and loaded["engine"] == {"max_batch_size": 8}
+    assert loaded["max_draft_len"] == max(r.k for r in made.recommendations if r.temperature == 0)
+
+
+def test_cli_sweep_dry_run_and_report(tmp_path):
+    out = _results(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["report", str(out), "--out", str(tmp_path / "r"), "--no-plots",
+                              "--write-config", str(tmp_path / "b.yaml")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "wrote" in res.output and (tmp_path / "r" / "report.md").exists()
+    res = runner.invoke(cli, ["sweep", "--out", str(out), "--dry-run", "--backend", "triton", "--url", "x:1",
+                              "--model", "fake-target", "--draft", "fake-draft", "--k", "0-5", "--temperature", "0,1",
+                              "--suite", "code,grounded", "--concurrency", "1,4", "--num-prompts", "2"],
+                        catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "already in" in res.output and " todo " not in res.output
+
+
+def test_cli_bad_input_exits_2(tmp_path):
+    import pytest
+
+    from trtspec.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--out", str(tmp_path / "x.jsonl"), "--method", "warp", "--dry-run"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r")])
+    assert exc.value.code == 2
+
+
+def test_repeats_are_merged_with_median_timing(tmp_path):
+    results = load_results(_results(tmp_path, repeats=3, concurrency=[1], temperatures=[0], suites=["code"]))
+    assert len(results.rows) == 11 and all(r.repeats == 3 for r in results.rows)

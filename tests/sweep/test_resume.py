@@ -1,0 +1,129 @@
+"""Results file durability and resume: torn lines, interrupted sweeps, killed processes, error records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sweep.fakes import FakeSweepBackend
+from trtspec.sweep.grid import SweepSpec
+from trtspec.sweep.records import ResultsFile, read_records
+from trtspec.sweep.runner import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(**kw) -> SweepSpec:
+    # backend triton with a dummy url: validation needs no local models; the fake backend does the work
+    base = {"model": "fake-target", "drafts": ["fake-draft"], "backend": "triton", "url": "fake:1",
+            "methods": ["draft_target", "ngram"], "k": [0, 1, 2, 3], "suites": ["code"], "num_prompts": 2,
+            "calibration_batch_sizes": [1, 4]}
+    return SweepSpec.build(**{**base, **kw})
+
+
+def _case_ids(path: Path) -> list[str]:
+    return [r["id"] for r in read_records(path) if r["kind"] == "case"]
+
+
+def test_records_roundtrip_and_torn_tail(tmp_path):
+    path = tmp_path / "r.jsonl"
+    with ResultsFile(path) as rf:
+        assert rf.open_for_append() == []
+        rf.append({"kind": "case", "id": "a", "x": 1})
+        rf.append({"kind": "case", "id": "b", "x": 2})
+    with open(path, "a") as fh:
+        fh.write('{"kind": "case", "id": "c", "x"')  # a write cut by a kill
+    assert [r["id"] for r in read_records(path)] == ["a", "b"]
+    with ResultsFile(path) as rf:
+        assert [r["id"] for r in rf.open_for_append()] == ["a", "b"]
+        rf.append({"kind": "case", "id": "c", "x": 3})
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["schema"] == 1 for line in lines)
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"kind": "case", "id": "a"}\nGARBAGE\n{"kind": "case", "id": "b"}\n')
+    with pytest.raises(ValueError, match=":2: not a JSON record"):
+        read_records(path)
+
+
+def test_interrupted_sweep_resumes_missing_cases_only(tmp_path):
+    out = tmp_path / "results.jsonl"
+    spec = _spec()
+    total = len(spec.cases())
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, out, backend=FakeSweepBackend(interrupt_after=3), show_progress=False)
+    assert len(_case_ids(out)) == 3
+    second = FakeSweepBackend()
+    summary = run_sweep(spec, out, backend=second, show_progress=False)
+    assert summary.skipped == 3 and summary.ran == total - 3
+    assert len(second.ran) == total - 3 and second.calibrated == []  # calibration was already recorded
+    ids = _case_ids(out)
+    assert len(ids) == total == len(set(ids)) and set(ids) == {c.case_id for c in spec.cases()}
+    # a third run does nothing
+    assert run_sweep(spec, out, backend=FakeSweepBackend(), show_progress=False).ran == 0
+    assert len(_case_ids(out)) == total
+
+
+def test_error_records_do_not_stop_the_sweep_and_can_be_retried(tmp_path):
+    out = tmp_path / "results.jsonl"
+    spec = _spec()
+    summary = run_sweep(spec, out, backend=FakeSweepBackend(fail_methods=["ngram"]), show_progress=False)
+    errors = [r for r in read_records(out) if r.get("status") == "error"]
+    assert summary.errors == 3 == len(errors) and summary.ran == len(spec.cases()) - 3
+    assert errors[0]["error"]["type"] == "RuntimeError" and "synthetic failure" in errors[0]["error"]["message"]
+    assert run_sweep(spec, out, backend=FakeSweepBackend(), show_progress=False).ran == 0
+    retry = run_sweep(spec, out, backend=FakeSweepBackend(), show_progress=False, retry_errors=True)
+    assert retry.ran == 3
+
+
+def test_every_record_carries_sampling_prompts_and_template(tmp_path):
+    out = tmp_path / "results.jsonl"
+    run_sweep(_spec(k=[0, 1], methods=["ngram"]), out, backend=FakeSweepBackend(), show_progress=False)
+    case = next(r for r in read_records(out) if r["kind"] == "case")
+    assert case["chat_template"] is None and case["sampling"]["temperature"] == 0.0
+    assert case["prompts"]["suite"] == "code" and case["prompts"]["num_prompts"] == 2
+    assert case["spec"] == {"method": "none", "k": 0, "draft": None, "medusa": None, "tree": None}
+    calib = next(r for r in read_records(out) if r["kind"] == "calibration")
+    assert set(calib["target_s"]) == {"1", "4"}
+
+
+KILLABLE = textwrap.dedent("""
+    import sys
+    from tests.sweep.fakes import FakeSweepBackend
+    from tests.sweep.test_resume import _spec
+    from trtspec.sweep.runner import run_sweep
+    run_sweep(_spec(), sys.argv[1], backend=FakeSweepBackend(delay_s=0.15), show_progress=False)
+""")
+
+
+def test_killed_process_resumes_without_duplicates_or_torn_records(tmp_path):
+    out = tmp_path / "results.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(out)], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and (not out.exists() or len(_case_ids(out)) < 3):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    done_before = _case_ids(out)
+    total = len(_spec().cases())
+    assert 3 <= len(done_before) < total, "the sweep must be killed midway"
+    backend = FakeSweepBackend()
+    run_sweep(_spec(), out, backend=backend, show_progress=False)
+    assert not set(backend.ran) & set(done_before)  # only the missing cases ran
+    ids = _case_ids(out)
+    assert len(ids) == len(set(ids)) == total
+    for line in out.read_text().splitlines():
+        json.loads(line)  # no torn line left behind

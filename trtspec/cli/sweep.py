@@ -1,0 +1,69 @@
+"""`trtspec sweep`: run (or resume) an accept-rate sweep into a results JSONL file."""
+
+from __future__ import annotations
+
+import click
+
+from trtspec.methods import METHODS
+
+
+@click.command()
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Results JSONL; an existing file is resumed (completed cases are skipped).")
+@click.option("--method", "methods", help=f"Comma list of methods ({', '.join(sorted(METHODS))}).")
+@click.option("--k", "k", help="Draft lengths, e.g. 0-8 or 1,2,4 (k = 0 is plain decoding, always included).")
+@click.option("--temperature", "temperatures", help="Comma list of temperatures, e.g. 0,1.")
+@click.option("--suite", "suites", help="Comma list of shipped suites (code, prose, grounded) or JSONL paths.")
+@click.option("--concurrency", help="Comma list of requests in flight, e.g. 1,4.")
+@click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
+@click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
+@click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
+@click.option("--max-new-tokens", type=int, help="Tokens generated per request.")
+@click.option("--num-prompts", type=int, help="Prompts per suite (first N, in file order).")
+@click.option("--seed", type=int, help="Request i samples with seed + i.")
+@click.option("--repeats", type=int, help="Measurement rounds over the whole grid (the report takes medians).")
+@click.option("--max-draft-len", type=int, help="The engine's maximum k (tokens).")
+@click.option("--backend", type=click.Choice(["engine", "triton"]), help="engine = in-process; triton = gRPC.")
+@click.option("--url", help="Triton gRPC url (backend triton), e.g. localhost:8001.")
+@click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
+@click.option("--model-name", help="Triton model to call (default trtspec_engine / tensorrt_llm).")
+@click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
+@click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")
+@click.option("--threads", type=int, help="torch intra-op threads for the engine backend (default: torch's).")
+@click.option("--retry-errors", is_flag=True, help="Rerun cases whose earlier record is an error.")
+@click.option("--dry-run", is_flag=True, help="Validate and list the cases; run nothing.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_progress: bool, **flags: object) -> None:
+    """Measure acceptance and speed over method x k x draft x temperature x suite x concurrency.
+
+    CONFIG is an optional YAML sweep spec; explicit flags override its values. One JSON record per case is appended
+    to --out (flush + fsync per record); rerunning the same command resumes an interrupted sweep.
+    """
+    from trtspec.sweep.grid import SweepSpec, parse_float_list, parse_int_list, parse_str_list
+    from trtspec.sweep.records import latest_by_id, read_records
+    from trtspec.sweep.runner import run_sweep
+
+    lists = {"methods": parse_str_list, "drafts": parse_str_list, "suites": parse_str_list,
+             "medusa": parse_str_list,
+             "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
+             "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
+             "temperatures": lambda v: parse_float_list(v, "temperature")}
+    overrides = {name: (lists[name](value) if name in lists and value is not None else value)
+                 for name, value in flags.items()}
+    spec = SweepSpec.from_yaml(config, **overrides) if config else \
+        SweepSpec.build(**{k: v for k, v in overrides.items() if v is not None})
+    cases = spec.cases()
+    if dry_run:
+        done = latest_by_id(read_records(out), "case")
+        for case in cases:
+            state = "done" if case.case_id in done else "todo"
+            click.echo(f"{case.case_id}  {state}  {case.label()}")
+        click.echo(f"{len(cases)} cases, {sum(c.case_id in done for c in cases)} already in {out}")
+        return
+    summary = run_sweep(spec, out, show_progress=not no_progress, retry_errors=retry_errors)
+    click.echo(f"{summary.ran} cases run, {summary.skipped} already done, {summary.errors} failed, "
+               f"{summary.calibrations} calibrations -> {out}")
+    for msg in summary.error_messages:
+        click.echo(f"  failed: {msg}", err=True)
+    click.echo(f"Next: trtspec report {out} --out report/")

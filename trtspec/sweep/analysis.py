@@ -1,0 +1,406 @@
+"""From results.jsonl to numbers: measured speedup vs the k = 0 baseline, the cost model's prediction per case, and
+the recommendation (method, k per batch size, expected speedup, cost per 1M tokens). Pure Python (no torch).
+
+Prediction per case (see costmodel.py): E(k) from the case's per-position acceptance; T_target(b, k+1) and T_draft(b)
+from the calibration record of the case's model set at b = concurrency; host overhead per step from the engine's
+own overhead accounting (`overhead_time_s / num_target_forwards`) of the case and of its baseline.
+
+Timing: `wall` uses wall-clock seconds; `cpu` uses process CPU seconds (cases and calibration record both), which
+other processes time-slicing a shared CPU do not inflate. The engine's wall-clock overhead is converted with the
+case's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and the device is the CPU, else wall.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.methods import resolve
+from trtspec.sweep import costmodel
+from trtspec.sweep.records import Record, latest_by_id, read_records
+
+TOLERANCE = 0.15  # the issue's acceptance bound for |predicted / measured - 1|
+BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "backend")
+
+
+@dataclass
+class CaseRow:
+    """One ok case with its derived numbers (None where a number cannot be derived)."""
+
+    id: str
+    params: dict[str, Any]
+    tokens_per_s: float
+    wall_time_s: float
+    tokens_per_step: float
+    acceptance_rate: float
+    per_pos: list[float]
+    measured_speedup: float | None = None
+    prediction: costmodel.Prediction | None = None
+    measured_step_s: float | None = None
+    seconds: float = 0.0  # the case's duration in the chosen timing (wall or CPU)
+    num_requests: int = 0
+    wall_tokens_per_s: float = 0.0  # always wall clock, whatever the timing of tokens_per_s
+    repeats: int = 1  # measurement rounds merged into this row (timings are their medians)
+    miss_reason: str = ""
+
+    @property
+    def method(self) -> str:
+        return str(self.params["method"])
+
+    @property
+    def k(self) -> int:
+        return int(self.params["k"])
+
+    @property
+    def suite(self) -> str:
+        """Display name of the prompt suite: a shipped name, or the stem of a user JSONL path."""
+        suite = str(self.params["suite"])
+        return Path(suite).stem if suite.endswith(".jsonl") else suite
+
+    @property
+    def variant(self) -> str:
+        """method plus its draft / heads, the unit a recommendation picks."""
+        extra = self.params.get("draft") or self.params.get("medusa")
+        return f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+
+    prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated
+    admissions: float | None = None  # admission steps per `concurrency` requests (measured by the runner)
+    num_steps: int = 0  # engine steps of the run (measured by the runner)
+    admission_steps: int = 0
+    modelled_s: float | None = None  # the cost model's time for this run's measured step trace
+    base_admissions: float | None = None  # the same for the baseline case
+
+    base_modelled_s: float | None = None
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """Predicted speedup of this case: modelled run times (step trace) when recorded, else whole requests with
+        prompt passes, else per step."""
+        if self.modelled_s and self.base_modelled_s:
+            return self.base_modelled_s / self.modelled_s
+        if self.prediction is None:
+            return None
+        if self.prefill and self.k:
+            return self.prediction.with_prefill(int(self.params["max_new_tokens"]), *self.prefill,
+                                                admissions_base=self.base_admissions, admissions_spec=self.admissions)
+        return self.prediction.speedup
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1."""
+        predicted = self.predicted_speedup
+        if predicted is None or not self.measured_speedup:
+            return None
+        return predicted / self.measured_speedup - 1.0
+
+    @property
+    def within_tolerance(self) -> bool | None:
+        err = self.error
+        return None if err is None else abs(err) <= TOLERANCE
+
+
+@dataclass
+class Results:
+    rows: list[CaseRow]
+    errors: list[Record]
+    calibrations: dict[str, Record]
+    sweeps: list[Record] = field(default_factory=list)
+    timing: str = "wall"
+
+    def baseline_of(self, row: CaseRow) -> CaseRow | None:
+        key = _baseline_key(row.params)
+        return next((r for r in self.rows if r.method == "none" and _baseline_key(r.params) == key), None)
+
+
+def load_results(path: str | Path, timing: str = "auto") -> Results:
+    """Read a results file and derive every case's measured and predicted speedup (timing: wall | cpu | auto)."""
+    records = read_records(path)
+    cases = latest_by_id(records, "case")
+    ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
+    calibrations = latest_by_id(records, "calibration")
+    if timing == "auto":
+        on_cpu = all((rec.get("backend") or {}).get("device", "cpu") == "cpu" for rec in ok)
+        has_cpu = all("cpu_time_s" in rec["metrics"] for rec in ok) and \
+            all("target_cpu_s" in c for c in calibrations.values())
+        timing = "cpu" if ok and on_cpu and has_cpu else "wall"
+    if timing not in ("wall", "cpu"):
+        raise ValueError(f"timing={timing!r}: use wall, cpu or auto")
+    rows = _merge_repeats([_row(rec, timing) for rec in ok])
+    errors = [rec for rec in cases.values() if rec.get("status") != "ok"]
+    results = Results(rows, errors, calibrations, [r for r in records if r.get("kind") == "sweep"], timing)
+    stats_of = {rec["id"]: _clock_stats(rec["metrics"], timing) for rec in ok}
+    for row in rows:
+        row.modelled_s = _trace_seconds(row, stats_of[row.id], results.calibrations.values(), timing)
+    for row in rows:
+        base = results.baseline_of(row)
+        row.base_modelled_s = base.modelled_s if base else None
+        if base is not None and base.tokens_per_s > 0:
+            row.measured_speedup = row.tokens_per_s / base.tokens_per_s
+        costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]), timing)
+        if costs is None:
+            continue
+        stats, base_stats = stats_of[row.id], stats_of.get(base.id, {}) if base else {}
+        row.prediction = costmodel.predict(
+            row.k, row.tokens_per_step, costs, overhead_base_s=_overhead_per_step(base_stats),
+            overhead_spec_s=_overhead_per_step(stats), draft_step_s=_proposer_step_s(row, stats))
+        row.base_admissions = base.admissions if base else None
+        if costs.target_prefill_s:
+            uses_draft = resolve(row.method).needs_draft_model
+            row.prefill = (costs.target_prefill_s, costs.target_prefill_s + (costs.draft_prefill_s if uses_draft else 0))
+        row.miss_reason = _miss_reason(row, base, costs)
+    return results
+
+
+def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: float,
+               timing: str = "wall") -> costmodel.StepCosts | None:
+    """Calibrated forward costs for a case's model set at a batch size (interpolated between calibrated sizes)."""
+    needs_draft = bool(params.get("draft") or params.get("medusa"))
+    best: Record | None = None
+    for rec in calibrations:
+        if rec.get("model") != params["model"]:
+            continue
+        if needs_draft and (rec.get("draft"), rec.get("medusa")) != (params.get("draft"), params.get("medusa")):
+            continue
+        best = rec
+        if not needs_draft or rec.get("draft") == params.get("draft"):
+            break
+    suffix = "cpu_s" if timing == "cpu" else "s"
+    if best is None or not best.get(f"target_{suffix}"):
+        return None
+    sizes = sorted(int(b) for b in best[f"target_{suffix}"])
+
+    def at(b: int) -> costmodel.StepCosts:
+        target_s = {int(n): float(t) for n, t in best[f"target_{suffix}"][str(b)].items()}
+        draft_s = float(best.get(f"draft_{suffix}", {}).get(str(b), 0.0)) if needs_draft else 0.0
+        prefill = float(best.get(f"target_prefill_{suffix}", {}).get(str(b), 0.0))
+        draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
+        tokens = best.get(f"draft_tokens_{suffix}", {}).get(str(b)) if needs_draft else None
+        draft_tokens = {int(n): float(t) for n, t in tokens.items()} if tokens else None
+        return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill, draft_tokens)
+
+    lo = max((b for b in sizes if b <= batch), default=sizes[0])
+    hi = min((b for b in sizes if b >= batch), default=sizes[-1])
+    if lo == hi:
+        return at(lo)
+    return costmodel.blend(at(lo), at(hi), (batch - lo) / (hi - lo))
+
+
+def _trace_seconds(row: CaseRow, stats: dict[str, Any], calibrations: Iterable[Record], timing: str) -> float | None:
+    """The cost model's time for the run's measured step trace (None without one).
+
+    The runner records how many engine steps ran and how many admitted requests (their prompt pass); the engine's
+    stats give the average rows per step and how often a row drafted. Each step then costs
+    step_seconds(...) at the average batch, each admission step a prompt pass; all costs are calibrated.
+    """
+    forwards = stats.get("num_target_forwards") or 0
+    if not row.num_steps or not forwards:
+        return None
+    batch = forwards / row.num_steps  # average rows per step (the batch drains at the tail)
+    costs = step_costs(calibrations, row.params, batch, timing)
+    if costs is None:
+        return None
+    drafts = stats.get("num_drafts") or 0
+    draft_len = (stats.get("num_draft_tokens") or 0) / drafts if drafts else 0.0
+    share = 1 - (1 - drafts / forwards) ** batch
+    overhead = _overhead_per_step(stats)
+    emitted = stats.get("num_emitted_tokens") or forwards
+    step = costmodel.step_seconds(costs, draft_len=draft_len, draft_share=share, overhead_s=overhead,
+                                  draft_step_s=_proposer_step_s(row, stats), catch_up_tokens=emitted / forwards)
+    prefill = costs.target_prefill_s + (costs.draft_prefill_s if resolve(row.method).needs_draft_model and row.k else 0)
+    admissions = min(row.admission_steps, row.num_steps)
+    return admissions * (prefill + overhead) + (row.num_steps - admissions) * step
+
+
+def _merge_repeats(rows: list[CaseRow]) -> list[CaseRow]:
+    """One row per case across measurement rounds: the first round's counts, the median of each timing."""
+    groups: dict[tuple, list[CaseRow]] = defaultdict(list)
+    for row in rows:
+        key = tuple(sorted((k, str(v)) for k, v in row.params.items() if k != "repeat"))
+        groups[key].append(row)
+    merged = []
+    for group in groups.values():
+        first = min(group, key=lambda r: int(r.params.get("repeat", 0)))
+        for name in ("tokens_per_s", "wall_tokens_per_s", "seconds", "wall_time_s"):
+            setattr(first, name, statistics.median(getattr(r, name) for r in group))
+        steps = [r.measured_step_s for r in group if r.measured_step_s]
+        first.measured_step_s = statistics.median(steps) if steps else None
+        first.repeats = len(group)
+        merged.append(first)
+    return merged
+
+
+def _clock_stats(metrics: dict[str, Any], timing: str) -> dict[str, Any]:
+    """The case's stats with the engine's wall-clock time split converted to CPU seconds in cpu timing."""
+    stats = dict(metrics.get("stats", {}))
+    if timing == "cpu" and metrics.get("wall_time_s"):
+        scale = metrics["cpu_time_s"] / metrics["wall_time_s"]
+        for name in ("draft_time_s", "target_time_s", "overhead_time_s"):
+            if stats.get(name) is not None:
+                stats[name] = stats[name] * scale
+    return stats
+
+
+def _row(rec: Record, timing: str = "wall") -> CaseRow:
+    metrics = rec["metrics"]
+    seconds = float(metrics["cpu_time_s"] if timing == "cpu" else metrics.get("wall_time_s", 0.0))
+    output_tokens = metrics.get("output_tokens")
+    stats = metrics.get("stats", {})
+    drafts = stats.get("num_drafts") or 0
+    per_pos_counts = stats.get("num_accepted_tokens_per_pos") or []
+    per_pos = [c / drafts for c in per_pos_counts] if drafts else []
+    tokens_per_step = stats.get("mean_acceptance_length") or (1.0 + sum(per_pos))
+    steps = metrics.get("num_steps")
+    return CaseRow(
+        id=rec["id"], params=rec["params"],
+        tokens_per_s=output_tokens / seconds if output_tokens and seconds else float(metrics.get("tokens_per_s", 0.0)),
+        wall_time_s=float(metrics.get("wall_time_s", 0.0)), tokens_per_step=float(tokens_per_step),
+        acceptance_rate=float(stats.get("acceptance_rate") or 0.0), per_pos=per_pos,
+        measured_step_s=seconds / steps if steps else None, seconds=seconds,
+        num_requests=int(metrics.get("num_requests") or 0), wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
+        num_steps=int(metrics.get("num_steps") or 0), admission_steps=int(metrics.get("num_admission_steps") or 0),
+        admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
+                    if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
+
+
+def _baseline_key(params: dict[str, Any]) -> tuple:
+    return tuple(params.get(k) for k in BASELINE_KEYS)
+
+
+def _overhead_per_step(stats: dict[str, Any]) -> float:
+    forwards = stats.get("num_target_forwards") or 0
+    return float(stats.get("overhead_time_s") or 0.0) / forwards if forwards else 0.0
+
+
+def _proposer_step_s(row: CaseRow, stats: dict[str, Any]) -> float | None:
+    """Proposers without a model (n-gram, lookahead) cost what the engine measured; model drafts use calibration."""
+    info = resolve(row.method)
+    if info.needs_draft_model or info.needs_medusa_heads or row.k == 0:
+        return None
+    forwards = stats.get("num_target_forwards") or 0
+    return float(stats.get("draft_time_s") or 0.0) / forwards if forwards else 0.0
+
+
+def modelled_seconds(row: CaseRow, *, baseline: bool = False) -> float | None:
+    """Modelled seconds of the case (all its requests): the step-trace model when recorded, else
+    R / c * (a * P + N / E * S)."""
+    if row.modelled_s and row.base_modelled_s:
+        return row.base_modelled_s if baseline else row.modelled_s
+    pred = row.prediction
+    if pred is None or not row.num_requests:
+        return None
+    c, n = int(row.params["concurrency"]), int(row.params["max_new_tokens"])
+    plain_prefill, spec_prefill = row.prefill or (0.0, 0.0)
+    a_base = c if row.base_admissions is None else row.base_admissions
+    a_spec = c if row.admissions is None else row.admissions
+    per_wave = (a_base * plain_prefill + n * pred.baseline_step_s if baseline or row.k == 0
+                else a_spec * spec_prefill + n / pred.tokens_per_step * pred.spec_step_s)
+    return per_wave * row.num_requests / c
+
+
+def _miss_reason(row: CaseRow, base: CaseRow | None, costs: costmodel.StepCosts) -> str:
+    """A short why for a prediction outside the tolerance: which side (speculative or plain) the model mis-timed."""
+    if row.within_tolerance is not False or row.prediction is None:
+        return ""
+    parts = []
+    for name, case, modelled in (("speculative", row, modelled_seconds(row)),
+                                 ("plain", base, modelled_seconds(row, baseline=True))):
+        if case is None or not modelled or not case.seconds:
+            continue
+        off = case.seconds / modelled - 1
+        if abs(off) > 0.08:
+            parts.append(f"{name} run took {case.seconds:.2f} s vs {modelled:.2f} s modelled ({off:+.0%})")
+    if costs.batch_size != int(row.params["concurrency"]):
+        parts.append(f"costs from batch {costs.batch_size} (not calibrated at {row.params['concurrency']})")
+    if not parts and int(row.params["concurrency"]) > 1:
+        parts.append("fewer tokens per batched step than E(k): the batch drains at the tail")
+    return "; ".join(parts) or "small errors on both sides add up"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recommendation
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    temperature: float
+    batch_size: int
+    variant: str
+    method: str
+    draft: str | None
+    k: int
+    speedup: float
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    cost_per_million: float | None
+    baseline_cost_per_million: float | None
+
+
+def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
+              price_per_hour: float | None = None) -> list[Recommendation]:
+    """Per temperature: the variant with the best predicted speedup, and its best k (0 allowed) per batch size.
+
+    E(k) is averaged over the suites of the sweep; step costs come from calibration at each batch size, host
+    overhead per step from the nearest measured concurrency, scaled linearly with the batch size (an assumption).
+    """
+    calibs = list(results.calibrations.values())
+    if not calibs:
+        return []
+    sizes = sorted(batch_sizes or {int(b) for c in calibs for b in c.get("target_s", {})})
+    timing = results.timing
+    out: list[Recommendation] = []
+    for temperature in sorted({float(r.params["temperature"]) for r in results.rows}):
+        rows = [r for r in results.rows if float(r.params["temperature"]) == temperature]
+        by_variant: dict[str, list[CaseRow]] = defaultdict(list)
+        for r in rows:
+            if r.k > 0:
+                by_variant[r.variant].append(r)
+        base_rows = [r for r in rows if r.k == 0]
+        plans: dict[str, list[Recommendation]] = {}
+        for variant, vrows in by_variant.items():
+            plans[variant] = [_best_at(variant, vrows, base_rows, calibs, b, temperature, price_per_hour, timing)
+                              for b in sizes]
+        if not plans:
+            continue
+        best = max(plans, key=lambda v: statistics.geometric_mean([max(p.speedup, 1e-9) for p in plans[v]]))
+        out.extend(plans[best])
+    return out
+
+
+def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
+             temperature: float, price: float | None, timing: str) -> Recommendation:
+    sample = rows[0]
+    costs = step_costs(calibs, sample.params, batch, timing)
+    assert costs is not None
+    tps_by_k: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        tps_by_k[r.k].append(r.tokens_per_step)
+    e_by_k = {k: statistics.fmean(v) for k, v in tps_by_k.items()}
+    over_spec = {k: _scaled_overhead([r for r in rows if r.k == k], batch) for k in e_by_k}
+    over_base = _scaled_overhead(base_rows, batch)
+    draft_step = None
+    if not (resolve(sample.method).needs_draft_model or resolve(sample.method).needs_medusa_heads):
+        draft_step = {k: statistics.fmean([r.prediction.draft_step_s for r in rows if r.k == k and r.prediction]
+                                          or [0.0]) for k in e_by_k}
+    best = costmodel.optimal_k(e_by_k, costs, overhead_base_s=over_base, overhead_spec_s=over_spec,
+                               draft_step_s=draft_step)
+    base_tps = batch / best.baseline_step_s
+    return Recommendation(
+        temperature=temperature, batch_size=batch, variant=variant, method=sample.method if best.k else "none",
+        draft=sample.params.get("draft"), k=best.k, speedup=best.speedup, tokens_per_s=best.tokens_per_s,
+        baseline_tokens_per_s=base_tps,
+        cost_per_million=costmodel.cost_per_million_tokens(best.tokens_per_s, price) if price else None,
+        baseline_cost_per_million=costmodel.cost_per_million_tokens(base_tps, price) if price else None)
+
+
+def _scaled_overhead(rows: list[CaseRow], batch: int) -> float:
+    """Overhead per step at `batch`, from the rows at the nearest concurrency, scaled by batch / concurrency."""
+    with_pred = [r for r in rows if r.prediction is not None]
+    if not with_pred:
+        return 0.0
+    conc = min({int(r.params["concurrency"]) for r in with_pred}, key=lambda c: (abs(c - batch), c))
+    near = [r for r in with_pred if int(r.params["concurrency"]) == conc]
+    return statistics.fmean(r.prediction.overhead_step_s for r in near) * batch / conc  # type: ignore[union-attr]

@@ -1,0 +1,258 @@
+"""Sweep backend `engine`: the in-process reference SpecEngine (imports torch; loaded only for this backend).
+
+One engine per model set (target + draft or Medusa heads) is loaded once and reused for every case that needs it;
+n-gram and plain cases reuse whichever engine is loaded. Concurrency c keeps c requests in flight through
+`add_request` / `step` (a finished request is replaced by the next prompt at once), so the target forward of each
+step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first case.
+
+Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
+the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
+and both over the mean prompt (a request's first step), at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
+CPU time are recorded (for cases too): on a CPU shared with other processes, CPU seconds are insensitive to
+time-slicing, so `trtspec report --timing cpu` compares like with like (use --threads 1 for that).
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from typing import Any
+
+from trtspec.sweep.grid import BASELINE, Case, SweepSpec
+from trtspec.sweep.prompts import PromptSuite, load_suite
+from trtspec.sweep.runner import ModelSet
+
+CALIBRATION_REPEATS = 5
+
+
+class EngineBackend:
+    name = "engine"
+
+    def __init__(self) -> None:
+        self._engines: dict[ModelSet, Any] = {}
+        self._device = "cpu"
+        self._saved_threads: int | None = None
+
+    # -- Backend protocol ----------------------------------------------------------------------------------------
+    def preflight(self, spec: SweepSpec) -> None:
+        from trtspec.methods import engine_methods
+
+        self._device = spec.device
+        if spec.threads:  # process-wide; restored in close(). One thread is far steadier on a shared CPU.
+            import torch
+
+            self._saved_threads = torch.get_num_threads()
+            torch.set_num_threads(spec.threads)
+        unknown = [m for m in spec.methods if m not in engine_methods()]
+        if unknown:  # SweepSpec already refuses these; kept so a hand-built spec fails before loading models
+            from trtspec.errors import ConfigError
+
+            raise ConfigError("methods", unknown[0], "the reference engine cannot run it",
+                              hint=f"use one of {', '.join(engine_methods())}")
+
+    def check_model_set(self, spec: SweepSpec, model_set: ModelSet) -> None:
+        """Before any case runs: the engine can run every method, and prompts leave room for max_new_tokens + k."""
+        from trtspec.errors import ConfigError
+
+        engine = self._engine(spec, model_set)
+        from trtspec.methods import resolve
+
+        relevant = [m for m in spec.methods if m != BASELINE
+                    and (model_set.draft is not None or not resolve(m).needs_draft_model)
+                    and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)]
+        missing = [m for m in relevant if m not in engine.available_methods]
+        if missing:
+            raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
+                              hint=f"available here: {', '.join(engine.available_methods)}")
+        for suite_name in spec.suites:
+            longest = max(len(encode_prompt(engine, p)) for p in load_suite(suite_name, spec.num_prompts).prompts)
+            need = longest + spec.max_new_tokens + spec.max_draft_len + 1
+            if need > engine.max_context:
+                raise ConfigError("max_new_tokens", spec.max_new_tokens,
+                                  f"suite {suite_name!r} has a {longest}-token prompt; with max_draft_len "
+                                  f"{spec.max_draft_len} that needs {need} > the model's context of "
+                                  f"{engine.max_context} tokens",
+                                  hint="lower --max-new-tokens or use shorter prompts")
+
+    def calibrate(self, spec: SweepSpec, model_set: ModelSet) -> dict[str, Any]:
+        import torch
+
+        engine = self._engine(spec, model_set)
+        draft_model = getattr(engine.proposers.get("draft_model"), "model", None)
+        prompt_len, context = _calibration_lengths(spec, engine)
+        sizes = sorted(set(spec.calibration_batch_sizes) | set(spec.concurrency))
+        ns = list(range(1, spec.max_draft_len + 2))
+        points = [("target", b, n) for b in sizes for n in ns]
+        points += [("draft", b, n) for b in sizes for n in ns] if draft_model is not None else []
+        # prompt passes (a fresh request's first step): n = prompt length over an empty cache
+        prefills = [("target_prefill", b, prompt_len) for b in sizes]
+        prefills += [("draft_prefill", b, prompt_len) for b in sizes] if draft_model is not None else []
+        models = {"target": engine.target, "draft": draft_model, "target_prefill": engine.target,
+                  "draft_prefill": draft_model}
+        benches = {(role, b): _Bench(models[role], b, 0 if role.endswith("prefill") else context)
+                   for role, b, _ in points + prefills}
+        points += prefills
+        wall: dict[tuple, list[float]] = {p: [] for p in points}
+        cpu: dict[tuple, list[float]] = {p: [] for p in points}
+        with torch.inference_mode():
+            # interleaved repeats: a burst of load from other processes hits every point, not one
+            for rep in range(CALIBRATION_REPEATS + 1):
+                for role, b, n in points:
+                    benches[(role, b)].time(n)  # back to back: time the second call, on warm caches as in a run
+                    w, c = benches[(role, b)].time(n)
+                    if rep:  # the first round is a warm-up
+                        wall[(role, b, n)].append(w)
+                        cpu[(role, b, n)].append(c)
+        out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "prompt_tokens": prompt_len,
+                               "repeats": CALIBRATION_REPEATS,
+                               "device": spec.device, "dtype": spec.dtype, "torch_threads": torch.get_num_threads(),
+                               "smoothing": "median of interleaved warm repeats, then isotonic (non-decreasing in n)"}
+        for clock, samples in (("s", wall), ("cpu_s", cpu)):
+            out[f"target_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
+                [statistics.median(samples[("target", b, n)]) for n in ns]), strict=True)) for b in sizes}
+            if draft_model is not None:  # the draft's first forward of a step catches up on the accepted tokens
+                out[f"draft_tokens_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
+                    [statistics.median(samples[("draft", b, n)]) for n in ns]), strict=True)) for b in sizes}
+            for role, n in (("draft", 1), ("target_prefill", prompt_len), ("draft_prefill", prompt_len)):
+                out[f"{role}_{clock}"] = {str(b): statistics.median(samples[(role, b, n)])
+                                          for b in sizes if (role, b, n) in samples}
+        return out
+
+    def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
+        from trtspec.spec.metrics import AcceptanceStats
+        from trtspec.spec.params import SamplingParams, SpecParams
+
+        engine = self._engine(spec, _model_set_of(case, self._engines))
+        prompts = [encode_prompt(engine, p) for p in suite.prompts]  # no chat template: base models get raw text
+        method = case.method if case.method != BASELINE else "none"
+        spec_params = SpecParams(method=method, k=case.k)
+        samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
+                                    max_new_tokens=case.max_new_tokens, ignore_eos=True)
+                     for i in range(len(prompts))]
+        stats = AcceptanceStats()
+        cpu_start = time.process_time()
+        per_request: list[float] = []
+        output_tokens = 0
+        num_steps = admission_steps = 0
+        pending = list(range(len(prompts)))
+        in_flight = 0
+        start = time.perf_counter()
+        while pending or in_flight:
+            # keep `concurrency` requests in flight; a finished one is replaced before the next step
+            admitted = False
+            while pending and in_flight < case.concurrency:
+                i = pending.pop(0)
+                engine.add_request(prompts[i], samplings[i], spec_params)
+                in_flight += 1
+                admitted = True
+            admission_steps += admitted  # a step that also runs prompt passes (the batch is padded to them)
+            for delta in engine.step():
+                output_tokens += len(delta.token_ids)
+                if delta.finished:
+                    in_flight -= 1
+                    if delta.stats is not None:
+                        stats.merge(delta.stats)
+                        per_request.append(delta.stats.mean_acceptance_length)
+            num_steps += 1
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
+        return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": output_tokens / cpu if cpu > 0 else 0.0, "num_requests": len(prompts), "output_tokens": output_tokens,
+                "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "num_steps": num_steps,
+                "num_admission_steps": admission_steps,
+                "per_request_mean_acceptance_length": per_request, "stats": stats.to_dict()}
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        tokenizers = {str(m.model): e.tokenizer is not None for m, e in self._engines.items()}
+        return {"name": self.name, "device": self._device, "torch": torch.__version__, "has_tokenizer": tokenizers,
+                "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
+
+    def close(self) -> None:
+        self._engines.clear()
+        if self._saved_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._saved_threads)
+            self._saved_threads = None
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _engine(self, spec: SweepSpec, model_set: ModelSet) -> Any:
+        if model_set not in self._engines:
+            from trtspec.spec.engine import SpecEngine
+            from trtspec.spec.params import SamplingParams, SpecParams
+
+            engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
+                                                max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype)
+            warm_prompt = encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0])
+            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0),
+                            SpecParams(method="none", k=0))  # untimed warm-up
+            self._engines[model_set] = engine
+        return self._engines[model_set]
+
+
+def encode_prompt(engine: Any, text: str) -> list[int]:
+    """Token ids of a prompt; a model without a tokenizer (random test models) gets bytes modulo its vocabulary."""
+    if engine.tokenizer is not None:
+        return engine.encode(text)
+    return [b % engine.vocab_size for b in text.encode("utf-8")]
+
+
+def _model_set_of(case: Case, loaded: dict[ModelSet, Any]) -> ModelSet:
+    """The model set a case needs; model-free methods reuse any loaded engine of the same target."""
+    if case.draft or case.medusa:
+        return ModelSet(case.model, case.draft, case.medusa)
+    for model_set in loaded:
+        if model_set.model == case.model:
+            return model_set
+    return ModelSet(case.model)
+
+
+def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:
+    """(mean prompt tokens, mean decode context = mean prompt tokens + half of max_new_tokens) of the sweep."""
+    lengths = [len(encode_prompt(engine, p)) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
+    prompt = max(1, round(statistics.fmean(lengths)))
+    return prompt, max(8, prompt + spec.max_new_tokens // 2)
+
+
+class _Bench:
+    """A model with `batch` cache slots holding a random context of `context` tokens, for timing forwards."""
+
+    def __init__(self, model: Any, batch: int, context: int) -> None:
+        import torch
+
+        self.model = model
+        self.device = model.lm_head.weight.device
+        self.cache = model.new_cache(num_slots=batch, max_slots=max(batch, 4))
+        self.slots = torch.tensor([self.cache.alloc() for _ in range(batch)]).to(self.device)  # [batch]
+        self.context = min(context, self.cache.max_seq_len // 2)
+        self.gen = torch.Generator().manual_seed(0)
+        if self.context:
+            prefix = torch.randint(0, model.config.vocab_size, (batch, self.context), generator=self.gen)
+            model(prefix.to(self.device), self.cache, self.slots)  # prefix: [batch, context]
+
+    def time(self, num_tokens: int) -> tuple[float, float]:
+        """(wall, process CPU) seconds of one forward of `num_tokens` new tokens per sequence; the cache is restored."""
+        import torch
+
+        new = torch.randint(0, self.model.config.vocab_size, (len(self.slots), num_tokens),
+                            generator=self.gen).to(self.device)  # [batch, num_tokens]
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.model(new, self.cache, self.slots)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        for s in self.slots.tolist():
+            self.cache.rollback(s, self.context)
+        return wall, cpu
+
+
+def _isotonic(values: list[float]) -> list[float]:
+    """Least-squares non-decreasing fit (pool adjacent violators): more tokens never cost less than fewer."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]

@@ -1,0 +1,244 @@
+"""The sweep grid: a typed, validated SweepSpec (YAML or CLI flags) and its deterministic list of cases.
+
+A case is one point of method x k x draft (or Medusa heads / tree) x temperature x prompt suite x concurrency for one
+target model. Its id is a hash of its parameters, so a results file can be resumed by id. k = 0 is plain decoding:
+it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every speedup divides by.
+
+Validation happens before any work: unknown method or model, k above the engine's max_draft_len, malformed prompt
+files and bad numbers raise ConfigError naming the field, the value and the fix. Server reachability is checked by
+the triton backend's preflight (runner), still before the first case runs. No torch here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trtspec.errors import ConfigError, UsageError
+from trtspec.methods import engine_methods, resolve
+
+BASELINE = "none"
+CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
+
+
+class SweepSpec(BaseModel):
+    """Everything a sweep varies and fixes. Explicit CLI flags override a YAML file's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("tiny", description="target model: embedded name or HF directory")
+    methods: list[str] = Field(["draft_target", "ngram"], description="methods from trtspec.methods")
+    k: list[int] = Field(list(range(0, 9)), description="draft lengths; 0 = plain decoding (the baseline)")
+    drafts: list[str] = Field(["tiny-draft"], description="draft models, for methods that need one")
+    medusa: list[str] = Field([], description="Medusa heads directories, for medusa")
+    trees: list[str] = Field([CHAIN_TREE], description="tree choices (preset, JSON, file) for tree methods")
+    temperatures: list[float] = Field([0.0], description="sampling temperatures")
+    suites: list[str] = Field(["code"], description="shipped suite names or JSONL paths")
+    concurrency: list[int] = Field([1], description="requests in flight")
+    max_new_tokens: int = Field(64, description="tokens generated per request")
+    num_prompts: int = Field(8, description="prompts taken (in file order) from each suite")
+    seed: int = Field(0, description="request i is sampled with seed + i")
+    repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
+    max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
+    backend: Literal["engine", "triton"] = "engine"
+    url: str | None = Field(None, description="Triton gRPC url (backend triton), e.g. localhost:8001")
+    flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
+    model_name: str | None = Field(None, description="Triton model to call; default trtspec_engine / tensorrt_llm")
+    draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
+    calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
+    chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
+    threads: int | None = Field(None, description="torch intra-op threads (engine backend); None = torch default")
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_name or ("trtspec_engine" if self.flavour == "torch" else "tensorrt_llm")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: object) -> SweepSpec:
+        """Read a YAML sweep config; `overrides` (explicit CLI flags, None = not given) win over the file."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("config", str(path), "no such file", hint="pass a YAML sweep config or use flags only")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", str(path), f"is not valid YAML ({exc})", hint="fix the YAML syntax") from None
+        if not isinstance(data, dict):
+            raise ConfigError("config", str(path), "must be a YAML mapping", hint="e.g. `methods: [draft_target]`")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.build(**data)
+
+    @classmethod
+    def build(cls, **data: object) -> SweepSpec:
+        """Construct and validate; pydantic errors become ConfigError naming the field."""
+        try:
+            spec = cls(**data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "sweep"
+            raise ConfigError(field, err.get("input"), err["msg"],
+                              hint="see `trtspec sweep --help` for the fields and their types") from None
+        spec.validate_values()
+        return spec
+
+    def validate_values(self) -> None:
+        """Cheap, torch-free checks of every field (models are resolved on disk, prompt files are parsed)."""
+        from trtspec.models import check_pair, resolve_model
+        from trtspec.sweep.prompts import load_suite
+
+        # The torch-flavour repository serves the reference engine, so it runs the same methods.
+        allowed = engine_methods() if self.backend == "engine" or self.flavour == "torch" else None
+        for name in self.methods:
+            info = resolve(name)  # UnknownMethodError lists the valid names
+            if allowed is not None and name not in allowed:
+                raise ConfigError("methods", name, "the reference engine has no proposer for this method",
+                                  hint=f"the reference engine runs: {', '.join(allowed)}; "
+                                  f"{name} needs a TensorRT-LLM repository (--backend triton --flavour tensorrtllm)")
+            if info.needs_medusa_heads and not self.medusa:
+                raise ConfigError("medusa", self.medusa, f"method {name} needs Medusa heads",
+                                  hint="pass --medusa DIR (heads trained with `trtspec train medusa`)")
+        for k in self.k:
+            if k < 0 or k > self.max_draft_len:
+                raise ConfigError("k", k, f"must be within 0..max_draft_len ({self.max_draft_len})",
+                                  hint="lower k, or raise max_draft_len (the engine must be built for it)")
+        _positive("temperatures", self.temperatures, allow_zero=True)
+        _positive("concurrency", self.concurrency)
+        _positive("calibration_batch_sizes", self.calibration_batch_sizes)
+        if self.threads is not None:
+            _positive("threads", [self.threads])
+        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
+            _positive(field, [getattr(self, field)])
+        if self.backend == "triton" and not self.url:
+            raise ConfigError("url", self.url, "backend triton needs the server's gRPC url",
+                              hint="pass --url localhost:8001 (start one with `trtspec serve REPO`)")
+        # Only the Triton server resolves models there; locally every name must resolve on disk.
+        if self.backend == "engine":
+            target = resolve_model(self.model, field="model")
+            if any(resolve(m).needs_draft_model for m in self.methods):
+                if not self.drafts:
+                    raise ConfigError("drafts", self.drafts, "draft_target needs a draft model",
+                                      hint="pass --draft tiny-draft (or a local HF directory)")
+                for draft in self.drafts:
+                    check_pair(target, resolve_model(draft, field="drafts"))
+        for suite in self.suites:
+            load_suite(suite, self.num_prompts)
+
+    def cases(self) -> list[Case]:
+        """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
+
+        With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
+        other processes hits one measurement of many cases rather than every measurement of one case.
+        """
+        return [replace(case, repeat=r) for r in range(self.repeats) for case in self._round()]
+
+    def _round(self) -> list[Case]:
+        out: list[Case] = []
+        for suite in self.suites:
+            for temperature in self.temperatures:
+                for concurrency in self.concurrency:
+                    common = {"model": self.model, "temperature": float(temperature), "suite": suite,
+                              "concurrency": concurrency, "max_new_tokens": self.max_new_tokens,
+                              "num_prompts": self.num_prompts, "seed": self.seed, "backend": self.backend}
+                    out.append(Case(method=BASELINE, k=0, **common))  # always: speedups divide by it
+                    for method in self.methods:
+                        if method == BASELINE:
+                            continue
+                        for variant in self._variants(method):
+                            out.extend(Case(method=method, k=k, **variant, **common)
+                                       for k in sorted(set(self.k)) if k > 0)
+        return out
+
+    def _variants(self, method: str) -> list[dict[str, str | None]]:
+        info = resolve(method)
+        if info.needs_draft_model:
+            return [{"draft": d} for d in self.drafts]
+        if info.needs_medusa_heads:
+            return [{"medusa": m, "tree": t} for m in self.medusa for t in self.trees]
+        return [{}]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured point of the grid. `case_id` hashes every field, so changing any one makes a new case."""
+
+    model: str
+    method: str
+    k: int
+    temperature: float
+    suite: str
+    concurrency: int
+    max_new_tokens: int
+    num_prompts: int
+    seed: int
+    backend: str
+    draft: str | None = None
+    medusa: str | None = None
+    tree: str | None = None
+    repeat: int = 0  # measurement round (see SweepSpec.repeats)
+
+    @property
+    def case_id(self) -> str:
+        return case_id(self.params())
+
+    def params(self) -> dict[str, object]:
+        out = asdict(self)
+        if not self.repeat:
+            del out["repeat"]  # round 0 keeps the id a single-round sweep gives the same case
+        return out
+
+    def label(self) -> str:
+        extra = self.draft or self.medusa or ""
+        label = f"{self.method}{'/' + extra if extra else ''} k={self.k} T={self.temperature:g} {self.suite} c={self.concurrency}"
+        return label + (f" #{self.repeat}" if self.repeat else "")
+
+
+def case_id(params: dict[str, object]) -> str:
+    """A stable 16-hex id of a parameter dict (key order does not matter)."""
+    blob = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_int_list(text: str, field: str) -> list[int]:
+    """`0-8`, `1,2,4` or `0-2,4` -> sorted unique ints; UsageError naming the option on bad input."""
+    values: set[int] = set()
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                values.update(range(int(lo), int(hi) + 1))
+            else:
+                values.add(int(part))
+    except ValueError:
+        raise UsageError(f"--{field}={text!r} is not a list of integers",
+                         hint=f"e.g. --{field} 0-8 or --{field} 1,2,4") from None
+    if not values:
+        raise UsageError(f"--{field}={text!r} is empty", hint=f"e.g. --{field} 0-8")
+    return sorted(values)
+
+
+def parse_float_list(text: str, field: str) -> list[float]:
+    try:
+        return [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"--{field}={text!r} is not a list of numbers", hint=f"e.g. --{field} 0,1") from None
+
+
+def parse_str_list(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False) -> None:
+    if not values:
+        raise ConfigError(field, values, "must not be empty", hint=f"give at least one value for {field}")
+    for v in values:
+        if v < 0 or (v == 0 and not allow_zero):
+            raise ConfigError(field, v, "must be " + ("non-negative" if allow_zero else "positive"),
+                              hint=f"fix {field} in the sweep config or flags")

@@ -1,0 +1,109 @@
+"""The results file: one JSON record per line, appended durably, readable after a crash. Pure Python.
+
+Record kinds (`kind`): `case` (one measured grid point; `status` is `ok` or `error`), `calibration` (the cost
+micro-benchmark of one model set) and `sweep` (the spec a run started with). Every record has `schema` and `id`.
+
+Durability: each record is one `write()` of a complete line followed by flush + fsync, so a kill leaves at most one
+torn last line. `ResultsFile.open_for_append()` cuts such a torn tail before appending, so it can never glue onto the
+next record; `read_records()` skips it when reading. Later records with the same id supersede earlier ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+Record = dict[str, Any]
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """All complete records of a results file (an unterminated or unparsable last line is ignored).
+
+    A corrupt line in the middle is a real error (the file was edited), raised as ValueError naming the line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records: list[Record] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        is_last = lineno == len(lines)  # no trailing newline: the write did not finish
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError:
+            if is_last:
+                break
+            raise ValueError(f"{path}:{lineno}: not a JSON record") from None
+        if is_last:
+            break  # parsable but unterminated: treat as torn, it will be rewritten on resume
+        records.append(obj)
+    return records
+
+
+def latest_by_id(records: Iterable[Record], kind: str | None = None) -> dict[str, Record]:
+    """The last record per id (optionally of one kind), in first-seen order."""
+    out: dict[str, Record] = {}
+    for rec in records:
+        if kind is None or rec.get("kind") == kind:
+            out[rec["id"]] = rec
+    return out
+
+
+class ResultsFile:
+    """Append-only JSONL with crash-safe appends. Not shared between processes (one sweep per file)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fh: Any = None
+
+    def open_for_append(self) -> list[Record]:
+        """Cut a torn tail, open for appending, and return the complete records already there."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            data = self.path.read_bytes()
+            keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+            if keep != len(data):
+                with open(self.path, "r+b") as fh:
+                    fh.truncate(keep)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        records = read_records(self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        return records
+
+    def append(self, record: Record) -> None:
+        """Write one record as one line, then flush and fsync so it survives a kill."""
+        if self._fh is None:
+            raise RuntimeError("ResultsFile.open_for_append() first")
+        record = {"schema": SCHEMA, **record}
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=_jsonable) + "\n"
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _jsonable(obj: object) -> object:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,214 @@
+"""Run a sweep: preflight, calibrate, then one record per case appended to results.jsonl, resumable.
+
+The runner knows nothing about models: a `Backend` (in-process engine, or Triton over gRPC) runs one case and returns
+its measurements. Order of work:
+  1. preflight  the spec is already validated; the backend checks what only it can (server reachable, engine max_k)
+  2. resume     read the results file, cut a torn last line, skip case ids that already have a record
+  3. calibrate  per model set, time target forwards over 1..max_k+1 tokens and a draft forward at batch 1/4/16
+                (engine backend only; stored as `calibration` records for the cost model)
+  4. cases      run each missing case; an exception becomes an `error` record and the sweep goes on
+A KeyboardInterrupt or kill stops between (or inside) cases; the next run resumes with the missing ones.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from trtspec.errors import TrtspecError
+from trtspec.sweep.grid import Case, SweepSpec, case_id
+from trtspec.sweep.prompts import PromptSuite, load_suite
+from trtspec.sweep.records import Record, ResultsFile, latest_by_id
+
+
+class Backend(Protocol):
+    """What the runner needs from an execution backend.
+
+    A backend may also define `check_model_set(spec, model_set)`, called for each model set during preflight (the
+    engine backend loads the models there and checks methods and prompt lengths before any case runs).
+    """
+
+    name: str
+
+    def preflight(self, spec: SweepSpec) -> None:
+        """Raise a TrtspecError before any case runs when the backend cannot run this spec."""
+
+    def calibrate(self, spec: SweepSpec, model_set: ModelSet) -> Record | None:
+        """Forward-cost micro-benchmark for one model set (fields of a calibration record), or None."""
+
+    def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
+        """Run every prompt of the suite for this case; return the `metrics` of its record."""
+
+    def info(self) -> dict[str, Any]:
+        """Static facts for every record (versions, url, device)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    """The models one engine holds: the target plus at most one draft model or Medusa heads directory."""
+
+    model: str
+    draft: str | None = None
+    medusa: str | None = None
+
+    @property
+    def calibration_id(self) -> str:
+        return "calib-" + case_id({"model": self.model, "draft": self.draft, "medusa": self.medusa})
+
+
+def model_sets(cases: list[Case]) -> list[ModelSet]:
+    """Distinct model sets of the cases, in first-seen order (a target-only set when no case uses a draft)."""
+    seen: dict[ModelSet, None] = {}
+    for case in cases:
+        if case.draft or case.medusa:
+            seen.setdefault(ModelSet(case.model, case.draft, case.medusa))
+    if not seen and cases:
+        seen[ModelSet(cases[0].model)] = None
+    return list(seen)
+
+
+@dataclass
+class SweepSummary:
+    total: int
+    skipped: int
+    ran: int = 0
+    errors: int = 0
+    calibrations: int = 0
+    error_messages: list[str] = field(default_factory=list)
+
+
+def make_backend(spec: SweepSpec) -> Backend:
+    """The backend named by `spec.backend` (imported lazily: torch or tritonclient only when used)."""
+    if spec.backend == "engine":
+        from trtspec.sweep.backend_engine import EngineBackend
+
+        return EngineBackend()
+    from trtspec.sweep.backend_triton import TritonBackend
+
+    return TritonBackend()
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = None, show_progress: bool = True,
+              retry_errors: bool = False, on_record: Callable[[Record], None] | None = None) -> SweepSummary:
+    """Run (or resume) a sweep into `out`; returns what was run and skipped."""
+    cases = spec.cases()
+    suites = {s: load_suite(s, spec.num_prompts) for s in spec.suites}
+    backend = backend or make_backend(spec)
+    results = ResultsFile(out)
+    try:
+        # 1. preflight (before any file is touched): the backend's own checks, then per model set (engine backend)
+        backend.preflight(spec)
+        check = getattr(backend, "check_model_set", None)
+        if check is not None:
+            for model_set in model_sets(cases):
+                check(spec, model_set)
+        # 2. resume
+        existing = results.open_for_append()
+        done_cases = latest_by_id(existing, "case")
+        done = {cid for cid, rec in done_cases.items() if rec.get("status") == "ok" or not retry_errors}
+        done_calib = set(latest_by_id(existing, "calibration"))
+        todo = [c for c in cases if c.case_id not in done]
+        summary = SweepSummary(total=len(cases), skipped=len(cases) - len(todo))
+        if todo:
+            results.append({"kind": "sweep", "id": "sweep-" + case_id(spec.model_dump()), "spec": spec.model_dump(),
+                            "started_at": _now(), "backend_info": backend.info()})
+        with _progress(show_progress, len(cases), summary.skipped) as progress:
+            # 3. calibrate
+            sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo else []
+            for model_set in sets:
+                progress.describe(f"calibrating {model_set.model}+{model_set.draft or model_set.medusa or '-'}")
+                fields = _guarded(lambda m=model_set: backend.calibrate(spec, m), summary)
+                if fields:
+                    rec = {"kind": "calibration", "id": model_set.calibration_id, "model": model_set.model,
+                           "draft": model_set.draft, "medusa": model_set.medusa, "measured_at": _now(), **fields}
+                    results.append(rec)
+                    summary.calibrations += 1
+            # 4. cases
+            for case in todo:
+                progress.describe(case.label())
+                rec = _run_one(backend, case, suites[case.suite], spec, summary)
+                results.append(rec)
+                if on_record:
+                    on_record(rec)
+                progress.advance()
+        return summary
+    finally:
+        results.close()
+        backend.close()
+
+
+def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, summary: SweepSummary) -> Record:
+    rec: Record = {
+        "kind": "case", "id": case.case_id, "label": case.label(), "params": case.params(),
+        "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
+                     "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
+        "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree},
+        "chat_template": spec.chat_template, "prompts": suite.describe(), "backend": backend.info(),
+        "host": platform.node(), "started_at": _now(),
+    }
+    start = time.perf_counter()
+    try:
+        rec["metrics"] = backend.run_case(case, suite, spec)
+        rec["status"] = "ok"
+        summary.ran += 1
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed case must not stop the sweep; the record says why
+        rec["status"] = "error"
+        rec["error"] = {"type": type(exc).__name__, "message": str(exc),
+                        "hint": getattr(exc, "hint", None)}
+        summary.errors += 1
+        summary.error_messages.append(f"{case.label()}: {type(exc).__name__}: {exc}")
+    rec["elapsed_s"] = round(time.perf_counter() - start, 4)
+    return rec
+
+
+def _guarded(fn: Callable[[], Record | None], summary: SweepSummary) -> Record | None:
+    try:
+        return fn()
+    except TrtspecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the cost model degrades gracefully without calibration
+        summary.error_messages.append(f"calibration: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class _progress:
+    """A rich progress bar over cases (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, completed: int) -> None:
+        self.enabled, self.total, self.completed = enabled, total, completed
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.description}"), transient=False)
+            self._progress.__enter__()
+            self._task = self._progress.add_task("", total=self.total, completed=self.completed)
+        return self
+
+    def describe(self, text: str) -> None:
+        if self._progress:
+            self._progress.update(self._task, description=text)
+
+    def advance(self) -> None:
+        if self._progress:
+            self._progress.advance(self._task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress:
+            self._progress.__exit__(*exc)
