@@ -2,8 +2,8 @@
 
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
-batch may mix draft_target, ngram and plain decoding. Scheduling is FIFO over all running requests here; continuous
-batching (token budget, admission, preemption) replaces `_schedule` without touching the other phases.
+batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
+preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
 The engine knows proposers only through the registry and verifiers only through verify.py.
 """
 
@@ -26,6 +26,7 @@ from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
+from trtspec.spec.scheduler import Scheduler, SchedulerConfig
 from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.verify import Verdict, verify_chain
 
@@ -81,7 +82,10 @@ class SpecEngine:
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
                  medusa: Path | None = None, max_num_seqs: int = 256,
-                 proposer_options: dict[str, object] | None = None) -> None:
+                 proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None) -> None:
+        scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
+                                                 max_num_batched_tokens=max(4096, max_num_seqs))
+        max_num_seqs = scheduler.max_num_seqs
         self.target = target
         self.tokenizer = tokenizer
         self.max_k = max_k
@@ -98,15 +102,16 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
-        self.requests: list[_Request] = []  # unfinished, FIFO; the first ones hold KV slots
+        self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release,
+                                   num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
         self._ids = itertools.count()
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
                         *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
-                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None
-                        ) -> SpecEngine:
+                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None,
+                        scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
 
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
@@ -129,6 +134,7 @@ class SpecEngine:
             medusa=medusa_path,
             max_num_seqs=max_num_seqs,
             proposer_options=proposer_options,
+            scheduler=scheduler,
         )
 
     # -- text --------------------------------------------------------------------------------------------------
@@ -147,24 +153,24 @@ class SpecEngine:
         return self._enqueue(self._make_request(prompt, sampling or SamplingParams(), spec or SpecParams()))
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests)
+        return len(self.scheduler) > 0
 
-    def abort(self, request_id: int) -> None:
-        """Drop a request and free its KV slots (no output is produced for it)."""
-        for request in self.requests:
-            if request.request_id == request_id:
-                self.requests.remove(request)
-                self._release(request)
-                return
+    def abort(self, request_id: int) -> bool:
+        """Drop a request (waiting or running) and free its KV slots now; no output is produced for it.
+
+        Returns whether the request was still queued or running.
+        """
+        return self.scheduler.abort(request_id) is not None
 
     def step(self) -> list[RequestDelta]:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
-        # 1. schedule: FIFO; every request that holds (or can get) a KV slot
-        batch = self._schedule()
+        # 1. schedule: running requests + admissions within the token and KV budgets; k per request, then trimmed
+        schedule = self.scheduler.schedule()
+        batch = schedule.requests
         if not batch:
             return []
-        ks = [self._step_k(request) for request in batch]
+        ks = self.scheduler.allot_draft_tokens(schedule, [self._step_k(request) for request in batch])
 
         # 2. propose: each proposer drafts for its own requests, batched
         t = time.perf_counter()
@@ -219,6 +225,7 @@ class SpecEngine:
         samplings = _per_prompt(sampling, SamplingParams(), len(prompts), "sampling")
         specs = _per_prompt(spec, SpecParams(), len(prompts), "spec")
         requests = [self._make_request(prompt, s, p) for prompt, s, p in zip(prompts, samplings, specs, strict=True)]
+        self.scheduler.check_capacity(len(requests))
         ids = [self._enqueue(request) for request in requests]
         prompt_ids = {request.request_id: list(request.prompt_ids) for request in requests}
         generated: dict[int, list[int]] = {rid: [] for rid in ids}
@@ -253,17 +260,11 @@ class SpecEngine:
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
-    def _schedule(self) -> list[_Request]:
-        batch = []
-        for request in self.requests:
-            if request.slot is None:
-                if self.cache.num_free_slots == 0:
-                    break  # FIFO: later requests wait for a slot too
-                request.slot = self.cache.alloc()
-                if request.proposer is not None:
-                    request.proposer.add_request(request.request_id)
-            batch.append(request)
-        return batch
+    def _allocate(self, request: _Request) -> None:
+        """Admission (scheduler callback): a target KV slot and proposer state; the context is prefilled next."""
+        request.slot = self.cache.alloc()
+        if request.proposer is not None:
+            request.proposer.add_request(request.request_id)
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k, capped so that neither max_new_tokens nor the context overflow."""
@@ -348,8 +349,7 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
-            self.requests.remove(request)
-            self._release(request)
+            self.scheduler.finish(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
         return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
@@ -381,7 +381,7 @@ class SpecEngine:
                         stop_ids=frozenset(eos) | frozenset(sampling.stop_token_ids))
 
     def _enqueue(self, request: _Request) -> int:
-        self.requests.append(request)
+        self.scheduler.add(request)  # OverloadedError past the queue limit
         return request.request_id
 
     def _release(self, request: _Request) -> None:
