@@ -22,6 +22,7 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -102,7 +103,7 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
-        self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release,
+        self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
         self._ids = itertools.count()
@@ -166,15 +167,17 @@ class SpecEngine:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
         # 1. schedule: running requests + admissions within the token and KV budgets; k per request, then trimmed
-        schedule = self.scheduler.schedule()
+        schedule = self.scheduler.schedule(self._step_k)
         batch = schedule.requests
         if not batch:
             return []
-        ks = self.scheduler.allot_draft_tokens(schedule, [self._step_k(request) for request in batch])
+        ks = self.scheduler.allot_draft_tokens(schedule, schedule.ks)
 
         # 2. propose: each proposer drafts for its own requests, batched
         t = time.perf_counter()
         drafts = self._propose(batch, ks)
+        drafts = fit_aux(drafts, schedule.tokens_left,
+                         [self.max_context - len(r.token_ids) - d.num_tokens for r, d in zip(batch, drafts, strict=True)])
         _synchronize(self.device)
         draft_time = time.perf_counter() - t
 
@@ -185,6 +188,10 @@ class SpecEngine:
                           num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
         _synchronize(self.device)
         target_time = time.perf_counter() - t
+        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):  # aux branches: hand back, drop KV
+            if draft.aux is not None:
+                drop = hand_back(request.proposer, request.request_id, draft, out.logits[i], num_pending[i] + draft.num_tokens)
+                self.cache.rollback(request.slot, self.cache.length(request.slot) - drop)
 
         # 4. verify: target distributions after the last committed token and after each draft token
         verdicts = []
@@ -288,7 +295,7 @@ class SpecEngine:
             for i, draft in zip(indices, proposer.propose(inputs), strict=True):
                 drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
                                   None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
-                                  draft.parents)
+                                  draft.parents, draft.aux)
         return drafts
 
     def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
@@ -301,16 +308,20 @@ class SpecEngine:
         """
         pending = [r.token_ids[self.cache.length(r.slot):] for r in batch]
         num_pending = [len(p) for p in pending]
-        rows = [p + d.token_ids.tolist() for p, d in zip(pending, drafts, strict=True)]
+        rows = [p + d.token_ids.tolist() + ([] if d.aux is None else d.aux.token_ids.tolist())
+                for p, d in zip(pending, drafts, strict=True)]
         width = max(len(row) for row in rows)
         input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [batch, T]
         for i, row in enumerate(rows):
             input_ids[i, : len(row)] = torch.tensor(row)
         num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
         positions = tree_mask = None
-        if not all(d.is_chain for d in drafts):
+        has_aux = any(d.aux is not None for d in drafts)
+        if has_aux or not all(d.is_chain for d in drafts):
             bases = [self.cache.length(r.slot) for r in batch]
             positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
+            if has_aux:
+                apply_aux_layout(positions, tree_mask, drafts, num_pending, bases)
         to = self.device
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
@@ -383,6 +394,15 @@ class SpecEngine:
     def _enqueue(self, request: _Request) -> int:
         self.scheduler.add(request)  # OverloadedError past the queue limit
         return request.request_id
+
+    def _preempt(self, request: _Request) -> None:
+        """Recompute preemption: free the KV slots; proposers with host-only state (`preempt`) keep it."""
+        if request.proposer is not None and hasattr(request.proposer, "preempt"):
+            request.proposer.preempt(request.request_id)
+            self.cache.free(request.slot)
+            request.slot = None
+        else:
+            self._release(request)
 
     def _release(self, request: _Request) -> None:
         if request.slot is not None:
