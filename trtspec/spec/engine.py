@@ -22,9 +22,10 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.spec.adaptive import AdaptiveK, KRequest
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.metrics import AcceptanceStats
-from trtspec.spec.model import LlamaModel
+from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
 from trtspec.spec.scheduler import Scheduler, SchedulerConfig
@@ -83,7 +84,8 @@ class SpecEngine:
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
                  medusa: Path | None = None, max_num_seqs: int = 256,
-                 proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None) -> None:
+                 proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None,
+                 k_policy: AdaptiveK | None = None) -> None:
         scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
                                                  max_num_batched_tokens=max(4096, max_num_seqs))
         max_num_seqs = scheduler.max_num_seqs
@@ -103,6 +105,7 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
+        self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
@@ -161,6 +164,7 @@ class SpecEngine:
 
         Returns whether the request was still queued or running.
         """
+        self.k_policy.forget(request_id)
         return self.scheduler.abort(request_id) is not None
 
     def step(self) -> list[RequestDelta]:
@@ -171,7 +175,8 @@ class SpecEngine:
         batch = schedule.requests
         if not batch:
             return []
-        ks = self.scheduler.allot_draft_tokens(schedule, schedule.ks)
+        ks = self.scheduler.allot_draft_tokens(schedule, self.k_policy.choose(self._k_requests(schedule.requests,
+                                                                                                schedule.ks)))
 
         # 2. propose: each proposer drafts for its own requests, batched
         t = time.perf_counter()
@@ -184,8 +189,8 @@ class SpecEngine:
         # 3. target forward: one pass over every request's uncached tokens + draft tokens
         input_ids, num_tokens, positions, tree_mask, num_pending = self._target_inputs(batch, drafts)
         t = time.perf_counter()
-        out = self.target(input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
-                          num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+        out = forward_grouped(self.target, input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
+                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
         _synchronize(self.device)
         target_time = time.perf_counter() - t
         for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):  # aux branches: hand back, drop KV
@@ -204,12 +209,18 @@ class SpecEngine:
         deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i])
                   for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
 
-        # 6. observe: acceptance counts and the time split (shared step time is charged to every request in it)
+        # 6. observe: acceptance counts, the time split (shared step time is charged to every request in it), costs
         overhead_time = time.perf_counter() - step_start - draft_time - target_time
+        draft_ks = [k for r, k in zip(batch, ks, strict=True) if k > 0 and resolve(r.spec.method).needs_draft_model]
+        self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
+                                   draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
+                                   overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
         for request, verdict, delta in zip(batch, verdicts, deltas, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
                 stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
+                self.k_policy.observe_draft(request.request_id, request.spec.method, verdict.num_draft_tokens,
+                                            verdict.num_accepted)
             stats.num_target_forwards += 1
             stats.num_emitted_tokens += len(delta.token_ids)
             stats.draft_time_s += draft_time
@@ -218,6 +229,7 @@ class SpecEngine:
             if delta.finished:
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
+                self.k_policy.forget(request.request_id)
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
@@ -267,6 +279,12 @@ class SpecEngine:
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
+    def _k_requests(self, batch: list[_Request], reserved: list[int]) -> list[KRequest]:
+        return [KRequest(request_id=r.request_id, method=r.spec.method, cap=k, adaptive=r.spec.adaptive,
+                         pending=len(r.token_ids) - self.cache.length(r.slot),
+                         uses_draft_model=resolve(r.spec.method).needs_draft_model)
+                for r, k in zip(batch, reserved, strict=True)]
+
     def _allocate(self, request: _Request) -> None:
         """Admission (scheduler callback): a target KV slot and proposer state; the context is prefilled next."""
         request.slot = self.cache.alloc()
