@@ -118,7 +118,7 @@ def to_json(choices: Choices) -> str:
 
 def _read_file(path: Path, field: str) -> str:
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(field, str(path), f"cannot be read ({exc.strerror})", hint="check the path") from None
 

@@ -63,7 +63,7 @@ def read_config(path: Path, *, field: str = "model") -> dict[str, Any]:
         raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is missing",
                                  hint="a Hugging Face checkpoint directory has a config.json")
     try:
-        return json.loads(cfg.read_text())
+        return json.loads(cfg.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is not valid JSON ({exc})",
                                  hint="re-export the checkpoint") from None
@@ -97,7 +97,7 @@ def tokenizer_vocab(path: Path) -> int | None:
     tok = path / "tokenizer.json"
     if not tok.is_file():
         return None
-    data = json.loads(tok.read_text())
+    data = json.loads(tok.read_text(encoding="utf-8"))
     vocab = data.get("model", {}).get("vocab", {})
     added = {t["id"] for t in data.get("added_tokens", [])}
     ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab)))

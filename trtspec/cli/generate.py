@@ -1,13 +1,14 @@
 """`trtspec generate`: run the reference engine on one prompt, stream the text, then print acceptance stats.
 
-Thin: parse options, call the library, print. The local path lives in `run_local` so that a remote (`--url`) path
-can sit next to it without touching option parsing.
+Thin: parse options, call the library, print. The local path lives in `run_local`; with `--url` the prompt goes to a
+served model over gRPC instead (`run_remote`, on trtspec.triton.client).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import click
@@ -45,12 +46,18 @@ class _MethodChoice(click.Choice):
 
 @click.command()
 @click.argument("prompt")
-@click.option("--model", default="tiny", show_default=True, help="Target: embedded name or HF checkpoint directory.")
+@click.option("--url", default=None, metavar="HOST:PORT",
+              help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
+@click.option("--model", default=None,
+              help="Local: the target, embedded name or HF directory (default tiny). With --url: the Triton model "
+                   "(default ensemble; tensorrt_llm_bls for draft-target on TensorRT-LLM).")
+@click.option("--stream", is_flag=True, help="With --url: print the text as the server streams it.")
 @click.option("--draft", default="tiny-draft", show_default=True,
               help="Draft model for --method draft_target (embedded name or directory).")
 @click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
-@click.option("--k", "k", type=int, default=4, show_default=True, help="Draft tokens per step (0 = plain decoding).")
+@click.option("--k", "k", type=int, default=None,
+              help="Draft tokens per step (0 = plain decoding; default 4 here, the deployment's default with --url).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (0 = greedy).")
 @click.option("--top-k", type=int, default=0, show_default=True, help="Keep the k most likely tokens (0 = off).")
 @click.option("--top-p", type=float, default=1.0, show_default=True, help="Nucleus mass in (0, 1] (1 = off).")
@@ -60,17 +67,31 @@ class _MethodChoice(click.Choice):
 @click.option("--device", default="cpu", show_default=True, help="torch device (cpu, cuda, cuda:1).")
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
               help="Weight and KV-cache dtype.")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="torch CPU threads (0 = torch's default). Small models at batch 1 run best on one thread.")
 @click.option("--lookahead", "lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
               help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
-def generate(prompt: str, model: str, draft: str, method: str, k: int, temperature: float, top_k: int, top_p: float,
-             max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, lookahead: str,
-             as_json: bool) -> None:
-    """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine."""
+def generate(prompt: str, url: str | None, model: str | None, stream: bool, draft: str, method: str, k: int | None,
+             temperature: float, top_k: int, top_p: float, max_new_tokens: int, seed: int | None, max_k: int,
+             device: str, dtype: str, threads: int, lookahead: str, as_json: bool) -> None:
+    """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
+    --url, with a model served by Triton (`trtspec serve`)."""
     from trtspec.spec.params import SamplingParams, SpecParams
 
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
+    if url is not None:
+        remote = run_remote(prompt, url=url, model=model or "ensemble", k=k, sampling=sampling, stream=stream,
+                            on_text=None if as_json else _echo_text)
+        click.echo(json.dumps(remote) if as_json else "\n" + format_remote_stats(remote))
+        return
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)  # the application's choice; the library never changes it
+    model = model or "tiny"
+    k = 4 if k is None else k
     spec = SpecParams(method=method, k=k if method != "none" else 0)
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text,
@@ -118,6 +139,50 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
     assert final is not None and final.stats is not None
     return {"text": engine.decode(token_ids), "token_ids": token_ids, "finish_reason": final.finish_reason,
             "method": spec.method, "k": spec.k, **final.stats.to_dict()}
+
+
+def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: Any, stream: bool,
+               on_text: Any = None) -> dict[str, Any]:
+    """Send one request to a Triton server over gRPC; return {text, token_ids, acceptance counters, model, url}.
+
+    Args:
+        k: num_draft_tokens for the request (None = the deployment's default).
+        on_text: called with the text as it arrives (each streamed chunk, or the whole text once).
+    """
+    from trtspec.triton.client import Completion, TritonClient
+
+    options = {"max_tokens": sampling.max_new_tokens, "k": k, "temperature": sampling.temperature,
+               "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": sampling.seed}
+    start = time.perf_counter()
+    with TritonClient(url, model=model) as client:
+        if stream:
+            chunks = []
+            for chunk in client.stream(prompt, **options):
+                if on_text is not None and chunk.text:
+                    on_text(chunk.text)
+                chunks.append(chunk)
+            out = Completion.from_chunks(chunks)
+        else:
+            out = client.generate(prompt, **options)
+            if on_text is not None:
+                on_text(out.text)
+    return {"text": out.text, "token_ids": out.token_ids, "url": url, "model": model, "k": k,
+            "acceptance_rate": out.acceptance_rate, "total_accepted_draft_tokens": out.total_accepted_draft_tokens,
+            "total_draft_tokens": out.total_draft_tokens, "num_drafts": out.num_drafts,
+            "mean_acceptance_length": out.mean_acceptance_length, "responses": len(out.chunks),
+            "wall_time_s": time.perf_counter() - start}
+
+
+def format_remote_stats(result: dict[str, Any]) -> str:
+    """One human line for a served request: tokens, responses, acceptance (when the model reports it)."""
+    line = (f"[{len(result['token_ids'])} tokens in {result['responses']} response(s), {result['wall_time_s']:.2f}s, "
+            f"model={result['model']} at {result['url']}")
+    if result["total_draft_tokens"]:
+        line += (f", acceptance rate {result['acceptance_rate']:.2f} ({result['total_accepted_draft_tokens']}/"
+                 f"{result['total_draft_tokens']} draft tokens)")
+    if result["mean_acceptance_length"] is not None:
+        line += f", mean acceptance length {result['mean_acceptance_length']:.2f}"
+    return line + "]"
 
 
 def format_stats(result: dict[str, Any]) -> str:

@@ -16,9 +16,12 @@ from trtspec import __version__
 from trtspec.errors import TrtspecError
 
 COMMANDS: dict[str, str] = {
+    "build": "trtspec.cli.build:build",
+    "deploy": "trtspec.cli.deploy:deploy",
     "doctor": "trtspec.cli.doctor:doctor",
     "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
+    "serve": "trtspec.cli.serve:serve",
 }
 
 

@@ -238,6 +238,8 @@ class SpecEngine:
         """Run `prompts` to completion (per-prompt params when sequences are given), outputs in prompt order.
 
         All requests are validated before any runs, so bad input yields an error and no partial output.
+        Requests already in the engine (from add_request) advance too, but their deltas are dropped here: drive
+        `step()` yourself when mixing the two.
         """
         if isinstance(prompts, str):
             prompts = [prompts]

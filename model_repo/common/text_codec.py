@@ -1,0 +1,51 @@
+"""Text <-> token ids for the Python models of the repository (copied next to each model.py that needs it).
+
+Self-contained (no trtspec import), so the models also run in NVIDIA's TensorRT-LLM container. A directory with a
+`tokenizer.json` is served by the `tokenizers` library directly: it starts in a fraction of a second, while importing
+transformers takes seconds (and, with torch installed, imports torch). It encodes and decodes as the Hugging Face fast
+tokenizer does (`PreTrainedTokenizerFast` calls the same library); a tokenizer_config that asks for
+`clean_up_tokenization_spaces`, or a directory without tokenizer.json, goes through transformers' AutoTokenizer.
+"""
+
+import json
+from pathlib import Path
+
+
+def _token_text(value):
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class TextCodec:
+    def __init__(self, tokenizer_dir):
+        path = Path(tokenizer_dir)
+        config_file = path / "tokenizer_config.json"
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+        special_file = path / "special_tokens_map.json"
+        special = json.loads(special_file.read_text(encoding="utf-8")) if special_file.is_file() else {}
+        self._fast = None
+        self._hf = None
+        if (path / "tokenizer.json").is_file() and not config.get("clean_up_tokenization_spaces", False):
+            from tokenizers import Tokenizer
+
+            self._fast = Tokenizer.from_file(str(path / "tokenizer.json"))
+            eos = _token_text(config.get("eos_token") or special.get("eos_token"))
+            pad = _token_text(config.get("pad_token") or special.get("pad_token"))
+            self.eos_token_id = None if eos is None else self._fast.token_to_id(eos)
+            self.pad_token_id = None if pad is None else self._fast.token_to_id(pad)
+        else:
+            from transformers import AutoTokenizer
+
+            self._hf = AutoTokenizer.from_pretrained(path)
+            self.eos_token_id = self._hf.eos_token_id
+            self.pad_token_id = self._hf.pad_token_id
+
+    def encode(self, text, add_special_tokens=True):
+        if self._fast is not None:
+            return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)
+        return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, token_ids, skip_special_tokens=True):
+        ids = [int(t) for t in token_ids]
+        if self._fast is not None:
+            return self._fast.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self._hf.decode(ids, skip_special_tokens=skip_special_tokens)

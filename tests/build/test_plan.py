@@ -1,0 +1,185 @@
+"""The planner: per-method trtllm-build recipes (trtllm-specdec.md 2.3), LLM-API form (3.5), golden example plans."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.build.helpers import plan_of
+from trtspec.build.plan import plan_build
+from trtspec.build.preflight import run_preflight
+from trtspec.config import load_build_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+BASE = (["--max_beam_width", "1"], ["--logits_dtype", "float32"], ["--use_paged_context_fmha", "enable"],
+        ["--kv_cache_type", "paged"])
+
+
+def dry_plan(path: Path):
+    resolved = run_preflight(load_build_spec(path), dry_run=True)
+    return resolved, plan_build(resolved)
+
+
+def normalized(path: Path) -> dict:
+    """The plan as JSON with machine-specific paths replaced (repo root, embedded models)."""
+    resolved, plan = dry_plan(path)
+    plan_dict = plan.to_dict()
+    for step, full in zip(plan_dict["steps"], plan.steps, strict=True):
+        step["content"] = full.content  # the full text: its length would depend on where the repo is checked out
+    data = {"plan": plan_dict, "max_draft_len": resolved.max_draft_len, "choices": resolved.choices,
+            "llm_api_yaml": next((s.content for s in plan.steps if s.id == "write-llm-api"), None)}
+    text = json.dumps(data, indent=1, sort_keys=True).replace(str(ROOT), "<root>")
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_example_plan_matches_golden(path):
+    golden = GOLDEN / f"{path.stem}.json"
+    data = normalized(path)
+    if os.environ.get("TRTSPEC_UPDATE_GOLDEN") or not golden.exists():
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        if not os.environ.get("TRTSPEC_UPDATE_GOLDEN"):
+            pytest.fail(f"wrote missing golden {golden.name}; re-run")
+    assert data == json.loads(golden.read_text())
+
+
+def argv_of(plan, step_id: str) -> list[str]:
+    return list(next(s for s in plan.steps if s.id == step_id).argv)
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def contains(argv: list[str], seq: list[str]) -> bool:
+    return any(argv[i:i + len(seq)] == seq for i in range(len(argv)))
+
+
+def test_draft_target_recipe():
+    _, plan = dry_plan(ROOT / "build_configs/llama3.3-70b-draft-target.yaml")
+    target, draft = argv_of(plan, "engine-target"), argv_of(plan, "engine-draft")
+    assert contains(target, ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "10"])
+    assert "--gather_generation_logits" in target and all(contains(target, pair) for pair in BASE)
+    assert "--speculative_decoding_mode" not in draft and "--max_draft_len" not in draft
+    assert "--gather_generation_logits" in draft and flag(draft, "--use_paged_context_fmha") == "enable"
+    convert = argv_of(plan, "convert-target")
+    assert convert[1].endswith("examples/llama/convert_checkpoint.py") and flag(convert, "--tp_size") == "4"
+    assert flag(argv_of(plan, "convert-draft"), "--tp_size") == "1"
+    # TP 4 cannot use trtspec's single-rank converter; the 1-rank draft can
+    steps = {s.id: s for s in plan.steps}
+    assert steps["convert-target"].fallback == () and steps["convert-draft"].fallback[:3] == (
+        "python", "-m", "trtspec.build.convert")
+    assert [s.id for s in plan.steps] == ["convert-target", "convert-draft", "engine-target", "engine-draft",
+                                          "write-llm-api"]
+
+
+def test_medusa_recipe_takes_draft_len_from_checkpoint():
+    resolved, plan = dry_plan(ROOT / "build_configs/vicuna-7b-medusa.yaml")
+    engine, convert = argv_of(plan, "engine-target"), argv_of(plan, "convert-target")
+    assert contains(engine, ["--speculative_decoding_mode", "medusa"]) and "--max_draft_len" not in engine
+    assert "--gather_generation_logits" not in engine
+    assert convert[1].endswith("examples/medusa/convert_checkpoint.py")
+    assert flag(convert, "--num_medusa_heads") == "4" and flag(convert, "--max_medusa_token_len") == "63"
+    assert resolved.max_draft_len == 63 and plan.llm_api is None  # engine flow only
+
+
+def test_eagle_recipe():
+    _, plan = dry_plan(ROOT / "build_configs/vicuna-7b-eagle.yaml")
+    engine, convert = argv_of(plan, "engine-target"), argv_of(plan, "convert-target")
+    assert contains(engine, ["--speculative_decoding_mode", "eagle", "--max_draft_len", "63"])
+    assert flag(engine, "--use_paged_context_fmha") == "enable"
+    assert flag(convert, "--num_eagle_layers") == "4" and flag(convert, "--max_non_leaves_per_layer") == "10"
+    assert plan.steps[0].fallback == () and plan.llm_api is None
+
+
+def test_lookahead_recipe_uses_formula():
+    resolved, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-lookahead.yaml")
+    assert contains(argv_of(plan, "engine-target"),
+                    ["--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", "83"])
+    assert resolved.lookahead == (7, 7, 7) and plan.llm_api is None
+
+
+def test_ngram_is_dtm_target_without_draft():
+    _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-ngram.yaml")
+    engine = argv_of(plan, "engine-target")
+    assert contains(engine, ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "10"])
+    assert plan.engines == {"target": "engines/target"}
+    assert plan.llm_api["speculative_config"] == {"decoding_type": "NGram", "max_draft_len": 10,
+                                                  "max_matching_ngram_size": 2}
+
+
+def test_redrafter_recipe():
+    resolved, plan = dry_plan(ROOT / "build_configs/vicuna-7b-redrafter.yaml")
+    assert [s.id for s in plan.steps] == ["convert-target-base", "convert-target", "engine-target"]
+    merge, engine = argv_of(plan, "convert-target"), argv_of(plan, "engine-target")
+    assert flag(merge, "--base_model_checkpoint_dir") == "checkpoints/target-base"
+    assert flag(merge, "--redrafter_num_beams") == "5" and "--redrafter_no_greedy_search" not in merge
+    assert contains(engine, ["--speculative_decoding_mode", "explicit_draft_tokens"]) and resolved.max_draft_len == 25
+
+
+def test_baseline_has_no_speculative_flags():
+    _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-baseline.yaml")
+    engine = argv_of(plan, "engine-target")
+    assert "--speculative_decoding_mode" not in engine and "--gather_generation_logits" not in engine
+    assert "speculative_config" not in plan.llm_api
+
+
+def test_llm_api_draft_target(random_pair):
+    target, draft = random_pair
+    _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
+                      engine={"max_input_len": 64, "max_seq_len": 128}, gpu={"memory_gib": 8})
+    api = plan.llm_api
+    assert api["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 3,
+                                         "speculative_model": str(draft)}
+    assert api["disable_overlap_scheduler"] is True and api["kv_cache_config"]["max_tokens"] == 8 * 131
+    content = next(s.content for s in plan.steps if s.id == "write-llm-api")
+    import yaml
+
+    assert yaml.safe_load(content) == api
+
+
+def test_version_selects_examples_layout_and_quantization(random_pair):
+    _, plan = plan_of(target=str(random_pair[0]), method="none", engine={"max_input_len": 8, "max_seq_len": 16,
+                      "quantization": "fp8"}, trtllm={"version": "0.19.0"})
+    convert = argv_of(plan, "convert-target")
+    assert convert[1] == "TensorRT-LLM/examples/quantization/quantize.py" and flag(convert, "--qformat") == "fp8"
+    assert plan.steps[0].fallback == ()
+    _, plan = plan_of(target=str(random_pair[0]), method="none", engine={"max_input_len": 8, "max_seq_len": 16},
+                      trtllm={"version": "0.19.0"})
+    assert argv_of(plan, "convert-target")[1] == "TensorRT-LLM/examples/models/core/llama/convert_checkpoint.py"
+
+
+def test_torch_plan_is_a_bundle(random_pair):
+    target, draft = random_pair
+    _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", backend="torch",
+                      engine={"max_input_len": 64, "max_seq_len": 128})
+    assert [s.id for s in plan.steps] == ["copy-target", "copy-draft", "write-bundle"]
+    assert all(s.tool is None for s in plan.steps)
+
+
+@pytest.mark.parametrize("module", ["trtspec.build.plan", "trtspec.config", "trtspec.build.preflight",
+                                    "trtspec.build.bundle", "trtspec.build.execute", "trtspec.cli.build"])
+def test_planning_modules_do_not_import_torch(module):
+    code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_dry_run_plans_without_torch_and_changes_nothing(tmp_path):
+    out = tmp_path / "never"
+    code = ("import sys; from trtspec.cli.main import main; "
+            f"main(['build', 'build_configs/llama3.3-70b-draft-target.yaml', '--dry-run', '--out', '{out}']); "
+            "assert 'torch' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "trtllm-build --checkpoint_dir checkpoints/target" in proc.stdout and not out.exists()

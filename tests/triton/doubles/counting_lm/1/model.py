@@ -1,0 +1,56 @@
+"""Test double: next token = 3 + (previous - 2) % 47 (the character tokenizer's letters and digits, cycling).
+
+As the target (parameter role=target) it verifies `draft_input_ids` greedily (keeps the longest prefix that
+matches its own next tokens) and adds one token; as the draft (role=draft) it makes every third token wrong.
+Decoupled or not, as its config says.
+"""
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def following(token):
+    return 3 + (token - 2) % 47
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.role = config.get("parameters", {}).get("role", {}).get("string_value", "target")
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def get(name, request=request):
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                return None if tensor is None else tensor.as_numpy()
+
+            length = int(get("input_lengths").reshape(-1)[0])
+            ids = [int(t) for t in get("input_ids").reshape(-1)[:length]]
+            wanted = int(get("request_output_len").reshape(-1)[0])
+            draft = get("draft_input_ids")
+            out, last = [], ids[-1]
+            if draft is not None and self.role == "target":
+                for token in [int(t) for t in draft.reshape(-1)]:
+                    if token != following(last) or len(out) >= wanted - 1:
+                        break
+                    out.append(token)
+                    last = token
+                out.append(following(last))
+            else:
+                for i in range(wanted):
+                    token = following(last) + (1 if self.role == "draft" and i % 3 == 2 else 0)
+                    out.append(token)
+                    last = token
+            response = pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("output_ids", np.array(out, dtype=np.int32).reshape(1, 1, -1)),
+                pb_utils.Tensor("sequence_length", np.array([[len(out)]], dtype=np.int32)),
+            ])
+            if self.decoupled:  # as the tensorrt_llm model in a streaming-capable deployment
+                request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                responses.append(response)
+        return None if self.decoupled else responses

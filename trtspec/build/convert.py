@@ -1,0 +1,191 @@
+"""trtspec's HF -> TensorRT-LLM checkpoint converter for Llama-family models (single rank, unquantized).
+
+Used where TensorRT-LLM's `convert_checkpoint.py` cannot run (no `tensorrt_llm` on this machine). It writes the
+documented checkpoint format (trtllm-specdec.md section 1.1): `config.json` with the common keys and
+`rank0.safetensors` with the LLaMA weight mapping, plus Medusa heads (section 1.3) for MedusaForCausalLM.
+
+Why not ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47, tried on CPU): it runs, but drops
+`rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000), writes float16
+weights whatever dtype is asked and sets `logits_dtype: float16`; none of that is the format the pinned version needs.
+
+    python -m trtspec.build.convert --model_dir HF_DIR --output_dir OUT --dtype float16 \
+        [--medusa_dir HEADS --num_medusa_heads 4 --max_draft_len 63]
+
+Imports torch (lazily, inside functions): never import this module from the planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.build.checkpoint import medusa_heads
+from trtspec.errors import BuildError
+
+# HF LLaMA name (inside model.layers.{i}.) -> TensorRT-LLM name (inside transformer.layers.{i}.); q/k/v are fused.
+LAYER_MAP = {
+    "self_attn.o_proj.weight": "attention.dense.weight",
+    "mlp.up_proj.weight": "mlp.gate.weight",
+    "mlp.gate_proj.weight": "mlp.fc.weight",
+    "mlp.down_proj.weight": "mlp.proj.weight",
+    "input_layernorm.weight": "input_layernorm.weight",
+    "post_attention_layernorm.weight": "post_layernorm.weight",
+}
+TORCH_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def trtllm_config(hf: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The TensorRT-LLM checkpoint config.json for an HF Llama-family config."""
+    heads = hf["num_attention_heads"]
+    head_size = hf.get("head_dim") or hf["hidden_size"] // heads
+    return {
+        "producer": {"name": "trtspec", "version": __version__},
+        "architecture": "LlamaForCausalLM",
+        "dtype": dtype,
+        "logits_dtype": "float32",
+        "vocab_size": hf["vocab_size"],
+        "max_position_embeddings": hf.get("max_position_embeddings", 2048),
+        "hidden_size": hf["hidden_size"],
+        "num_hidden_layers": hf["num_hidden_layers"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": hf.get("num_key_value_heads") or heads,
+        "head_size": head_size,
+        "hidden_act": hf.get("hidden_act", "silu"),
+        "intermediate_size": hf["intermediate_size"],
+        "norm_epsilon": hf.get("rms_norm_eps", 1e-6),
+        "position_embedding_type": "rope_gpt_neox",
+        "rotary_base": float(_rope(hf).get("rope_theta", hf.get("rope_theta", 10000.0))),
+        "rotary_scaling": _rotary_scaling(hf),
+        "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+        "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+        "use_parallel_embedding": False,
+        "embedding_sharding_dim": 0,
+        "share_embedding_table": False,
+        "bias": bool(hf.get("attention_bias", False)),
+        "mlp_bias": bool(hf.get("mlp_bias", False)),
+    }
+
+
+def convert_llama(model_dir: Path, dtype: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, tensors) of the TensorRT-LLM checkpoint for an HF Llama checkpoint directory."""
+    import torch
+
+    hf = json.loads((model_dir / "config.json").read_text())
+    archs = hf.get("architectures") or ["?"]
+    if archs[0] not in ("LlamaForCausalLM", "MistralForCausalLM"):
+        raise BuildError(f"{model_dir}: trtspec's converter handles Llama-family checkpoints, not {archs[0]}",
+                         hint="convert it with TensorRT-LLM's convert_checkpoint.py inside the TensorRT-LLM container")
+    state = _load_hf_state(model_dir)
+    target_dtype = getattr(torch, dtype)
+    out: dict[str, Any] = {"transformer.vocab_embedding.weight": state["model.embed_tokens.weight"],
+                           "transformer.ln_f.weight": state["model.norm.weight"],
+                           # tied embeddings (no lm_head in HF): TensorRT-LLM still wants its own lm_head tensor
+                           "lm_head.weight": state.get("lm_head.weight", state["model.embed_tokens.weight"]).clone()}
+    for i in range(hf["num_hidden_layers"]):
+        src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
+        # [(heads + 2 * kv_heads) * head_size, hidden]: q, k, v stacked on the output dimension
+        out[dst + "attention.qkv.weight"] = torch.cat(
+            [state[src + f"self_attn.{p}_proj.weight"] for p in ("q", "k", "v")], dim=0)
+        if src + "self_attn.q_proj.bias" in state:
+            out[dst + "attention.qkv.bias"] = torch.cat(
+                [state[src + f"self_attn.{p}_proj.bias"] for p in ("q", "k", "v")], dim=0)
+        for hf_name, trt_name in LAYER_MAP.items():
+            out[dst + trt_name] = state[src + hf_name]
+    tensors = {k: v.to(target_dtype).contiguous() for k, v in out.items()}
+    return trtllm_config(hf, dtype), tensors
+
+
+def add_medusa(config: dict[str, Any], tensors: dict[str, Any], heads_dir: Path, num_heads: int | None,
+               max_draft_len: int, dtype: str) -> None:
+    """Turn a Llama checkpoint into MedusaForCausalLM: config keys + `medusa_heads.{h}.*` tensors (in place)."""
+    import torch
+
+    heads = medusa_heads(heads_dir)
+    num_heads = num_heads or heads.num_heads
+    if heads.hidden_size != config["hidden_size"] or heads.vocab_size != config["vocab_size"]:
+        raise BuildError(f"{heads_dir}: heads have hidden {heads.hidden_size} / vocab {heads.vocab_size}, the target "
+                         f"{config['hidden_size']} / {config['vocab_size']}", hint="use heads trained on this target")
+    state = _load_file(heads.weights_file)
+    target_dtype = getattr(torch, dtype)
+    for h in range(num_heads):
+        for layer in range(heads.num_layers):
+            for kind in ("weight", "bias"):
+                src = (f"{h}.{layer}.linear.{kind}" if heads.layout == "fastdecoding"
+                       else f"medusa_heads.{h}.medusa_layers.{layer}.linear.{kind}")
+                if src in state:
+                    tensors[f"medusa_heads.{h}.medusa_layers.{layer}.linear.{kind}"] = state[src].to(target_dtype)
+        lm = f"{h}.{heads.num_layers}.weight" if heads.layout == "fastdecoding" else f"medusa_heads.{h}.lm_head.weight"
+        tensors[f"medusa_heads.{h}.lm_head.weight"] = state[lm].to(target_dtype).contiguous()
+    config.update({"architecture": "MedusaForCausalLM", "num_medusa_heads": num_heads,
+                   "num_medusa_layers": heads.num_layers, "max_draft_len": max_draft_len, "model_type": "llama"})
+
+
+def write_checkpoint(out_dir: Path, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """config.json + rank0.safetensors, each written atomically."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / ".rank0.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata={"producer": "trtspec"})
+    os.replace(tmp, out_dir / "rank0.safetensors")
+    tmp_cfg = out_dir / ".config.json.tmp"
+    tmp_cfg.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp_cfg, out_dir / "config.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trtspec.build.convert", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_dir", required=True, type=Path)
+    parser.add_argument("--output_dir", required=True, type=Path)
+    parser.add_argument("--dtype", default="float16", choices=TORCH_DTYPES)
+    parser.add_argument("--medusa_dir", type=Path)
+    parser.add_argument("--num_medusa_heads", type=int)
+    parser.add_argument("--max_draft_len", type=int, default=63)
+    args = parser.parse_args(argv)
+    config, tensors = convert_llama(args.model_dir, args.dtype)
+    if args.medusa_dir:
+        add_medusa(config, tensors, args.medusa_dir, args.num_medusa_heads, args.max_draft_len, args.dtype)
+    write_checkpoint(args.output_dir, config, tensors)
+    return 0
+
+
+def _rope(hf: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5 keeps rope settings in `rope_parameters`; 4.x at the top level / `rope_scaling`."""
+    params = hf.get("rope_parameters")
+    return params if isinstance(params, dict) else {}
+
+
+def _rotary_scaling(hf: dict[str, Any]) -> dict[str, Any] | None:
+    scaling = hf.get("rope_scaling") or {k: v for k, v in _rope(hf).items() if k != "rope_theta"}
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    if not scaling or kind in (None, "default"):
+        return None
+    return {"type": kind, **{k: v for k, v in scaling.items() if k not in ("type", "rope_type", "rope_theta")}}
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _load_hf_state(model_dir: Path) -> dict[str, Any]:
+    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("pytorch_model*.bin"))
+    if not files:
+        raise BuildError(f"{model_dir}: no *.safetensors or pytorch_model*.bin weights", hint="check the model dir")
+    state: dict[str, Any] = {}
+    for file in files:
+        state.update(_load_file(file))
+    return state
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""`trtspec-manifest.json`: what a build output holds and how it was made. Pure (hashlib + json).
+
+Format (version 1), written atomically into the output directory by the executor:
+
+    {
+      "format": "trtspec-manifest/1",
+      "updated": "2026-11-29T10:00:00Z",
+      "backend": "tensorrtllm" | "torch",
+      "method": "draft_target",
+      "config": {...BuildSpec as JSON...},
+      "config_sha256": "...",
+      "versions": {"trtspec", "python", "torch", "tensorrt_llm" (null when absent), "target_tensorrt_llm",
+                   "container"},
+      "derived": {"max_draft_len", "choices": {"json", "triton"} | null, "lookahead": {...} | null,
+                  "kv_cache": {role: {max_tokens_in_paged_kv_cache, kv_cache_free_gpu_mem_fraction, ...}},
+                  "medusa_heads": {...} | null, "checks": [{"name", "status", "detail"}]},
+      "engines": {"target": "engines/target", ...}, "checkpoints": {...}, "llm_api": "llm-api/...yaml" | null,
+      "steps": [{"id", "stage", "kind", "title", "status": "done" | "pending", "runner": "tensorrt_llm" | "trtspec"
+                 | null, "command", "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds"}],
+      "pending": [{"id", "command", "container"}],
+      "file_hashes": {path: [size, mtime_ns, sha256]}
+    }
+
+Output paths are relative to the output directory; model inputs are absolute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "trtspec-manifest.json"
+FORMAT = "trtspec-manifest/1"
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = Path(out_dir) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+class Hasher:
+    """sha256 of files and directory trees, cached by (size, mtime_ns) so re-runs do not re-read big weights."""
+
+    def __init__(self, cache: dict[str, list[Any]] | None = None) -> None:
+        self.cache: dict[str, list[Any]] = dict(cache or {})
+
+    def file(self, path: Path, key: str) -> str:
+        stat = path.stat()
+        hit = self.cache.get(key)
+        if hit and hit[0] == stat.st_size and hit[1] == stat.st_mtime_ns:
+            return str(hit[2])
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        self.cache[key] = [stat.st_size, stat.st_mtime_ns, digest.hexdigest()]
+        return digest.hexdigest()
+
+    def tree(self, path: Path, key: str) -> str | None:
+        """One digest over a file or every file under a directory (names + contents); None when missing."""
+        if path.is_file():
+            return self.file(path, key)
+        if not path.is_dir():
+            return None
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+            rel = file.relative_to(path).as_posix()
+            digest.update(f"{rel}\0{self.file(file, f'{key}/{rel}')}\n".encode())
+        return digest.hexdigest()

@@ -1,0 +1,338 @@
+"""The build planner: (BuildSpec, preflight result) -> ordered steps. PURE: no torch, no file-system access.
+
+Each step is a command line (argv list) or a file to write/copy, with an id, a stage (`convert`, `engines`, `files`),
+its inputs and its outputs (outputs relative to the output directory; commands run with it as the working directory,
+so the printed commands work verbatim inside a TensorRT-LLM container). Per-method `trtllm-build` flags follow
+shared/reference/trtllm-specdec.md section 2.3; the LLM-API `speculative_config` follows section 3.5.
+
+Conversion steps carry two command lines: TensorRT-LLM's `convert_checkpoint.py` (`tool="tensorrt_llm"`), and, for
+Llama-family single-rank unquantized checkpoints, trtspec's own converter (`fallback`) that runs anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trtspec import choices as tree_choices
+from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
+from trtspec.config import NgramSpec
+
+TRTLLM = "tensorrt_llm"
+OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
+LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
+BUNDLE_FILE = "trtspec-bundle.json"
+# Why a method has no LLM-API (trtllm-serve, PyTorch backend) form (trtllm-specdec.md 3.5).
+LLM_API_UNSUPPORTED = {
+    "medusa": "Medusa runs only on the TensorRT engine flow; the LLM API / PyTorch backend does not support it",
+    "lookahead": "lookahead decoding runs on the TensorRT engine flow only",
+    "redrafter": "ReDrafter has no LLM-API speculative_config",
+    "eagle": "EAGLE-1/2 needs the engine flow; the PyTorch LLM API runs EAGLE-3 only (set eagle.eagle3: true)",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit of work. `kind`: command (argv) | write (content -> outputs[0]) | copy (inputs[i] -> outputs[i])."""
+
+    id: str
+    stage: str
+    kind: str
+    title: str
+    argv: tuple[str, ...] = ()
+    tool: str | None = None
+    fallback: tuple[str, ...] = ()
+    content: str | None = None
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+    def command(self, *, use_fallback: bool = False) -> str:
+        argv = self.fallback if use_fallback else self.argv
+        return shlex.join(argv) if argv else f"write {self.outputs[0]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data = {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+        if data["content"] is not None:
+            data["content"] = f"<{len(data['content'])} chars>"
+        return data
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    backend: str
+    method: str
+    steps: tuple[Step, ...]
+    engines: dict[str, str] = field(default_factory=dict)
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    llm_api: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    def select(self, only: str | None) -> list[Step]:
+        """Steps of one stage (`convert` or `engines`; file steps go with either), or all."""
+        if only is None:
+            return list(self.steps)
+        return [s for s in self.steps if s.stage in (only, "files")]
+
+    def render(self) -> str:
+        """Human-readable plan: one block per step with its command."""
+        lines = [f"# trtspec build plan: backend={self.backend} method={self.method}"]
+        for i, step in enumerate(self.steps, 1):
+            lines.append(f"[{i}] {step.id} ({step.stage}) {step.title}")
+            lines.append(f"    $ {step.command()}")
+            if step.fallback:
+                lines.append(f"    $ {step.command(use_fallback=True)}   # without TensorRT-LLM")
+        lines += [f"# note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "method": self.method, "steps": [s.to_dict() for s in self.steps],
+                "engines": self.engines, "checkpoints": self.checkpoints, "llm_api": self.llm_api,
+                "notes": list(self.notes)}
+
+
+def plan_build(resolved: Resolved) -> BuildPlan:
+    """The ordered steps for `resolved` (see module docstring)."""
+    if resolved.spec.backend == "torch":
+        return _plan_torch(resolved)
+    return _plan_tensorrtllm(resolved)
+
+
+# --- TensorRT-LLM engine flow ---------------------------------------------------------------------------------------
+
+
+def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
+    method = r.method
+    steps: list[Step] = []
+    # 1. checkpoint conversion, one per model (ReDrafter: base first, then drafter merge)
+    converters = {"medusa": _convert_medusa, "eagle": _convert_eagle, "redrafter": _convert_redrafter}
+    steps += converters.get(method.name, _convert_plain)(r)
+    roles = ["target"] + (["draft"] if "draft" in r.models else [])
+    if "draft" in r.models:
+        steps.append(_convert_base(r, "draft", "checkpoints/draft"))
+    # 2. one trtllm-build per engine
+    for role in roles:
+        steps.append(_engine_step(r, role))
+    # 3. LLM-API form where that flow supports the method
+    llm_api = _llm_api(r)
+    notes = []
+    if llm_api is not None:
+        steps.append(Step("write-llm-api", "files", "write", "LLM-API options for trtllm-serve / trtllm-bench",
+                          content=_llm_api_yaml(llm_api, r), outputs=(LLM_API_FILE,)))
+        notes.append(f"TensorRT-LLM >= 1.x without engines: trtllm-serve {r.models['target'].path} --backend pytorch "
+                     f"--extra_llm_api_options {LLM_API_FILE}")
+    else:
+        notes.append(f"no LLM-API form: {LLM_API_UNSUPPORTED.get(method.name, 'not supported')}")
+    return BuildPlan("tensorrtllm", method.name, tuple(steps),
+                     engines={role: f"engines/{role}" for role in roles},
+                     checkpoints={role: f"checkpoints/{role}" for role in roles}, llm_api=llm_api, notes=tuple(notes))
+
+
+def _examples(r: Resolved, family: str) -> str:
+    """examples/<family> before 0.19, examples/models/core/<family> from 0.19 (trtllm-specdec.md 1.1)."""
+    base = r.spec.trtllm.examples_dir.rstrip("/")
+    return f"{base}/models/core/{family}" if r.spec.trtllm.version_tuple() >= (0, 19) else f"{base}/{family}"
+
+
+def _common_convert_args(r: Resolved, tp: int) -> list[str]:
+    engine = r.spec.engine
+    args = ["--dtype", engine.dtype, "--tp_size", str(tp), "--pp_size", str(engine.pp_size)]
+    if engine.quantization in ("int8_wo", "int4_wo"):
+        args += ["--use_weight_only", "--weight_only_precision", engine.quantization.removesuffix("_wo")]
+    if r.spec.kv_cache.dtype == "int8":
+        args += ["--int8_kv_cache"]
+    return args
+
+
+def _needs_quantize_py(r: Resolved) -> bool:
+    return r.spec.engine.quantization == "fp8" or r.spec.kv_cache.dtype == "fp8"
+
+
+def _own_converter_ok(r: Resolved, role: str, tp: int) -> bool:
+    arch = r.models[role].architecture
+    return (tp == 1 and r.spec.engine.pp_size == 1 and r.spec.engine.quantization == "none"
+            and r.spec.kv_cache.dtype == "auto" and (arch is None or arch in OWN_CONVERTER_ARCHS))
+
+
+def _convert_base(r: Resolved, role: str, out: str) -> Step:
+    """HF -> TensorRT-LLM checkpoint for a plain decoder (target, draft, or the ReDrafter base)."""
+    model = r.models[role].path
+    tp = (r.spec.engine.draft_tp_size or r.spec.engine.tp_size) if role == "draft" else r.spec.engine.tp_size
+    family = r.family
+    if _needs_quantize_py(r):
+        qformat = "fp8" if r.spec.engine.quantization == "fp8" else "full_prec"
+        argv = ["python3", f"{r.spec.trtllm.examples_dir.rstrip('/')}/quantization/quantize.py", "--model_dir", model,
+                "--output_dir", out, "--dtype", r.spec.engine.dtype, "--qformat", qformat, "--kv_cache_dtype",
+                r.spec.kv_cache.dtype if r.spec.kv_cache.dtype != "auto" else "fp8", "--calib_size", "512",
+                "--tp_size", str(tp), "--pp_size", str(r.spec.engine.pp_size)]
+    else:
+        argv = ["python3", f"{_examples(r, family)}/convert_checkpoint.py", "--model_dir", model, "--output_dir", out,
+                *_common_convert_args(r, tp)]
+    fallback = ()
+    if _own_converter_ok(r, role, tp):
+        fallback = (*OWN_CONVERTER, "--model_dir", model, "--output_dir", out, "--dtype", r.spec.engine.dtype)
+    return Step(f"convert-{out.rsplit('/', 1)[-1]}", "convert", "command", f"convert {role} to a TensorRT-LLM checkpoint",
+                argv=tuple(argv), tool=TRTLLM, fallback=fallback, inputs=(model,), outputs=(out,))
+
+
+def _convert_plain(r: Resolved) -> list[Step]:
+    return [_convert_base(r, "target", "checkpoints/target")]
+
+
+def _convert_medusa(r: Resolved) -> list[Step]:
+    spec, model, heads_dir = r.spec, r.models["target"].path, r.models["medusa"].path
+    num_heads = spec.medusa.num_heads or (r.medusa.num_heads if r.medusa else tree_choices.depth(r.choices or [[0]]))
+    num_layers = spec.medusa.num_layers or (r.medusa.num_layers if r.medusa else 1)
+    out = "checkpoints/target"
+    own = (*OWN_CONVERTER, "--model_dir", model, "--output_dir", out, "--dtype", spec.engine.dtype,
+           "--medusa_dir", heads_dir, "--num_medusa_heads", str(num_heads), "--max_draft_len", str(r.max_draft_len))
+    if r.medusa is not None and r.medusa.layout == "modelopt":
+        # TensorRT-LLM's medusa/convert_checkpoint.py reads FasterDecoding heads only: merge with trtspec's converter.
+        return [Step("convert-target", "convert", "command", "merge target + ModelOpt Medusa heads into a "
+                     "MedusaForCausalLM checkpoint", argv=own, inputs=(model, heads_dir), outputs=(out,))]
+    argv = ["python3", f"{spec.trtllm.examples_dir.rstrip('/')}/medusa/convert_checkpoint.py", "--model_dir", model,
+            "--medusa_model_dir", heads_dir, "--output_dir", out, *_common_convert_args(r, spec.engine.tp_size),
+            "--num_medusa_heads", str(num_heads), "--num_medusa_layers", str(num_layers),
+            "--max_medusa_token_len", str(r.max_draft_len)]
+    if r.family == "qwen":
+        argv += ["--model_type", "qwen2"]
+    fallback = own if _own_converter_ok(r, "target", spec.engine.tp_size) else ()
+    return [Step("convert-target", "convert", "command", "convert target + Medusa heads (MedusaForCausalLM)",
+                 argv=tuple(argv), tool=TRTLLM, fallback=fallback, inputs=(model, heads_dir), outputs=(out,))]
+
+
+def _convert_eagle(r: Resolved) -> list[Step]:
+    spec, model, eagle_dir = r.spec, r.models["target"].path, r.models["eagle"].path
+    argv = ("python3", f"{spec.trtllm.examples_dir.rstrip('/')}/eagle/convert_checkpoint.py", "--model_dir", model,
+            "--eagle_model_dir", eagle_dir, "--output_dir", "checkpoints/target",
+            *_common_convert_args(r, spec.engine.tp_size), "--max_draft_len", str(r.max_draft_len),
+            "--num_eagle_layers", str(spec.eagle.num_layers),
+            "--max_non_leaves_per_layer", str(spec.eagle.max_non_leaves_per_layer))
+    return [Step("convert-target", "convert", "command", "convert target + EAGLE drafter (EagleForCausalLM)",
+                 argv=argv, tool=TRTLLM, inputs=(model, eagle_dir), outputs=("checkpoints/target",))]
+
+
+def _convert_redrafter(r: Resolved) -> list[Step]:
+    spec, drafter = r.spec, r.models["redrafter"].path
+    base = _convert_base(r, "target", "checkpoints/target-base")
+    argv = ["python3", f"{spec.trtllm.examples_dir.rstrip('/')}/redrafter/convert_checkpoint.py",
+            "--base_model_checkpoint_dir", "checkpoints/target-base", "--drafter_model_dir", drafter,
+            "--output_dir", "checkpoints/target", "--dtype", spec.engine.dtype, "--tp_size", str(spec.engine.tp_size),
+            "--redrafter_num_beams", str(spec.redrafter.num_beams),
+            "--redrafter_draft_len_per_beam", str(spec.redrafter.draft_len_per_beam)]
+    if not spec.redrafter.greedy:
+        argv.append("--redrafter_no_greedy_search")
+    merge = Step("convert-target", "convert", "command", "add the ReDrafter drafter (ReDrafterForLLaMALM/QWenLM)",
+                 argv=tuple(argv), tool=TRTLLM, inputs=("checkpoints/target-base", drafter),
+                 outputs=("checkpoints/target",))
+    return [base, merge]
+
+
+def _engine_step(r: Resolved, role: str) -> Step:
+    """`trtllm-build` with the per-method flags of trtllm-specdec.md 2.3 (the draft engine is plain)."""
+    engine, method = r.spec.engine, r.method
+    argv = ["trtllm-build", "--checkpoint_dir", f"checkpoints/{role}", "--output_dir", f"engines/{role}",
+            "--max_batch_size", str(engine.max_batch_size), "--max_input_len", str(engine.max_input_len),
+            "--max_seq_len", str(engine.max_seq_len), "--max_num_tokens", str(engine.max_num_tokens),
+            "--max_beam_width", str(engine.max_beam_width), "--logits_dtype", engine.logits_dtype,
+            "--kv_cache_type", "paged", "--use_paged_context_fmha", "enable" if engine.use_paged_context_fmha else "disable"]
+    external = method.trtllm_build_mode == "draft_tokens_external"
+    if role == "target" and method.trtllm_build_mode is not None:
+        argv += ["--speculative_decoding_mode", method.trtllm_build_mode]
+        # Medusa and ReDrafter take max_draft_len from the checkpoint (the builder derives it, 2.2).
+        if method.trtllm_build_mode in ("draft_tokens_external", "eagle", "lookahead_decoding"):
+            argv += ["--max_draft_len", str(r.max_draft_len)]
+    gather = engine.gather_generation_logits
+    if gather is None:
+        gather = external or role == "draft"  # run.py hangs without it on DTM builds (TRTLLM #2798)
+    if gather:
+        argv.append("--gather_generation_logits")
+    if engine.workers > 1:
+        argv += ["--workers", str(engine.workers)]
+    return Step(f"engine-{role}", "engines", "command", f"build the {role} engine", argv=tuple(argv), tool=TRTLLM,
+                inputs=(f"checkpoints/{role}",), outputs=(f"engines/{role}",))
+
+
+# --- LLM-API form --------------------------------------------------------------------------------------------------
+
+
+def _llm_api(r: Resolved) -> dict[str, Any] | None:
+    """`extra_llm_api_options` content, or None where the LLM API cannot run this method."""
+    method, spec = r.method, r.spec
+    eagle3 = spec.eagle is not None and spec.eagle.eagle3
+    if method.name in LLM_API_UNSUPPORTED and not (method.name == "eagle" and eagle3):
+        return None
+    kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
+    target_kv = r.kv.get("target")
+    if target_kv and target_kv.max_tokens_in_paged_kv_cache:
+        kv["max_tokens"] = target_kv.max_tokens_in_paged_kv_cache
+    if target_kv and target_kv.kv_cache_free_gpu_mem_fraction:
+        kv["free_gpu_memory_fraction"] = target_kv.kv_cache_free_gpu_mem_fraction
+    options: dict[str, Any] = {"max_batch_size": spec.engine.max_batch_size,
+                               "max_num_tokens": spec.engine.max_num_tokens,
+                               "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
+    if method.llmapi_decoding_type is None:
+        return options
+    speculative: dict[str, Any] = {"decoding_type": "Eagle3" if eagle3 else method.llmapi_decoding_type,
+                                   "max_draft_len": r.max_draft_len}
+    drafter = r.models.get("draft") or r.models.get("eagle")
+    if drafter is not None:
+        speculative["speculative_model"] = drafter.path
+        options["disable_overlap_scheduler"] = True  # two-model speculation (3.5)
+    if method.llmapi_decoding_type == "NGram":
+        speculative["max_matching_ngram_size"] = (spec.ngram or NgramSpec()).max_matching_ngram_size
+    options["speculative_config"] = speculative
+    return options
+
+
+def _llm_api_yaml(options: dict[str, Any], r: Resolved) -> str:
+    header = (f"# trtspec: LLM-API options for method {r.method.name} (TensorRT-LLM >= 1.x, PyTorch backend).\n"
+              f"# trtllm-serve {r.models['target'].path} --backend pytorch --extra_llm_api_options <this file>\n")
+    return header + _yaml(options)
+
+
+def _yaml(data: Any, indent: int = 0) -> str:
+    """Minimal deterministic YAML for nested dicts of scalars (avoids a yaml import in the pure planner)."""
+    lines = []
+    for key, value in data.items():
+        pad = " " * indent
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(_yaml(value, indent + 2).rstrip("\n"))
+        else:
+            lines.append(f"{pad}{key}: {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# --- torch bundle --------------------------------------------------------------------------------------------------
+
+
+def _plan_torch(r: Resolved) -> BuildPlan:
+    """A self-contained bundle: model dirs copied in, spec settings in trtspec-bundle.json."""
+    steps = [Step(f"copy-{role}", "convert", "copy", f"copy the {role} checkpoint into the bundle",
+                  inputs=(r.models[role].path,), outputs=(role,))
+             for role in ("target", "draft", "medusa") if role in r.models]
+    steps.append(Step("write-bundle", "files", "write", "bundle settings (method, k, tree, lookahead)",
+                      content=json.dumps(bundle_settings(r), indent=2) + "\n", outputs=(BUNDLE_FILE,)))
+    return BuildPlan("torch", r.method.name, tuple(steps),
+                     notes=("consume with trtspec.build.bundle.load_bundle(<out>) or trtspec deploy --backend torch",))
+
+
+def bundle_settings(r: Resolved) -> dict[str, Any]:
+    """The torch bundle's spec settings (paths relative to the bundle root)."""
+    return {
+        "format": "trtspec-bundle/1",
+        "method": r.method.name,
+        "max_draft_len": r.max_draft_len,
+        "target": "target",
+        "draft": "draft" if "draft" in r.models else None,
+        "medusa": "medusa" if "medusa" in r.models else None,
+        "choices": r.choices,
+        "lookahead": list(r.lookahead) if r.lookahead else None,
+        "ngram": r.spec.ngram.model_dump() if r.spec.ngram else None,
+        "dtype": r.spec.engine.dtype,
+        "max_batch_size": r.spec.engine.max_batch_size,
+        "max_seq_len": r.spec.engine.max_seq_len,
+    }

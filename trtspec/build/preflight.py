@@ -1,0 +1,359 @@
+"""Preflight: every check that can fail a build, run before anything executes. Pure (no torch, no writes).
+
+`run_preflight(spec, dry_run=...)` resolves model paths, derives the values the plan needs (max_draft_len, tree
+choices, lookahead envelope, per-engine KV-cache limits) and raises a ConfigError / IncompatibleModelsError /
+ModelNotFoundError that names the field and the fix on the first problem. In dry-run, checks that need files which
+do not exist here are recorded as `unchecked` instead of failing; real builds refuse missing paths.
+
+Sources: shared/reference/trtllm-specdec.md sections 1.2-1.6 (formats), 2.2-2.4 (builder rules), 6 (pitfalls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec import choices as tree_choices
+from trtspec.build.checkpoint import (
+    MedusaHeads,
+    check_heads_match,
+    medusa_heads,
+    merged_special_ids,
+    special_token_ids,
+)
+from trtspec.build.memory import EngineMemory, estimate_kv
+from trtspec.config import BuildSpec
+from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
+from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
+from trtspec.models import check_pair, embedded_path, read_config, resolve_model
+
+# HF architecture -> TensorRT-LLM convert_checkpoint.py family (examples/<family> or examples/models/core/<family>).
+CONVERT_FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
+                    "Qwen2ForCausalLM": "qwen", "QWenForCausalLM": "qwen"}
+# Architectures trtspec's own HF -> TensorRT-LLM converter handles (used where TensorRT-LLM is not importable).
+OWN_CONVERTER_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM")
+# Config sections that belong to one method each (the section is named after its method).
+METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram")
+DEFAULT_K = 4
+EAGLE_MAX_DRAFT_LEN, EAGLE_MAX_BATCH = 256, 512  # builder asserts (trtllm-specdec.md 2.3)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok" | "unchecked" | "skipped"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One input checkpoint: as written in the config, resolved path, and its config.json when readable."""
+
+    role: str
+    spec: str
+    path: str
+    exists: bool
+    config: dict[str, Any] | None = None
+
+    @property
+    def architecture(self) -> str | None:
+        archs = (self.config or {}).get("architectures") or []
+        return archs[0] if archs else None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Everything the planner needs beyond the spec: resolved inputs and derived values."""
+
+    spec: BuildSpec
+    method: MethodInfo
+    models: dict[str, ModelRef]
+    max_draft_len: int
+    family: str
+    choices: list[list[int]] | None = None
+    medusa: MedusaHeads | None = None
+    lookahead: tuple[int, int, int] | None = None
+    kv: dict[str, EngineMemory] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
+    """Check `spec` and derive the plan's inputs; raise on the first problem (see module docstring)."""
+    method = resolve(spec.method)
+    checks: list[Check] = []
+    _check_backend(spec, method)
+    _check_sections(spec, method)
+    models = _resolve_models(spec, method, dry_run, checks)
+    family = _check_architecture(spec, method, models, checks)
+    if "draft" in models:
+        _check_pair(spec, models["target"], models["draft"], checks)
+    heads = _medusa(spec, models, checks) if spec.medusa else None
+    max_draft_len, tree, lookahead = _draft_len(spec, heads, checks)
+    _check_engine_flags(spec, method, max_draft_len, models, checks)
+    kv = estimate_kv(spec, models, max_draft_len, heads, checks)
+    return Resolved(spec=spec, method=method, models=models, max_draft_len=max_draft_len, family=family,
+                    choices=tree, medusa=heads, lookahead=lookahead, kv=kv, checks=checks, dry_run=dry_run)
+
+
+# --- method and inputs ---------------------------------------------------------------------------------------------
+
+
+def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
+    if spec.backend == "torch" and method.proposer is None and method.name != "none":
+        from trtspec.methods import engine_methods
+
+        raise ConfigError("method", method.name, "has no proposer in the torch reference engine",
+                          hint=f"use backend: tensorrtllm, or one of: {', '.join(engine_methods())}")
+
+
+def _check_sections(spec: BuildSpec, method: MethodInfo) -> None:
+    for section in METHOD_SECTIONS:
+        if getattr(spec, section) is not None and section != method.name:
+            raise ConfigError(section, "set", f"belongs to method {section}, but method is {method.name}",
+                              hint=f"remove the `{section}:` section or set method: {section}")
+    if method.needs_draft_model and not spec.draft:
+        raise ConfigError("draft", None, f"method {method.name} needs a draft model",
+                          hint="add `draft: <embedded name or HF dir>` (e.g. tiny-draft)")
+    if spec.draft and not method.needs_draft_model:
+        raise ConfigError("draft", spec.draft, f"is only used by draft-model methods, not {method.name}",
+                          hint="remove `draft:` or set method: draft_target")
+    for section, key in (("medusa", "heads"), ("eagle", "model"), ("redrafter", "drafter")):
+        if method.name == section and getattr(spec, section) is None:
+            raise ConfigError(section, None, f"method {section} needs a `{section}:` section",
+                              hint=f"add `{section}: {{{key}: <dir>}}`")
+
+
+def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: list[Check]) -> dict[str, ModelRef]:
+    wanted = {"target": spec.target, "draft": spec.draft}
+    extra = {"medusa": spec.medusa and spec.medusa.heads, "eagle": spec.eagle and spec.eagle.model,
+             "redrafter": spec.redrafter and spec.redrafter.drafter}
+    models: dict[str, ModelRef] = {}
+    for role, value in wanted.items():
+        if not value:
+            continue
+        try:
+            path = resolve_model(value, field=role)
+        except ModelNotFoundError as exc:
+            if not dry_run or Path(str(value)).expanduser().exists():
+                raise
+            checks.append(Check(f"{role} checkpoint", "unchecked", f"{value} does not exist here ({exc.message})"))
+            models[role] = ModelRef(role, value, value, exists=False)
+            continue
+        models[role] = ModelRef(role, value, str(path), exists=True, config=read_config(path, field=role))
+        checks.append(Check(f"{role} checkpoint", "ok", str(path)))
+    for role, value in extra.items():
+        if not value:
+            continue
+        embedded = embedded_path(value)
+        path = embedded if "/" not in value and embedded.is_dir() else Path(value).expanduser()
+        if not path.is_dir():
+            if not dry_run:
+                raise ModelNotFoundError(f"{role}={value!r}: no directory at {path}",
+                                         hint=f"point {role} at a local directory")
+            checks.append(Check(f"{role} directory", "unchecked", f"{value} does not exist here"))
+            models[role] = ModelRef(role, value, value, exists=False)
+            continue
+        models[role] = ModelRef(role, value, str(path.resolve()), exists=True)
+    return models
+
+
+def _check_architecture(spec: BuildSpec, method: MethodInfo, models: dict[str, ModelRef], checks: list[Check]) -> str:
+    target = models["target"]
+    arch = target.architecture
+    if arch is None:
+        checks.append(Check("architecture", "unchecked", "target config.json not readable here; assuming Llama"))
+        return "llama"
+    if spec.backend == "tensorrtllm" and method.engine_architectures and arch not in method.engine_architectures:
+        raise ConfigError("target", spec.target, f"is a {arch}; TensorRT-LLM's {method.name} engine flow supports "
+                          f"only {', '.join(method.engine_architectures)}",
+                          hint="pick a target of a supported architecture, or another method (e.g. draft_target)")
+    for role in ("target", "draft"):
+        ref = models.get(role)
+        if spec.backend == "tensorrtllm" and ref and ref.architecture and ref.architecture not in CONVERT_FAMILIES:
+            raise ConfigError(role, ref.spec, f"is a {ref.architecture}; trtspec plans conversion only for "
+                              f"{', '.join(sorted(CONVERT_FAMILIES))}",
+                              hint="convert it yourself with TensorRT-LLM and build with trtllm-build")
+    checks.append(Check("architecture", "ok", f"{arch} supports {method.name}"))
+    return CONVERT_FAMILIES.get(arch, "llama")
+
+
+def _check_pair(spec: BuildSpec, target: ModelRef, draft: ModelRef, checks: list[Check]) -> None:
+    if not (target.exists and draft.exists):
+        checks.append(Check("tokenizer/vocab", "unchecked", "draft or target not available here"))
+        return
+    check_pair(Path(target.path), Path(draft.path))
+    vocab = (target.config or {}).get("vocab_size", 0)
+    tp_target, tp_draft = spec.engine.tp_size, spec.engine.draft_tp_size or spec.engine.tp_size
+    width_target, width_draft = _padded(vocab, tp_target), _padded(vocab, tp_draft)
+    if width_target != width_draft:
+        raise IncompatibleModelsError(
+            f"padded logits width differs: target (tp_size={tp_target}) {width_target}, draft "
+            f"(draft_tp_size={tp_draft}) {width_draft} for vocab_size {vocab}",
+            hint="use the same TP size for both engines, or a vocab divisible by both TP sizes")
+    target_ids = merged_special_ids(special_token_ids(Path(target.path)))
+    draft_ids = merged_special_ids(special_token_ids(Path(draft.path)))
+    for key in sorted(set(target_ids) & set(draft_ids)):
+        if target_ids[key] != draft_ids[key]:
+            raise IncompatibleModelsError(
+                f"{key} differs: target {target.spec!r} has {target_ids[key]}, draft {draft.spec!r} has "
+                f"{draft_ids[key]}", hint="draft and target must share the tokenizer and its special tokens")
+    checks.append(Check("tokenizer/vocab", "ok", f"vocab {vocab}, logits width {width_target}, "
+                        f"special ids {target_ids}"))
+
+
+def _padded(vocab: int, tp: int) -> int:
+    """TensorRT-LLM pads the lm_head rows to a multiple of the TP size."""
+    return -(-vocab // tp) * tp
+
+
+# --- speculation shape -----------------------------------------------------------------------------------------
+
+
+def _medusa(spec: BuildSpec, models: dict[str, ModelRef], checks: list[Check]) -> MedusaHeads | None:
+    assert spec.medusa is not None
+    ref = models["medusa"]
+    if not ref.exists:
+        return None
+    heads = medusa_heads(Path(ref.path))
+    target = models["target"]
+    if target.config:
+        check_heads_match(heads, target.config, spec.target)
+    if spec.medusa.num_heads and spec.medusa.num_heads > heads.num_heads:
+        raise ConfigError("medusa.num_heads", spec.medusa.num_heads, f"but {ref.path} holds {heads.num_heads} heads",
+                          hint=f"set medusa.num_heads <= {heads.num_heads} or drop it")
+    if spec.medusa.num_layers and spec.medusa.num_layers != heads.num_layers:
+        raise ConfigError("medusa.num_layers", spec.medusa.num_layers, f"but the heads have {heads.num_layers} layers",
+                          hint="drop medusa.num_layers (it is read from the heads)")
+    engine = spec.engine
+    if spec.backend == "tensorrtllm" and heads.layout == "modelopt" and (
+            engine.tp_size > 1 or engine.pp_size > 1 or engine.quantization != "none"):
+        raise ConfigError("medusa.heads", str(ref.path), "ModelOpt-layout heads are merged by trtspec's single-rank, "
+                          "unquantized converter (TensorRT-LLM's medusa/convert_checkpoint.py reads FasterDecoding heads)",
+                          hint="use tp_size/pp_size 1 and no quantization, or FasterDecoding-layout heads")
+    checks.append(Check("medusa heads", "ok", f"{heads.layout} layout, {heads.num_heads} heads x {heads.num_layers} "
+                        f"layers, hidden {heads.hidden_size}, vocab {heads.vocab_size}"))
+    return heads
+
+
+def _tree(value: Any, depth: int, field_name: str) -> list[list[int]]:
+    """Parsed choices, or mc_sim_7b_63 pruned to `depth` levels when none are given."""
+    if value is None:
+        return [p for p in tree_choices.MC_SIM_7B_63 if len(p) <= depth]
+    return tree_choices.parse(value, field=field_name)
+
+
+# (max_draft_len, tree choices, lookahead envelope)
+DraftShape = tuple[int, list[list[int]] | None, tuple[int, int, int] | None]
+
+
+def _draft_len(spec: BuildSpec, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    """(max_draft_len, tree choices, lookahead envelope) following each method's rule (trtllm-specdec.md 2.2-2.4)."""
+    return DRAFT_LEN_RULES[spec.method](spec, spec.max_draft_len, heads, checks)
+
+
+def _rule_none(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    if given:
+        raise ConfigError("max_draft_len", given, "a baseline (method: none) engine has no draft tokens",
+                          hint="drop max_draft_len or pick a speculative method")
+    return 0, None, None
+
+
+def _rule_external(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    if given == 0:
+        raise ConfigError("max_draft_len", 0, f"method {spec.method} needs at least one draft token",
+                          hint="set max_draft_len (k) to the largest k you will sweep, e.g. 4")
+    if given is None:
+        checks.append(Check("max_draft_len", "ok", f"defaulted to k={DEFAULT_K}"))
+    return given or DEFAULT_K, None, None
+
+
+def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    assert spec.medusa is not None
+    num_heads = spec.medusa.num_heads or (heads.num_heads if heads else None)
+    if num_heads is None:
+        num_heads = 4
+        checks.append(Check("medusa tree", "unchecked", "heads not available here; assuming 4 heads"))
+    tree = tree_choices.validate(_tree(spec.medusa.choices, num_heads, "medusa.choices"),
+                                 max_depth=num_heads, max_nodes=given, field="medusa.choices")
+    checks.append(Check("medusa tree", "ok", f"{len(tree)} nodes, depth {tree_choices.depth(tree)} <= {num_heads} heads"))
+    return given or len(tree), tree, None
+
+
+def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    eagle = spec.eagle
+    assert eagle is not None
+    tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
+                                 max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
+    max_draft_len = given or len(tree)
+    if max_draft_len > EAGLE_MAX_DRAFT_LEN:
+        raise ConfigError("max_draft_len", max_draft_len, f"EAGLE engines allow at most {EAGLE_MAX_DRAFT_LEN}",
+                          hint="use a smaller tree")
+    if spec.engine.max_batch_size > EAGLE_MAX_BATCH:
+        raise ConfigError("engine.max_batch_size", spec.engine.max_batch_size,
+                          f"EAGLE engines allow at most {EAGLE_MAX_BATCH}", hint=f"set max_batch_size <= {EAGLE_MAX_BATCH}")
+    if spec.engine.pp_size != 1:
+        raise ConfigError("engine.pp_size", spec.engine.pp_size, "EAGLE does not support pipeline parallelism",
+                          hint="use pp_size: 1 (tensor parallelism is fine)")
+    return max_draft_len, tree, None
+
+
+def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    from trtspec.config import LookaheadSpec
+
+    wng = (spec.lookahead or LookaheadSpec()).as_tuple()
+    derived = lookahead_max_draft_len(*wng)
+    if given is not None and given != derived:
+        raise ConfigError("max_draft_len", given, f"lookahead (W, N, G)={list(wng)} needs exactly {derived} "
+                          "(TensorRT-LLM: (N==1 ? 0 : N-2) + (W-1+G)*(N-1))",
+                          hint=f"drop max_draft_len (trtspec derives {derived}) or set it to {derived}")
+    if derived == 0:
+        raise ConfigError("lookahead", list(wng), "gives max_draft_len 0 (plain decoding)",
+                          hint="use N >= 2, e.g. lookahead: [4, 4, 4]")
+    checks.append(Check("lookahead", "ok", f"(W, N, G)={list(wng)} -> max_draft_len {derived}"))
+    return derived, None, wng
+
+
+def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    assert spec.redrafter is not None
+    derived = spec.redrafter.num_beams * spec.redrafter.draft_len_per_beam
+    if given is not None and given != derived:
+        raise ConfigError("max_draft_len", given, f"ReDrafter fixes it to num_beams x draft_len_per_beam = {derived}",
+                          hint="drop max_draft_len; change redrafter.num_beams / draft_len_per_beam instead")
+    return derived, None, None
+
+
+DRAFT_LEN_RULES = {"none": _rule_none, "draft_target": _rule_external, "ngram": _rule_external,
+                   "medusa": _rule_medusa, "eagle": _rule_eagle, "lookahead": _rule_lookahead,
+                   "redrafter": _rule_redrafter}
+
+
+# --- engine flags ---------------------------------------------------------------------------------------------------
+
+
+def _check_engine_flags(spec: BuildSpec, method: MethodInfo, max_draft_len: int, models: dict[str, ModelRef],
+                        checks: list[Check]) -> None:
+    engine = spec.engine
+    speculative = method.trtllm_build_mode is not None
+    if method.trtllm_build_mode in ("draft_tokens_external", "eagle") and not engine.use_paged_context_fmha:
+        raise ConfigError("engine.use_paged_context_fmha", False, f"{method.name} needs paged context FMHA: without "
+                          "it TensorRT-LLM silently turns KV-cache reuse off", hint="set use_paged_context_fmha: true")
+    if speculative and engine.max_beam_width != 1:
+        raise ConfigError("engine.max_beam_width", engine.max_beam_width,
+                          "speculative decoding supports beam width 1 only", hint="set max_beam_width: 1")
+    if speculative and engine.logits_dtype != "float32":
+        raise ConfigError("engine.logits_dtype", engine.logits_dtype, "speculative engines must return float32 logits "
+                          "(fp16 logits break draft/target logits comparison)", hint="set logits_dtype: float32")
+    if spec.backend == "tensorrtllm" and engine.quantization != "none" and engine.dtype == "float32":
+        raise ConfigError("engine.quantization", engine.quantization, "quantized engines need dtype float16/bfloat16",
+                          hint="set engine.dtype: float16")
+    for role in ("target", "draft"):
+        cfg = models[role].config if role in models else None
+        limit = (cfg or {}).get("max_position_embeddings")
+        if limit and engine.max_seq_len + max_draft_len > limit:
+            raise ConfigError("engine.max_seq_len", engine.max_seq_len,
+                              f"+ max_draft_len {max_draft_len} exceeds the {role}'s max_position_embeddings {limit}",
+                              hint=f"set engine.max_seq_len <= {limit - max_draft_len}")
+    checks.append(Check("engine flags", "ok", f"beam 1, logits {engine.logits_dtype}, paged context FMHA "
+                        f"{'on' if engine.use_paged_context_fmha else 'off'}"))

@@ -1,0 +1,74 @@
+"""`trtspec build`: one YAML build config -> TensorRT-LLM checkpoints/engines or a torch bundle. Thin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print the plan (commands, derived values) and change nothing.")
+@click.option("--only", type=click.Choice(["convert", "engines"]), help="Run one stage of the plan.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output directory (overrides `output:`).")
+@click.option("--schema", is_flag=True, help="Print the build config JSON schema and exit.")
+@click.option("--backend", type=click.Choice(["tensorrtllm", "torch"]), help="Override `backend:` in the config.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan / result as JSON.")
+def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None, schema: bool, backend: str | None,
+          as_json: bool) -> None:
+    """Build TensorRT-LLM engines with speculative decoding (or a torch bundle) from CONFIG (YAML).
+
+    Examples: trtspec build build_configs/tiny-draft-target.yaml --only convert;
+    trtspec build build_configs/llama3.3-70b-draft-target.yaml --dry-run
+    """
+    from trtspec.config import BuildSpec, load_build_spec
+    from trtspec.errors import ToolNotFoundError, UsageError
+
+    if schema:
+        click.echo(json.dumps(BuildSpec.model_json_schema(), indent=2))
+        return
+    if config is None:
+        raise UsageError("CONFIG is required", hint="e.g. trtspec build build_configs/tiny-draft-target.yaml --dry-run")
+    from trtspec.build.plan import plan_build
+    from trtspec.build.preflight import run_preflight
+
+    overrides = {k: v for k, v in (("backend", backend), ("output", str(out.resolve()) if out else None)) if v}
+    spec = load_build_spec(config, overrides=overrides)
+    resolved = run_preflight(spec, dry_run=dry_run)
+    plan = plan_build(resolved)
+    out_dir = Path(spec.output)
+    if dry_run:
+        from trtspec.build.execute import derived_values
+
+        derived = derived_values(resolved)
+        if as_json:
+            click.echo(json.dumps({"out": str(out_dir), "plan": plan.to_dict(), "derived": derived}, indent=2))
+            return
+        click.echo(plan.render())
+        click.echo(f"# output: {out_dir}")
+        click.echo(f"# max_draft_len: {derived['max_draft_len']}")
+        for check in derived["checks"]:
+            click.echo(f"# check {check['status']:9} {check['name']}: {check['detail']}")
+        return
+
+    from trtspec.build.execute import execute
+
+    result = execute(plan, resolved, out_dir, only=only)
+    summary = {"out": str(result.out_dir), "done": result.done, "skipped": result.skipped, "pending": result.pending}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"trtspec build: {len(result.done)} step(s) done, {len(result.skipped)} skipped (unchanged), "
+                   f"{len(result.pending)} pending -> {result.out_dir}")
+        for item in result.pending:
+            click.echo(f"  pending {item['id']} (run in {item['container']}):\n    {item['command']}")
+    stage_steps = {s.id for s in plan.select(only)}
+    blocked = [p for p in result.pending if p["id"] in stage_steps]
+    if blocked:
+        image = spec.trtllm.image() or "a TensorRT-LLM container (set trtllm.container)"
+        raise ToolNotFoundError(
+            f"needs TensorRT-LLM: {len(blocked)} step(s) pending ({', '.join(p['id'] for p in blocked)}); "
+            f"completed steps are recorded in {result.out_dir / 'trtspec-manifest.json'}",
+            hint=f"run the pending commands inside {image}, or `trtspec build {config} --only convert` here")

@@ -1,0 +1,70 @@
+"""`trtspec deploy`: render a Triton model repository from a build output (reads its trtspec-manifest.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtspec.triton.repo import BACKENDS
+
+
+@click.command()
+@click.option("--backend", type=click.Choice(BACKENDS), required=True,
+              help="tensorrtllm: TensorRT-LLM engines (C++ backend); torch: the reference engine (Python backend).")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), required=True,
+              help="Output directory of `trtspec build` (holds trtspec-manifest.json).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Model repository directory to write.")
+@click.option("--max-batch-size", type=click.IntRange(1), default=None,
+              help="Triton max_batch_size of every model, in requests (default: the build's max_batch_size).")
+@click.option("--k", "default_k", type=click.IntRange(0), default=None,
+              help="Draft tokens per request when a request does not say (default: the build's max_draft_len).")
+@click.option("--max-k", type=click.IntRange(1), default=None,
+              help="torch: the largest k a request may ask for (default: the build's max_draft_len).")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Hugging Face tokenizer directory for pre/postprocessing (default: the build's target checkpoint).")
+@click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
+@click.option("--lookahead", default=None, metavar="W,N,G",
+              help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
+def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
+           max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None, force: bool,
+           dry_run: bool) -> None:
+    """Render the Triton model repository for BUILD and print the command that serves it."""
+    from trtspec.triton.render import write_repository
+    from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
+    from trtspec.triton.server import Ports, plan_launch
+
+    spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
+                               max_k=max_k, device=device, lookahead=_lookahead(lookahead),
+                               tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None)
+    plan = plan_repository(spec)
+    click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
+               f"({backend} flavour, method {spec.method}, core model {spec.core_model}):")
+    for rel in sorted(plan):
+        click.echo(f"  {rel}")
+    for role, engine in spec.engines.items():
+        if not (engine.path / "config.json").is_file():
+            click.echo(f"Note: the {role} engine is not built yet ({engine.path}); run the engine steps of "
+                       "`trtspec build` inside a TensorRT-LLM container before serving.")
+    if not dry_run:
+        write_repository(plan, out, force=force)
+    click.echo("Serve it with:")
+    click.echo(f"  trtspec serve {out}")
+    if backend == "tensorrtllm":
+        launch = plan_launch(out, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"),
+                             record=repo_record(spec))
+        if launch.note:
+            click.echo(f"  ({launch.note})")
+        click.echo(f"or, inside NVIDIA's Triton TensorRT-LLM container:\n  {launch.shell()}")
+
+
+def _lookahead(value: str | None) -> tuple[int, int, int] | None:
+    if value is None:
+        return None
+    try:
+        window, ngram, verification = (int(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter("expected three integers W,N,G, e.g. 4,4,4", param_hint="--lookahead") from None
+    return window, ngram, verification

@@ -1,0 +1,53 @@
+"""`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C (signals are forwarded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("repo", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--grpc-port", type=click.IntRange(1, 65535), default=8001, show_default=True, help="gRPC port.")
+@click.option("--http-port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=8002, show_default=True,
+              help="Prometheus metrics port (/metrics).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0 for all).")
+@click.option("--load-model", "load_models", multiple=True,
+              help="Load only these models (explicit model control); repeatable.")
+@click.option("--startup-timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for ready.")
+@click.option("--log-file", type=click.Path(path_type=Path), default=None,
+              help="Write tritonserver's log here (default: a temporary file, shown on failure).")
+@click.option("--dry-run", is_flag=True, help="Print the tritonserver command and exit.")
+def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: str, load_models: tuple[str, ...],
+          startup_timeout: float, log_file: Path | None, dry_run: bool) -> None:
+    """Serve the Triton model repository REPO (rendered by `trtspec deploy`)."""
+    from trtspec.doctor import find_tritonserver
+    from trtspec.errors import ToolNotFoundError
+    from trtspec.triton.server import Ports, TritonServer, is_bundled, plan_launch, read_repo_record
+
+    ports = Ports(grpc=grpc_port, http=http_port, metrics=metrics_port)
+    record = read_repo_record(repo)
+    binary = find_tritonserver()
+    if record.get("backend") == "tensorrtllm" and binary is not None and is_bundled(binary) and not load_models:
+        raise ToolNotFoundError(
+            "this repository serves TensorRT-LLM engines, but the only tritonserver here is nvidia-pytriton's, "
+            "which has no tensorrtllm backend",
+            hint="run `trtspec serve` inside nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3, or pass "
+                 "--load-model preprocessing --load-model postprocessing to serve only the Python models")
+    if dry_run:
+        plan = plan_launch(repo, ports=ports, binary=binary, load_models=load_models or None, host=host)
+        if plan.note:
+            click.echo(f"# {plan.note}")
+        click.echo(plan.shell())
+        return
+    server = TritonServer(repo, ports=ports, load_models=load_models or None, host=host,
+                          startup_timeout=startup_timeout, log_path=log_file)
+    server.start()
+    if server.plan is not None and server.plan.note:
+        click.echo(server.plan.note)
+    click.echo(f"tritonserver ready: gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
+    click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
+    code = server.wait()
+    click.echo(f"tritonserver exited ({code}).")

@@ -1,0 +1,265 @@
+"""Typed, validated build specs loaded from YAML. Pure: pydantic + yaml only (no torch, no file-system checks).
+
+`BuildSpec` is the single source of truth for `trtspec build`: which checkpoints, which speculative method, the
+engine envelope (batch, lengths, dtype, parallelism), KV-cache and GPU-memory settings, and the TensorRT-LLM
+version the plan targets. This module checks types and ranges only; cross-field and file-dependent rules
+(vocab match, Medusa tree vs heads, lookahead budget, ...) live in `trtspec.build.preflight`.
+
+Errors: a pydantic ValidationError becomes a ConfigError whose field is the YAML path (`engine.max_batch_size`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trtspec.errors import ConfigError, TrtspecError
+
+# TensorRT-LLM release -> NGC Triton image tag (`nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`).
+# Only pairs stated by a source are listed (trtllm-specdec.md 0.2: the DTM README pins 0.18.0 <-> 25.03);
+# for other versions set `trtllm.container` explicitly.
+TRTLLM_CONTAINERS: dict[str, str] = {"0.18.0": "25.03"}
+DEFAULT_TRTLLM_VERSION = "0.18.0"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LookaheadSpec(_Spec):
+    """Server-level lookahead envelope (W, N, G); TensorRT-LLM's executor defaults are (4, 3, 4)."""
+
+    window: int = Field(4, ge=1, description="W: lookahead window size")
+    ngram: int = Field(3, ge=1, description="N: n-gram size")
+    verification_set: int = Field(4, ge=0, description="G: verification set size")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_list(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            if len(value) != 3:
+                raise ValueError("give lookahead as [W, N, G], e.g. [4, 4, 4]")
+            return dict(zip(("window", "ngram", "verification_set"), value, strict=True))
+        return value
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.window, self.ngram, self.verification_set)
+
+
+class MedusaSpec(_Spec):
+    """Medusa heads (FasterDecoding or ModelOpt/TensorRT-LLM layout) and the verification tree."""
+
+    heads: str = Field(description="directory with the Medusa heads (config.json + weights)")
+    num_heads: int | None = Field(None, ge=1, description="heads to use (default: all heads in the directory)")
+    num_layers: int | None = Field(None, ge=1, description="residual layers per head (default: from config.json)")
+    choices: str | list[list[int]] | None = Field(
+        None, description="tree: preset name (mc_sim_7b_63), list of paths, or a file; default mc_sim_7b_63 "
+                          "pruned to num_heads levels")
+
+
+class EagleSpec(_Spec):
+    """EAGLE-1/2 drafter for the TensorRT-LLM engine flow (Llama-family targets only)."""
+
+    model: str = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
+    num_layers: int = Field(4, ge=1, description="num_eagle_layers: maximum tree depth")
+    max_non_leaves_per_layer: int = Field(10, ge=1)
+    choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
+    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head (LLM-API/PyTorch flow only)")
+
+
+class RedrafterSpec(_Spec):
+    """ReDrafter drafter; beams x draft length and greedy/sampling are fixed at conversion."""
+
+    drafter: str = Field(description="HF ReDrafter drafter directory (config.json + model.safetensors)")
+    num_beams: int = Field(5, ge=1)
+    draft_len_per_beam: int = Field(5, ge=1)
+    greedy: bool = True
+
+
+class NgramSpec(_Spec):
+    """Prompt lookup (n-gram) drafts produced on the host."""
+
+    max_matching_ngram_size: int = Field(2, ge=1, description="longest n-gram matched against the context")
+
+
+class EngineSpec(_Spec):
+    """`trtllm-build` envelope shared by the target and the draft engine."""
+
+    dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+    quantization: Literal["none", "fp8", "int8_wo", "int4_wo"] = "none"
+    tp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+    draft_tp_size: int | None = Field(None, ge=1, description="draft engine TP (default: tp_size)")
+    max_batch_size: int = Field(8, ge=1)
+    max_input_len: int = Field(1024, ge=1, description="tokens")
+    max_seq_len: int = Field(2048, ge=2, description="tokens, prompt + output (the builder adds max_draft_len)")
+    max_num_tokens: int = Field(8192, ge=1, description="tokens per engine step")
+    max_beam_width: int = Field(1, ge=1, description="must stay 1: speculative decoding is beam-1 only")
+    logits_dtype: Literal["float32", "float16"] = "float32"
+    use_paged_context_fmha: bool = Field(True, description="required for KV reuse (draft_target, ngram, eagle)")
+    gather_generation_logits: bool | None = Field(None, description="default: on for draft_target/ngram engines")
+    workers: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> EngineSpec:
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError(f"max_input_len={self.max_input_len} must be < max_seq_len={self.max_seq_len}")
+        return self
+
+
+class KVCacheSpec(_Spec):
+    """Runtime KV-cache settings; unset limits are filled by the GPU memory estimate."""
+
+    enable_block_reuse: bool = True
+    free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1, description="max_tokens_in_paged_kv_cache per engine")
+    dtype: Literal["auto", "fp8", "int8"] = "auto"
+
+
+class GPUSpec(_Spec):
+    memory_gib: float | None = Field(None, gt=0, description="memory of one GPU; unset = skip the estimate")
+    reserve_gib: float = Field(2.0, ge=0, description="activations/workspace reserved per engine")
+
+
+class TRTLLMSpec(_Spec):
+    version: str = Field(DEFAULT_TRTLLM_VERSION, description="TensorRT-LLM release with the engine flow (<= 1.2)")
+    container: str | None = Field(None, description="NGC image; default derived from version")
+    examples_dir: str = Field("TensorRT-LLM/examples",
+                              description="examples/ of a TensorRT-LLM checkout at the pinned tag")
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        parts = value.split(".")
+        if len(parts) < 2 or not all(p.split("rc")[0].isdigit() for p in parts):
+            raise ValueError(f"not a version like 0.18.0: {value!r}")
+        return value
+
+    def version_tuple(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor.split("rc")[0])
+
+    def image(self) -> str | None:
+        if self.container:
+            return self.container
+        tag = TRTLLM_CONTAINERS.get(self.version)
+        return f"nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3" if tag else None
+
+
+class BuildSpec(_Spec):
+    """One build: target (+ draft or heads) -> TensorRT-LLM checkpoints/engines or a torch bundle."""
+
+    name: str | None = None
+    backend: Literal["tensorrtllm", "torch"] = "tensorrtllm"
+    target: str = Field(description="embedded model name (tiny) or HF checkpoint directory")
+    draft: str | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
+    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, redrafter, none")
+    max_draft_len: int | None = Field(None, ge=0, validation_alias=AliasChoices("max_draft_len", "k"),
+                                      description="k: draft tokens per step (derived for lookahead/medusa/redrafter)")
+    medusa: MedusaSpec | None = None
+    lookahead: LookaheadSpec | None = None
+    eagle: EagleSpec | None = None
+    redrafter: RedrafterSpec | None = None
+    ngram: NgramSpec | None = None
+    engine: EngineSpec = EngineSpec()
+    kv_cache: KVCacheSpec = KVCacheSpec()
+    gpu: GPUSpec = GPUSpec()
+    trtllm: TRTLLMSpec = TRTLLMSpec()
+    output: str = Field("out/build", description="output directory (relative paths: to the config file's directory)")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        from trtspec.methods import METHODS
+
+        if value not in METHODS:
+            raise ValueError(f"unknown method; use one of: {', '.join(sorted(METHODS))}")
+        return value
+
+
+def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
+    """A BuildSpec from a mapping; ValidationError -> ConfigError naming the YAML path, the value and the fix."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
+                          hint="start from build_configs/tiny-draft-target.yaml")
+    try:
+        return BuildSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, data) from None
+
+
+def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None) -> BuildSpec:
+    """Read a YAML build config. Relative model/output paths are resolved against the file's directory."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError("config", str(path), f"cannot be read ({exc.strerror})", hint="check the path") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", str(path), f"is not valid YAML ({exc})", hint="fix the YAML syntax") from None
+    if isinstance(data, dict):
+        data = {**data, **(overrides or {})}
+        data = _anchor_paths(data, path.resolve().parent)
+    return parse_build_spec(data, source=str(path))
+
+
+def dump_yaml(spec: BuildSpec) -> str:
+    import yaml
+
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+
+def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Resolve relative local paths (those that exist next to the config, and `output`) against the config dir."""
+
+    def anchor(value: Any, always: bool = False) -> Any:
+        if not isinstance(value, str) or Path(value).is_absolute() or value.startswith("~"):
+            return value
+        candidate = base / value
+        return os.path.normpath(candidate) if always or candidate.exists() else value
+
+    out = dict(data)
+    for key in ("target", "draft"):
+        out[key] = anchor(out.get(key)) if key in out else None
+        if out[key] is None:
+            out.pop(key)
+    if "output" in out:
+        out["output"] = anchor(out["output"], always=True)
+    for section, key in (("medusa", "heads"), ("eagle", "model"), ("redrafter", "drafter")):
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {**out[section], key: anchor(out[section][key])}
+    return out
+
+
+def _config_error(exc: ValidationError, data: dict[str, Any]) -> TrtspecError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "config"
+    value = err.get("input")
+    kind = err["type"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        parent = loc.rsplit(".", 1)[0] if "." in loc else ""
+        fields = _fields_at(parent)
+        return ConfigError(loc, value, "is not a known field",
+                           hint=f"known fields{' of ' + parent if parent else ''}: {', '.join(fields)}")
+    if kind == "missing":
+        return ConfigError(loc, None, "is required", hint=f"add `{loc.rsplit('.', 1)[-1]}:` to the config")
+    more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this)" if len(exc.errors()) > 1 else ""
+    return ConfigError(loc, value, msg + more, hint="see `trtspec build --schema` for every field and its type")
+
+
+def _fields_at(dotted: str) -> list[str]:
+    model: type[BaseModel] = BuildSpec
+    for part in [p for p in dotted.split(".") if p]:
+        info = model.model_fields.get(part)
+        ann = getattr(info, "annotation", None)
+        nested = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            break
+        model = nested[0]
+    return list(model.model_fields)

@@ -1,0 +1,172 @@
+"""Read what `trtspec build` produced: `trtspec-manifest.json`, and a torch bundle through its `load_bundle`.
+
+Facts about each engine come from the engine itself when it is built (`engines/<role>/config.json`, written by
+trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `mapping`), else from the manifest
+(the planned `trtllm-build` flags and the derived values). Pure: json, shlex, pathlib.
+
+Manifest fields used (format `trtspec-manifest/1`, see trtspec.build.manifest): backend, method, config.target,
+config.engine.{tp_size, pp_size, draft_tp_size, max_batch_size, max_input_len, max_seq_len},
+config.kv_cache.enable_block_reuse, derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
+medusa_heads.num_heads}, engines.<role> (relative path), steps[].{id, command | argv}.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import UsageError
+from trtspec.methods import resolve
+
+MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """One TensorRT-LLM engine of a build (target or draft)."""
+
+    role: str
+    path: Path
+    max_draft_len: int = 0
+    speculative_decoding_mode: str | None = None
+    tp_size: int = 1
+    pp_size: int = 1
+    vocab_size: int | None = None
+    num_medusa_heads: int | None = None
+    kv_cache_free_gpu_mem_fraction: float | None = None
+    max_tokens_in_paged_kv_cache: int | None = None
+    gpu_device_ids: str | None = None
+    built: bool = False  # the engine directory exists with its config.json
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+
+@dataclass(frozen=True)
+class BuildOutput:
+    """A build output directory, as far as deployment cares."""
+
+    root: Path
+    backend: str
+    method: str
+    target_model: str  # the target's HF checkpoint (embedded name or path): the tokenizer comes from it
+    max_draft_len: int = 0
+    engines: dict[str, EngineInfo] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # torch bundle: role -> checkpoint directory
+    choices: list[list[int]] | None = None
+    lookahead: tuple[int, int, int] | None = None
+    max_batch_size: int = 8
+    max_input_len: int = 1024
+    max_seq_len: int = 2048
+    enable_kv_cache_reuse: bool = True
+    dtype: str = "float32"
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})", hint=f"rebuild; the {what} is written atomically") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a JSON object", hint="rebuild")
+    return data
+
+
+def read_build_output(build_dir: Path) -> BuildOutput:
+    """Read a build output; UsageError when it is not one (names the missing file and the command to make it)."""
+    root = Path(build_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"--build {build_dir} is not a directory", hint="pass the output directory of `trtspec build`")
+    if not (root / MANIFEST).is_file():
+        raise UsageError(f"{root} has no {MANIFEST}: it is not a trtspec build output",
+                         hint="run `trtspec build CONFIG --out DIR` first and deploy DIR")
+    manifest = read_json(root / MANIFEST, "manifest")
+    backend = str(manifest.get("backend", "tensorrtllm"))
+    method = str(manifest.get("method", "none"))
+    config = manifest.get("config") or {}
+    engine_cfg = config.get("engine") or {}
+    derived = manifest.get("derived") or {}
+    common: dict[str, Any] = {
+        "max_batch_size": int(engine_cfg.get("max_batch_size", 8)),
+        "max_input_len": int(engine_cfg.get("max_input_len", 1024)),
+        "max_seq_len": int(engine_cfg.get("max_seq_len", 2048)),
+        "enable_kv_cache_reuse": bool((config.get("kv_cache") or {}).get("enable_block_reuse", True)),
+    }
+    if backend == "torch":
+        return _read_bundle(root, method, common)
+    lookahead = derived.get("lookahead")
+    choices = (derived.get("choices") or {}).get("json")
+    heads = (derived.get("medusa_heads") or {}).get("num_heads")
+    steps = {s.get("id"): s for s in manifest.get("steps") or [] if isinstance(s, dict)}
+    engines = {}
+    for role, rel in (manifest.get("engines") or {}).items():
+        tp = engine_cfg.get("draft_tp_size") if role == "draft" else None
+        # Medusa/EAGLE engines take max_draft_len from their checkpoint, not from a trtllm-build flag.
+        from_checkpoint = int(derived.get("max_draft_len") or 0) if role == "target" and resolve(method).tree else 0
+        engines[role] = _engine(root, role, str(rel), steps.get(f"engine-{role}"),
+                                (derived.get("kv_cache") or {}).get(role) or {}, from_checkpoint,
+                                tp_size=int(tp or engine_cfg.get("tp_size", 1)),
+                                pp_size=int(engine_cfg.get("pp_size", 1)),
+                                num_medusa_heads=int(heads) if heads and role == "target" else None)
+    target = config.get("target")
+    if not target:
+        raise UsageError(f"{root / MANIFEST} names no target model (config.target)", hint="rebuild")
+    return BuildOutput(
+        root=root, backend=backend, method=method, target_model=str(target), engines=engines,
+        max_draft_len=int(derived.get("max_draft_len") or 0),
+        choices=json.loads(choices) if isinstance(choices, str) else choices,
+        lookahead=(int(lookahead["window"]), int(lookahead["ngram"]), int(lookahead["verification_set"]))
+        if lookahead else None,
+        dtype=str(engine_cfg.get("dtype", "float16")), **common,
+    )  # fmt: skip
+
+
+def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput:
+    """A torch bundle through the build's own reader (`trtspec.build.bundle.load_bundle`)."""
+    from trtspec.build.bundle import load_bundle
+
+    bundle = load_bundle(root)
+    models = {role: str(path) for role in ("target", "draft", "medusa") if (path := getattr(bundle, role))}
+    return BuildOutput(
+        root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
+        max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,
+        **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len},
+    )  # fmt: skip
+
+
+def _engine(root: Path, role: str, rel: str, step: dict[str, Any] | None, kv: dict[str, Any], from_checkpoint: int,
+            *, tp_size: int, pp_size: int, num_medusa_heads: int | None) -> EngineInfo:
+    path = (root / rel).resolve() if not Path(rel).is_absolute() else Path(rel)
+    flags = _flags(step)
+    info: dict[str, Any] = {
+        "max_draft_len": int(flags.get("--max_draft_len", from_checkpoint)),
+        "speculative_decoding_mode": flags.get("--speculative_decoding_mode"),
+        "tp_size": tp_size, "pp_size": pp_size, "num_medusa_heads": num_medusa_heads,
+        "kv_cache_free_gpu_mem_fraction": kv.get("kv_cache_free_gpu_mem_fraction"),
+        "max_tokens_in_paged_kv_cache": kv.get("max_tokens_in_paged_kv_cache"),
+    }
+    built = (path / "config.json").is_file()
+    if built:  # the engine itself wins over the plan
+        engine = read_json(path / "config.json", "engine config")
+        build_cfg, pretrained = engine.get("build_config") or {}, engine.get("pretrained_config") or {}
+        mapping = pretrained.get("mapping") or {}
+        info["max_draft_len"] = int(build_cfg.get("max_draft_len", info["max_draft_len"]) or 0)
+        info["vocab_size"] = pretrained.get("vocab_size")
+        info["tp_size"] = int(mapping.get("tp_size", tp_size))
+        info["pp_size"] = int(mapping.get("pp_size", pp_size))
+        mode = build_cfg.get("speculative_decoding_mode")
+        if isinstance(mode, str):
+            info["speculative_decoding_mode"] = mode.lower().removeprefix("speculativedecodingmode.")
+    return EngineInfo(role=role, path=path, built=built, **info)
+
+
+def _flags(step: dict[str, Any] | None) -> dict[str, str]:
+    """`--flag value` pairs of a planned command (manifest steps carry `command`, plans carry `argv`)."""
+    if not step:
+        return {}
+    argv = step.get("argv") or shlex.split(step.get("command") or "")
+    return {a: b for a, b in zip(argv, [*argv[1:], ""], strict=True) if a.startswith("--") and not b.startswith("--")}

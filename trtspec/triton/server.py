@@ -1,0 +1,350 @@
+"""Start a real tritonserver on a model repository: plan the launch (pure), then run it as a context manager.
+
+The binary is NVIDIA's (`/opt/tritonserver`, in the TensorRT-LLM containers) when present, else the one bundled in
+nvidia-pytriton. The bundled one needs three things set up, all done here without touching the installed package:
+a backend directory whose `python/` holds the Python-backend stub built for *this* interpreter's version, the
+bundled libraries on LD_LIBRARY_PATH, and this interpreter's own libpython directory (sysconfig LIBDIR) first on
+LD_LIBRARY_PATH so the stub does not pick up a system libpython of another patch version. Only 127.0.0.1 and free
+ports are used unless asked otherwise. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtspec.errors import ServerError, ToolNotFoundError, UsageError
+
+HOST = "127.0.0.1"
+# Log fragments after which tritonserver keeps running but never becomes ready (strict readiness).
+FATAL_LOG_MARKERS = ("failed to load", "Failed to preinitialize", "failed to initialize", "Traceback (most recent")
+
+
+@dataclass(frozen=True)
+class Ports:
+    grpc: int = 8001
+    http: int = 8000
+    metrics: int = 8002
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Three distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(3)]
+        try:
+            for s in socks:
+                s.bind((HOST, 0))
+            grpc, http, metrics = (s.getsockname()[1] for s in socks)
+        finally:
+            for s in socks:
+                s.close()
+        return cls(grpc=grpc, http=http, metrics=metrics)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The exact command, and the directories to prepend to environment variables (LD_LIBRARY_PATH, PATH)."""
+
+    argv: list[str]
+    env_prepend: dict[str, list[str]] = field(default_factory=dict)
+    env_set: dict[str, str] = field(default_factory=dict)
+    world_size: int = 1
+    note: str = ""
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """`base` (default os.environ) with the plan's additions applied."""
+        env = dict(os.environ if base is None else base)
+        for name, dirs in self.env_prepend.items():
+            env[name] = os.pathsep.join([*dirs, *([env[name]] if env.get(name) else [])])
+        return {**env, **self.env_set}
+
+    def shell(self) -> str:
+        """A copy-pasteable shell line (environment additions first)."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in self.env_set.items()]
+        parts += [f"{k}={shlex.quote(os.pathsep.join(dirs))}:${k}" for k, dirs in self.env_prepend.items()]
+        return " ".join([*parts, shlex.join(self.argv)])
+
+
+def pytriton_root() -> Path | None:
+    """The `pytriton` package directory, or None when nvidia-pytriton is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def is_bundled(binary: Path) -> bool:
+    root = pytriton_root()
+    return root is not None and root in binary.resolve().parents
+
+
+def prepare_bundled_backends(dest: Path) -> Path:
+    """A backend directory for pytriton's tritonserver: `python/` = its backend + the stub for this Python.
+
+    Symlinks only; the installed package is left untouched. Returns `dest`.
+    """
+    root = pytriton_root()
+    if root is None:
+        raise ToolNotFoundError("nvidia-pytriton is not installed", hint="pip install nvidia-pytriton")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "tritonserver" / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ToolNotFoundError(f"nvidia-pytriton has no Python-backend stub for Python {version} ({stub})",
+                                hint="use a Python version pytriton ships a stub for (3.8-3.13)")
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for src in [*(root / "tritonserver" / "backends" / "python").iterdir(), stub]:
+        if src.is_file():
+            link = python_dir / src.name
+            if not link.exists():
+                link.symlink_to(src)
+    return dest
+
+
+def bundled_env_prepend() -> dict[str, list[str]]:
+    """What the bundled binary needs first on LD_LIBRARY_PATH (this interpreter's libpython dir, pytriton's
+    libraries) and PATH (this interpreter's bin: the stub's embedded Python finds this environment through it)."""
+    root = pytriton_root()
+    libs = [str(sysconfig.get_config_var("LIBDIR") or "")]
+    if root is not None:
+        libs.append(str(root.parent / "nvidia_pytriton.libs"))
+    return {"LD_LIBRARY_PATH": [p for p in libs if p], "PATH": [str(Path(sys.executable).parent)]}
+
+
+def plan_launch(
+    repo: Path,
+    *,
+    ports: Ports,
+    binary: Path | None = None,
+    backend_dir: Path | None = None,
+    load_models: Sequence[str] | None = None,
+    host: str = HOST,
+    log_verbose: int = 0,
+    record: dict | None = None,
+) -> LaunchPlan:
+    """The tritonserver command for `repo` (reads only the repository's trtspec-repo.json and locates the binary).
+
+    Args:
+        load_models: explicit model control: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded).
+        backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
+        record: the repository's `trtspec-repo.json` content (read from `repo` when None).
+    """
+    from trtspec.doctor import find_tritonserver
+
+    binary = binary or find_tritonserver()
+    if binary is None:
+        raise ToolNotFoundError("no tritonserver binary found",
+                                hint="pip install nvidia-pytriton, or run inside nvcr.io/nvidia/tritonserver:*-trtllm-*")
+    record = read_repo_record(repo) if record is None else record
+    argv = [str(binary), f"--model-repository={Path(repo).resolve()}",
+            f"--http-address={host}", f"--http-port={ports.http}",
+            f"--grpc-address={host}", f"--grpc-port={ports.grpc}",
+            f"--metrics-address={host}", f"--metrics-port={ports.metrics}",
+            "--allow-metrics=true", "--exit-timeout-secs=10", f"--log-verbose={log_verbose}"]
+    if load_models is not None:
+        argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
+    env_prepend: dict[str, list[str]] = {}
+    # The Python-backend stubs inherit this environment; without a UTF-8 locale their open()/read_text() default to
+    # ASCII and fail on tokenizer files.
+    env_set: dict[str, str] = {"PYTHONUTF8": "1"}
+    notes = []
+    if is_bundled(binary):
+        env_prepend = bundled_env_prepend()
+        if backend_dir is not None:
+            argv.append(f"--backend-directory={backend_dir}")
+        else:
+            notes.append("nvidia-pytriton's binary also needs --backend-directory=DIR whose python/ holds the stub "
+                         "for this Python; `trtspec serve` prepares one")
+    loads_engines = load_models is None or "tensorrt_llm" in load_models
+    world_size = int(record.get("world_size", 1)) if loads_engines else 1
+    if record.get("backend") == "tensorrtllm" and world_size > 1:
+        # Leader mode: one tritonserver per MPI rank; rank 0 serves, the other ranks only load the TRT-LLM models.
+        ranks = [argv + ["--backend-config=python,shm-region-prefix-name=prefix0_"]]
+        for rank in range(1, world_size):
+            ranks.append([str(binary), f"--model-repository={Path(repo).resolve()}", "--model-control-mode=explicit",
+                          "--load-model=tensorrt_llm", "--disable-auto-complete-config",
+                          f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"])
+        mpi = ["mpirun", "--allow-run-as-root"]
+        for i, rank_argv in enumerate(ranks):
+            mpi += ([":"] if i else []) + ["-n", "1", *rank_argv]
+        argv = mpi
+        notes.append(f"TensorRT-LLM engines with world size {world_size} (TP x PP): one tritonserver per rank via "
+                     "mpirun")
+    elif record.get("backend") == "tensorrtllm" and loads_engines and "tensorrt_llm_draft" in record.get("models", []):
+        env_set["TRTLLM_ORCHESTRATOR"] = "1"  # draft + target engines in one server: orchestrator mode
+        notes.append("draft-target: orchestrator mode (TRTLLM_ORCHESTRATOR=1) serves both engines from one process")
+    return LaunchPlan(argv=argv, env_prepend=env_prepend, env_set=env_set, world_size=world_size,
+                      note="; ".join(notes))
+
+
+def read_repo_record(repo: Path) -> dict:
+    """`trtspec-repo.json` written by `trtspec deploy` ({} for a repository trtspec did not render)."""
+    path = Path(repo) / "trtspec-repo.json"
+    if not Path(repo).is_dir():
+        raise UsageError(f"model repository {repo} does not exist", hint="render one with `trtspec deploy`")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+class TritonServer:
+    """A tritonserver process serving `repo`: `with TritonServer(repo) as server: server.grpc_url ...`.
+
+    Starts on free 127.0.0.1 ports unless `ports` is given, waits until /v2/health/ready answers 200 (or raises
+    ServerError with the log tail), and on exit sends SIGTERM, then SIGKILL after `stop_timeout` seconds.
+    """
+
+    def __init__(self, repo: Path, *, ports: Ports | None = None, load_models: Sequence[str] | None = None,
+                 binary: Path | None = None, startup_timeout: float = 180.0, stop_timeout: float = 20.0,
+                 log_path: Path | None = None, log_verbose: int = 0, env: dict[str, str] | None = None,
+                 host: str = HOST) -> None:
+        self.repo = Path(repo).resolve()
+        self.host = host
+        self.ports = ports or Ports.free()
+        self.load_models = load_models
+        self.binary = binary
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.log_verbose = log_verbose
+        self.extra_env = env or {}
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.plan: LaunchPlan | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self._client_host}:{self.ports.grpc}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._client_host}:{self.ports.http}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self._client_host}:{self.ports.metrics}/metrics"
+
+    @property
+    def _client_host(self) -> str:
+        return HOST if self.host in ("0.0.0.0", "") else self.host
+
+    def start(self) -> TritonServer:
+        self._workdir = tempfile.TemporaryDirectory(prefix="trtspec-triton-")
+        work = Path(self._workdir.name)
+        backend_dir = None
+        binary = self.binary
+        if binary is None:
+            from trtspec.doctor import find_tritonserver
+
+            binary = find_tritonserver()
+        if binary is not None and is_bundled(binary):
+            backend_dir = prepare_bundled_backends(work / "backends")
+        self.plan = plan_launch(self.repo, ports=self.ports, binary=binary, backend_dir=backend_dir,
+                                load_models=self.load_models, log_verbose=self.log_verbose, host=self.host)
+        self.log_path = self.log_path or work / "tritonserver.log"
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
+        env = {**self.plan.environment(), **self.extra_env}
+        self.process = subprocess.Popen(self.plan.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                tail = self.log_tail()
+                self._cleanup()
+                raise ServerError(f"tritonserver exited with code {self.process.returncode} before it was ready:\n"
+                                  f"{tail}", hint="read the log above; `trtspec doctor` checks the installation")
+            if self.ready():
+                return
+            fatal = self._fatal_log_lines()
+            if fatal:
+                self.stop()
+                raise ServerError("a model failed to load:\n" + "\n".join(fatal),
+                                  hint="fix the model (see the lines above); `trtspec doctor` checks the installation")
+            time.sleep(0.25)
+        tail = self.log_tail()
+        self.stop()
+        raise ServerError(f"tritonserver was not ready after {self.startup_timeout:.0f} s:\n{tail}",
+                          hint="a model failed to load or is slow to start; see the log")
+
+    def _fatal_log_lines(self) -> list[str]:
+        """Log lines that mean the server will never become ready (a model failed to load or initialize)."""
+        if self.log_path is None or not Path(self.log_path).is_file():
+            return []
+        text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+        return [line.strip() for line in text.splitlines() if any(m in line for m in FATAL_LOG_MARKERS)]
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not Path(self.log_path).is_file():
+            return ""
+        return "\n".join(Path(self.log_path).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> int | None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code."""
+        code = None
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                code = self.process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                code = self.process.wait()
+        elif self.process is not None:
+            code = self.process.returncode
+        self._cleanup()
+        return code
+
+    def _cleanup(self) -> None:
+        """Remove the work dir (prepared backends; the default log lives there too, so read it before)."""
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def wait(self) -> int:
+        """Block until the server exits, forwarding SIGINT/SIGTERM to it (for `trtspec serve`)."""
+        assert self.process is not None
+
+        def forward(signum: int, _frame: object) -> None:
+            if self.process is not None and self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self.process.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self._cleanup()
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
