@@ -40,7 +40,8 @@ class SamplingParams:
 @dataclass(frozen=True)
 class SpecParams:
     method: str = "draft_target"  # one of trtspec.methods.engine_methods()
-    k: int = 4  # draft tokens per step; 0 = plain decoding whatever the method
+    k: int = 4  # draft tokens per step; 0 = plain decoding whatever the method; with adaptive: the largest k
+    adaptive: bool = False  # choose k in [0, k] every step from acceptance and step costs (spec/adaptive.py)
 
     def validate(self, *, max_k: int, available: tuple[str, ...] | None = None) -> SpecParams:
         """Check k against the engine's max_k and the method against the methods this engine can run.
