@@ -6,6 +6,9 @@ Sections (run all, or pick with --section):
            greedy / assisted generation / prompt lookup on the same models (tokens/s, speedup, acceptance, overhead)
   sweep    `trtspec sweep` on the same pair (draft_target + ngram, k = 0..8, temperature 0 and 1, code + grounded)
            and how close the cost model's predicted speedup comes to the measured one
+  lookahead lookahead decoding on the embedded target alone: mean acceptance length per prompt suite, lossless check
+  batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k vs adaptive k
+           (output tokens/s, per-request latency p50/p99)
 
 A new section is a function `(args) -> Section` registered in SECTIONS; it shares prompt loading and the writer.
 Methodology: every configuration decodes the same prompts one at a time (batch 1) with EOS ignored, so all rows
@@ -222,7 +225,189 @@ def bench_sweep(args: argparse.Namespace) -> Section:
     )
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {"engine": bench_engine, "sweep": bench_sweep}
+# ---------------------------------------------------------------------------------------------------------------
+# section: batching
+
+
+@dataclass
+class _LoadRun:
+    tokens: int
+    seconds: float
+    latencies: list[float]
+    outputs: dict[int, list[int]]
+    mean_k: float
+
+
+def closed_loop(engine, prompts: list[list[int]], sampling, spec, concurrency: int, num_requests: int) -> _LoadRun:
+    """Keep `concurrency` requests in flight until `num_requests` finished; prompts are used round-robin."""
+    submitted: dict[int, tuple[int, float]] = {}  # request id -> (request index, submit time)
+    outputs: dict[int, list[int]] = {}
+    latencies: list[float] = []
+    drafted = steps = 0
+    next_index = 0
+    start = time.perf_counter()
+    while len(latencies) < num_requests:
+        while next_index < num_requests and len(submitted) - len(latencies) < concurrency:
+            rid = engine.add_request(prompts[next_index % len(prompts)], sampling, spec)
+            submitted[rid] = (next_index, time.perf_counter())
+            outputs[next_index] = []
+            next_index += 1
+        for delta in engine.step():
+            index, t0 = submitted[delta.request_id]
+            outputs[index].extend(delta.token_ids)
+            if delta.finished:
+                latencies.append(time.perf_counter() - t0)
+                drafted += delta.stats.num_draft_tokens
+                steps += delta.stats.num_target_forwards
+    seconds = time.perf_counter() - start
+    return _LoadRun(sum(len(o) for o in outputs.values()), seconds, latencies, outputs, drafted / max(steps, 1))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def bench_batching(args: argparse.Namespace) -> Section:
+    import torch
+
+    from trtspec.models import resolve_model
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.params import SamplingParams, SpecParams
+
+    engine = SpecEngine.from_pretrained(resolve_model(args.model), resolve_model(args.draft), max_k=8)
+    prompts = load_prompts(engine.tokenizer, max(args.concurrency) * 2, args.batching_prompt_tokens)
+    sampling = SamplingParams(max_new_tokens=args.batching_new_tokens, ignore_eos=True)
+    modes = {
+        "no speculation": SpecParams("none", 0),
+        f"fixed k={args.fixed_k} (draft_target)": SpecParams("draft_target", args.fixed_k),
+        f"adaptive k<={args.adaptive_max_k} (draft_target)": SpecParams("draft_target", args.adaptive_max_k,
+                                                                        adaptive=True),
+    }
+    # warm up every path (and the adaptive policy's acceptance and cost estimates) once
+    for spec in modes.values():
+        closed_loop(engine, prompts, SamplingParams(max_new_tokens=16, ignore_eos=True), spec, 4, 4)
+    runs: dict[tuple[int, str], list[_LoadRun]] = {}
+    progress = _progress()
+    with progress:
+        task = progress.add_task("batching section", total=len(args.concurrency) * len(modes) * args.batching_repeats)
+        for _ in range(args.batching_repeats):
+            for c in args.concurrency:
+                for name, spec in modes.items():
+                    progress.update(task, description=f"c={c} {name}")
+                    runs.setdefault((c, name), []).append(
+                        closed_loop(engine, prompts, sampling, spec, c, max(args.batching_min_requests, 2 * c)))
+                    progress.advance(task)
+    rows, checks = [], []
+    for c in args.concurrency:
+        rates = {}
+        plain = runs[(c, "no speculation")][0].outputs
+        for name in modes:
+            results = runs[(c, name)]
+            rates[name] = statistics.median(r.tokens / r.seconds for r in results)
+            best = min(results, key=lambda r: abs(r.tokens / r.seconds - rates[name]))
+            spread = [r.tokens / r.seconds for r in results]
+            rows.append([name, str(c), f"{rates[name]:.1f}", f"{min(spread):.0f}-{max(spread):.0f}",
+                         f"{1000 * _percentile(best.latencies, 50):.0f}",
+                         f"{1000 * _percentile(best.latencies, 99):.0f}", f"{best.mean_k:.2f}",
+                         "yes" if all(r.outputs == plain for r in results) else "NO"])
+        adaptive = next(n for n in modes if n.startswith("adaptive"))
+        best_other = max(rate for n, rate in rates.items() if n != adaptive)
+        checks.append(f"c={c}: adaptive / best of the others = {rates[adaptive] / best_other:.2f}"
+                      + ("" if rates[adaptive] >= 0.95 * best_other else " (more than 5% worse)"))
+    return Section(
+        title=f"Continuous batching: no speculation vs fixed k vs adaptive k ({args.model} + {args.draft})",
+        columns=["configuration", "concurrency", "output tokens/s", "min-max over runs", "latency p50 (ms)", "latency p99 (ms)",
+                 "draft tokens / step", "same tokens as plain"],
+        rows=rows,
+        notes=[
+            f"Closed loop: `concurrency` requests in flight, a new one submitted when one finishes, "
+            f"max(2 x concurrency, {args.batching_min_requests}) requests per cell; held-out prompts (last "
+            f"{args.batching_prompt_tokens} tokens), {args.batching_new_tokens} new tokens each, greedy, EOS ignored. "
+            f"Output tokens/s = all output tokens / wall time (median of {args.batching_repeats} interleaved runs); "
+            "latency = submit to last token of each request (p50/p99 over the requests of the median run).",
+            "Adaptive k: each step the engine picks one draft cap K in [0, max k] maximising predicted tokens/s from "
+            "per-request acceptance EMAs and online fits of its own step costs (trtspec/spec/adaptive.py); "
+            "draft tokens / step = drafted tokens per target forward per request.",
+            "Check (adaptive within 5% of the better of the others): " + "; ".join(checks) + "."
+            + ("" if all("worse" not in c for c in checks) else
+               " Where adaptive trails: it learns acceptance and step costs online and spends every 8th step on a "
+               "neighbouring K (exploration), so when the best choice sits at an edge (K = 0 at high concurrency, "
+               "where every draft token costs target compute, or a fixed k that happens to be optimal) it pays a few "
+               "percent for staying adaptive; and the min-max column shows how much the same configuration varies "
+               "between runs on this shared machine, which is often more than 5%."),
+            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), "
+            f"torch {torch.__version__} with {torch.get_num_threads()} thread(s).",
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# section: lookahead
+
+
+def bench_lookahead(args: argparse.Namespace) -> Section:
+    import torch
+
+    from trtspec.methods import lookahead_max_draft_len
+    from trtspec.models import PROMPTS, resolve_model
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.metrics import AcceptanceStats
+    from trtspec.spec.params import SamplingParams, SpecParams
+
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.lookahead_configs]
+    rows = []
+    sampling = SamplingParams(max_new_tokens=args.lookahead_new_tokens, ignore_eos=True)
+    overall: dict[tuple[int, ...], AcceptanceStats] = {c: AcceptanceStats() for c in configs}
+    for suite in ("code", "prose", "grounded"):
+        texts = [json.loads(line)["prompt"] for line in (PROMPTS / f"{suite}.jsonl").read_text().splitlines() if line]
+        for config in configs:
+            engine = SpecEngine.from_pretrained(resolve_model(args.model), proposer_options={"lookahead": config})
+            prompts = [engine.encode(t)[-args.batching_prompt_tokens:] for t in texts[: args.lookahead_prompts]]
+            start = time.perf_counter()
+            plain = engine.generate(prompts, sampling, SpecParams("none", 0))
+            plain_seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            outs = engine.generate(prompts, sampling, SpecParams("lookahead", config[1] - 1))
+            seconds = time.perf_counter() - start
+            stats = AcceptanceStats()
+            for out in outs:
+                stats.merge(out.stats)
+            overall[config].merge(stats)
+            rows.append([f"W,N,G={','.join(map(str, config))}", suite, str(len(prompts)),
+                         str(lookahead_max_draft_len(*config)), f"{stats.mean_acceptance_length:.2f}",
+                         f"{stats.acceptance_rate:.2f}", f"{stats.tokens_per_target_forward:.2f}",
+                         f"{sum(len(o.token_ids) for o in outs) / seconds:.1f}",
+                         f"{sum(len(o.token_ids) for o in plain) / plain_seconds:.1f}",
+                         "yes" if [o.token_ids for o in outs] == [o.token_ids for o in plain] else "NO"])
+    for config in configs:
+        stats = overall[config]
+        rows.append([f"W,N,G={','.join(map(str, config))}", "all", "-", str(lookahead_max_draft_len(*config)),
+                     f"{stats.mean_acceptance_length:.2f}", f"{stats.acceptance_rate:.2f}",
+                     f"{stats.tokens_per_target_forward:.2f}", "-", "-", "-"])
+    return Section(
+        title=f"Lookahead decoding on the held-out prompts ({args.model} alone)",
+        columns=["lookahead", "suite", "prompts", "max_draft_len (TRT-LLM)", "mean acceptance length",
+                 "acceptance rate", "tokens / target forward", "tokens/s (batched)", "plain tokens/s (batched)",
+                 "same tokens as plain"],
+        rows=rows,
+        notes=[
+            f"First {args.lookahead_prompts} prompts of each suite (last {args.batching_prompt_tokens} tokens), "
+            f"{args.lookahead_new_tokens} new tokens, greedy, EOS ignored; every suite's prompts run as one "
+            "continuous batch, k = N - 1 (one n-gram candidate verified as a chain per step).",
+            "Mean acceptance length = 1 + accepted / drafts over the steps that had a candidate n-gram; tokens / "
+            "target forward counts every forward (prefill and steps without a candidate included).",
+            "The Jacobi window (N - 1 levels x W columns) rides in the same target forward as the draft, so each step "
+            "forwards up to max_draft_len extra tokens per sequence; on a CPU that compute is not free (compare "
+            "the two tokens/s columns, measured back to back on the same batch).",
+            f"torch {torch.__version__} with {torch.get_num_threads()} thread(s).",
+        ],
+    )
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
+    "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -285,6 +470,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 9)), help="draft lengths to measure")
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched by prompt lookup")
     parser.add_argument("--repeats", type=int, default=1, help="runs over all prompts per configuration (median)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="batching: requests in flight")
+    parser.add_argument("--fixed-k", type=int, default=4, help="batching: k of the fixed-k rows")
+    parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")
+    parser.add_argument("--batching-new-tokens", type=int, default=32, help="batching: tokens generated per request")
+    parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
+    parser.add_argument("--batching-min-requests", type=int, default=6, help="batching: requests per cell at least")
+    parser.add_argument("--batching-repeats", type=int, default=1, help="batching: interleaved runs per cell")
+    parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")
+    parser.add_argument("--lookahead-prompts", type=int, default=8, help="lookahead: prompts per suite")
+    parser.add_argument("--lookahead-new-tokens", type=int, default=48, help="lookahead: tokens per prompt")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
     parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")

@@ -44,3 +44,20 @@ def test_bad_input_exits_2_with_hint(random_pair, capsys):
         assert exc.value.code == 2, args
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err, (args, err)
+
+
+def test_generate_lookahead_equals_plain_greedy(embedded_pair):
+    result = invoke("--method", "lookahead", "--lookahead", "3,3,2", "--k", "4", "--max-new-tokens", "20", "--json",
+                    "import os\n")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    plain = json.loads(invoke("--method", "none", "--max-new-tokens", "20", "--json", "import os\n").output)
+    assert data["token_ids"] == plain["token_ids"] and data["method"] == "lookahead"
+
+
+def test_generate_bad_lookahead_exits_2(capsys):
+    for value, needle in [("4,4", "three integers"), ("2,1,1", "N == 1")]:
+        with pytest.raises(SystemExit) as exc:
+            main(["generate", "--method", "lookahead", "--lookahead", value, "hello"])
+        assert exc.value.code == 2
+        assert needle in capsys.readouterr().err

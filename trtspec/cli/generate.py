@@ -80,11 +80,13 @@ class _MethodChoice(click.Choice):
               help="Weight and KV-cache dtype.")
 @click.option("--threads", type=int, default=1, show_default=True,
               help="torch CPU threads (0 = torch's default). Small models at batch 1 run best on one thread.")
+@click.option("--lookahead", "lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
+              help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
 def generate(prompt: str, url: str | None, model: str | None, stream: bool, draft: str, method: str, k: int | None,
              medusa: str, medusa_choices: str | None, typical: bool, temperature: float, top_k: int, top_p: float,
              max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
-             as_json: bool) -> None:
+             lookahead: str, as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
     --url, with a model served by Triton (`trtspec serve`)."""
     from trtspec.spec.params import SamplingParams, SpecParams
@@ -111,7 +113,7 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa,
-                       medusa_choices=medusa_choices)
+                       proposer_options={"lookahead": parse_lookahead(lookahead), **_tree_options(medusa_choices)})
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -119,8 +121,22 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
         click.echo(format_stats(result))
 
 
+def parse_lookahead(value: str) -> tuple[int, int, int]:
+    """"W,N,G" -> (W, N, G), validated with TensorRT-LLM's legality rules."""
+    from trtspec.errors import ConfigError
+    from trtspec.methods import validate_lookahead
+
+    try:
+        window, ngram, verification_set = (int(v) for v in value.split(","))
+    except ValueError:
+        raise ConfigError("--lookahead", value, "must be three integers W,N,G", hint="e.g. --lookahead 4,4,4") from None
+    validate_lookahead(window, ngram, verification_set, field="--lookahead")
+    return window, ngram, verification_set
+
+
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
-              on_text: Any = None, medusa: str | None = None, medusa_choices: str | None = None) -> dict[str, Any]:
+              on_text: Any = None, proposer_options: dict[str, object] | None = None,
+              medusa: str | None = None) -> dict[str, Any]:
     """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
 
     Args:
@@ -133,7 +149,7 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
     info = resolve(spec.method)
     engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
                                         medusa if info.needs_medusa_heads else None, max_k=max_k, device=device,
-                                        dtype=dtype, proposer_options=_tree_options(medusa_choices))
+                                        dtype=dtype, proposer_options=proposer_options)
     token_ids: list[int] = []
     final = None
     for delta in engine.stream(prompt, sampling, spec):

@@ -2,8 +2,8 @@
 
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
-batch may mix draft_target, ngram and plain decoding. Scheduling is FIFO over all running requests here; continuous
-batching (token budget, admission, preemption) replaces `_schedule` without touching the other phases.
+batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
+preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
 The engine knows proposers only through the registry and verifiers only through verify.py.
 """
 
@@ -22,11 +22,14 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.spec.adaptive import AdaptiveK, KRequest
+from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.metrics import AcceptanceStats
-from trtspec.spec.model import LlamaModel
+from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
 from trtspec.spec.sampling import logits_to_probs
+from trtspec.spec.scheduler import Scheduler, SchedulerConfig
 from trtspec.spec.tree import TreeVerdict, tree_for_parents, verify_tree
 from trtspec.spec.verify import Verdict, verify_chain
 
@@ -82,7 +85,11 @@ class SpecEngine:
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
                  medusa: Path | None = None, max_num_seqs: int = 256,
-                 proposer_options: dict[str, object] | None = None) -> None:
+                 proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None,
+                 k_policy: AdaptiveK | None = None) -> None:
+        scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
+                                                 max_num_batched_tokens=max(4096, max_num_seqs))
+        max_num_seqs = scheduler.max_num_seqs
         self.target = target
         self.tokenizer = tokenizer
         self.max_k = max_k
@@ -100,15 +107,17 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
-        self.requests: list[_Request] = []  # unfinished, FIFO; the first ones hold KV slots
+        self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
+        self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
+                                   num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
         self._ids = itertools.count()
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
                         *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
-                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None
-                        ) -> SpecEngine:
+                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None,
+                        scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
 
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
@@ -129,6 +138,7 @@ class SpecEngine:
             medusa=medusa_path,
             max_num_seqs=max_num_seqs,
             proposer_options=proposer_options,
+            scheduler=scheduler,
         )
 
     # -- text --------------------------------------------------------------------------------------------------
@@ -147,38 +157,46 @@ class SpecEngine:
         return self._enqueue(self._make_request(prompt, sampling or SamplingParams(), spec or SpecParams()))
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests)
+        return len(self.scheduler) > 0
 
-    def abort(self, request_id: int) -> None:
-        """Drop a request and free its KV slots (no output is produced for it)."""
-        for request in self.requests:
-            if request.request_id == request_id:
-                self.requests.remove(request)
-                self._release(request)
-                return
+    def abort(self, request_id: int) -> bool:
+        """Drop a request (waiting or running) and free its KV slots now; no output is produced for it.
+
+        Returns whether the request was still queued or running.
+        """
+        self.k_policy.forget(request_id)
+        return self.scheduler.abort(request_id) is not None
 
     def step(self) -> list[RequestDelta]:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
-        # 1. schedule: FIFO; every request that holds (or can get) a KV slot
-        batch = self._schedule()
+        # 1. schedule: running requests + admissions within the token and KV budgets; k per request, then trimmed
+        schedule = self.scheduler.schedule(self._step_k)
+        batch = schedule.requests
         if not batch:
             return []
-        ks = [self._step_k(request) for request in batch]
+        ks = self.scheduler.allot_draft_tokens(schedule, self.k_policy.choose(self._k_requests(schedule.requests,
+                                                                                                schedule.ks)))
 
         # 2. propose: each proposer drafts for its own requests, batched
         t = time.perf_counter()
         drafts = self._propose(batch, ks)
+        drafts = fit_aux(drafts, schedule.tokens_left,
+                         [self.max_context - len(r.token_ids) - d.num_tokens for r, d in zip(batch, drafts, strict=True)])
         _synchronize(self.device)
         draft_time = time.perf_counter() - t
 
         # 3. target forward: one pass over every request's uncached tokens + draft tokens
         input_ids, num_tokens, positions, tree_mask, num_pending = self._target_inputs(batch, drafts)
         t = time.perf_counter()
-        out = self.target(input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
-                          num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+        out = forward_grouped(self.target, input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
+                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
         _synchronize(self.device)
         target_time = time.perf_counter() - t
+        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):  # aux branches: hand back, drop KV
+            if draft.aux is not None:
+                drop = hand_back(request.proposer, request.request_id, draft, out.logits[i], num_pending[i] + draft.num_tokens)
+                self.cache.rollback(request.slot, self.cache.length(request.slot) - drop)
 
         # 4. verify: target distributions after the last committed token and after each draft token
         verdicts = []
@@ -191,12 +209,18 @@ class SpecEngine:
         deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i])
                   for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
 
-        # 6. observe: acceptance counts and the time split (shared step time is charged to every request in it)
+        # 6. observe: acceptance counts, the time split (shared step time is charged to every request in it), costs
         overhead_time = time.perf_counter() - step_start - draft_time - target_time
+        draft_ks = [k for r, k in zip(batch, ks, strict=True) if k > 0 and resolve(r.spec.method).needs_draft_model]
+        self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
+                                   draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
+                                   overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
         for request, verdict, delta in zip(batch, verdicts, deltas, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
                 stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
+                self.k_policy.observe_draft(request.request_id, request.spec.method, verdict.num_draft_tokens,
+                                            verdict.num_accepted)
             stats.num_target_forwards += 1
             stats.num_emitted_tokens += len(delta.token_ids)
             stats.draft_time_s += draft_time
@@ -205,6 +229,7 @@ class SpecEngine:
             if delta.finished:
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
+                self.k_policy.forget(request.request_id)
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
@@ -221,6 +246,7 @@ class SpecEngine:
         samplings = _per_prompt(sampling, SamplingParams(), len(prompts), "sampling")
         specs = _per_prompt(spec, SpecParams(), len(prompts), "spec")
         requests = [self._make_request(prompt, s, p) for prompt, s, p in zip(prompts, samplings, specs, strict=True)]
+        self.scheduler.check_capacity(len(requests))
         ids = [self._enqueue(request) for request in requests]
         prompt_ids = {request.request_id: list(request.prompt_ids) for request in requests}
         generated: dict[int, list[int]] = {rid: [] for rid in ids}
@@ -255,17 +281,17 @@ class SpecEngine:
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
-    def _schedule(self) -> list[_Request]:
-        batch = []
-        for request in self.requests:
-            if request.slot is None:
-                if self.cache.num_free_slots == 0:
-                    break  # FIFO: later requests wait for a slot too
-                request.slot = self.cache.alloc()
-                if request.proposer is not None:
-                    request.proposer.add_request(request.request_id)
-            batch.append(request)
-        return batch
+    def _k_requests(self, batch: list[_Request], reserved: list[int]) -> list[KRequest]:
+        return [KRequest(request_id=r.request_id, method=r.spec.method, cap=k, adaptive=r.spec.adaptive,
+                         pending=len(r.token_ids) - self.cache.length(r.slot),
+                         uses_draft_model=resolve(r.spec.method).needs_draft_model)
+                for r, k in zip(batch, reserved, strict=True)]
+
+    def _allocate(self, request: _Request) -> None:
+        """Admission (scheduler callback): a target KV slot and proposer state; the context is prefilled next."""
+        request.slot = self.cache.alloc()
+        if request.proposer is not None:
+            request.proposer.add_request(request.request_id)
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k, capped so that neither max_new_tokens nor the context overflow."""
@@ -289,7 +315,8 @@ class SpecEngine:
             for i, draft in zip(indices, proposer.propose(inputs), strict=True):
                 drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
                                   None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
-                                  None if draft.parents is None else draft.parents[: ks[i]])  # parents-first
+                                  None if draft.parents is None else draft.parents[: ks[i]],  # parents-first
+                                  draft.aux)
         return drafts
 
     def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
@@ -302,16 +329,20 @@ class SpecEngine:
         """
         pending = [r.token_ids[self.cache.length(r.slot):] for r in batch]
         num_pending = [len(p) for p in pending]
-        rows = [p + d.token_ids.tolist() for p, d in zip(pending, drafts, strict=True)]
+        rows = [p + d.token_ids.tolist() + ([] if d.aux is None else d.aux.token_ids.tolist())
+                for p, d in zip(pending, drafts, strict=True)]
         width = max(len(row) for row in rows)
         input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [batch, T]
         for i, row in enumerate(rows):
             input_ids[i, : len(row)] = torch.tensor(row)
         num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
         positions = tree_mask = None
-        if not all(d.is_chain for d in drafts):
+        has_aux = any(d.aux is not None for d in drafts)
+        if has_aux or not all(d.is_chain for d in drafts):
             bases = [self.cache.length(r.slot) for r in batch]
             positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
+            if has_aux:
+                apply_aux_layout(positions, tree_mask, drafts, num_pending, bases)
         to = self.device
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
@@ -360,8 +391,7 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
-            self.requests.remove(request)
-            self._release(request)
+            self.scheduler.finish(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
         return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
@@ -393,8 +423,17 @@ class SpecEngine:
                         stop_ids=frozenset(eos) | frozenset(sampling.stop_token_ids))
 
     def _enqueue(self, request: _Request) -> int:
-        self.requests.append(request)
+        self.scheduler.add(request)  # OverloadedError past the queue limit
         return request.request_id
+
+    def _preempt(self, request: _Request) -> None:
+        """Recompute preemption: free the KV slots; proposers with host-only state (`preempt`) keep it."""
+        if request.proposer is not None and hasattr(request.proposer, "preempt"):
+            request.proposer.preempt(request.request_id)
+            self.cache.free(request.slot)
+            request.slot = None
+        else:
+            self._release(request)
 
     def _release(self, request: _Request) -> None:
         if request.slot is not None:

@@ -325,6 +325,36 @@ class LlamaModel(nn.Module):
         return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden)
 
 
+def forward_grouped(model: LlamaModel, input_ids: Tensor, cache: KVCache, slots: Tensor, *, num_tokens: Tensor,
+                    positions: Tensor | None = None, tree_mask: Tensor | None = None) -> ModelOutput:
+    """`model(...)` over right-padded rows, split into a long-row and a short-row forward when one pass would mostly
+    compute padding (a prompt being prefilled next to many one-token decode rows pads every row to the prompt).
+
+    Rows are independent, so the result equals one pass (up to float summation order). Args as in
+    `LlamaModel.forward`; num_tokens is required. Returns logits [batch, T, vocab] and hidden [batch, T, hidden].
+    """
+    batch, width = input_ids.shape
+    lengths = num_tokens.tolist()
+    short = [i for i, n in enumerate(lengths) if n * 4 <= width]  # rows using at most a quarter of the width
+    if not short or len(short) == batch:
+        return model(input_ids, cache, slots, num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+    long = [i for i in range(batch) if i not in set(short)]
+    outputs = []
+    for rows in (long, short):
+        w = max(lengths[i] for i in rows)
+        idx = torch.tensor(rows, device=input_ids.device)
+        outputs.append((idx, w, model(input_ids[idx, :w], cache, slots[idx], num_tokens=num_tokens[idx],
+                                      positions=None if positions is None else positions[idx, :w],
+                                      tree_mask=None if tree_mask is None else tree_mask[idx, :w, :w])))
+    first = outputs[0][2]
+    logits = first.logits.new_zeros(batch, width, first.logits.shape[-1])  # [batch, T, vocab]
+    hidden = first.hidden.new_zeros(batch, width, first.hidden.shape[-1])  # [batch, T, hidden]
+    for idx, w, out in outputs:
+        logits[idx, :w] = out.logits
+        hidden[idx, :w] = out.hidden
+    return ModelOutput(logits=logits, hidden=hidden)
+
+
 def _rope_inv_freq(config: LlamaConfig) -> Tensor:
     """[head_dim / 2] fp32 inverse frequencies of default RoPE."""
     exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim

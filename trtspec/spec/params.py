@@ -40,7 +40,10 @@ class SamplingParams:
 @dataclass(frozen=True)
 class SpecParams:
     method: str = "draft_target"  # one of trtspec.methods.engine_methods()
-    k: int = 4  # draft tokens per step (tree methods: nodes of the tree kept); 0 = plain decoding whatever the method
+    # draft tokens per step (tree methods: nodes of the tree kept); 0 = plain decoding whatever the method;
+    # with adaptive: the largest k
+    k: int = 4
+    adaptive: bool = False  # choose k in [0, k] every step from acceptance and step costs (spec/adaptive.py)
     # Tree drafts at temperature > 0: "exact" (recursive rejection sampling, lossless) or "typical_lossy" (Medusa's
     # typical acceptance: accepts more, but does NOT preserve the target distribution).
     acceptance: str = "exact"

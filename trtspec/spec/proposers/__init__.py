@@ -5,13 +5,15 @@ Registering a proposer here is what makes its method runnable by the engine and 
 
 from __future__ import annotations
 
-from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
+from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.proposers.draft_model import DraftModelProposer
+from trtspec.spec.proposers.lookahead import LookaheadProposer
 from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
+    LookaheadProposer.name: LookaheadProposer,
     MedusaProposer.name: MedusaProposer,
     NgramProposer.name: NgramProposer,
 }
@@ -24,4 +26,4 @@ def runnable_methods() -> list[str]:
     return [m for m in engine_methods() if m == "none" or resolve(m).proposer in PROPOSERS]
 
 
-__all__ = ["PROPOSERS", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]
+__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]

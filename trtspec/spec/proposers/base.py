@@ -31,6 +31,7 @@ class Draft:
     token_ids: Tensor  # [num_draft] int64
     draft_probs: Tensor | None = None  # [num_draft, vocab] distributions the tokens were sampled from; None = one-hot
     parents: tuple[int, ...] | None = None  # [num_draft]; None = chain
+    aux: AuxBranch | None = None  # tokens forwarded alongside the draft, never verified or committed (lookahead)
 
     @property
     def num_tokens(self) -> int:
@@ -43,6 +44,25 @@ class Draft:
     @classmethod
     def empty(cls) -> Draft:
         return cls(token_ids=torch.zeros(0, dtype=torch.long))
+
+
+@dataclass(frozen=True)
+class AuxBranch:
+    """Auxiliary tokens the engine forwards in the same target pass as the draft, masked so that neither side sees
+    the other; they are never verified or committed. After the forward the engine hands the target's argmax at each
+    of them to `proposer.observe_auxiliary(request_id, argmax_ids)` (before `commit`) and drops their KV entries.
+    Lookahead decoding's Jacobi window is such a branch.
+
+    Every aux token sees the whole committed context; among the aux tokens it sees what `mask` allows.
+    """
+
+    token_ids: Tensor  # [num_aux] int64
+    depths: Tensor  # [num_aux] int64 >= 1: position = position of the last committed token + depth
+    mask: Tensor  # [num_aux, num_aux] bool, mask[i, j] = aux token i may attend to aux token j (mask[i, i] True)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.shape[0]
 
 
 @dataclass
@@ -90,3 +110,7 @@ class Proposer(Protocol):
         ...
 
     def free(self, request_id: int) -> None: ...
+
+    # Proposers whose drafts carry an AuxBranch also implement
+    #     observe_auxiliary(request_id: int, argmax_ids: list[int]) -> None
+    # which the engine calls once per forwarded branch, before `commit`.

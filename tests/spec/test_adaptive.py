@@ -1,0 +1,85 @@
+"""Adaptive k: the policy backs off to k = 0 when verification costs what it saves, drafts when it is cheap, keeps
+fixed-k requests as they are; greedy outputs are the target's whatever k it picks; prefill rows forwarded apart."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.spec.conftest import hf_greedy
+from trtspec.spec.adaptive import AdaptiveK, KRequest, OnlineLinearCost, expected_tokens
+from trtspec.spec.engine import SpecEngine
+from trtspec.spec.model import LlamaModel, forward_grouped
+from trtspec.spec.params import SamplingParams, SpecParams
+
+PROMPTS = [[5, 9, 3, 7, 5, 9, 3, 2, 11], [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8], [4, 4]]
+
+
+def requests(n: int, cap: int = 8, adaptive: bool = True) -> list[KRequest]:
+    return [KRequest(i, "draft_target", cap, adaptive, 1, True) for i in range(n)]
+
+
+def teach(policy: AdaptiveK, rows: int, step_s, alpha_accepted: tuple[int, int], steps: int = 40) -> None:
+    """Feed decode steps whose time is step_s(K) and drafts with the given (accepted, drafted)."""
+    for i in range(steps):
+        k = i % 9
+        policy.observe_step(rows=rows, width=1 + k, target_s=step_s(k), draft_steps=k, draft_rows=rows if k else 0,
+                            draft_s=0.0, overhead_s=0.0, decode_only=True, max_k=k)
+        policy.observe_draft(0, "draft_target", alpha_accepted[1], alpha_accepted[0])
+
+
+def test_expected_tokens_and_linear_fit():
+    assert expected_tokens(0.5, 0) == 1.0 and expected_tokens(1.0, 4) == 5.0
+    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-12
+    cost = OnlineLinearCost(1.0, 1.0, prior_weight=1e-6)
+    for x in (1, 2, 3, 4):
+        cost.observe(x, 0.5 + 0.25 * x)
+    fixed, slope = cost.coefficients()
+    assert abs(fixed - 0.5) < 1e-2 and abs(slope - 0.25) < 1e-2
+
+
+def test_backs_off_when_drafts_cost_as_much_as_they_save():
+    policy = AdaptiveK(explore_every=0)
+    teach(policy, 16, lambda k: 0.1 * (1 + k), (1, 4))  # every draft token costs a full step; alpha ~ 0.25
+    assert policy.choose(requests(16)) == [0] * 16
+
+
+def test_drafts_deep_when_verification_is_nearly_free():
+    policy = AdaptiveK(explore_every=0)
+    teach(policy, 1, lambda k: 0.05 + 0.001 * k, (4, 4))  # alpha ~ 1, flat cost
+    assert policy.choose(requests(1, cap=6)) == [6]
+
+
+def test_fixed_requests_keep_their_k_and_exploration_moves_by_one():
+    policy = AdaptiveK(explore_every=2)
+    teach(policy, 2, lambda k: 0.1 * (1 + k), (0, 4))
+    batch = [KRequest(0, "draft_target", 3, False, 1, True), KRequest(1, "draft_target", 8, True, 1, True)]
+    first, second = policy.choose(batch), policy.choose(batch)
+    assert first == [3, 0] and second[0] == 3 and second[1] == 1  # the exploring step tries K = 1
+
+
+def test_adaptive_greedy_equals_transformers(random_pair, near_draft, hf_target):
+    engine = SpecEngine.from_pretrained(random_pair[0], near_draft, max_k=8)
+    reference = [hf_greedy(hf_target, p, 24) for p in PROMPTS]
+    specs = [SpecParams("draft_target", 8, adaptive=True), SpecParams("ngram", 5, adaptive=True),
+             SpecParams("lookahead", 4, adaptive=True)]
+    for spec in specs:
+        outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=24), spec)
+        assert [o.token_ids for o in outs] == reference, spec
+    assert engine.k_policy.by_rows  # the engine fed its step timings to the policy
+
+
+def test_forward_grouped_equals_one_pass(random_pair):
+    model = LlamaModel.from_pretrained(random_pair[0])
+    rows = [[3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [20], [30, 31]]
+    input_ids = torch.zeros(3, 10, dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row)
+    num_tokens = torch.tensor([len(r) for r in rows])
+    outs = []
+    for fn in (model, lambda *a, **kw: forward_grouped(model, *a, **kw)):
+        cache = model.new_cache(num_slots=3, max_slots=3)
+        slots = torch.tensor([cache.alloc() for _ in rows])
+        outs.append(fn(input_ids, cache, slots, num_tokens=num_tokens))
+    for i, row in enumerate(rows):
+        n = len(row)
+        assert torch.allclose(outs[0].logits[i, :n], outs[1].logits[i, :n], atol=1e-4)
