@@ -114,3 +114,16 @@ class Proposer(Protocol):
     # Proposers whose drafts carry an AuxBranch also implement
     #     observe_auxiliary(request_id: int, argmax_ids: list[int]) -> None
     # which the engine calls once per forwarded branch, before `commit`.
+
+
+class StatelessProposer:
+    """Mixin for proposers that keep no per-request state (their drafts depend only on ProposeInput)."""
+
+    def add_request(self, request_id: int) -> None:
+        pass
+
+    def commit(self, request_id: int, token_ids: list[int]) -> None:
+        pass
+
+    def free(self, request_id: int) -> None:
+        pass

@@ -19,13 +19,13 @@ import torch
 from trtspec import choices as choices_mod
 from trtspec.errors import ConfigError
 from trtspec.spec.medusa_heads import MedusaHeads, resolve_heads
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext, StatelessProposer
 from trtspec.spec.tree import TokenTree
 
 CHOICES_FILE = "medusa_choices.yaml"  # a tuned tree shipped next to the heads (`trtspec tune tree --out`)
 
 
-class MedusaProposer:
+class MedusaProposer(StatelessProposer):
     """Medusa heads + a static tree (choices).
 
     Example:
@@ -56,15 +56,6 @@ class MedusaProposer:
                         else default_choices(Path(ctx.medusa), heads.num_heads))
         choices_mod.validate(tree_choices, max_depth=heads.num_heads, field="medusa_choices")
         return cls(heads, tree_choices)
-
-    def add_request(self, request_id: int) -> None:
-        pass
-
-    def commit(self, request_id: int, token_ids: list[int]) -> None:
-        pass
-
-    def free(self, request_id: int) -> None:
-        pass
 
     @torch.inference_mode()
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:

@@ -12,10 +12,10 @@ from typing import ClassVar
 import torch
 
 from trtspec.errors import ConfigError
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext, StatelessProposer
 
 
-class NgramProposer:
+class NgramProposer(StatelessProposer):
     """Prompt-lookup proposer.
 
     Example:
@@ -36,15 +36,6 @@ class NgramProposer:
     @classmethod
     def create(cls, ctx: ProposerContext) -> NgramProposer:
         return cls(max_ngram=int(ctx.options.get("max_ngram", 3)), min_ngram=int(ctx.options.get("min_ngram", 1)))
-
-    def add_request(self, request_id: int) -> None:
-        pass
-
-    def commit(self, request_id: int, token_ids: list[int]) -> None:
-        pass
-
-    def free(self, request_id: int) -> None:
-        pass
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         return [Draft(token_ids=torch.tensor(self.lookup(item.token_ids, item.k), dtype=torch.long))
