@@ -362,13 +362,15 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
     for suite in ("code", "prose", "grounded"):
         texts = [json.loads(line)["prompt"] for line in (PROMPTS / f"{suite}.jsonl").read_text().splitlines() if line]
         for config in configs:
-            engine = SpecEngine.from_pretrained(resolve_model(args.model), proposer_options={"lookahead": config})
+            trie_nodes = max(1, config[2] * (config[1] - 1))  # k caps the trie: G n-grams of N - 1 tokens
+            engine = SpecEngine.from_pretrained(resolve_model(args.model), max_k=max(8, trie_nodes),
+                                                proposer_options={"lookahead": config})
             prompts = [engine.encode(t)[-args.batching_prompt_tokens:] for t in texts[: args.lookahead_prompts]]
             start = time.perf_counter()
             plain = engine.generate(prompts, sampling, SpecParams("none", 0))
             plain_seconds = time.perf_counter() - start
             start = time.perf_counter()
-            outs = engine.generate(prompts, sampling, SpecParams("lookahead", config[1] - 1))
+            outs = engine.generate(prompts, sampling, SpecParams("lookahead", trie_nodes))
             seconds = time.perf_counter() - start
             stats = AcceptanceStats()
             for out in outs:
@@ -394,9 +396,11 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
         notes=[
             f"First {args.lookahead_prompts} prompts of each suite (last {args.batching_prompt_tokens} tokens), "
             f"{args.lookahead_new_tokens} new tokens, greedy, EOS ignored; every suite's prompts run as one "
-            "continuous batch, k = N - 1 (one n-gram candidate verified as a chain per step).",
-            "Mean acceptance length = 1 + accepted / drafts over the steps that had a candidate n-gram; tokens / "
-            "target forward counts every forward (prefill and steps without a candidate included).",
+            "continuous batch, k = G x (N - 1): every step verifies all (up to G) pooled n-grams that start with "
+            "the last token, merged into one token trie (a tree draft; shared prefixes verified once).",
+            "Mean acceptance length = 1 + accepted / drafts over the steps that had a candidate n-gram; acceptance "
+            "rate = accepted / trie nodes (all branches count as drafted); tokens / target forward counts every "
+            "forward (prefill and steps without a candidate included).",
             "The Jacobi window (N - 1 levels x W columns) rides in the same target forward as the draft, so each step "
             "forwards up to max_draft_len extra tokens per sequence; on a CPU that compute is not free (compare "
             "the two tokens/s columns, measured back to back on the same batch).",

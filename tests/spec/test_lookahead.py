@@ -3,15 +3,20 @@ draft budget, harvests n-grams, and greedy lookahead equals the target's greedy 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from tests.spec.conftest import hf_greedy
 from trtspec.methods import lookahead_max_draft_len, resolve
+from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS
-from trtspec.spec.proposers.lookahead import LookaheadProposer
+from trtspec.spec.proposers.lookahead import LookaheadProposer, build_trie
+from trtspec.spec.scheduler import SchedulerConfig
+from trtspec.spec.tree import tree_for_parents
 
 PROMPTS = [[5, 9, 3, 7, 5, 9, 3, 2, 11], [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8], [4, 4]]
 
@@ -34,8 +39,8 @@ class SpyLookahead(LookaheadProposer):
         super().observe_auxiliary(request_id, argmax_ids)
 
 
-def spy_engine(random_pair, wng) -> tuple[SpecEngine, SpyLookahead]:
-    engine = SpecEngine.from_pretrained(random_pair[0], max_k=8)
+def spy_engine(random_pair, wng, **kwargs) -> tuple[SpecEngine, SpyLookahead]:
+    engine = SpecEngine.from_pretrained(random_pair[0], **{"max_k": 8, **kwargs})
     spy = SpyLookahead(*wng)
     engine.proposers["lookahead"] = spy
     return engine, spy
@@ -83,9 +88,85 @@ def test_greedy_equals_transformers_and_budget(random_pair, hf_target, wng):
     for entry in spy.log:
         draft = entry["draft"]
         assert draft.num_tokens + (draft.aux.num_tokens if draft.aux is not None else 0) <= budget
-        assert draft.num_tokens <= wng[1] - 1
+        assert draft.num_tokens <= 8 and trie_depth(draft) <= wng[1] - 1
     if wng[1] >= 3:
         assert any(e["draft"].aux is not None for e in spy.log)
+
+
+def trie_depth(draft) -> int:
+    if draft.num_tokens == 0:
+        return 0
+    return draft.num_tokens if draft.parents is None else tree_for_parents(draft.parents).max_depth
+
+
+def test_build_trie_merges_shared_prefixes_parents_first():
+    token_ids, parents = build_trie([(7, 8, 9), (7, 8, 4), (7, 3, 9), (5, 6, 6), (7, 8, 9)], max_depth=3, max_nodes=99)
+    assert token_ids == [7, 8, 9, 4, 3, 9, 5, 6, 6]
+    assert parents == [-1, 0, 1, 1, 0, 4, -1, 6, 7]  # 7 and 7-8 shared; the repeat adds nothing
+    assert all(p < i for i, p in enumerate(parents))
+    # every root-to-node path is a prefix of some input, and no two siblings carry the same token
+    siblings = [(p, t) for p, t in zip(parents, token_ids, strict=True)]
+    assert len(set(siblings)) == len(siblings)
+    # depth and node caps: sequences are cut to max_depth, later ones cut short at max_nodes; still parents-first
+    assert build_trie([(1, 2, 3), (1, 4, 5)], max_depth=2, max_nodes=3) == ([1, 2, 4], [-1, 0, 0])
+    assert build_trie([(1, 2, 3), (6, 4, 5)], max_depth=3, max_nodes=4) == ([1, 2, 3, 6], [-1, 0, 1, -1])
+    # any prefix of the node list is itself a valid trie (the engine cuts drafts to k nodes)
+    for n in range(1, len(parents) + 1):
+        tree_for_parents(tuple(parents[:n]))
+
+
+def test_all_candidates_verified_as_one_tree(random_pair, hf_target):
+    """G > 1: drafts branch (several pooled n-grams per step), stay within k nodes and the TRT-LLM budget, carry the
+    Jacobi window in the same pass, and greedy output still equals transformers'."""
+    wng = (3, 4, 4)
+    engine, spy = spy_engine(random_pair, wng, max_k=12)
+    reference = [hf_greedy(hf_target, p, 32) for p in PROMPTS]
+    outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=32), SpecParams("lookahead", 12))
+    assert [o.token_ids for o in outs] == reference
+    trees = [e["draft"] for e in spy.log if e["draft"].parents is not None]
+    assert trees and any(d.aux is not None for d in trees)
+    for draft in trees:
+        assert draft.draft_probs is None and all(p < i for i, p in enumerate(draft.parents))
+        assert draft.num_tokens + (draft.aux.num_tokens if draft.aux is not None else 0) <= lookahead_max_draft_len(*wng)
+        assert trie_depth(draft) <= wng[1] - 1
+    assert sum(o.stats.num_accepted_tokens for o in outs) > 0
+
+
+def held_out_prompts(engine, per_suite: int) -> list[list[int]]:
+    prompts = []
+    for suite in ("code", "prose", "grounded"):
+        lines = (PROMPT_SUITES / f"{suite}.jsonl").read_text().splitlines()[-per_suite:]
+        prompts += [engine.encode(json.loads(line)["prompt"])[-48:] for line in lines]
+    return prompts
+
+
+def test_tiny_greedy_tree_lookahead_equals_plain_in_mixed_continuous_batch(embedded_pair):
+    """Embedded `tiny`, held-out prompts: lookahead trees (alone, and mixed with plain and ngram requests in a
+    continuous batch that admits requests as others finish) give exactly plain greedy decoding."""
+    engine = SpecEngine.from_pretrained(embedded_pair[0], max_k=12, proposer_options={"lookahead": (4, 4, 4)},
+                                        scheduler=SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=4096))
+    prompts = held_out_prompts(engine, 2)
+    sampling = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    plain = [o.token_ids for o in engine.generate(prompts, sampling, SpecParams("none", 0))]
+    alone = engine.generate(prompts, sampling, SpecParams("lookahead", 12))
+    assert [o.token_ids for o in alone] == plain
+    specs = [SpecParams("lookahead", 12), SpecParams("none", 0), SpecParams("ngram", 3)] * 2
+    mixed = engine.generate(prompts, sampling, specs)
+    assert [o.token_ids for o in mixed] == plain
+    assert sum(o.stats.num_accepted_tokens for o in alone) > 0
+
+
+def test_sampling_with_trees_is_seeded_deterministic(random_pair):
+    sampling = SamplingParams(temperature=0.8, seed=1234, max_new_tokens=24, ignore_eos=True)
+    runs = []
+    for _ in range(2):
+        engine, spy = spy_engine(random_pair, (3, 4, 4), max_k=12)
+        runs.append([o.token_ids for o in engine.generate(PROMPTS, sampling, SpecParams("lookahead", 12))])
+        assert any(e["draft"].parents is not None for e in spy.log)
+    assert runs[0] == runs[1]
+    other = SamplingParams(temperature=0.8, seed=99, max_new_tokens=24, ignore_eos=True)
+    engine, _ = spy_engine(random_pair, (3, 4, 4), max_k=12)
+    assert [o.token_ids for o in engine.generate(PROMPTS, other, SpecParams("lookahead", 12))] != runs[0]
 
 
 def test_jacobi_pool_alone_drafts_accepted_tokens(random_pair):

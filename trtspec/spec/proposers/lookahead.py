@@ -10,18 +10,22 @@ Per request the proposer keeps
     N - 1 levels, column i yields the n-gram (level 0..N-2 at column i, argmax after level N-2 at column i); then the
     window slides: level 0 is dropped and the argmax after the top level becomes the new top level (during warm-up
     the levels are only appended). The prompt's n-grams (and the committed tokens') seed the pool.
-The verification branch: n-grams whose first token is the last committed token; the most recent one is proposed as
-a chain of up to min(k, N - 1) one-hot draft tokens, which the chain verifier checks exactly at any temperature.
-(Verifying all G candidates as a tree can reuse the tree verifier of trtspec.spec.tree.)
+The verification branch: all (up to G) n-grams whose first token is the last committed token, each cut to
+min(k, N - 1) tokens, merged into one token trie (shared prefixes become one node; most recent n-gram first, so node
+order is parents-first and any prefix of the nodes is still a trie). The trie is a one-hot tree Draft (`parents`;
+a plain chain when it does not branch), which the engine verifies with trtspec.spec.tree (greedy at T = 0, lossless
+recursive rejection otherwise) and whose accepted path's KV it compacts. `k` caps the trie's node count.
 
-Draft + window never exceed TensorRT-LLM's budget `methods.lookahead_max_draft_len(W, N, G)`; columns are dropped
-from the window when they would. The pool and window are per request, so a request's drafts never depend on its
-batch neighbours.
+Draft + window never exceed TensorRT-LLM's budget `methods.lookahead_max_draft_len(W, N, G)`: the window gets its
+full width first (the trie keeps at least one n-gram), the trie the rest, and columns are dropped from the window
+when they would still not fit. The pool and window are per request, so a request's drafts never depend on its batch
+neighbours.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -116,15 +120,20 @@ class LookaheadProposer:
             self._pool_context(state, context)
         if not state.levels:  # level 0 from the context (LADE starts from prompt tokens)
             state.levels = [[context[(len(context) - self.window + i) % len(context)] for i in range(self.window)]]
-        # verification branch: the most recent n-gram that starts with the last committed token
-        candidates = state.pool.get(context[-1]) if self.verification_set else None
-        draft = list(next(reversed(candidates)))[: min(item.k, self.ngram - 1)] if candidates else []
-        # lookahead branch: as many columns as the budget allows after the draft
+        # verification branch: every pooled n-gram that starts with the last committed token, merged into a trie
         levels = len(state.levels)
-        width = min(min(len(level) for level in state.levels), (self.max_draft_len - len(draft)) // levels)
+        full_width = min(len(level) for level in state.levels)
+        depth = min(item.k, self.ngram - 1)
+        max_nodes = min(item.k, max(self.max_draft_len - levels * full_width, min(depth, self.max_draft_len)))
+        candidates = state.pool.get(context[-1]) if self.verification_set else None
+        token_ids, parents = build_trie(reversed(candidates), depth, max_nodes) if candidates else ([], [])
+        # lookahead branch: as many columns as the budget allows after the draft
+        width = min(full_width, (self.max_draft_len - len(token_ids)) // levels)
         state.branch_levels, state.branch_width = (levels, width) if width else (0, 0)
         aux = self._branch(state.levels, width) if width else None
-        return Draft(token_ids=torch.tensor(draft, dtype=torch.long), aux=aux)
+        is_chain = all(p == i - 1 for i, p in enumerate(parents))
+        return Draft(token_ids=torch.tensor(token_ids, dtype=torch.long), parents=None if is_chain else tuple(parents),
+                     aux=aux)
 
     @staticmethod
     def _branch(levels: list[list[int]], width: int) -> AuxBranch:
@@ -156,3 +165,30 @@ class LookaheadProposer:
         for i in range(start, len(token_ids) - n + 1):
             self._add(state, token_ids[i : i + n])
         state.num_pooled = len(token_ids)
+
+
+def build_trie(candidates: Iterable[Sequence[int]], max_depth: int, max_nodes: int) -> tuple[list[int], list[int]]:
+    """Merge token sequences (in priority order) into one trie: (token_ids, parents), parents[i] = -1 for the root.
+
+    Each sequence is cut to `max_depth` tokens; a node is added only while there are fewer than `max_nodes`, so a
+    late sequence may be cut short. Nodes are numbered in insertion order, hence parents-first (parents[i] < i), the
+    first sequence is the chain 0, 1, ..., and every prefix of the node list is itself a trie.
+
+    Example:
+        build_trie([(7, 8, 9), (7, 8, 4), (5,)], 3, 8) -> ([7, 8, 9, 4, 5], [-1, 0, 1, 1, -1])
+    """
+    token_ids: list[int] = []
+    parents: list[int] = []
+    child: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+    for sequence in candidates:
+        parent = -1
+        for token in list(sequence)[:max_depth]:
+            node = child.get((parent, token))
+            if node is None:
+                if len(token_ids) >= max_nodes:
+                    break
+                node = child[(parent, token)] = len(token_ids)
+                token_ids.append(token)
+                parents.append(parent)
+            parent = node
+    return token_ids, parents
