@@ -59,7 +59,7 @@ class _MethodChoice(click.Choice):
 @click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
 @click.option("--k", "k", type=int, default=None,
-              help="Draft tokens per step (0 = plain decoding) [default: 4; tree methods: the whole tree; with "
+              help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "
                    "--url: the deployment's default].")
 @click.option("--medusa", default="tiny-medusa", show_default=True,
               help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
@@ -106,14 +106,17 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
 
     model = model or "tiny"
     tree = resolve(method).tree
+    window, ngram, verification_set = parse_lookahead(lookahead)
+    # tree-shaped drafts: k counts tree nodes (Medusa: the whole tree; lookahead: G candidates of N - 1 tokens)
+    by_nodes = tree or method == "lookahead"
     if k is None:
-        k = TREE_MAX_NODES if tree else 4
-    if tree:
+        k = TREE_MAX_NODES if tree else verification_set * (ngram - 1) if method == "lookahead" else 4
+    if by_nodes:
         max_k = max(max_k, k)
     spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa,
-                       proposer_options={"lookahead": parse_lookahead(lookahead), **_tree_options(medusa_choices)})
+                       proposer_options={"lookahead": (window, ngram, verification_set), **_tree_options(medusa_choices)})
     if as_json:
         click.echo(json.dumps(result))
     else:
