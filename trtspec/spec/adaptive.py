@@ -23,14 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E(k) = (1 - alpha^(k+1)) / (1 - alpha): tokens per step with k draft tokens at per-token acceptance alpha."""
-    if k <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
 
 
 class OnlineLinearCost:

@@ -99,5 +99,15 @@ class AcceptanceStats:
         return out
 
 
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """E(k) = (1 - alpha^(k+1)) / (1 - alpha): tokens per target forward with k draft tokens at a constant per-token
+    acceptance alpha (Leviathan et al.; k + 1 when alpha = 1, 1 when k = 0)."""
+    if k <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
 def _grow(values: list[int], size: int) -> None:
     values.extend([0] * (size - len(values)))

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trtspec.spec.metrics import expected_tokens_per_step as geometric_tokens_per_step
+
 PROJECTION_LABEL = "projection (roofline from model size and datasheet bandwidth/FLOPs; not measured)"
 
 
@@ -132,15 +134,6 @@ def expected_tokens_per_step(per_pos: Sequence[float], k: int | None = None) -> 
     """E(k) = 1 + sum of the first k unconditional per-position acceptance rates (bonus/recovered token included)."""
     rates = list(per_pos) if k is None else list(per_pos)[:k]
     return 1.0 + sum(rates)
-
-
-def geometric_tokens_per_step(alpha: float, k: int) -> float:
-    """E(k) = (1 - alpha^(k+1)) / (1 - alpha) for a constant per-token acceptance alpha (k + 1 when alpha = 1)."""
-    if k <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def fit_alpha(tokens_per_step: float, k: int) -> float:
