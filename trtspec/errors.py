@@ -49,6 +49,11 @@ class UnknownMethodError(UsageError):
     """A speculative method name that is not in the registry."""
 
 
+class RequestError(UsageError):
+    """A served request that cannot be served (bad tensors, values past the model's limits); the message goes back to
+    the client as the Triton error and the server keeps serving."""
+
+
 class ToolNotFoundError(TrtspecError):
     """A required external tool or optional package is missing (tensorrt_llm, tritonserver, ...)."""
 

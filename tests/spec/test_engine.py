@@ -181,8 +181,8 @@ def test_bad_engine_setup(random_pair, tmp_path):
 
 
 def test_tree_layout_masks_and_positions():
-    from trtspec.spec.engine import tree_layout
     from trtspec.spec.proposers import Draft
+    from trtspec.spec.tree import tree_layout
 
     ids = torch.tensor([7, 8, 9])
     chain, tree = Draft(ids), Draft(ids, parents=(-1, 0, 0))  # tree: node 0, then two children of node 0

@@ -112,3 +112,66 @@ def test_shutdown_drains_or_aborts(engine):
     with pytest.raises(ServerError, match="shut down"):
         aborted.token_ids()
     assert not engine.has_unfinished()
+
+
+class ListSink:
+    """A push Sink that records what the loop delivered."""
+
+    def __init__(self, raise_on: int | None = None) -> None:
+        self.deltas: list = []
+        self.errors: list[BaseException] = []
+        self.done = threading.Event()
+        self._raise_on = raise_on
+
+    def deliver(self, delta) -> None:
+        self.deltas.append(delta)
+        if delta.finished:
+            self.done.set()
+        if self._raise_on is not None and len(self.deltas) == self._raise_on:
+            raise ConnectionError("client went away")
+
+    def fail(self, error: BaseException) -> None:
+        self.errors.append(error)
+        self.done.set()
+
+    def token_ids(self) -> list[int]:
+        return [t for d in self.deltas for t in d.token_ids]
+
+
+def test_push_sinks_get_their_own_outputs_and_a_raising_sink_loses_only_its_request(engine, hf_target):
+    with EngineLoop(engine) as loop:
+        sinks = [ListSink() for _ in PROMPTS]
+        for prompt, spec, sink in zip(PROMPTS, SPECS, sinks, strict=True):
+            loop.submit_to(sink, prompt, SamplingParams(max_new_tokens=16), spec)
+        broken = ListSink(raise_on=1)
+        loop.submit_to(broken, PROMPTS[0], SamplingParams(max_new_tokens=200, ignore_eos=True))
+        for sink in sinks:
+            assert sink.done.wait(120)
+        assert [s.token_ids() for s in sinks] == [hf_greedy(hf_target, p, 16) for p in PROMPTS]
+        assert len(loop.submit(PROMPTS[1], SamplingParams(max_new_tokens=3, ignore_eos=True)).token_ids()) == 3
+    assert len(broken.deltas) == 1 and not broken.errors  # aborted at once: no more deltas, no more steps for it
+    assert not engine.has_unfinished() and engine.cache.num_free_slots == engine.cache.max_slots
+
+
+def test_is_cancelled_is_polled_and_aborts(engine):
+    gone = threading.Event()
+    with EngineLoop(engine) as loop:
+        sink = ListSink()
+        loop.submit_to(sink, PROMPTS[0], SamplingParams(max_new_tokens=400, ignore_eos=True),
+                       SpecParams("draft_target", 2), is_cancelled=gone.is_set)
+        while not sink.deltas:
+            sink.done.wait(0.01)
+        gone.set()
+        assert sink.done.wait(60)
+    assert sink.deltas[-1].finish_reason == "abort" and len(sink.token_ids()) < 400
+    assert not engine.has_unfinished() and not engine.proposers["draft_model"].states
+
+
+def test_drain_times_out_then_aborts(engine):
+    loop = EngineLoop(engine)
+    sink = ListSink()
+    loop.submit_to(sink, PROMPTS[0], SamplingParams(max_new_tokens=100_000, ignore_eos=True))
+    while not sink.deltas:
+        sink.done.wait(0.01)
+    loop.shutdown(drain=True, timeout=0.5)
+    assert sink.errors and "shut down" in str(sink.errors[0]) and not engine.has_unfinished()

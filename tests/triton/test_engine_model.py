@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtspec.triton.engine_model import EngineLimits, RequestError, SpecMetrics, parse_request
+from trtspec.errors import RequestError
+from trtspec.triton.engine_model import SpecMetrics, parse_request
+from trtspec.triton.engine_params import EngineParams
 
-LIMITS = EngineLimits(method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16, vocab_size=64)
+PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
+VOCAB = 64
 
 
 def tensors(**values):
@@ -18,11 +21,11 @@ def tensors(**values):
 
 
 def test_parse_request_defaults_and_values():
-    request = parse_request(tensors(), LIMITS)
+    request = parse_request(tensors(), PARAMS, VOCAB)
     assert request.prompt_ids == [5, 6, 7] and request.spec.k == 3 and request.sampling.max_new_tokens == 4
     assert request.sampling.temperature == 0.0 and not request.streaming and request.exclude_input_in_output
     request = parse_request(tensors(input_lengths=[2], num_draft_tokens=[5], temperature=[0.7], runtime_top_k=[4],
-                                    runtime_top_p=[0.9], random_seed=[11], end_id=[1], streaming=[True]), LIMITS)
+                                    runtime_top_p=[0.9], random_seed=[11], end_id=[1], streaming=[True]), PARAMS, VOCAB)
     assert request.prompt_ids == [5, 6] and request.spec.k == 5 and request.streaming
     assert (request.sampling.temperature, request.sampling.top_k, request.sampling.seed) == (pytest.approx(0.7), 4, 11)
     assert request.sampling.top_p == pytest.approx(0.9) and request.sampling.stop_token_ids == (1,)
@@ -42,7 +45,7 @@ def test_parse_request_defaults_and_values():
 ])  # fmt: skip
 def test_parse_request_refuses_with_a_clear_message(values, message):
     with pytest.raises(RequestError) as info:
-        parse_request(tensors(**values), LIMITS)
+        parse_request(tensors(**values), PARAMS, VOCAB)
     assert message in str(info.value)
 
 
@@ -83,8 +86,9 @@ def test_metrics_accumulate_requests_and_positions():
     first.observe(3, 2)
     first.observe(3, 0)
     second.observe(2, 2)
-    metrics.observe(first)
-    metrics.observe(second)
+    metrics.finished("length", first)
+    metrics.finished("stop", second)
+    metrics.finished("abort")
     family = FakeFamily.created
     assert family["trtspec_spec_decode_num_drafts"].metrics[0].value == 3
     assert family["trtspec_spec_decode_num_draft_tokens"].metrics[0].value == 8
@@ -93,3 +97,5 @@ def test_metrics_accumulate_requests_and_positions():
     assert per_pos == {"0": 2, "1": 2, "2": 0}  # k=3 drafts have a third position, never accepted here
     assert family["trtspec_spec_decode_mean_acceptance_length"].metrics[0].value == pytest.approx(1 + 4 / 3)
     assert family["trtspec_spec_decode_mean_acceptance_length"].kind == "gauge"
+    requests = {m.labels["finish_reason"]: m.value for m in family["trtspec_spec_decode_requests"].metrics}
+    assert requests == {"length": 1, "stop": 1, "abort": 1}

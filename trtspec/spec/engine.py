@@ -24,13 +24,14 @@ from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
+from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
 from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import Scheduler, SchedulerConfig
-from trtspec.spec.tree import TreeVerdict, tree_for_parents, verify_tree
+from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
 from trtspec.spec.verify import Verdict, verify_chain
 
 Prompt = str | Sequence[int]
@@ -263,19 +264,17 @@ class SpecEngine:
 
     def stream(self, prompt: Prompt, sampling: SamplingParams | None = None,
                spec: SpecParams | None = None) -> Iterator[RequestDelta]:
-        """Yield one request's deltas with decoded text deltas (other running requests advance too)."""
+        """Yield one request's deltas with decoded text deltas (other running requests advance too).
+
+        Tokens of an incomplete multi-byte character are held back until it completes (`IncrementalDetokenizer`),
+        so a delta may carry no tokens; the last one carries the rest and the stats."""
         rid = self.add_request(prompt, sampling, spec)
-        generated: list[int] = []
-        emitted_text = ""
+        detokenizer = IncrementalDetokenizer(self.decode if self.tokenizer is not None else None)
         while True:
             for delta in self.step():
                 if delta.request_id != rid:
                     continue
-                generated.extend(delta.token_ids)
-                text = self.decode(generated)
-                # hold back an incomplete multi-byte character until its remaining bytes arrive
-                if delta.finished or not text.endswith("\ufffd"):
-                    delta.text, emitted_text = text[len(emitted_text):], text
+                delta.token_ids, delta.text = detokenizer.push(delta.token_ids, delta.finished)
                 yield delta
                 if delta.finished:
                     return
@@ -441,32 +440,6 @@ class SpecEngine:
             request.slot = None
         if request.proposer is not None:
             request.proposer.free(request.request_id)
-
-
-def tree_layout(drafts: list[Draft], num_pending: list[int], bases: list[int], width: int) -> tuple[Tensor, Tensor]:
-    """Positions [batch, T] and mask [batch, T, T] for rows of (pending chain + draft tree).
-
-    Pending tokens are causal; draft node i sees every pending token, its ancestors and itself, at position
-    (last pending position + depth of i). A chain draft gets the causal mask and sequential positions.
-
-    Args:
-        num_pending: uncached context tokens per row; bases: cached tokens per row; width: T.
-    """
-    positions = torch.zeros(len(drafts), width, dtype=torch.long)  # [batch, T]
-    mask = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(drafts), 1, 1)  # [batch, T, T]
-    for b, (draft, n, base) in enumerate(zip(drafts, num_pending, bases, strict=True)):
-        positions[b] = base + torch.arange(width)
-        parents = draft.parents or tuple(range(-1, draft.num_tokens - 1))
-        depth: list[int] = []
-        for i, parent in enumerate(parents):
-            depth.append(1 if parent < 0 else depth[parent] + 1)
-            row = mask[b, n + i]
-            row[n:] = False
-            row[n + i] = True
-            if parent >= 0:
-                row[n:n + draft.num_tokens] |= mask[b, n + parent, n:n + draft.num_tokens]
-            positions[b, n + i] = base + n - 1 + depth[i]
-    return positions, mask
 
 
 def _synchronize(device: torch.device) -> None:

@@ -13,6 +13,7 @@ Verification (all return a `TreeVerdict`: accepted node path, emitted tokens, th
   distribution at temperature > 0. Offered because Medusa ships it; always labelled lossy.
 
 Paper letters, for readers of SpecInfer: p = target, q = draft. In code: `target_*` / `draft_*` only.
+`tree_layout` places a batch of drafts (chains and trees) in one target forward: positions and attention masks.
 This module knows nothing about proposers, KV caches or requests.
 """
 
@@ -388,3 +389,40 @@ def verify_tree(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: tor
 def tree_for_parents(parents: tuple[int, ...]) -> TokenTree:
     """The TokenTree of a Draft's `parents` (-1 = the root), cached: proposers reuse one static shape."""
     return TokenTree.from_parents((-1, *(p + 1 for p in parents)))
+
+
+class DraftShape(Protocol):
+    """What `tree_layout` reads of a draft (proposers' `Draft`): its node count and parents (None = a chain)."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def parents(self) -> tuple[int, ...] | None: ...
+
+
+def tree_layout(drafts: Sequence[DraftShape], num_pending: list[int], bases: list[int],
+                width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions [batch, T] and mask [batch, T, T] for the target rows of a batch: (pending chain + draft tree).
+
+    Pending tokens are causal; draft node i sees every pending token, its ancestors and itself, at position
+    (last pending position + depth of i). A chain draft gets the causal mask and sequential positions.
+
+    Args:
+        num_pending: uncached context tokens per row; bases: cached tokens per row; width: T.
+    """
+    positions = torch.zeros(len(drafts), width, dtype=torch.long)  # [batch, T]
+    mask = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(drafts), 1, 1)  # [batch, T, T]
+    for b, (draft, n, base) in enumerate(zip(drafts, num_pending, bases, strict=True)):
+        positions[b] = base + torch.arange(width)
+        parents = draft.parents or tuple(range(-1, draft.num_tokens - 1))
+        depth: list[int] = []
+        for i, parent in enumerate(parents):
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+            row = mask[b, n + i]
+            row[n:] = False
+            row[n + i] = True
+            if parent >= 0:
+                row[n:n + draft.num_tokens] |= mask[b, n + parent, n:n + draft.num_tokens]
+            positions[b, n + i] = base + n - 1 + depth[i]
+    return positions, mask

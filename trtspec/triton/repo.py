@@ -18,6 +18,7 @@ from trtspec import choices as tree_choices
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
 from trtspec.triton.build_output import EngineInfo, read_build_output
+from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import (
     TEMPLATES_PINNED,
     Block,
@@ -45,9 +46,9 @@ class RepoSpec:
     max_queue_size: int = 0
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
-    default_k: int = 4  # draft tokens per request when the request does not say (num_draft_tokens)
-    max_input_len: int = 1024
-    max_output_len: int = 512
+    default_k: int = EngineParams.default_k  # draft tokens per request when the request does not say
+    max_input_len: int = EngineParams.max_input_len
+    max_output_len: int = EngineParams.max_output_len
     # tensorrtllm flavour
     engines: dict[str, EngineInfo] = field(default_factory=dict)
     choices: list[list[int]] | None = None  # Medusa / EAGLE tree (server-level)
@@ -56,9 +57,10 @@ class RepoSpec:
     enable_kv_cache_reuse: bool = True
     # torch flavour
     models: dict[str, str] = field(default_factory=dict)  # role -> checkpoint directory or embedded name
-    max_k: int = 8
-    device: str = "cpu"
-    dtype: str = "float32"
+    max_k: int = EngineParams.max_k
+    engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
+    device: str = EngineParams.device
+    dtype: str = EngineParams.dtype
 
     @property
     def core_model(self) -> str:
@@ -176,7 +178,7 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
     plan |= model_files("ensemble", "ensemble", {**batch, "core_model": spec.core_model, **_ensemble_extras(spec)})
     if spec.backend == "torch":
         plan |= model_files("trtspec_engine", "trtspec_engine", {
-            **batch, "model_name": "trtspec_engine", "parameters": pbtxt_parameters(_engine_parameters(spec))})
+            **batch, "model_name": "trtspec_engine", "parameters": pbtxt_parameters(_engine_parameters(spec).to_parameters())})
     else:
         plan |= _trtllm_models(spec)
     plan["trtspec-repo.json"] = RepoFile(text=json.dumps(repo_record(spec), indent=2) + "\n")
@@ -197,20 +199,13 @@ def _ensemble_extras(spec: RepoSpec) -> dict[str, Block]:
     }
 
 
-def _engine_parameters(spec: RepoSpec) -> dict[str, object]:
-    return {
-        "method": spec.method,
-        "target": spec.models["target"],
-        "draft": spec.models.get("draft"),
-        "medusa": spec.models.get("medusa"),
-        "max_k": spec.max_k,
-        "default_k": spec.default_k,
-        "device": spec.device,
-        "dtype": spec.dtype,
-        "max_input_len": spec.max_input_len,
-        "max_output_len": spec.max_output_len,
-        "exclude_input_in_output": True,
-    }
+def _engine_parameters(spec: RepoSpec) -> EngineParams:
+    return EngineParams(
+        target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
+        medusa=spec.models.get("medusa"), max_k=spec.max_k, default_k=spec.default_k,
+        lookahead=tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None, device=spec.device, dtype=spec.dtype,
+        max_input_len=spec.max_input_len, max_output_len=spec.max_output_len, max_queue=spec.engine_max_queue,
+    )
 
 
 def _trtllm_models(spec: RepoSpec) -> RepoPlan:

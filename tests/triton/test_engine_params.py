@@ -1,0 +1,56 @@
+"""EngineParams, the deploy -> served-model contract: what the repository renders is what the model reads back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trtspec.errors import ConfigError
+from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.render import pbtxt_parameters, validate_model_config
+
+NAMES = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, blacklist_characters="$,"), min_size=1,
+                max_size=20)
+
+
+def through_triton(params: EngineParams) -> EngineParams:
+    """Render as config.pbtxt parameters, parse as Triton's ModelConfig, read back as Triton hands it to the model."""
+    from google.protobuf.json_format import MessageToDict
+
+    text = f'name: "m"\nbackend: "python"\n{pbtxt_parameters(params.to_parameters())}\n'
+    config = MessageToDict(validate_model_config(text), preserving_proto_field_name=True)
+    return EngineParams.from_model_config(json.loads(json.dumps(config)))
+
+
+@given(target=NAMES, draft=st.none() | NAMES, k=st.integers(0, 64), lookahead=st.none() | st.tuples(
+    st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(),
+    timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]))
+def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, timeout, device):
+    params = EngineParams(target=target, draft=draft, max_k=k + 1, default_k=k, lookahead=lookahead,
+                          exclude_input_in_output=exclude, drain_timeout_s=timeout, device=device, max_queue=3)
+    assert through_triton(params) == params
+
+
+def test_defaults_are_defined_once():
+    from trtspec.triton.repo import RepoSpec
+
+    # RepoSpec (deploy) takes its torch-flavour defaults from EngineParams (the served model)
+    for repo_field, param in [("max_k", "max_k"), ("default_k", "default_k"), ("engine_max_queue", "max_queue"),
+                              ("max_input_len", "max_input_len"), ("max_output_len", "max_output_len")]:
+        assert RepoSpec.__dataclass_fields__[repo_field].default == EngineParams.__dataclass_fields__[param].default
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"target": "tiny", "max_k": "eight"}, "parameter max_k='eight': is not an integer"),
+    ({"target": "tiny", "exclude_input_in_output": "yes"}, "parameter exclude_input_in_output='yes': is not true"),
+    ({"target": "tiny", "lookahead": "4,4"}, "parameter lookahead='4,4': is not three integers"),
+    ({"target": "tiny", "max_batch": "4"}, "parameter max_batch='4': is not an engine parameter"),
+    ({"method": "ngram"}, "parameter target=None: is required"),
+])  # fmt: skip
+def test_bad_parameters_are_refused_by_name(params, message):
+    with pytest.raises(ConfigError) as info:
+        EngineParams.from_parameters(params)
+    assert message in str(info.value)

@@ -1,0 +1,94 @@
+"""EngineParams: the contract between `trtspec deploy` (triton/repo.py, which writes a served model's config.pbtxt
+`parameters`) and the served model (triton/engine_model.py, which reads them back when Triton loads it).
+
+One frozen, typed object with its defaults defined here only; `to_parameters()` is what the repository renders and
+`from_parameters()` / `from_model_config()` parse what Triton hands the model (every value a string). A value that
+does not parse is refused naming the parameter, the value and the fix. Pure Python: no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from trtspec.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """How the served reference engine is loaded and which requests it accepts."""
+
+    target: str  # checkpoint directory or embedded name
+    method: str = "draft_target"  # the method requests run (one of trtspec.methods.engine_methods())
+    draft: str | None = None
+    medusa: str | None = None
+    max_k: int = 8  # largest k a request may ask for (num_draft_tokens)
+    default_k: int = 4  # k of a request that does not say
+    lookahead: tuple[int, int, int] | None = None  # (W, N, G) of method lookahead; None = the proposer's default
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_input_len: int = 1024  # prompt tokens at most
+    max_output_len: int = 512  # request_output_len at most
+    max_queue: int = 256  # requests waiting + running in the engine; one more is refused (OverloadedError)
+    exclude_input_in_output: bool = True  # default when a request does not send exclude_input_in_output
+    drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
+
+    def to_parameters(self) -> dict[str, object]:
+        """Triton `parameters` values (None = unset, not rendered); `render.pbtxt_parameters` writes them."""
+        values: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values[f.name] = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
+        return values
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> EngineParams:
+        """Parse Triton's string parameters (unknown keys are refused: they are typos or a newer trtspec's)."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise ConfigError(f"parameter {unknown[0]}", params[unknown[0]], "is not an engine parameter",
+                              hint=f"redeploy with this trtspec; known: {', '.join(known)}")
+        if not params.get("target"):
+            raise ConfigError("parameter target", params.get("target"), "is required",
+                              hint="redeploy with `trtspec deploy --backend torch`")
+        return cls(**{name: _PARSE[known[name].type](name, text) for name, text in params.items()})
+
+    @classmethod
+    def from_model_config(cls, config: Mapping[str, Any]) -> EngineParams:
+        """From the model config Triton passes to `initialize` (`json.loads(args["model_config"])`)."""
+        return cls.from_parameters({k: v["string_value"] for k, v in config.get("parameters", {}).items()})
+
+
+def _typed(cast: Callable[[str], Any], expect: str) -> Callable[[str, str], Any]:
+    def parse(name: str, text: str) -> Any:
+        try:
+            return cast(text)
+        except ValueError:
+            raise ConfigError(f"parameter {name}", text, f"is not {expect}", hint="redeploy the repository") from None
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    parts = tuple(int(p) for p in text.split(","))
+    if len(parts) != 3:
+        raise ValueError(text)
+    return parts  # type: ignore[return-value]
+
+
+_PARSE: dict[str, Callable[[str, str], Any]] = {  # field annotation -> parser of its Triton string
+    "str": _typed(str, "a string"),
+    "str | None": _typed(lambda t: t or None, "a string"),
+    "int": _typed(int, "an integer"),
+    "float": _typed(float, "a number"),
+    "bool": _typed(_bool, "true or false"),
+    "tuple[int, int, int] | None": _typed(lambda t: _triple(t) if t else None, "three integers W,N,G"),
+}
