@@ -29,6 +29,8 @@ from trtspec.methods import METHODS
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
 @click.option("--model-name", help="Triton model to call (default trtspec_engine / tensorrt_llm).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
+@click.option("--timeout", "timeout_s", type=float,
+              help="Seconds one request to the Triton server may take before it is cancelled (default 120).")
 @click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")
 @click.option("--threads", type=int, help="torch intra-op threads for the engine backend (default: torch's).")
 @click.option("--retry-errors", is_flag=True, help="Rerun cases whose earlier record is an error.")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import engine_methods, resolve
+from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
@@ -51,6 +52,7 @@ class SweepSpec(BaseModel):
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
     model_name: str | None = Field(None, description="Triton model to call; default trtspec_engine / tensorrt_llm")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
     chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
     threads: int | None = Field(None, description="torch intra-op threads (engine backend); None = torch default")
