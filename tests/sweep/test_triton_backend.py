@@ -63,7 +63,7 @@ def test_draft_target_loop_counts_every_step(k):
 
 
 def test_backend_runs_a_case_through_the_loop(tmp_path):
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", flavour="tensorrtllm",
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", flavour="tensorrtllm",
                            methods=["draft_target"], drafts=["fake-draft"], k=[0, 3], suites=["code"], num_prompts=2,
                            concurrency=[2],
                            max_new_tokens=12)
@@ -115,7 +115,7 @@ class PerfMetricsClient:
 
 
 def test_torch_flavour_reads_perf_metrics(tmp_path):
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", methods=["ngram"], k=[0, 4],
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", methods=["ngram"], k=[0, 4],
                            suites=["code"], num_prompts=2, max_new_tokens=5)
 
     class ByteTokenizer:
@@ -134,7 +134,7 @@ def test_torch_flavour_reads_perf_metrics(tmp_path):
 
 
 def test_served_method_mismatch_is_refused_before_work():
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", methods=["draft_target"], drafts=["d"],
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", methods=["draft_target"], drafts=["d"],
                            k=[0, 2], suites=["code"], num_prompts=1)
     with pytest.raises(ConfigError, match="serves method 'ngram'"):
         TritonBackend(client=PerfMetricsClient(), tokenizer=object()).preflight(spec)

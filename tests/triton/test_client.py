@@ -143,7 +143,7 @@ def test_sweep_draft_target_loop_over_the_real_client(server):
 
 
 def test_sweep_backend_runs_cases_against_the_server(server, tmp_path):
-    spec = SweepSpec.build(model="counting", backend="triton", url=server.grpc_url, flavour="tensorrtllm",
+    spec = SweepSpec.build(model="counting", via="triton", url=server.grpc_url, flavour="tensorrtllm",
                            model_name="counting_target", draft_model_name="counting_draft", methods=["draft_target"],
                            drafts=["counting_draft"], k=[0, 4], suites=["code"], num_prompts=2, max_new_tokens=12,
                            timeout_s=30.0)

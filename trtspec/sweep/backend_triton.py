@@ -1,4 +1,4 @@
-"""Sweep backend `triton`: measure acceptance against a served model repository over gRPC.
+"""Sweep via `triton`: measure acceptance against a served model repository over gRPC.
 
 Two ways to count acceptance, chosen by the method table (never by model names):
 - perf metrics (the torch-flavour `trtspec_engine` model, and TensorRT-LLM tree/lookahead methods): one request per
