@@ -84,6 +84,8 @@ def test_unreachable_server_is_a_clear_error():
     with pytest.raises(ServerError, match="no Triton server answers") as exc:
         TritonClient("127.0.0.1:1", model="trtspec_engine", timeout_s=1.0)
     assert "trtspec serve" in exc.value.hint
+    with pytest.raises(ConfigError, match="timeout_s=0"):  # refused before any connection
+        TritonClient("127.0.0.1:1", timeout_s=0)
 
 
 class PerfMetricsClient:
