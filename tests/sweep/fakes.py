@@ -1,7 +1,7 @@
 """Test doubles for the sweep runner and the Triton backend (tests only; never imported by the package).
 
 `FakeSweepBackend` returns synthetic metrics from a geometric acceptance model and synthetic costs, so runner and
-report tests need no model. `FakeTritonTransport` plays a draft and a target `tensorrt_llm` model over a toy
+report tests need no model. `FakeTritonClient` plays a draft and a target `tensorrt_llm` model over a toy
 vocabulary with deterministic greedy "models", so the client-side draft-target loop can be checked exactly.
 """
 
@@ -98,7 +98,7 @@ class FakeSweepBackend:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Triton transport double
+# Triton client double (the part of TritonClient the sweep uses)
 
 
 def toy_target_next(prefix: Sequence[int]) -> int:
@@ -112,7 +112,7 @@ def toy_draft_next(prefix: Sequence[int]) -> int:
     return t if len(prefix) % 3 else (t + 1) % 50
 
 
-class FakeTritonTransport:
+class FakeTritonClient:
     """Plays `tensorrt_llm`-style draft and target models: greedy, output_ids include the prompt."""
 
     def __init__(self, draft_model: str = "tensorrt_llm_draft", target_model: str = "tensorrt_llm") -> None:
@@ -121,6 +121,9 @@ class FakeTritonTransport:
 
     def ready(self, model: str) -> bool:
         return model in self.models
+
+    def model_parameters(self, model: str) -> dict[str, str]:
+        return {}  # tensorrt_llm models name no method
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
         self.calls.append((model, dict(inputs)))

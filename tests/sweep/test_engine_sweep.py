@@ -1,4 +1,4 @@
-"""The engine backend end to end on the random pair: calibration + cases + report, and greedy determinism."""
+"""The sweep via engine end to end on the random pair: calibration + cases + report, and greedy determinism."""
 
 from __future__ import annotations
 

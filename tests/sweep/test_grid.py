@@ -54,8 +54,11 @@ def test_yaml_with_flag_overrides(tmp_path, spec_kwargs):
     ({"temperatures": [-1.0]}, ConfigError, "temperatures"),
     ({"concurrency": [0]}, ConfigError, "concurrency"),
     ({"suites": ["no-such-suite"]}, ConfigError, "suites"),
-    ({"backend": "triton"}, ConfigError, "url"),
+    ({"via": "triton"}, ConfigError, "url"),
+    ({"backend": "triton"}, ConfigError, "url"),  # the pre-`via` name is an alias
+    ({"via": "carrier-pigeon"}, ConfigError, "via"),
     ({"backend": "carrier-pigeon"}, ConfigError, "backend"),
+    ({"timeout_s": 0}, ConfigError, "timeout_s"),
     ({"bogus_field": 1}, ConfigError, "bogus_field"),
     ({"num_prompts": 0}, ConfigError, "num_prompts"),
 ])
@@ -104,3 +107,17 @@ def test_repeats_run_in_rounds_and_keep_round_zero_ids(spec_kwargs):
     two = SweepSpec.build(**spec_kwargs, methods=["ngram"], k=[0, 2], repeats=2).cases()
     assert [c.case_id for c in two[:2]] == [c.case_id for c in one]
     assert [c.repeat for c in two] == [0, 0, 1, 1] and len({c.case_id for c in two}) == 4
+
+
+def test_via_and_its_old_name_backend(tmp_path, spec_kwargs):
+    assert SweepSpec.build(**spec_kwargs).via == "engine"
+    spec = SweepSpec.build(**spec_kwargs, via="triton", url="x:1")
+    assert spec.via == "triton" and spec.cases()[0].via == "triton" and spec.timeout_s == 120.0
+    assert "backend" not in spec.model_dump() and spec.model_dump()["via"] == "triton"
+    cfg = tmp_path / "old.yaml"  # a sweep config written when the field was called `backend`
+    cfg.write_text(f"model: {spec_kwargs['model']}\ndrafts: [{spec_kwargs['drafts'][0]}]\nsuites: [code]\n"
+                   "num_prompts: 2\nbackend: triton\nurl: x:1\n")
+    old = SweepSpec.from_yaml(cfg, timeout_s=5.0)
+    assert old.via == "triton" and old.timeout_s == 5.0
+    assert [c.case_id for c in old.cases()] == [c.case_id for c in spec.cases()]  # the timeout is not in a case
+    assert spec.cases()[1].case_id != SweepSpec.build(**spec_kwargs).cases()[1].case_id  # via is

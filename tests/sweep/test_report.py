@@ -14,7 +14,7 @@ from trtspec.sweep.runner import run_sweep
 
 
 def _results(tmp_path, noise=0.0, **kw):
-    spec = SweepSpec.build(**{"model": "fake-target", "drafts": ["fake-draft"], "backend": "triton", "url": "x:1",
+    spec = SweepSpec.build(**{"model": "fake-target", "drafts": ["fake-draft"], "via": "triton", "url": "x:1",
                               "methods": ["draft_target", "ngram"], "k": list(range(0, 6)), "temperatures": [0, 1],
                               "suites": ["code", "grounded"], "concurrency": [1, 4], "num_prompts": 2,
                               "calibration_batch_sizes": [1, 4, 16], **kw})
@@ -69,7 +69,7 @@ def test_cli_sweep_dry_run_and_report(tmp_path):
                               "--write-config", str(tmp_path / "b.yaml")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and (tmp_path / "r" / "report.md").exists()
-    res = runner.invoke(cli, ["sweep", "--out", str(out), "--dry-run", "--backend", "triton", "--url", "x:1",
+    res = runner.invoke(cli, ["sweep", "--out", str(out), "--dry-run", "--via", "triton", "--url", "x:1",
                               "--model", "fake-target", "--draft", "fake-draft", "--k", "0-5", "--temperature", "0,1",
                               "--suite", "code,grounded", "--concurrency", "1,4", "--num-prompts", "2"],
                         catch_exceptions=False)

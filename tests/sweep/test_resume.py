@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spec(**kw) -> SweepSpec:
-    # backend triton with a dummy url: validation needs no local models; the fake backend does the work
-    base = {"model": "fake-target", "drafts": ["fake-draft"], "backend": "triton", "url": "fake:1",
+    # via triton with a dummy url: validation needs no local models; the fake backend does the work
+    base = {"model": "fake-target", "drafts": ["fake-draft"], "via": "triton", "url": "fake:1",
             "methods": ["draft_target", "ngram"], "k": [0, 1, 2, 3], "suites": ["code"], "num_prompts": 2,
             "calibration_batch_sizes": [1, 4]}
     return SweepSpec.build(**{**base, **kw})
@@ -127,3 +127,50 @@ def test_killed_process_resumes_without_duplicates_or_torn_records(tmp_path):
     assert len(ids) == len(set(ids)) == total
     for line in out.read_text().splitlines():
         json.loads(line)  # no torn line left behind
+
+
+def _as_written_before_via(path: Path) -> None:
+    """Rewrite a results file with the key names it had before `backend` (engine | triton) became `via`."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for rec in records:
+        if rec["kind"] == "case":
+            rec["backend"] = rec.pop("via_info")
+            rec["params"]["backend"] = rec["params"].pop("via")
+        elif rec["kind"] == "sweep":
+            rec["backend_info"] = rec.pop("via_info")
+            rec["spec"]["backend"] = rec["spec"].pop("via")
+            rec["spec"].pop("timeout_s")  # a field added with `via`
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+
+
+def test_results_written_with_backend_keys_load_and_resume(tmp_path):
+    out = tmp_path / "results.jsonl"
+    spec = _spec(k=[0, 2], methods=["ngram"])
+    run_sweep(spec, out, backend=FakeSweepBackend(), show_progress=False)
+    _as_written_before_via(out)
+    assert '"backend": "triton"' in out.read_text() and '"via"' not in out.read_text()
+    cases = [r for r in read_records(out) if r["kind"] == "case"]
+    assert [r["params"]["via"] for r in cases] == ["triton", "triton"] and "backend" not in cases[0]["params"]
+    assert cases[0]["via_info"]["name"] == "fake" and "backend" not in cases[0]
+    sweep = next(r for r in read_records(out) if r["kind"] == "sweep")
+    assert sweep["spec"]["via"] == "triton" and sweep["via_info"]["name"] == "fake"
+    # the case ids did not change with the rename: nothing to rerun
+    assert run_sweep(spec, out, backend=FakeSweepBackend(), show_progress=False).ran == 0
+
+
+def test_shipped_results_from_before_via_still_load_and_resume():
+    """docs/sweep/results.jsonl was written when the field was `backend`; its spec and case ids still match."""
+    path = ROOT / "docs" / "sweep" / "results.jsonl"
+    raw = json.loads(path.read_text().splitlines()[0])
+    assert raw["kind"] == "sweep" and raw["spec"]["backend"] == "engine"  # the old name, on disk
+    spec = SweepSpec.build(**raw["spec"])  # `backend` accepted as an alias of `via`
+    assert spec.via == "engine"
+    recorded = {r["id"] for r in read_records(path) if r["kind"] == "case"}
+    assert {c.case_id for c in spec.cases()} == recorded and len(recorded) == 136
+    from trtspec.sweep.analysis import load_results
+
+    results = load_results(path)
+    assert results.timing == "cpu"  # read from via_info (was `backend`): every case ran on the CPU
+    assert all(r.measured_speedup for r in results.rows)  # baselines matched on params `via`
+    assert {r.params["via"] for r in results.rows} == {"engine"}
+    assert {s["via_info"]["name"] for s in results.sweeps} == {"engine"}

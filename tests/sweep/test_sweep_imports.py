@@ -6,7 +6,8 @@ import sys
 import pytest
 
 PURE = ["trtspec.sweep.grid", "trtspec.sweep.records", "trtspec.sweep.costmodel", "trtspec.sweep.analysis",
-        "trtspec.sweep.report", "trtspec.sweep.runner", "trtspec.cli.sweep", "trtspec.cli.report"]
+        "trtspec.sweep.report", "trtspec.sweep.runner", "trtspec.cli.sweep", "trtspec.cli.report",
+        "trtspec.sweep.backend_triton"]
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -1,15 +1,16 @@
-"""Triton backend without a server: the client-side draft-target loop against a fake transport (a test double)."""
+"""The sweep via triton without a server: the client-side draft-target loop against a client test double."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.sweep.fakes import FakeTritonTransport, toy_draft_next, toy_target_next
+from tests.sweep.fakes import FakeTritonClient, toy_draft_next, toy_target_next
 from trtspec.errors import ConfigError, ServerError
-from trtspec.sweep.backend_triton import GrpcTransport, TritonBackend, draft_target_loop
+from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.prompts import PromptSuite
+from trtspec.triton.client import TritonClient
 
 
 def _greedy(fn, prompt, n):
@@ -41,9 +42,9 @@ def _expected_counts(prompt, n, k):
 
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_draft_target_loop_counts_every_step(k):
-    transport = FakeTritonTransport()
+    client = FakeTritonClient()
     prompt = [3, 14, 15, 9, 2]
-    out, counts = draft_target_loop(transport, draft_model="tensorrt_llm_draft", target_model="tensorrt_llm",
+    out, counts = draft_target_loop(client, draft_model="tensorrt_llm_draft", target_model="tensorrt_llm",
                                     prompt_ids=prompt, max_new_tokens=20, k=k, temperature=0.0, end_id=1, pad_id=0)
     expected_ids, steps = _expected_counts(prompt, 20, k)
     assert out == _greedy(toy_target_next, prompt, 20) == expected_ids  # lossless: the target's greedy output
@@ -55,14 +56,14 @@ def test_draft_target_loop_counts_every_step(k):
     assert sum(counts.accepted_length_histogram) == counts.num_drafts
     assert counts.num_emitted_tokens == 20
     # the wire format follows tensorrt_llm's tensor names, with batch and beam dimensions
-    model, inputs = next(c for c in transport.calls if "draft_input_ids" in c[1])
+    model, inputs = next(c for c in client.calls if "draft_input_ids" in c[1])
     assert model == "tensorrt_llm" and inputs["draft_input_ids"].dtype == np.int32
     assert inputs["request_output_len"][0, 0] == inputs["draft_input_ids"].shape[1] + 1
     assert {"input_ids", "input_lengths", "end_id", "pad_id", "temperature", "beam_width"} <= set(inputs)
 
 
 def test_backend_runs_a_case_through_the_loop(tmp_path):
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", flavour="tensorrtllm",
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", flavour="tensorrtllm",
                            methods=["draft_target"], drafts=["fake-draft"], k=[0, 3], suites=["code"], num_prompts=2,
                            concurrency=[2],
                            max_new_tokens=12)
@@ -71,7 +72,7 @@ def test_backend_runs_a_case_through_the_loop(tmp_path):
         def encode(self, text):
             return [b % 50 for b in text.encode()][:16]
 
-    backend = TritonBackend(transport=FakeTritonTransport(), tokenizer=ByteTokenizer())
+    backend = TritonBackend(client=FakeTritonClient(), tokenizer=ByteTokenizer())
     backend.preflight(spec)
     case = spec.cases()[1]
     metrics = backend.run_case(case, PromptSuite("s", tmp_path, ("abc def", "xyz"), "0"), spec)
@@ -81,11 +82,13 @@ def test_backend_runs_a_case_through_the_loop(tmp_path):
 
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(ServerError, match="no Triton server answers") as exc:
-        GrpcTransport("127.0.0.1:1", timeout_s=1.0)
+        TritonClient("127.0.0.1:1", model="trtspec_engine", timeout_s=1.0)
     assert "trtspec serve" in exc.value.hint
+    with pytest.raises(ConfigError, match="timeout_s=0"):  # refused before any connection
+        TritonClient("127.0.0.1:1", timeout_s=0)
 
 
-class PerfMetricsTransport:
+class PerfMetricsClient:
     """Test double of the torch-flavour `trtspec_engine` model: echoes fixed perf metrics."""
 
     def __init__(self):
@@ -114,26 +117,26 @@ class PerfMetricsTransport:
 
 
 def test_torch_flavour_reads_perf_metrics(tmp_path):
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", methods=["ngram"], k=[0, 4],
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", methods=["ngram"], k=[0, 4],
                            suites=["code"], num_prompts=2, max_new_tokens=5)
 
     class ByteTokenizer:
         def encode(self, text):
             return [1, 2, 3]
 
-    transport = PerfMetricsTransport()
-    backend = TritonBackend(transport=transport, tokenizer=ByteTokenizer())
+    client = PerfMetricsClient()
+    backend = TritonBackend(client=client, tokenizer=ByteTokenizer())
     backend.preflight(spec)
     metrics = backend.run_case(spec.cases()[1], PromptSuite("s", tmp_path, ("a", "b"), "0"), spec)
     stats = metrics["stats"]
     assert stats["source"] == "perf_metrics" and metrics["output_tokens"] == 10
     assert stats["num_draft_tokens"] == 24 and stats["num_accepted_tokens"] == 12
     assert stats["num_drafts"] == 8 and stats["mean_acceptance_length"] == 2.5  # 1 + 12 / 8, from num_drafts
-    assert transport.inputs[0]["return_perf_metrics"][0, 0] and transport.inputs[0]["num_draft_tokens"][0, 0] == 4
+    assert client.inputs[0]["return_perf_metrics"][0, 0] and client.inputs[0]["num_draft_tokens"][0, 0] == 4
 
 
 def test_served_method_mismatch_is_refused_before_work():
-    spec = SweepSpec.build(model="fake", backend="triton", url="fake:1", methods=["draft_target"], drafts=["d"],
+    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", methods=["draft_target"], drafts=["d"],
                            k=[0, 2], suites=["code"], num_prompts=1)
     with pytest.raises(ConfigError, match="serves method 'ngram'"):
-        TritonBackend(transport=PerfMetricsTransport(), tokenizer=object()).preflight(spec)
+        TritonBackend(client=PerfMetricsClient(), tokenizer=object()).preflight(spec)

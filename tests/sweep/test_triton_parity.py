@@ -1,6 +1,6 @@
-"""Sweep parity: the triton backend against a real tritonserver serving the torch-flavour repository of the embedded
-pair gives the same greedy acceptance numbers (draft tokens, accepted tokens, output tokens) as the in-process engine
-backend, at concurrency 1 and 2. Skipped where the reference engine or the Triton deployment is missing.
+"""Sweep parity: via triton against a real tritonserver serving the torch-flavour repository of the embedded
+pair gives the same greedy acceptance numbers (draft tokens, accepted tokens, output tokens) as the in-process
+engine (via engine), at concurrency 1 and 2. Skipped where the reference engine or the Triton deployment is missing.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_triton_sweep_matches_in_process_greedy(served, pair, tmp_path):
               "suites": [str(prompts)], "num_prompts": 3, "max_new_tokens": 12, "max_draft_len": MAX_K}
     local, remote = tmp_path / "engine.jsonl", tmp_path / "triton.jsonl"
     run_sweep(SweepSpec.build(**common, threads=1), local, show_progress=False)
-    run_sweep(SweepSpec.build(**common, backend="triton", url=served.grpc_url), remote, show_progress=False)
+    run_sweep(SweepSpec.build(**common, via="triton", url=served.grpc_url), remote, show_progress=False)
     engine_numbers, triton_numbers = _accepts(local), _accepts(remote)
     assert len(engine_numbers) == 6 and engine_numbers == triton_numbers
     assert 0 < engine_numbers[("draft_target", MAX_K, 1)][2] < engine_numbers[("draft_target", MAX_K, 1)][1]

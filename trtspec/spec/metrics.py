@@ -61,11 +61,11 @@ class AcceptanceStats:
     # derived -------------------------------------------------------------------------------------------------
     @property
     def mean_acceptance_length(self) -> float:
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+        return mean_acceptance_length(self.num_drafts, self.num_accepted_tokens)
 
     @property
     def acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+        return acceptance_rate(self.num_draft_tokens, self.num_accepted_tokens)
 
     @property
     def acceptance_rate_per_pos(self) -> list[float]:
@@ -97,6 +97,19 @@ class AcceptanceStats:
                      "tokens_per_target_forward", "tokens_per_s", "overhead_share"):
             out[name] = getattr(self, name)
         return out
+
+
+def mean_acceptance_length(num_drafts: float, num_accepted_tokens: float) -> float:
+    """1 + num_accepted_tokens / num_drafts: tokens per target forward while drafting (1.0 when nothing was drafted).
+
+    The one definition, for counters from anywhere (the engine, a server's perf metrics, Prometheus series).
+    """
+    return 1.0 + num_accepted_tokens / num_drafts if num_drafts else 1.0
+
+
+def acceptance_rate(num_draft_tokens: float, num_accepted_tokens: float) -> float:
+    """num_accepted_tokens / num_draft_tokens (0.0 when nothing was drafted)."""
+    return num_accepted_tokens / num_draft_tokens if num_draft_tokens else 0.0
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:

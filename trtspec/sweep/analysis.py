@@ -24,7 +24,7 @@ from trtspec.sweep import costmodel
 from trtspec.sweep.records import Record, latest_by_id, read_records
 
 TOLERANCE = 0.15  # the acceptance bound for |predicted / measured - 1|
-BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "backend")
+BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "via")
 
 
 @dataclass
@@ -123,7 +123,7 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
     ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
     calibrations = latest_by_id(records, "calibration")
     if timing == "auto":
-        on_cpu = all((rec.get("backend") or {}).get("device", "cpu") == "cpu" for rec in ok)
+        on_cpu = all((rec.get("via_info") or {}).get("device", "cpu") == "cpu" for rec in ok)
         has_cpu = all("cpu_time_s" in rec["metrics"] for rec in ok) and \
             all("target_cpu_s" in c for c in calibrations.values())
         timing = "cpu" if ok and on_cpu and has_cpu else "wall"

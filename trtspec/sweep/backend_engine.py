@@ -1,4 +1,4 @@
-"""Sweep backend `engine`: the in-process reference SpecEngine (imports torch; loaded only for this backend).
+"""Sweep via `engine`: the in-process reference SpecEngine (imports torch; loaded only for --via engine).
 
 One engine per model set (target + draft or Medusa heads) is loaded once and reused for every case that needs it;
 n-gram and plain cases reuse whichever engine is loaded. Concurrency c keeps c requests in flight through

@@ -1,4 +1,4 @@
-"""Sweep backend `triton`: measure acceptance against a served model repository over gRPC.
+"""Sweep via `triton`: measure acceptance against a served model repository over gRPC.
 
 Two ways to count acceptance, chosen by the method table (never by model names):
 - perf metrics (the torch-flavour `trtspec_engine` model, and TensorRT-LLM tree/lookahead methods): one request per
@@ -9,8 +9,8 @@ Two ways to count acceptance, chosen by the method table (never by model names):
   `draft_input_ids` with `request_output_len = k + 1`, and count accepted = new target tokens - 1. Every step is
   counted, unlike the BLS model whose perf metrics cover only its last target call.
 
-The transport is a small protocol (`infer(model, inputs, outputs) -> arrays`) so the loop is testable with a fake;
-the real one wraps `tritonclient.grpc` and is imported lazily.
+Requests go through trtspec.triton.client.TritonClient at its tensor level (`infer(model, inputs, outputs)`), with
+the spec's `timeout_s`; the functions here need only the small `Client` protocol, so a test double can stand in.
 """
 
 from __future__ import annotations
@@ -22,26 +22,27 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trtspec.errors import ConfigError, ServerError, ToolNotFoundError
+from trtspec.errors import ConfigError, ServerError
 from trtspec.methods import resolve
-from trtspec.spec.metrics import AcceptanceStats  # data only, no torch
+from trtspec.spec.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.sweep.grid import Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
+from trtspec.triton.client import PERF_OUTPUTS, TRTLLM_PERF_OUTPUTS, perf_values  # tritonclient loads lazily
 
-PERF_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 
-
-class Transport(Protocol):
-    """One synchronous inference call: numpy inputs by tensor name -> numpy outputs by tensor name."""
+class Client(Protocol):
+    """What the sweep needs of trtspec.triton.client.TritonClient (which a test double may replace)."""
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]: ...
 
     def ready(self, model: str) -> bool: ...
 
+    def model_parameters(self, model: str) -> dict[str, str]: ...
+
     def close(self) -> None: ...
 
 
-def draft_target_loop(transport: Transport, *, draft_model: str, target_model: str, prompt_ids: Sequence[int],
+def draft_target_loop(client: Client, *, draft_model: str, target_model: str, prompt_ids: Sequence[int],
                       max_new_tokens: int, k: int, temperature: float, end_id: int | None = None,
                       pad_id: int | None = None) -> tuple[list[int], AcceptanceStats]:
     """Generate with TensorRT-LLM draft-target through two Triton models, counting every step's acceptance.
@@ -63,11 +64,11 @@ def draft_target_loop(transport: Transport, *, draft_model: str, target_model: s
         draft_tokens = np.zeros((0,), dtype=np.int32)  # [num_draft]
         draft_out = None
         if num_draft > 0:
-            draft_out, draft_len = _trtllm_call(transport, draft_model, ids, num_draft, None, temperature, end_id,
+            draft_out, draft_len = _trtllm_call(client, draft_model, ids, num_draft, None, temperature, end_id,
                                                 pad_id)
             draft_tokens = draft_out[len(ids):draft_len]
         # 2. target: verify the draft and add one token (request_output_len = draft + 1)
-        target_out, target_len = _trtllm_call(transport, target_model, ids, len(draft_tokens) + 1,
+        target_out, target_len = _trtllm_call(client, target_model, ids, len(draft_tokens) + 1,
                                               draft_tokens if len(draft_tokens) else None, temperature, end_id, pad_id)
         new_ids = target_out[:target_len]  # [len(ids) + accepted + 1]
         # 3. count: every new target token but the last is an accepted draft token
@@ -85,7 +86,7 @@ def draft_target_loop(transport: Transport, *, draft_model: str, target_model: s
             return ids[len(prompt):].tolist(), counts
 
 
-def _trtllm_call(transport: Transport, model: str, ids: np.ndarray, output_len: int, draft: np.ndarray | None,
+def _trtllm_call(client: Client, model: str, ids: np.ndarray, output_len: int, draft: np.ndarray | None,
                  temperature: float, end_id: int | None, pad_id: int | None) -> tuple[np.ndarray, int]:
     """One `tensorrt_llm`-style request for batch 1; returns (output_ids [seq], sequence_length)."""
     inputs: dict[str, np.ndarray] = {
@@ -101,15 +102,15 @@ def _trtllm_call(transport: Transport, model: str, ids: np.ndarray, output_len: 
         inputs["end_id"] = np.array([[end_id]], dtype=np.int32)
     if pad_id is not None:
         inputs["pad_id"] = np.array([[pad_id]], dtype=np.int32)
-    out = transport.infer(model, inputs, ["output_ids", "sequence_length"])
+    out = client.infer(model, inputs, ["output_ids", "sequence_length"])
     output_ids = np.asarray(out["output_ids"]).reshape(-1).astype(np.int64)  # [1, 1, seq] -> [seq] (beam 0)
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
     return output_ids, seq_len
 
 
-def perf_metrics_request(transport: Transport, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int,
+def perf_metrics_request(client: Client, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int,
                          k: int | None, temperature: float, seed: int) -> tuple[list[int], dict[str, float]]:
-    """One request with `return_perf_metrics`; returns (generated ids, the three perf-metric values).
+    """One request with `return_perf_metrics`; returns (generated ids, the perf-metric values it reported).
 
     `k` is sent as `num_draft_tokens` (the torch-flavour model's per-request k); None for TensorRT-LLM models, whose
     tree/lookahead draft size is fixed by the server configuration.
@@ -123,96 +124,18 @@ def perf_metrics_request(transport: Transport, *, model: str, prompt_ids: Sequen
         "seed": np.array([[seed]], dtype=np.uint64),
         "return_perf_metrics": np.array([[True]], dtype=bool),
     }
-    extra: list[str] = []
+    perf_names = TRTLLM_PERF_OUTPUTS
     if k is not None:  # the torch-flavour model: k per request, no prompt in the output, num_drafts reported
         inputs["num_draft_tokens"] = np.array([[k]], dtype=np.int32)
         inputs["exclude_input_in_output"] = np.array([[True]], dtype=bool)
-        extra = ["num_drafts"]
-    out = transport.infer(model, inputs, ["output_ids", "sequence_length", *PERF_OUTPUTS, *extra])
+        perf_names = PERF_OUTPUTS
+    out = client.infer(model, inputs, ["output_ids", "sequence_length", *perf_names])
     output_ids = np.asarray(out["output_ids"]).reshape(-1)
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
     generated = output_ids[:seq_len].tolist()
     if k is None and generated[: len(ids)] == ids.tolist():
         generated = generated[len(ids):]  # tensorrt_llm output_ids include the prompt (exclude_input_in_output off)
-    metrics = {name: float(np.asarray(out[name]).reshape(-1)[0]) for name in (*PERF_OUTPUTS, *extra) if name in out}
-    return generated, metrics
-
-
-class GrpcTransport:
-    """`Transport` over tritonclient.grpc (streaming call for decoupled models, plain infer otherwise)."""
-
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        try:
-            import tritonclient.grpc as grpcclient
-        except ImportError as exc:
-            raise ToolNotFoundError("tritonclient[grpc] is not installed",
-                                    hint="pip install 'tritonclient[grpc]'") from exc
-        self._grpc = grpcclient
-        self.url = url
-        self.client = grpcclient.InferenceServerClient(url=url)
-        try:
-            live = self.client.is_server_live(client_timeout=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - any connection failure means unreachable
-            raise ServerError(f"url={url!r}: no Triton server answers ({type(exc).__name__}: {exc})",
-                              hint="start one with `trtspec serve REPO` or fix --url (gRPC port, e.g. 8001)") from None
-        if not live:
-            raise ServerError(f"url={url!r}: the Triton server is not live", hint="check the server log")
-        self._decoupled: dict[str, bool] = {}
-
-    def ready(self, model: str) -> bool:
-        return bool(self.client.is_model_ready(model))
-
-    def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        from tritonclient.utils import np_to_triton_dtype
-
-        tensors = []
-        for name, arr in inputs.items():
-            t = self._grpc.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-            t.set_data_from_numpy(arr)
-            tensors.append(t)
-        requested = [self._grpc.InferRequestedOutput(n) for n in outputs]
-        if not self._is_decoupled(model):
-            result = self.client.infer(model, tensors, outputs=requested)
-            return {n: result.as_numpy(n) for n in outputs if result.as_numpy(n) is not None}
-        return self._stream_infer(model, tensors, requested, outputs)
-
-    def model_parameters(self, model: str) -> dict[str, str]:
-        """A model's config.pbtxt `parameters` as strings."""
-        cfg = self.client.get_model_config(model, as_json=True).get("config", {})
-        return {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-
-    def _is_decoupled(self, model: str) -> bool:
-        if model not in self._decoupled:
-            cfg = self.client.get_model_config(model, as_json=True).get("config", {})
-            self._decoupled[model] = bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
-        return self._decoupled[model]
-
-    def _stream_infer(self, model: str, tensors: list, requested: list, outputs: Sequence[str]) -> dict:
-        import queue
-
-        results: queue.Queue = queue.Queue()
-        client = self._grpc.InferenceServerClient(url=self.url)  # a stream per call: requests may run concurrently
-        client.start_stream(callback=lambda result, error: results.put((result, error)))
-        try:
-            client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
-            merged: dict[str, np.ndarray] = {}
-            while True:
-                result, error = results.get(timeout=600)
-                if error is not None:
-                    raise ServerError(f"model {model!r} failed: {error}", hint="see the tritonserver log")
-                for n in outputs:
-                    arr = result.as_numpy(n)
-                    if arr is not None:
-                        merged[n] = arr  # the last response carries the full sequence and the final metrics
-                params = result.get_response().parameters
-                if "triton_final_response" in params and params["triton_final_response"].bool_param:
-                    return merged
-        finally:
-            client.stop_stream()
-            client.close()
-
-    def close(self) -> None:
-        self.client.close()
+    return generated, perf_values(out)
 
 
 class TritonBackend:
@@ -220,23 +143,25 @@ class TritonBackend:
 
     name = "triton"
 
-    def __init__(self, transport: Transport | None = None, tokenizer: Any = None) -> None:
-        self.transport = transport
+    def __init__(self, client: Client | None = None, tokenizer: Any = None) -> None:
+        self.client = client
         self.tokenizer = tokenizer
         self.url: str | None = None
 
     def preflight(self, spec: SweepSpec) -> None:
         self.url = spec.url
-        if self.transport is None:
-            self.transport = GrpcTransport(spec.url or "")
+        if self.client is None:
+            from trtspec.triton.client import TritonClient
+
+            self.client = TritonClient(spec.url or "", model=spec.served_model_name, timeout_s=spec.timeout_s)
         models = {spec.served_model_name}
         if any(_uses_client_loop(spec, m) for m in spec.methods):
             models.add(spec.draft_model_name)
         for model in sorted(models):
-            if not self.transport.ready(model):
+            if not self.client.ready(model):
                 raise ServerError(f"model {model!r} is not ready on {spec.url}",
                                   hint="check `model_name`/`draft_model_name` against the served repository")
-        served = _served_method(self.transport, spec.served_model_name)
+        served = self.client.model_parameters(spec.served_model_name).get("method")  # trtspec_engine says
         wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
         if wrong:
             raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
@@ -272,8 +197,8 @@ class TritonBackend:
             drafts = sum(int(p.get("num_drafts", 0)) for p in perf) or (drafted / case.k if case.k else 0)
             stats.update(num_draft_tokens=drafted, num_accepted_tokens=accepted, num_drafts=round(drafts),
                          num_accepted_tokens_per_pos=None, acceptance_rate_per_pos=None,
-                         acceptance_rate=accepted / drafted if drafted else 0.0,
-                         mean_acceptance_length=1.0 + accepted / drafts if drafts else 1.0, source="perf_metrics")
+                         acceptance_rate=acceptance_rate(drafted, accepted),
+                         mean_acceptance_length=mean_acceptance_length(drafts, accepted), source="perf_metrics")
         else:
             stats["source"] = "client_loop" if counts.num_drafts else "plain"
         return {"wall_time_s": wall, "num_requests": len(prompts), "output_tokens": output_tokens,
@@ -282,21 +207,21 @@ class TritonBackend:
     def _one_request(self, case: Case, spec: SweepSpec, prompt_ids: list[int],
                      seed: int) -> tuple[list[int], AcceptanceStats, dict[str, float] | None]:
         """(generated ids, client-loop counts, perf metrics or None) of one request."""
-        assert self.transport is not None
+        assert self.client is not None
         counts = AcceptanceStats()
         if spec.flavour == "tensorrtllm" and case.k == 0:
-            out, seq_len = _trtllm_call(self.transport, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
+            out, seq_len = _trtllm_call(self.client, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
                                         case.max_new_tokens, None, case.temperature, None, None)
             generated = out[len(prompt_ids):seq_len].tolist()
             counts.num_target_forwards = counts.num_emitted_tokens = len(generated)
             return generated, counts, None
         if case.k > 0 and _uses_client_loop(spec, case.method):
             generated, counts = draft_target_loop(
-                self.transport, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
+                self.client, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
                 prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k, temperature=case.temperature)
             return generated, counts, None
         generated, perf = perf_metrics_request(
-            self.transport, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
+            self.client, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
             k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=seed)
         return generated, counts, perf
 
@@ -304,14 +229,8 @@ class TritonBackend:
         return {"name": self.name, "url": self.url}
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _served_method(transport: Transport, model: str) -> str | None:
-    """The `method` parameter of a served trtspec_engine model (None when the transport or model does not say)."""
-    params = getattr(transport, "model_parameters", None)
-    return (params(model) or {}).get("method") if params else None
+        if self.client is not None:
+            self.client.close()
 
 
 def _uses_client_loop(spec: SweepSpec, method: str) -> bool:

@@ -4,9 +4,13 @@ A case is one point of method x k x draft (or Medusa heads / tree) x temperature
 target model. Its id is a hash of its parameters, so a results file can be resumed by id. k = 0 is plain decoding:
 it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every speedup divides by.
 
+`via` says how cases run: `engine` (the in-process reference engine) or `triton` (a served repository over gRPC).
+It is not the build/deploy `backend` (torch | tensorrtllm); sweep configs and results written when it was called
+`backend` still load (an alias here; records.py renames old keys when reading).
+
 Validation happens before any work: unknown method or model, k above the engine's max_draft_len, malformed prompt
 files and bad numbers raise ConfigError naming the field, the value and the fix. Server reachability is checked by
-the triton backend's preflight (runner), still before the first case runs. No torch here.
+the triton via's preflight (runner), still before the first case runs. No torch here.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import engine_methods, resolve
+from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
@@ -46,14 +51,16 @@ class SweepSpec(BaseModel):
     seed: int = Field(0, description="request i is sampled with seed + i")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
-    backend: Literal["engine", "triton"] = "engine"
-    url: str | None = Field(None, description="Triton gRPC url (backend triton), e.g. localhost:8001")
+    via: Literal["engine", "triton"] = Field("engine", validation_alias=AliasChoices("via", "backend"),
+                                             description="engine = in-process reference engine; triton = gRPC")
+    url: str | None = Field(None, description="Triton gRPC url (via triton), e.g. localhost:8001")
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
     model_name: str | None = Field(None, description="Triton model to call; default trtspec_engine / tensorrt_llm")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
     chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
-    threads: int | None = Field(None, description="torch intra-op threads (engine backend); None = torch default")
+    threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
     device: str = "cpu"
     dtype: str = "float32"
 
@@ -95,13 +102,13 @@ class SweepSpec(BaseModel):
         from trtspec.sweep.prompts import load_suite
 
         # The torch-flavour repository serves the reference engine, so it runs the same methods.
-        allowed = engine_methods() if self.backend == "engine" or self.flavour == "torch" else None
+        allowed = engine_methods() if self.via == "engine" or self.flavour == "torch" else None
         for name in self.methods:
             info = resolve(name)  # UnknownMethodError lists the valid names
             if allowed is not None and name not in allowed:
                 raise ConfigError("methods", name, "the reference engine has no proposer for this method",
                                   hint=f"the reference engine runs: {', '.join(allowed)}; "
-                                  f"{name} needs a TensorRT-LLM repository (--backend triton --flavour tensorrtllm)")
+                                  f"{name} needs a TensorRT-LLM repository (--via triton --flavour tensorrtllm)")
             if info.needs_medusa_heads and not self.medusa:
                 raise ConfigError("medusa", self.medusa, f"method {name} needs Medusa heads",
                                   hint="pass --medusa DIR (heads trained with `trtspec train medusa`)")
@@ -116,11 +123,11 @@ class SweepSpec(BaseModel):
             _positive("threads", [self.threads])
         for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
             _positive(field, [getattr(self, field)])
-        if self.backend == "triton" and not self.url:
-            raise ConfigError("url", self.url, "backend triton needs the server's gRPC url",
+        if self.via == "triton" and not self.url:
+            raise ConfigError("url", self.url, "via triton needs the server's gRPC url",
                               hint="pass --url localhost:8001 (start one with `trtspec serve REPO`)")
         # Only the Triton server resolves models there; locally every name must resolve on disk.
-        if self.backend == "engine":
+        if self.via == "engine":
             target = resolve_model(self.model, field="model")
             if any(resolve(m).needs_draft_model for m in self.methods):
                 if not self.drafts:
@@ -146,7 +153,7 @@ class SweepSpec(BaseModel):
                 for concurrency in self.concurrency:
                     common = {"model": self.model, "temperature": float(temperature), "suite": suite,
                               "concurrency": concurrency, "max_new_tokens": self.max_new_tokens,
-                              "num_prompts": self.num_prompts, "seed": self.seed, "backend": self.backend}
+                              "num_prompts": self.num_prompts, "seed": self.seed, "via": self.via}
                     out.append(Case(method=BASELINE, k=0, **common))  # always: speedups divide by it
                     for method in self.methods:
                         if method == BASELINE:
@@ -165,6 +172,11 @@ class SweepSpec(BaseModel):
         return [{}]
 
 
+# Case ids hash each field under the name it had when ids were first written, so a results file written before a
+# rename still resumes (its done cases are skipped): field -> name in the id.
+_ID_NAMES = {"via": "backend"}
+
+
 @dataclass(frozen=True)
 class Case:
     """One measured point of the grid. `case_id` hashes every field, so changing any one makes a new case."""
@@ -178,7 +190,7 @@ class Case:
     max_new_tokens: int
     num_prompts: int
     seed: int
-    backend: str
+    via: str  # engine | triton
     draft: str | None = None
     medusa: str | None = None
     tree: str | None = None
@@ -186,7 +198,8 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        return case_id(self.params())
+        params = {_ID_NAMES.get(name, name): value for name, value in self.params().items()}
+        return case_id(params)
 
     def params(self) -> dict[str, object]:
         out = asdict(self)

@@ -6,6 +6,9 @@ micro-benchmark of one model set) and `sweep` (the spec a run started with). Eve
 Durability: each record is one `write()` of a complete line followed by flush + fsync, so a kill leaves at most one
 torn last line. `ResultsFile.open_for_append()` cuts such a torn tail before appending, so it can never glue onto the
 next record; `read_records()` skips it when reading. Later records with the same id supersede earlier ones.
+
+Renamed keys: records written before a rename are read under today's names (`upgrade`), so old files still load and
+resume. The sweep's engine | triton choice was `backend` and is `via` (the build's backend is torch | tensorrtllm).
 """
 
 from __future__ import annotations
@@ -42,8 +45,24 @@ def read_records(path: str | Path) -> list[Record]:
             raise ValueError(f"{path}:{lineno}: not a JSON record") from None
         if is_last:
             break  # parsable but unterminated: treat as torn, it will be rewritten on resume
-        records.append(obj)
+        records.append(upgrade(obj))
     return records
+
+
+def upgrade(record: Record) -> Record:
+    """`record` (changed in place) with keys written under an older name renamed to today's."""
+    if record.get("kind") == "case":
+        _rename(record, "backend", "via_info")  # the runner's info (name engine | triton, device, versions)
+        _rename(record.get("params"), "backend", "via")
+    elif record.get("kind") == "sweep":
+        _rename(record, "backend_info", "via_info")
+        _rename(record.get("spec"), "backend", "via")
+    return record
+
+
+def _rename(mapping: object, old: str, new: str) -> None:
+    if isinstance(mapping, dict) and old in mapping and new not in mapping:
+        mapping[new] = mapping.pop(old)
 
 
 def latest_by_id(records: Iterable[Record], kind: str | None = None) -> dict[str, Record]:

@@ -66,7 +66,7 @@ def write_config(path: str | Path, recs: Sequence[Recommendation], *, target: st
 
     if not recs:
         raise UsageError("no recommendation to write (the results have no calibration records)",
-                         hint="rerun the sweep with the engine backend, which measures forward costs")
+                         hint="rerun the sweep with --via engine, which measures forward costs")
     temps = sorted({r.temperature for r in recs})
     temp = temperature if temperature is not None else temps[0]
     chosen = [r for r in recs if r.temperature == temp]
@@ -121,9 +121,9 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
                                                r.k > 0, r.variant, r.k))
     out = [f"# Speculative decoding sweep report: `{results_path.name}`", ""]
     sweep = results.sweeps[-1]["spec"] if results.sweeps else {}
-    backend = (results.sweeps[-1].get("backend_info") if results.sweeps else None) or {}
-    out += [f"- model `{sweep.get('model', '?')}`, backend `{backend.get('name', sweep.get('backend', '?'))}`, "
-            f"device `{backend.get('device', sweep.get('device', '?'))}`",
+    via = (results.sweeps[-1].get("via_info") if results.sweeps else None) or {}
+    out += [f"- model `{sweep.get('model', '?')}`, via `{via.get('name', sweep.get('via', '?'))}`, "
+            f"device `{via.get('device', sweep.get('device', '?'))}`",
             f"- {len(results.rows)} cases ok, {len(results.errors)} failed; {sweep.get('num_prompts', '?')} prompts "
             f"per suite, {sweep.get('max_new_tokens', '?')} new tokens per request, seed {sweep.get('seed', '?')} "
             "(request i uses seed + i), top_k 0, top_p 1",
@@ -176,8 +176,8 @@ def _cost_model_section(results: Results) -> list[str]:
     out = ["## Cost model check", ""]
     checked = [r for r in results.rows if r.k > 0 and r.error is not None]
     if not checked:
-        return out + ["No predictions: the results have no calibration records (forward costs are measured by the "
-                      "engine backend only).", ""]
+        return out + ["No predictions: the results have no calibration records (forward costs are measured only "
+                      "with --via engine).", ""]
     inside = [r for r in checked if r.within_tolerance]
     out += [f"Predicted speedup within {TOLERANCE:.0%} of measured for **{len(inside)} of {len(checked)}** cases "
             f"(median |error| {_median([abs(r.error or 0) for r in checked]) * 100:.1f}%).",

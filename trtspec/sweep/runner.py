@@ -1,11 +1,11 @@
 """Run a sweep: preflight, calibrate, then one record per case appended to results.jsonl, resumable.
 
-The runner knows nothing about models: a `Backend` (in-process engine, or Triton over gRPC) runs one case and returns
-its measurements. Order of work:
+The runner knows nothing about models: a `Backend` (spec.via: the in-process engine, or Triton over gRPC) runs one
+case and returns its measurements. Order of work:
   1. preflight  the spec is already validated; the backend checks what only it can (server reachable, engine max_k)
   2. resume     read the results file, cut a torn last line, skip case ids that already have a record
   3. calibrate  per model set, time target forwards over 1..max_k+1 tokens and a draft forward at batch 1/4/16
-                (engine backend only; stored as `calibration` records for the cost model)
+                (via engine only; stored as `calibration` records for the cost model)
   4. cases      run each missing case; an exception becomes an `error` record and the sweep goes on
 A KeyboardInterrupt or kill stops between (or inside) cases; the next run resumes with the missing ones.
 """
@@ -29,7 +29,7 @@ class Backend(Protocol):
     """What the runner needs from an execution backend.
 
     A backend may also define `check_model_set(spec, model_set)`, called for each model set during preflight (the
-    engine backend loads the models there and checks methods and prompt lengths before any case runs).
+    engine one loads the models there and checks methods and prompt lengths before any case runs).
     """
 
     name: str
@@ -84,8 +84,8 @@ class SweepSummary:
 
 
 def make_backend(spec: SweepSpec) -> Backend:
-    """The backend named by `spec.backend` (imported lazily: torch or tritonclient only when used)."""
-    if spec.backend == "engine":
+    """The backend `spec.via` names (imported lazily: torch or tritonclient only when used)."""
+    if spec.via == "engine":
         from trtspec.sweep.backend_engine import EngineBackend
 
         return EngineBackend()
@@ -102,7 +102,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
     backend = backend or make_backend(spec)
     results = ResultsFile(out)
     try:
-        # 1. preflight (before any file is touched): the backend's own checks, then per model set (engine backend)
+        # 1. preflight (before any file is touched): the backend's own checks, then per model set (via engine)
         backend.preflight(spec)
         check = getattr(backend, "check_model_set", None)
         if check is not None:
@@ -117,7 +117,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
         summary = SweepSummary(total=len(cases), skipped=len(cases) - len(todo))
         if todo:
             results.append({"kind": "sweep", "id": "sweep-" + case_id(spec.model_dump()), "spec": spec.model_dump(),
-                            "started_at": _now(), "backend_info": backend.info()})
+                            "started_at": _now(), "via_info": backend.info()})
         with _progress(show_progress, len(cases), summary.skipped) as progress:
             # 3. calibrate
             sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo else []
@@ -149,7 +149,7 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
         "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
         "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree},
-        "chat_template": spec.chat_template, "prompts": suite.describe(), "backend": backend.info(),
+        "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),
     }
     start = time.perf_counter()

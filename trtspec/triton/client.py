@@ -1,28 +1,39 @@
-"""A small gRPC client for trtspec's Triton deployments (either flavour), built on tritonclient.grpc.
+"""The one gRPC client for trtspec's Triton deployments (either flavour), built on tritonclient.grpc.
 
     client = TritonClient("127.0.0.1:8001", model="ensemble")
     out = client.generate("def foo(", max_tokens=32, k=4)          # Completion: text, token_ids, acceptance fields
     for chunk in client.stream("def foo(", max_tokens=32):         # Chunk: text / token_ids of one response
         print(chunk.text, end="")
+    arrays = client.infer("tensorrt_llm", {"input_ids": ids, ...}, ["output_ids", "sequence_length"])  # tensors
 
-Text models (`ensemble`, `tensorrt_llm_bls`) take a string; core models (`trtspec_engine`, `tensorrt_llm`) take token
-ids. Decoupled models are always called through the gRPC stream (Triton requires it), also without streaming.
+Two levels. `responses()` / `infer()` take numpy arrays by tensor name for any served model; `responses()` is the
+only code that talks to the server: a unary call for ordinary models, one gRPC stream per request for decoupled ones
+(Triton requires it, also without streaming). `generate()` / `stream()` build those tensors from text (text models
+`ensemble`, `tensorrt_llm_bls`) or token ids (core models `trtspec_engine`, `tensorrt_llm`) and read responses into
+Chunks. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
+is abandoned by its reader is stopped with its request cancelled. Used by the CLI, the sweep and scripts.
 tritonclient is imported when a client is created, not at module import.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from trtspec.errors import ServerError, ToolNotFoundError, UsageError
+from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
+from trtspec.spec.metrics import mean_acceptance_length  # data only, no torch
 
+DEFAULT_TIMEOUT_S = 120.0  # seconds one request may take, sending to final response
 TEXT_INPUT = "text_input"
-PERF_FIELDS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts")
+# Acceptance counters a response carries when the request sets return_perf_metrics: TensorRT-LLM's three, plus
+# num_drafts (trtspec_engine only; the mean acceptance length needs it). The one list of their names.
+TRTLLM_PERF_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+PERF_OUTPUTS = (*TRTLLM_PERF_OUTPUTS, "num_drafts")
 # request field -> input name on (text models, core models)
 _INPUT_NAMES = {
     "max_tokens": ("max_tokens", "request_output_len"),
@@ -35,9 +46,9 @@ _INPUT_NAMES = {
     "k": ("num_draft_tokens", "num_draft_tokens"),
     "end_id": ("end_id", "end_id"),
 }
-_DTYPES = {"max_tokens": "INT32", "temperature": "FP32", "top_k": "INT32", "top_p": "FP32", "seed": "UINT64",
-           "stream": "BOOL", "return_perf_metrics": "BOOL", "k": "INT32", "end_id": "INT32"}
-_NUMPY = {"INT32": np.int32, "FP32": np.float32, "UINT64": np.uint64, "BOOL": np.bool_}
+_DTYPES: dict[str, type] = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
+                            "top_p": np.float32, "seed": np.uint64, "stream": np.bool_,
+                            "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32}
 
 
 @dataclass
@@ -81,44 +92,58 @@ class Completion:
     def mean_acceptance_length(self) -> float | None:
         if self.num_drafts is None or self.total_accepted_draft_tokens is None:
             return None
-        return 1.0 + self.total_accepted_draft_tokens / self.num_drafts if self.num_drafts else 1.0
+        return mean_acceptance_length(self.num_drafts, self.total_accepted_draft_tokens)
 
 
 class TritonClient:
-    """gRPC client for one model of a trtspec repository."""
+    """gRPC client of one Triton server; `model` is the model the text-level methods call.
 
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "ensemble", *, timeout_s: float = 120.0) -> None:
+    Args:
+        url: the server's gRPC address, host:port.
+        model: the model generate()/stream() call; infer()/responses() name theirs per call.
+        timeout_s: seconds one request may take from sending to its final response (also bounds the checks).
+    Raises:
+        ServerError: no server answers at `url`, or `model` is not served there.
+    """
+
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "ensemble", *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if not timeout_s > 0:
+            raise ConfigError("timeout_s", timeout_s, "must be a positive number of seconds",
+                              hint=f"e.g. timeout_s={DEFAULT_TIMEOUT_S:g}")
         try:
             import tritonclient.grpc as grpcclient
+            from tritonclient.utils import np_to_triton_dtype
         except ImportError:
             raise ToolNotFoundError("tritonclient[grpc] is not installed",
                                     hint="pip install 'tritonclient[grpc]'") from None
-        self._grpc = grpcclient
+        self._grpc, self._triton_dtype = grpcclient, np_to_triton_dtype
         self.url, self.model, self.timeout_s = url, model, timeout_s
         self._client = grpcclient.InferenceServerClient(url=url)
+        self._configs: dict[str, dict[str, Any]] = {}
         try:
-            config = self._client.get_model_config(model, as_json=True)["config"]
-        except Exception as exc:  # InferenceServerException, or gRPC unavailable
-            raise ServerError(f"cannot read model {model!r} from {url}: {_message(exc)}",
-                              hint=f"is the server up (`trtspec serve REPO`) and {model!r} loaded?") from None
+            live = self._client.is_server_live(client_timeout=timeout_s)
+        except Exception as exc:  # InferenceServerException, or gRPC unavailable: nobody answers
+            self._client.close()
+            raise ServerError(f"url={url!r}: no Triton server answers ({_message(exc)})",
+                              hint="start one with `trtspec serve REPO`, or fix the url (the gRPC port, e.g. 8001)"
+                              ) from None
+        if not live:
+            self._client.close()
+            raise ServerError(f"url={url!r}: the Triton server is not live", hint="see the server log")
+        config = self.model_config(model)
         self.inputs = {i["name"]: i for i in config.get("input", [])}
-        self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        self.decoupled = self.is_decoupled(model)
         self.text_model = TEXT_INPUT in self.inputs
 
-    # public --------------------------------------------------------------------------------------------------------
+    # text level ----------------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64, k: int | None = None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                  end_id: int | None = None) -> Completion:
         """One request, not streamed; returns the whole completion."""
-        inputs = self._inputs(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, end_id=end_id, stream=False)
-        if self.decoupled:
-            return _collect(self._stream_responses(inputs))
-        try:
-            result = self._client.infer(self.model, inputs, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"{self.model}: {_message(exc)}", hint="see the server log for details") from None
-        return _collect(iter([result]))
+        inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, end_id=end_id, stream=False)
+        return Completion.from_chunks(_chunk(arrays) for arrays in self.responses(self.model, inputs))
 
     def stream(self, prompt: str | Sequence[int], *, max_tokens: int = 64, k: int | None = None,
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
@@ -127,17 +152,85 @@ class TritonClient:
         if not self.decoupled:
             raise UsageError(f"model {self.model!r} is not decoupled and cannot stream",
                              hint="use model `ensemble` or `trtspec_engine`, or call generate()")
-        inputs = self._inputs(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, end_id=end_id, stream=True)
-        for result in self._stream_responses(inputs):
-            yield _chunk(result)
+        inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, end_id=end_id, stream=True)
+        for arrays in self.responses(self.model, inputs):
+            yield _chunk(arrays)
 
     def stream_completion(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
         """Stream one request and gather it into a Completion (chunks kept in `.chunks`)."""
-        if not self.decoupled:
-            raise UsageError(f"model {self.model!r} is not decoupled and cannot stream", hint="call generate()")
-        inputs = self._inputs(prompt, stream=True, **kwargs)
-        return _collect(self._stream_responses(inputs))
+        return Completion.from_chunks(self.stream(prompt, **kwargs))
+
+    # tensor level --------------------------------------------------------------------------------------------------
+    def infer(self, model: str, inputs: Mapping[str, np.ndarray],
+              outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One request to any served model; its outputs by name.
+
+        Args:
+            model: the served model, e.g. `tensorrt_llm`, `tensorrt_llm_draft`, `trtspec_engine`.
+            inputs: tensor name -> array, batch dimension first (e.g. input_ids [1, prompt_len] int32); the Triton
+                dtype follows the numpy dtype (object arrays of bytes are BYTES).
+            outputs: the output names to return; None = every output the model sends.
+        Returns:
+            name -> array as the model sent it (e.g. output_ids [1, beam, seq]). A decoupled model may answer
+            with several responses; each output keeps its last value, which is the whole result of a request that
+            does not stream (its final response carries the full sequence and the counters). Read a streamed
+            request with responses().
+        Raises:
+            ServerError: the request failed, or took longer than timeout_s.
+        """
+        merged: dict[str, np.ndarray] = {}
+        for arrays in self.responses(model, inputs, outputs):
+            merged.update(arrays)
+        return merged
+
+    def responses(self, model: str, inputs: Mapping[str, np.ndarray],
+                  outputs: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Send one request; yield each response's outputs (name -> array) as it arrives, until the final one.
+
+        A model that is not decoupled answers once (a unary call); a decoupled one through a gRPC stream of its own,
+        stopped with the request cancelled when the request ends, fails, times out, or the caller stops reading.
+        """
+        tensors = [self._tensor(name, array) for name, array in inputs.items()]
+        requested = None if outputs is None else [self._grpc.InferRequestedOutput(name) for name in outputs]
+        if not self.is_decoupled(model):
+            try:
+                result = self._client.infer(model, tensors, outputs=requested, client_timeout=self.timeout_s)
+            except Exception as exc:  # InferenceServerException: the model's error, or the deadline
+                raise ServerError(f"{model}: {_message(exc)}", hint="see the server log; a request slower than "
+                                  f"timeout_s={self.timeout_s:g} s needs a larger timeout") from None
+            yield _arrays(result, outputs)
+            return
+        yield from self._stream(model, tensors, requested, outputs)
+
+    # server and model facts ----------------------------------------------------------------------------------------
+    def ready(self, model: str) -> bool:
+        """Whether `model` is loaded and ready on the server."""
+        try:
+            return bool(self._client.is_model_ready(model, client_timeout=self.timeout_s))
+        except Exception as exc:
+            raise ServerError(f"url={self.url!r}: readiness of {model!r} unknown ({_message(exc)})",
+                              hint="is the server still up? see its log") from None
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        """A served model's configuration (its config.pbtxt as JSON), read once per model."""
+        if model not in self._configs:
+            try:
+                reply = self._client.get_model_config(model, as_json=True, client_timeout=self.timeout_s)
+            except Exception as exc:  # InferenceServerException, or gRPC unavailable
+                raise ServerError(f"cannot read model {model!r} from {self.url}: {_message(exc)}",
+                                  hint=f"is the server up (`trtspec serve REPO`) and {model!r} loaded?") from None
+            self._configs[model] = reply.get("config", {})
+        return self._configs[model]
+
+    def model_parameters(self, model: str) -> dict[str, str]:
+        """A served model's config.pbtxt `parameters`, as strings."""
+        params = self.model_config(model).get("parameters", {})
+        return {key: value.get("string_value", "") for key, value in params.items()}
+
+    def is_decoupled(self, model: str) -> bool:
+        """Whether `model` answers through a stream (model_transaction_policy { decoupled: true })."""
+        return bool(self.model_config(model).get("model_transaction_policy", {}).get("decoupled", False))
 
     def close(self) -> None:
         self._client.close()
@@ -149,24 +242,21 @@ class TritonClient:
         self.close()
 
     # internals -----------------------------------------------------------------------------------------------------
-    def _inputs(self, prompt: str | Sequence[int], *, stream: bool, max_tokens: int = 64, k: int | None = None,
-                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                end_id: int | None = None) -> list[Any]:
-        infer_input = self._grpc.InferInput
+    def _request(self, prompt: str | Sequence[int], *, stream: bool, max_tokens: int = 64, k: int | None = None,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                 end_id: int | None = None) -> dict[str, np.ndarray]:
+        """The request tensors of `self.model` for a prompt and sampling options (knobs it lacks are left out)."""
         side = 0 if self.text_model else 1
-        tensors: list[Any] = []
         if self.text_model:
             if not isinstance(prompt, str):
                 raise UsageError(f"model {self.model!r} takes text; got token ids", hint="pass the prompt as text")
-            tensors.append(_tensor(infer_input, TEXT_INPUT, np.array([[prompt.encode("utf-8")]], dtype=object),
-                                   "BYTES"))
+            inputs = {TEXT_INPUT: np.array([[prompt.encode("utf-8")]], dtype=object)}  # [1, 1]
         else:
             if isinstance(prompt, str):
                 raise UsageError(f"model {self.model!r} takes token ids, not text",
                                  hint="use model `ensemble` for text, or tokenize the prompt first")
             ids = np.asarray(list(prompt), dtype=np.int32).reshape(1, -1)  # [1, prompt_len]
-            tensors.append(_tensor(infer_input, "input_ids", ids, "INT32"))
-            tensors.append(_tensor(infer_input, "input_lengths", np.array([[ids.shape[1]]], dtype=np.int32), "INT32"))
+            inputs = {"input_ids": ids, "input_lengths": np.array([[ids.shape[1]]], dtype=np.int32)}
         values = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                   "seed": seed, "stream": stream, "return_perf_metrics": True, "k": k, "end_id": end_id}
         for key, value in values.items():
@@ -179,66 +269,79 @@ class TritonClient:
                                      "per request", hint="use model `trtspec_engine`/`ensemble` of a torch "
                                      "deployment, or `tensorrt_llm_bls` for draft-target on TensorRT-LLM")
                 continue  # an optional knob this model does not expose
-            dtype = _DTYPES[key]
-            tensors.append(_tensor(infer_input, name, np.array([[value]], dtype=_NUMPY[dtype]), dtype))
-        return tensors
+            inputs[name] = np.array([[value]], dtype=_DTYPES[key])  # [1, 1]
+        return inputs
 
-    def _stream_responses(self, inputs: list[Any]) -> Iterator[Any]:
-        """Send one request on a fresh gRPC stream and yield its results until the final flag."""
+    def _tensor(self, name: str, array: np.ndarray) -> Any:
+        array = np.asarray(array)
+        dtype = self._triton_dtype(array.dtype)
+        if dtype is None:
+            raise UsageError(f"input {name!r}: numpy dtype {array.dtype} has no Triton type",
+                             hint="send int32/int64/uint64/float32/bool arrays, or object arrays of bytes")
+        tensor = self._grpc.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        return tensor
+
+    def _stream(self, model: str, tensors: list[Any], requested: list[Any] | None,
+                outputs: Sequence[str] | None) -> Iterator[dict[str, np.ndarray]]:
+        """One request on a fresh gRPC stream: yields each response that has outputs, until the final flag."""
         results: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        client = self._grpc.InferenceServerClient(url=self.url)  # one stream per client object
-        client.start_stream(callback=lambda result, error: results.put((result, error)),
-                            stream_timeout=self.timeout_s)
+        client = self._grpc.InferenceServerClient(url=self.url)  # one stream per client object; requests may overlap
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        deadline = time.monotonic() + self.timeout_s
         try:
-            client.async_stream_infer(self.model, inputs, enable_empty_final_response=True)
+            client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
             while True:
                 try:
-                    result, error = results.get(timeout=self.timeout_s)
+                    result, error = results.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except queue.Empty:
-                    raise ServerError(f"{self.model}: no response within {self.timeout_s:.0f} s",
-                                      hint="the server may be overloaded; raise timeout_s") from None
+                    raise ServerError(f"{model}: no final response within timeout_s={self.timeout_s:g} s (request "
+                                      "cancelled)", hint="the server may be overloaded or the request long; raise "
+                                      "timeout_s (`trtspec sweep --timeout SECONDS`)") from None
                 if error is not None:
-                    raise ServerError(f"{self.model}: {_message(error)}", hint="see the server log for details")
-                final = result.get_response().parameters.get("triton_final_response")
-                is_final = bool(final and final.bool_param)
-                if result.get_response().outputs:
-                    yield result
-                if is_final:
+                    raise ServerError(f"{model}: {_message(error)}", hint="see the server log for details")
+                response = result.get_response()
+                if response.outputs:
+                    yield _arrays(result, outputs)
+                final = response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
                     return
-        finally:
+        finally:  # also when the reader stops early (generator closed): cancel what the server still runs
             client.stop_stream(cancel_requests=True)
             client.close()
 
 
-def _tensor(factory: Any, name: str, array: np.ndarray, dtype: str) -> Any:
-    tensor = factory(name, list(array.shape), dtype)
-    tensor.set_data_from_numpy(array)
-    return tensor
+def perf_values(arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The acceptance counters (PERF_OUTPUTS) among one response's outputs: acceptance_rate a float, the rest ints."""
+    perf: dict[str, float] = {}
+    for name in PERF_OUTPUTS:
+        if name in arrays:
+            scalar = np.asarray(arrays[name]).reshape(-1)[0]  # [1, 1]
+            perf[name] = float(scalar) if name == "acceptance_rate" else int(scalar)
+    return perf
 
 
-def _chunk(result: Any) -> Chunk:
-    ids = result.as_numpy("output_ids")  # [batch, beam, len]
-    lengths = result.as_numpy("sequence_length")  # [batch, beam]
+def _arrays(result: Any, names: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """A tritonclient result as name -> array (`names`, or every output it has), absent outputs left out."""
+    if names is None:
+        names = [output.name for output in result.get_response().outputs]
+    arrays = {name: result.as_numpy(name) for name in names}
+    return {name: array for name, array in arrays.items() if array is not None}
+
+
+def _chunk(arrays: Mapping[str, np.ndarray]) -> Chunk:
+    ids = arrays.get("output_ids")  # [batch, beam, len]
+    lengths = arrays.get("sequence_length")  # [batch, beam]
     token_ids: list[int] = []
     if ids is not None:
         n = int(lengths.reshape(-1)[0]) if lengths is not None else ids.shape[-1]
         token_ids = [int(t) for t in ids.reshape(-1)[:n]]
-    text_out = result.as_numpy("text_output")
+    text_out = arrays.get("text_output")
     text = ""
     if text_out is not None:
         raw = text_out.reshape(-1)[0]
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-    perf: dict[str, float] = {}
-    for name in PERF_FIELDS:
-        value = result.as_numpy(name)
-        if value is not None:
-            scalar = value.reshape(-1)[0]
-            perf[name] = float(scalar) if name == "acceptance_rate" else int(scalar)
-    return Chunk(text=text, token_ids=token_ids, perf=perf)
-
-
-def _collect(results: Iterator[Any]) -> Completion:
-    return Completion.from_chunks(_chunk(result) for result in results)
+    return Chunk(text=text, token_ids=token_ids, perf=perf_values(arrays))
 
 
 def _message(exc: BaseException) -> str:

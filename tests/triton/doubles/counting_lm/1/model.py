@@ -2,10 +2,13 @@
 
 As the target (parameter role=target) it verifies `draft_input_ids` greedily (keeps the longest prefix that
 matches its own next tokens) and adds one token; as the draft (role=draft) it makes every third token wrong.
-Decoupled or not, as its config says.
+Like tensorrt_llm, output_ids and sequence_length include the prompt unless exclude_input_in_output is set.
+Decoupled or not, as its config says. Parameters for client tests: delay_s (sleep before answering) and cancel_log
+(a file that gets a line per request found cancelled after the sleep; that request gets no output).
 """
 
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -18,7 +21,10 @@ def following(token):
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.role = config.get("parameters", {}).get("role", {}).get("string_value", "target")
+        params = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        self.role = params.get("role", "target")
+        self.delay_s = float(params.get("delay_s") or 0)
+        self.cancel_log = params.get("cancel_log")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     def execute(self, requests):
@@ -28,6 +34,15 @@ class TritonPythonModel:
                 tensor = pb_utils.get_input_tensor_by_name(request, name)
                 return None if tensor is None else tensor.as_numpy()
 
+            if self.delay_s:
+                time.sleep(self.delay_s)
+                sender = request.get_response_sender() if self.decoupled else None
+                if sender is not None and sender.is_cancelled():
+                    if self.cancel_log:
+                        with open(self.cancel_log, "a") as log:
+                            log.write("cancelled\n")
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    continue
             length = int(get("input_lengths").reshape(-1)[0])
             ids = [int(t) for t in get("input_ids").reshape(-1)[:length]]
             wanted = int(get("request_output_len").reshape(-1)[0])
@@ -45,6 +60,9 @@ class TritonPythonModel:
                     token = following(last) + (1 if self.role == "draft" and i % 3 == 2 else 0)
                     out.append(token)
                     last = token
+            exclude = get("exclude_input_in_output")
+            if exclude is None or not bool(exclude.reshape(-1)[0]):
+                out = ids + out
             response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("output_ids", np.array(out, dtype=np.int32).reshape(1, 1, -1)),
                 pb_utils.Tensor("sequence_length", np.array([[len(out)]], dtype=np.int32)),

@@ -1,0 +1,166 @@
+"""TritonClient's tensor level (`infer`, `responses`) against a real tritonserver, and the sweep's Triton path on it.
+
+The served models are the counting test double (tests/triton/doubles/counting_lm) with tensorrt_llm's tensor names:
+`counting_target` decoupled (answers through a stream), `counting_draft` not, and `counting_slow` decoupled and
+3 s slow, to check the client's timeout and that it cancels the request it gives up on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trtspec.errors import ServerError
+from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
+from trtspec.sweep.grid import SweepSpec
+from trtspec.sweep.prompts import PromptSuite
+from trtspec.triton.client import TritonClient
+from trtspec.triton.render import RepoFile, write_repository
+from trtspec.triton.server import TritonServer
+
+DOUBLES = Path(__file__).parent / "doubles"
+SLOW_S = 3.0
+pytestmark = pytest.mark.triton
+
+
+def _model(name: str, *, decoupled: bool, **params: object) -> dict[str, RepoFile]:
+    policy = "model_transaction_policy { decoupled: true }\n" if decoupled else ""
+    config = (DOUBLES / "counting_lm" / "config.pbtxt").read_text()
+    lines = "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+    return {f"{name}/config.pbtxt": RepoFile(text=f'name: "{name}"\n{policy}{config}\n{lines}'),
+            f"{name}/1/model.py": RepoFile(copy_from=DOUBLES / "counting_lm" / "1" / "model.py")}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    path = tmp_path_factory.mktemp("client")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(base):
+    plan = {**_model("counting_target", decoupled=True, role="target"),
+            **_model("counting_draft", decoupled=False, role="draft"),
+            **_model("counting_slow", decoupled=True, role="target", delay_s=SLOW_S,
+                     cancel_log=base / "cancelled.log")}
+    with TritonServer(write_repository(plan, base / "repo")) as srv:
+        yield srv
+
+
+def following(token: int) -> int:
+    return 3 + (token - 2) % 47  # the double's next token
+
+
+def counting(last: int, n: int) -> list[int]:
+    out = []
+    for _ in range(n):
+        last = following(last)
+        out.append(last)
+    return out
+
+
+def request(ids: list[int], n: int, **extra: np.ndarray) -> dict[str, np.ndarray]:
+    return {"input_ids": np.array([ids], dtype=np.int32),  # [1, prompt_len]
+            "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+            "request_output_len": np.array([[n]], dtype=np.int32), **extra}
+
+
+@pytest.mark.parametrize("model", ["counting_target", "counting_draft"])
+def test_infer_returns_named_outputs_from_decoupled_and_unary_models(server, model):
+    prompt = [3, 10, 20]
+    with TritonClient(server.grpc_url, model=model) as client:
+        assert client.is_decoupled(model) is (model == "counting_target")
+        out = client.infer(model, request(prompt, 5), ["output_ids", "sequence_length"])
+        assert set(out) == {"output_ids", "sequence_length"}
+        assert out["output_ids"].shape == (1, 1, 8) and out["output_ids"].dtype == np.int32  # [batch, beam, seq]
+        assert int(out["sequence_length"].reshape(-1)[0]) == 8
+        if model == "counting_target":
+            assert out["output_ids"].reshape(-1).tolist() == prompt + counting(20, 5)
+        else:  # the draft double makes every third token wrong (+1), continuing from it
+            assert out["output_ids"].reshape(-1).tolist()[3:5] == counting(20, 2)
+            assert out["output_ids"][0, 0, 5] == following(out["output_ids"][0, 0, 4]) + 1
+        # one output asked for: only that one comes back; no names: every output the model sends
+        only = client.infer(model, request(prompt, 2, exclude_input_in_output=np.array([[True]])), ["output_ids"])
+        assert list(only) == ["output_ids"] and only["output_ids"].reshape(-1).tolist() == counting(20, 2)
+        every = client.infer(model, request(prompt, 2))
+        assert set(every) == {"output_ids", "sequence_length"}
+
+
+def test_target_verifies_draft_input_ids_through_the_stream(server):
+    with TritonClient(server.grpc_url, model="counting_target") as client:
+        good = counting(20, 2)
+        draft = np.array([[*good, 0]], dtype=np.int32)  # [1, 3]: the third is wrong
+        out = client.infer("counting_target", request([3, 10, 20], 4, draft_input_ids=draft),
+                           ["output_ids", "sequence_length"])
+    assert out["output_ids"].reshape(-1).tolist() == [3, 10, 20, *counting(20, 3)]  # 2 accepted + 1 target token
+
+
+def test_errors_name_the_model_and_timeout_cancels_the_request(server, base):
+    with TritonClient(server.grpc_url, model="counting_target", timeout_s=1.0) as client:
+        with pytest.raises(ServerError, match="counting_draft: .*input_lengths"):  # the server's refusal, unary
+            client.infer("counting_draft", {"input_ids": np.array([[3]], dtype=np.int32)}, ["output_ids"])
+        start = time.monotonic()
+        with pytest.raises(ServerError, match=r"counting_slow: no final response within timeout_s=1 s") as exc:
+            client.infer("counting_slow", request([3], 2), ["output_ids"])
+        assert time.monotonic() - start < SLOW_S  # the client gave up at its timeout, not when the server answered
+        assert "timeout" in exc.value.hint
+        # the server is told: the double finds the request cancelled once its sleep ends
+        log = base / "cancelled.log"
+        deadline = time.monotonic() + 3 * SLOW_S
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log.read_text().splitlines() == ["cancelled"]
+        # and the client still works
+        out = client.infer("counting_target", request([5], 3), ["output_ids"])
+    assert out["output_ids"].reshape(-1).tolist() == [5, *counting(5, 3)]
+
+
+def test_unknown_model_and_unreachable_server_are_server_errors(server):
+    with pytest.raises(ServerError, match="cannot read model 'nope'") as exc:
+        TritonClient(server.grpc_url, model="nope")
+    assert "loaded" in exc.value.hint
+    with TritonClient(server.grpc_url, model="counting_draft") as client:
+        assert client.ready("counting_draft") and not client.ready("nope")
+    with pytest.raises(ServerError, match="no Triton server answers") as exc:
+        TritonClient("127.0.0.1:1", model="counting_draft", timeout_s=1.0)
+    assert "trtspec serve" in exc.value.hint
+
+
+def test_sweep_draft_target_loop_over_the_real_client(server):
+    prompt, k, new = [3, 10, 20], 4, 12
+    with TritonClient(server.grpc_url, model="counting_target") as client:
+        generated, counts = draft_target_loop(client, draft_model="counting_draft", target_model="counting_target",
+                                              prompt_ids=prompt, max_new_tokens=new, k=k, temperature=0.0)
+    assert generated == counting(20, new)  # lossless: the target's own tokens
+    # by hand: each draft of 3+ tokens has its first 2 right; lengths 4, 4, 4, then 2 (the limit) at 3, 6, 9, 12
+    assert (counts.num_drafts, counts.num_draft_tokens, counts.num_accepted_tokens) == (4, 14, 8)
+    assert counts.num_accepted_tokens_per_pos == [4, 4, 0, 0] and counts.num_emitted_tokens == new
+
+
+def test_sweep_backend_runs_cases_against_the_server(server, tmp_path):
+    spec = SweepSpec.build(model="counting", via="triton", url=server.grpc_url, flavour="tensorrtllm",
+                           model_name="counting_target", draft_model_name="counting_draft", methods=["draft_target"],
+                           drafts=["counting_draft"], k=[0, 4], suites=["code"], num_prompts=2, max_new_tokens=12,
+                           timeout_s=30.0)
+
+    class CountingTokenizer:  # test double: every prompt is [3, 10, len(text)] in the double's vocabulary
+        def encode(self, text):
+            return [3, 10, 3 + len(text) % 47]
+
+    backend = TritonBackend(tokenizer=CountingTokenizer())
+    backend.preflight(spec)  # connects with spec.timeout_s, checks both models are ready
+    try:
+        assert backend.client is not None and backend.client.timeout_s == 30.0
+        suite = PromptSuite("s", tmp_path, ("abc", "abcdef"), "0")
+        plain, spec_case = (backend.run_case(case, suite, spec) for case in spec.cases())
+    finally:
+        backend.close()
+    assert plain["output_tokens"] == spec_case["output_tokens"] == 24 and plain["stats"]["source"] == "plain"
+    stats = spec_case["stats"]
+    assert stats["source"] == "client_loop" and (stats["num_drafts"], stats["num_accepted_tokens"]) == (8, 16)
+    assert stats["mean_acceptance_length"] == 3.0  # 1 + 16 / 8
