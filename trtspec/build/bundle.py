@@ -76,7 +76,9 @@ def load_bundle(path: str | Path) -> BundleInfo:
     manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
     lookahead = settings.get("lookahead")
     target = sub("target")
-    assert target is not None
+    if target is None:
+        raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file} names no target model",
+                                 hint="rebuild the bundle with `trtspec build CONFIG`")
     return BundleInfo(root=root, method=settings["method"], max_draft_len=int(settings["max_draft_len"]),
                       target=target, draft=sub("draft"), medusa=sub("medusa"), choices=settings.get("choices"),
                       lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"),

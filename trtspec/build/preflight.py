@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trtspec import choices as tree_choices
 from trtspec.build.checkpoint import (
@@ -27,6 +27,8 @@ from trtspec.config import BuildSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
+
+T = TypeVar("T")
 
 # HF architecture -> TensorRT-LLM convert_checkpoint.py family (examples/<family> or examples/models/core/<family>).
 CONVERT_FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
@@ -212,7 +214,7 @@ def _padded(vocab: int, tp: int) -> int:
 
 
 def _medusa(spec: BuildSpec, models: dict[str, ModelRef], checks: list[Check]) -> MedusaHeads | None:
-    assert spec.medusa is not None
+    _section(spec.medusa, "medusa", spec.method)
     ref = models["medusa"]
     if not ref.exists:
         return None
@@ -270,7 +272,7 @@ def _rule_external(spec: BuildSpec, given: int | None, heads: MedusaHeads | None
 
 
 def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    assert spec.medusa is not None
+    _section(spec.medusa, "medusa", spec.method)
     num_heads = spec.medusa.num_heads or (heads.num_heads if heads else None)
     if num_heads is None:
         num_heads = 4
@@ -282,8 +284,7 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    eagle = spec.eagle
-    assert eagle is not None
+    eagle = _section(spec.eagle, "eagle", spec.method)
     tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
                                  max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
     max_draft_len = given or len(tree)
@@ -316,7 +317,7 @@ def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
 
 
 def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    assert spec.redrafter is not None
+    _section(spec.redrafter, "redrafter", spec.method)
     derived = spec.redrafter.num_beams * spec.redrafter.draft_len_per_beam
     if given is not None and given != derived:
         raise ConfigError("max_draft_len", given, f"ReDrafter fixes it to num_beams x draft_len_per_beam = {derived}",
@@ -357,3 +358,10 @@ def _check_engine_flags(spec: BuildSpec, method: MethodInfo, max_draft_len: int,
                               hint=f"set engine.max_seq_len <= {limit - max_draft_len}")
     checks.append(Check("engine flags", "ok", f"beam 1, logits {engine.logits_dtype}, paged context FMHA "
                         f"{'on' if engine.use_paged_context_fmha else 'off'}"))
+
+
+def _section(value: T | None, name: str, method: str) -> T:
+    """The config section a method needs (the spec's validator normally refuses it missing earlier)."""
+    if value is None:
+        raise ConfigError(name, None, f"method {method} needs a `{name}:` section", hint=f"add `{name}:` to the config")
+    return value

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from trtspec.errors import ServerError
 from trtspec.methods import engine_methods
 
 TREE_MAX_NODES = 64  # default k (node cap) for tree methods: every node of a 63-node tree
@@ -160,7 +161,8 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
         if on_text is not None and delta.text:
             on_text(delta.text)
         final = delta
-    assert final is not None and final.stats is not None
+    if final is None or final.stats is None:  # the engine always ends a stream with a finished delta
+        raise ServerError("generation ended without its final result", hint="rerun with --debug and report it")
     return {"text": engine.decode(token_ids), "token_ids": token_ids, "finish_reason": final.finish_reason,
             "method": spec.method, "k": spec.k, "acceptance": spec.acceptance,
             "lossless": spec.acceptance == "exact", **final.stats.to_dict()}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.errors import UsageError
 from trtspec.methods import resolve
 from trtspec.sweep import costmodel
 from trtspec.sweep.records import Record, latest_by_id, read_records
@@ -374,7 +375,9 @@ def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs
              temperature: float, price: float | None, timing: str) -> Recommendation:
     sample = rows[0]
     costs = step_costs(calibs, sample.params, batch, timing)
-    assert costs is not None
+    if costs is None:
+        raise UsageError(f"model={sample.params['model']!r}: the results hold no calibration for this model set",
+                         hint="rerun the sweep (it calibrates every model set before its cases)")
     tps_by_k: dict[int, list[float]] = defaultdict(list)
     for r in rows:
         tps_by_k[r.k].append(r.tokens_per_step)

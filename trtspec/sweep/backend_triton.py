@@ -207,7 +207,8 @@ class TritonBackend:
     def _one_request(self, case: Case, spec: SweepSpec, prompt_ids: list[int],
                      seed: int) -> tuple[list[int], AcceptanceStats, dict[str, float] | None]:
         """(generated ids, client-loop counts, perf metrics or None) of one request."""
-        assert self.client is not None
+        if self.client is None:
+            raise ServerError("the Triton sweep backend has no client", hint="call preflight() before run_case()")
         counts = AcceptanceStats()
         if spec.flavour == "tensorrtllm" and case.k == 0:
             out, seq_len = _trtllm_call(self.client, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),

@@ -28,6 +28,9 @@ from pathlib import Path
 
 from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 
+POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
+PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
+
 HOST = "127.0.0.1"
 # Log fragments after which tritonserver keeps running but never becomes ready (strict readiness).
 FATAL_LOG_MARKERS = ("failed to load", "Failed to preinitialize", "failed to initialize", "Traceback (most recent")
@@ -264,12 +267,12 @@ class TritonServer:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
+        process = self._started()
         while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 tail = self.log_tail()
                 self._cleanup()
-                raise ServerError(f"tritonserver exited with code {self.process.returncode} before it was ready:\n"
+                raise ServerError(f"tritonserver exited with code {process.returncode} before it was ready:\n"
                                   f"{tail}", hint="read the log above; `trtspec doctor` checks the installation")
             if self.ready():
                 return
@@ -278,11 +281,16 @@ class TritonServer:
                 self.stop()
                 raise ServerError("a model failed to load:\n" + "\n".join(fatal),
                                   hint="fix the model (see the lines above); `trtspec doctor` checks the installation")
-            time.sleep(0.25)
+            time.sleep(POLL_INTERVAL_S)
         tail = self.log_tail()
         self.stop()
         raise ServerError(f"tritonserver was not ready after {self.startup_timeout:.0f} s:\n{tail}",
                           hint="a model failed to load or is slow to start; see the log")
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self.process is None:
+            raise ServerError("tritonserver has not been started", hint="call start() (or use `with TritonServer(...)`)")
+        return self.process
 
     def _fatal_log_lines(self) -> list[str]:
         """Log lines that mean the server will never become ready (a model failed to load or initialize)."""
@@ -293,7 +301,7 @@ class TritonServer:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=PROBE_TIMEOUT_S) as response:
                 return response.status == 200
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
@@ -329,7 +337,7 @@ class TritonServer:
 
     def wait(self) -> int:
         """Block until the server exits, forwarding SIGINT/SIGTERM to it (for `trtspec serve`)."""
-        assert self.process is not None
+        self._started()
 
         def forward(signum: int, _frame: object) -> None:
             if self.process is not None and self.process.poll() is None:
