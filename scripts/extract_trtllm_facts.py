@@ -145,7 +145,7 @@ def parse_template(text: str, *, source: str) -> dict:
 
     def tensor(t, kind: str) -> dict:
         item = {"name": t.name,
-                "data_type": ("${%s}" % tensor_placeholders[t.name]) if t.name in tensor_placeholders
+                "data_type": f"${{{tensor_placeholders[t.name]}}}" if t.name in tensor_placeholders
                 else model_config_pb2.DataType.Name(t.data_type),
                 "dims": list(t.dims)}
         if kind == "input":
@@ -158,7 +158,7 @@ def parse_template(text: str, *, source: str) -> dict:
 
     def placeholder_for(field: str) -> str | None:
         found = [u["placeholder"] for u in unquoted if u["field"] == field]
-        return "${%s}" % found[0] if found else None
+        return f"${{{found[0]}}}" if found else None
 
     facts: dict = {
         "name": config.name,
@@ -185,7 +185,7 @@ def parse_template(text: str, *, source: str) -> dict:
                 facts["dynamic_batching"][key] = ph
         queue = [u["placeholder"] for u in unquoted if u["field"] == "max_queue_size"]
         if queue:
-            facts["dynamic_batching"].setdefault("default_queue_policy", {})["max_queue_size"] = "${%s}" % queue[0]
+            facts["dynamic_batching"].setdefault("default_queue_policy", {})["max_queue_size"] = f"${{{queue[0]}}}"
     if config.HasField("ensemble_scheduling"):
         facts["ensemble_steps"] = [{"model_name": s.model_name, "model_version": s.model_version,
                                     "input_map": dict(sorted(s.input_map.items())),
