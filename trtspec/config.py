@@ -184,7 +184,7 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
     """A BuildSpec from a mapping; ValidationError -> ConfigError naming the YAML path, the value and the fix."""
     if not isinstance(data, dict):
         raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
-                          hint="start from build_configs/tiny-draft-target.yaml")
+                          hint="start from an example: `trtspec build --example tiny-torch > tiny-torch.yaml`")
     try:
         return BuildSpec.model_validate(data)
     except ValidationError as exc:

@@ -89,8 +89,28 @@ def check_embedded_models() -> list[Check]:
     return out
 
 
+def check_shipped_data() -> list[Check]:
+    """The Triton model templates and the example build configs (shipped in the wheel, or the checkout's)."""
+    from trtspec.errors import TrtspecError
+    from trtspec.resources import example_names
+    from trtspec.triton.render import template_root
+
+    out = []
+    try:
+        out.append(Check("templates", True, str(template_root())))
+    except TrtspecError as exc:
+        out.append(Check("templates", False, exc.message))
+    try:
+        out.append(Check("example configs", True, f"{len(example_names())} (trtspec build --list-examples)",
+                         required=False))
+    except TrtspecError as exc:
+        out.append(Check("example configs", False, exc.message, required=False))
+    return out
+
+
 def run_checks() -> list[Check]:
     checks = [check_package(d) for d in ("torch", "transformers", "tritonclient", "nvidia-pytriton", "nvidia-modelopt")]
     checks += [check_tritonserver(), check_tensorrt_llm(), check_gpus()]
     checks += check_embedded_models()
+    checks += check_shipped_data()
     return checks

@@ -16,12 +16,15 @@ import click
 @click.option("--schema", is_flag=True, help="Print the build config JSON schema and exit.")
 @click.option("--backend", type=click.Choice(["tensorrtllm", "torch"]), help="Override `backend:` in the config.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan / result as JSON.")
+@click.option("--example", metavar="NAME",
+              help="Print the shipped example build config NAME (its output: set to out/build/NAME) and exit.")
+@click.option("--list-examples", is_flag=True, help="List the shipped example build configs and exit.")
 def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None, schema: bool, backend: str | None,
-          as_json: bool) -> None:
+          as_json: bool, example: str | None, list_examples: bool) -> None:
     """Build TensorRT-LLM engines with speculative decoding (or a torch bundle) from CONFIG (YAML).
 
-    Examples: trtspec build build_configs/tiny-draft-target.yaml --only convert;
-    trtspec build build_configs/llama3.3-70b-draft-target.yaml --dry-run
+    Examples: trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml;
+    trtspec build --example llama3.3-70b-draft-target > 70b.yaml && trtspec build 70b.yaml --dry-run
     """
     from trtspec.config import BuildSpec, load_build_spec
     from trtspec.errors import ToolNotFoundError, UsageError
@@ -29,8 +32,16 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
     if schema:
         click.echo(json.dumps(BuildSpec.model_json_schema(), indent=2))
         return
+    if list_examples or example:
+        if config is not None:
+            raise UsageError(f"CONFIG {config} and --example/--list-examples do not go together",
+                             hint="save the example first: `trtspec build --example NAME > NAME.yaml`, then "
+                                  "`trtspec build NAME.yaml`")
+        _examples(example, as_json)
+        return
     if config is None:
-        raise UsageError("CONFIG is required", hint="e.g. trtspec build build_configs/tiny-draft-target.yaml --dry-run")
+        raise UsageError("CONFIG is required", hint="start from an example: `trtspec build --example tiny-torch > "
+                                                    "tiny-torch.yaml` (`trtspec build --list-examples` lists them)")
     from trtspec.build.plan import plan_build
     from trtspec.build.preflight import run_preflight
 
@@ -72,3 +83,20 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
             f"needs TensorRT-LLM: {len(blocked)} step(s) pending ({', '.join(p['id'] for p in blocked)}); "
             f"completed steps are recorded in {result.out_dir / 'trtspec-manifest.json'}",
             hint=f"run the pending commands inside {image}, or `trtspec build {config} --only convert` here")
+
+
+def _examples(name: str | None, as_json: bool) -> None:
+    """Print example `name`, ready to save as a YAML file (without a name: list the examples, one a line)."""
+    from trtspec.resources import example_names, example_summary, example_text
+
+    if name:
+        click.echo(example_text(name), nl=False)
+        return
+    names = example_names()
+    if as_json:
+        click.echo(json.dumps([{"name": n, "summary": example_summary(n)} for n in names], indent=2))
+        return
+    width = max(len(n) for n in names)
+    for n in names:
+        click.echo(f"{n:{width}}  {example_summary(n)}")
+    click.echo("Save one with: trtspec build --example NAME > NAME.yaml")

@@ -10,7 +10,7 @@ import click
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def doctor(as_json: bool) -> None:
-    """Report versions, tritonserver, TensorRT-LLM, GPUs and the embedded models.
+    """Report versions, tritonserver, TensorRT-LLM, GPUs, the embedded models and the shipped templates.
 
     Exits 0 when everything required is present; optional pieces (TensorRT-LLM, GPUs) are reported, not required.
     """

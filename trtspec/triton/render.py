@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
+from trtspec.resources import MODEL_REPO, data_dir
 
 # The tensor names and parameter keys of the templates follow this upstream snapshot (the last tensorrtllm_backend
 # commit with all_models/; later versions live in NVIDIA/TensorRT-LLM triton_backend/).
@@ -28,12 +29,14 @@ _ANY_DOLLAR = re.compile(r"\$")
 
 
 def template_root() -> Path:
-    """The `model_repo/` template directory: $TRTSPEC_TEMPLATES, else the one next to the package."""
+    """The `model_repo/` template directory: $TRTSPEC_TEMPLATES, else the one trtspec ships (`trtspec.resources`)."""
     env = os.environ.get("TRTSPEC_TEMPLATES")
-    root = Path(env) if env else Path(__file__).resolve().parents[2] / "model_repo"
+    root = Path(env) if env else data_dir(MODEL_REPO)
     if not (root / "ensemble" / f"config{TEMPLATE_SUFFIX}").is_file():
-        raise ToolNotFoundError(f"no Triton model templates at {root}",
-                                hint="run from a trtspec checkout, or point TRTSPEC_TEMPLATES at its model_repo/")
+        source = "TRTSPEC_TEMPLATES" if env else "the installed trtspec"
+        raise ToolNotFoundError(f"no Triton model templates at {root} (from {source})",
+                                hint="unset TRTSPEC_TEMPLATES or point it at a model_repo/ directory; "
+                                     "reinstall trtspec if the shipped templates are missing")
     return root
 
 
