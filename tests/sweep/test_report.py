@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -9,7 +10,7 @@ from tests.sweep.fakes import FakeSweepBackend
 from trtspec.cli.main import cli
 from trtspec.sweep.analysis import load_results
 from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.report import render_report, write_config
+from trtspec.sweep.report import markdown_table, render_report, write_config
 from trtspec.sweep.runner import run_sweep
 
 
@@ -93,3 +94,8 @@ def test_cli_bad_input_exits_2(tmp_path):
 def test_repeats_are_merged_with_median_timing(tmp_path):
     results = load_results(_results(tmp_path, repeats=3, concurrency=[1], temperatures=[0], suites=["code"]))
     assert len(results.rows) == 11 and all(r.repeats == 3 for r in results.rows)
+
+
+@pytest.mark.parametrize("numeric, align", [(False, "|---|---|"), (True, "|---|---:|")])
+def test_markdown_table(numeric, align):
+    assert markdown_table(["a", "b"], [[1, "x"]], numeric=numeric) == ["| a | b |", align, "| 1 | x |", ""]
