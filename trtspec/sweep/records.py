@@ -10,9 +10,10 @@ next record; `read_records()` skips it when reading. Later records with the same
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,13 @@ def read_records(path: str | Path) -> list[Record]:
             break  # parsable but unterminated: treat as torn, it will be rewritten on resume
         records.append(obj)
     return records
+
+
+def output_digest(token_ids: Sequence[Sequence[int]]) -> str:
+    """sha256 of a case's output token ids, request by request: equal digests mean the same tokens (e.g. a
+    speculative case against its plain baseline at temperature 0) without storing the tokens."""
+    blob = json.dumps([list(ids) for ids in token_ids], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def latest_by_id(records: Iterable[Record], kind: str | None = None) -> dict[str, Record]:
