@@ -15,6 +15,20 @@ def test_lookahead_illegal():
         methods.lookahead_max_draft_len(2, 1, 0)
 
 
+@pytest.mark.parametrize("wng,expected", [((4, 4, 4), 12), ((7, 5, 7), 28), ((3, 3, 2), 4), ((1, 1, 0), 0)])
+def test_lookahead_trie_nodes_is_g_times_n_minus_one(wng, expected):
+    assert methods.lookahead_trie_nodes(*wng) == expected
+
+
+def test_parse_lookahead():
+    assert methods.parse_lookahead("7,5,7") == (7, 5, 7)
+    with pytest.raises(ConfigError, match="three integers") as exc:
+        methods.parse_lookahead("4,4", field="--lookahead")
+    assert exc.value.field == "--lookahead" and "--lookahead 4,4,4" in exc.value.hint
+    with pytest.raises(ConfigError, match="N == 1"):
+        methods.parse_lookahead("2,1,1")
+
+
 def test_resolve_unknown_method_lists_choices():
     with pytest.raises(UnknownMethodError) as exc:
         methods.resolve("medussa")

@@ -124,6 +124,9 @@ def engine_methods() -> list[str]:
     return sorted(name for name, m in METHODS.items() if m.proposer is not None or name == "none")
 
 
+DEFAULT_LOOKAHEAD = (4, 4, 4)  # (W, N, G) when none is given
+
+
 def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
     """TensorRT-LLM's draft-token budget for lookahead (W, N, G).
 
@@ -134,6 +137,27 @@ def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> i
     """
     validate_lookahead(window, ngram, verification_set)
     return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
+
+
+def lookahead_trie_nodes(window: int, ngram: int, verification_set: int) -> int:
+    """The reference engine's k for lookahead (W, N, G) that verifies every candidate: G x (N - 1) trie nodes.
+
+    Each step drafts up to G pooled n-grams of N - 1 tokens merged into one token trie, and k caps the trie's node
+    count, so a larger k drafts nothing more; e.g. (4, 4, 4) -> 12, (7, 5, 7) -> 28.
+    """
+    validate_lookahead(window, ngram, verification_set)
+    return verification_set * (ngram - 1)
+
+
+def parse_lookahead(value: str, field: str = "lookahead") -> tuple[int, int, int]:
+    """"W,N,G" -> (W, N, G), validated with TensorRT-LLM's legality rules."""
+    try:
+        window, ngram, verification_set = (int(v) for v in value.split(","))
+    except ValueError:
+        flag = f"{field} " if field.startswith("--") else ""
+        raise ConfigError(field, value, "must be three integers W,N,G", hint=f"e.g. {flag}4,4,4") from None
+    validate_lookahead(window, ngram, verification_set, field=field)
+    return window, ngram, verification_set
 
 
 def validate_lookahead(window: int, ngram: int, verification_set: int, field: str = "lookahead") -> None:

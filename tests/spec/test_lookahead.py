@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.spec.conftest import hf_greedy
-from trtspec.methods import lookahead_max_draft_len, resolve
+from trtspec.methods import lookahead_max_draft_len, lookahead_trie_nodes, resolve
 from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -130,6 +130,19 @@ def test_all_candidates_verified_as_one_tree(random_pair, hf_target):
         assert draft.num_tokens + (draft.aux.num_tokens if draft.aux is not None else 0) <= lookahead_max_draft_len(*wng)
         assert trie_depth(draft) <= wng[1] - 1
     assert sum(o.stats.num_accepted_tokens for o in outs) > 0
+
+
+def test_k_above_the_full_trie_drafts_nothing_more(random_pair):
+    """k = G x (N - 1) (methods.lookahead_trie_nodes) already verifies every candidate: a larger k makes the same
+    drafts, which is why sweeps cap lookahead's k there."""
+    wng = (3, 4, 4)
+    full = lookahead_trie_nodes(*wng)
+    logs = []
+    for k in (full, full + 8):
+        engine, spy = spy_engine(random_pair, wng, max_k=full + 8)
+        engine.generate(PROMPTS, SamplingParams(max_new_tokens=32), SpecParams("lookahead", k))
+        logs.append([(e["draft"].token_ids.tolist(), e["draft"].parents) for e in spy.log])
+    assert logs[0] == logs[1] and max(len(tokens) for tokens, _ in logs[0]) > 4
 
 
 def held_out_prompts(engine, per_suite: int) -> list[list[int]]:

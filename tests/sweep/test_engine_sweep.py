@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from trtspec.errors import ConfigError
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.records import read_records
 from trtspec.sweep.report import render_report
@@ -45,3 +46,60 @@ def test_engine_backend_tiny_sweep(random_pair, tmp_path):
     made = render_report(out, tmp_path / "report", plots=False)
     assert "## Cost model check" in made.markdown.read_text()
     assert all(r.prediction is not None for r in made.results.rows)
+
+
+def test_engine_backend_closed_loop_options(random_pair, tmp_path):
+    """Adaptive k, lookahead variants, requests reused round-robin, prompts cut to their last tokens, no calibration:
+    every case lossless at temperature 0, one latency per request."""
+    target, draft = random_pair
+    prompts = tmp_path / "p.jsonl"
+    long = "abcabcabc the cat " * 20  # 360 bytes: longer than the random model's 256-token context
+    prompts.write_text(f'{{"prompt": "{long}"}}\n{{"prompt": "the cat the cat the"}}\n')
+    kwargs = dict(model=str(target), drafts=[str(draft)], methods=["draft_target", "lookahead"], k=[0, 2],
+                  adaptive=[3], lookahead=["2,3,2", "2,3,1"], suites=[str(prompts)], concurrency=[1, 2],
+                  num_prompts=2, num_requests=3, waves=2, max_new_tokens=6, max_draft_len=4, threads=1,
+                  calibrate=False)
+    with pytest.raises(ConfigError, match="context of 256 tokens") as exc:  # the whole long prompt does not fit
+        run_sweep(SweepSpec.build(**kwargs), tmp_path / "too-long.jsonl", show_progress=False)
+    assert exc.value.field == "max_new_tokens"  # the preflight's check, before any case
+    spec = SweepSpec.build(**kwargs, prompt_tokens=16)
+    out = tmp_path / "results.jsonl"
+    summary = run_sweep(spec, out, show_progress=False)
+    assert summary.errors == 0, summary.error_messages
+    records = read_records(out)
+    assert not [r for r in records if r["kind"] == "calibration"]
+    cases = [r for r in records if r["kind"] == "case"]
+    # per concurrency: plain; draft_target k=2 and adaptive k<=3; lookahead 2,3,2 the same; lookahead 2,3,1 with
+    # both capped at its full trie of 1 x (3 - 1) = 2 nodes
+    assert len(cases) == len(spec.cases()) == 2 * 7
+    assert {(r["params"]["method"], r["params"]["k"], r["params"].get("adaptive", False), r["params"].get("lookahead"))
+            for r in cases} == {("none", 0, False, None), ("draft_target", 2, False, None),
+                                ("draft_target", 3, True, None), ("lookahead", 2, False, "2,3,2"),
+                                ("lookahead", 3, True, "2,3,2"), ("lookahead", 2, False, "2,3,1"),
+                                ("lookahead", 2, True, "2,3,1")}
+    plain = {r["params"]["concurrency"]: r["metrics"]["output_sha256"] for r in cases if r["params"]["k"] == 0}
+    for rec in cases:
+        m, c = rec["metrics"], rec["params"]["concurrency"]
+        assert m["num_requests"] == max(3, 2 * c) == len(m["latencies_s"]) and all(t > 0 for t in m["latencies_s"])
+        assert m["output_tokens"] == 6 * m["num_requests"]
+        assert m["output_sha256"] == plain[c], rec["label"]  # speculation is lossless at temperature 0
+        if rec["params"]["k"]:
+            assert m["stats"]["num_drafts"] > 0
+
+
+def test_lookahead_variants_get_their_own_engine(random_pair):
+    from trtspec.sweep.backend_engine import EngineBackend
+
+    spec = SweepSpec.build(model=str(random_pair[0]), drafts=[], methods=["ngram", "lookahead"], k=[0, 2],
+                           lookahead=["2,3,2", "2,3,1"], suites=["code"], num_prompts=1, max_draft_len=4, max_ngram=2)
+    backend = EngineBackend()
+    try:
+        engines = {(c.method, c.lookahead): backend._engine_of(spec, c) for c in spec.cases()}
+        wng = {key[1]: (p.window, p.ngram, p.verification_set)
+               for key, e in engines.items() if key[1] for p in [e.proposers["lookahead"]]}
+        assert wng == {"2,3,2": (2, 3, 2), "2,3,1": (2, 3, 1)}
+        assert engines[("ngram", None)] is engines[("none", None)]  # model-free methods reuse a loaded engine
+        assert len({id(e) for e in engines.values()}) == 3
+        assert engines[("ngram", None)].proposers["ngram"].max_ngram == 2  # engine options from the spec
+    finally:
+        backend.close()

@@ -6,7 +6,7 @@ import pytest
 
 from trtspec.errors import ConfigError, ModelNotFoundError, UnknownMethodError, UsageError
 from trtspec.sweep.grid import SweepSpec, parse_int_list
-from trtspec.sweep.prompts import load_suite, shipped_suites
+from trtspec.sweep.prompts import last_tokens, load_suite, shipped_suites
 
 
 @pytest.fixture
@@ -61,6 +61,16 @@ def test_yaml_with_flag_overrides(tmp_path, spec_kwargs):
     ({"timeout_s": 0}, ConfigError, "timeout_s"),
     ({"bogus_field": 1}, ConfigError, "bogus_field"),
     ({"num_prompts": 0}, ConfigError, "num_prompts"),
+    ({"adaptive": [0]}, ConfigError, "adaptive"),
+    ({"adaptive": [9]}, ConfigError, "adaptive"),
+    ({"adaptive": [4], "methods": ["none"]}, ConfigError, "adaptive"),
+    ({"lookahead": ["4,4"], "methods": ["lookahead"]}, ConfigError, "lookahead"),
+    ({"lookahead": ["2,1,1"], "methods": ["lookahead"]}, ConfigError, "lookahead"),
+    ({"lookahead": ["4,4,4"], "methods": ["ngram"]}, ConfigError, "lookahead"),
+    ({"num_requests": 0}, ConfigError, "num_requests"),
+    ({"waves": -1}, ConfigError, "waves"),
+    ({"prompt_tokens": 0}, ConfigError, "prompt_tokens"),
+    ({"max_ngram": 0}, ConfigError, "max_ngram"),
 ])
 def test_validation_errors_name_the_field(spec_kwargs, override, error, field):
     with pytest.raises(error) as exc:
@@ -121,3 +131,58 @@ def test_via_and_its_old_name_backend(tmp_path, spec_kwargs):
     assert old.via == "triton" and old.timeout_s == 5.0
     assert [c.case_id for c in old.cases()] == [c.case_id for c in spec.cases()]  # the timeout is not in a case
     assert spec.cases()[1].case_id != SweepSpec.build(**spec_kwargs).cases()[1].case_id  # via is
+
+
+LATER_FIELDS = {"repeat", "lookahead", "max_ngram", "adaptive", "num_requests", "prompt_tokens"}
+
+
+def test_fields_added_later_leave_case_ids_alone_at_their_defaults(spec_kwargs):
+    cases = SweepSpec.build(**spec_kwargs, methods=["draft_target", "ngram", "lookahead"], k=[0, 2],
+                            concurrency=[1, 4]).cases()
+    assert all(not LATER_FIELDS & set(c.params()) for c in cases)
+    set_ = SweepSpec.build(**spec_kwargs, methods=["draft_target", "ngram", "lookahead"], k=[0, 2],
+                           concurrency=[1, 4], lookahead=["3,3,2"], max_ngram=2, adaptive=[2], num_requests=3,
+                           prompt_tokens=16, repeats=2).cases()
+    assert LATER_FIELDS <= set().union(*(c.params() for c in set_))
+
+
+def test_adaptive_cases_run_beside_fixed_k(spec_kwargs):
+    cases = SweepSpec.build(**spec_kwargs, methods=["draft_target"], k=[0, 4], adaptive=[8]).cases()
+    assert [(c.method, c.k, c.adaptive) for c in cases] == [("none", 0, False), ("draft_target", 4, False),
+                                                            ("draft_target", 8, True)]
+    assert cases[2].label().startswith("draft_target/") and "k<=8 adaptive" in cases[2].label()
+    assert len({c.case_id for c in cases}) == 3
+
+
+def test_lookahead_variants_cap_k_at_the_full_trie(spec_kwargs):
+    spec = SweepSpec.build(**spec_kwargs, methods=["lookahead"], lookahead=["4,4,4", "7,5,7"], k=[0, 8, 20, 28],
+                           max_draft_len=28)
+    # G x (N - 1): 12 for 4,4,4 (20 and 28 draft the same as 12), 28 for 7,5,7
+    assert [(c.lookahead, c.k) for c in spec.cases()] == [(None, 0), ("4,4,4", 8), ("4,4,4", 12), ("7,5,7", 8),
+                                                          ("7,5,7", 20), ("7,5,7", 28)]
+    default = SweepSpec.build(**spec_kwargs, methods=["lookahead"], k=[0, 20], max_draft_len=20).cases()
+    assert [(c.lookahead, c.k) for c in default] == [(None, 0), (None, 12)]  # the engine's default is 4,4,4
+
+
+def test_closed_loop_request_counts(spec_kwargs):
+    spec = SweepSpec.build(**{**spec_kwargs, "num_prompts": 8}, methods=["ngram"], k=[0, 2], concurrency=[1, 4, 16],
+                           num_requests=6, waves=2)
+    counts = {c.concurrency: c.num_requests for c in spec.cases()}
+    assert counts == {1: 6, 4: None, 16: 32}  # max(6, 2c); None = one per prompt (8)
+    plain = SweepSpec.build(**spec_kwargs, methods=["ngram"], k=[0, 2], concurrency=[1, 4]).cases()
+    assert all(c.num_requests is None for c in plain)
+
+
+def test_mixed_suites_round_robin_and_cycle():
+    mixed = load_suite("code+prose+grounded", 7)
+    code, prose, grounded = (load_suite(s, 3).prompts for s in ("code", "prose", "grounded"))
+    assert mixed.prompts == (code[0], prose[0], grounded[0], code[1], prose[1], grounded[1], code[2])
+    assert mixed.name == "code+prose+grounded" and mixed.sha256 != load_suite("code+prose+grounded", 6).sha256
+    cycled = mixed.cycled(10)
+    assert cycled.prompts == mixed.prompts + mixed.prompts[:3] and cycled.sha256 != mixed.sha256
+    assert last_tokens([1, 2, 3, 4], 2) == [3, 4] and last_tokens([1, 2, 3], None) == [1, 2, 3]
+
+
+def test_engine_only_fields_are_refused_via_triton(spec_kwargs):
+    with pytest.raises(ConfigError, match="adaptive=\\[4\\]: is applied by the in-process engine only"):
+        SweepSpec.build(**spec_kwargs, via="triton", url="x:1", adaptive=[4])

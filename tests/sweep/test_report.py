@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -9,7 +10,7 @@ from tests.sweep.fakes import FakeSweepBackend
 from trtspec.cli.main import cli
 from trtspec.sweep.analysis import load_results
 from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.report import render_report, write_config
+from trtspec.sweep.report import markdown_table, render_report, write_config
 from trtspec.sweep.runner import run_sweep
 
 
@@ -93,3 +94,27 @@ def test_cli_bad_input_exits_2(tmp_path):
 def test_repeats_are_merged_with_median_timing(tmp_path):
     results = load_results(_results(tmp_path, repeats=3, concurrency=[1], temperatures=[0], suites=["code"]))
     assert len(results.rows) == 11 and all(r.repeats == 3 for r in results.rows)
+
+
+def test_adaptive_rows_are_their_own_variant_and_baselines_share_the_closed_loop(tmp_path):
+    from trtspec.sweep.analysis import recommend
+
+    out = tmp_path / "results.jsonl"
+    common = {"model": "tiny", "drafts": ["tiny-draft"], "methods": ["draft_target"], "k": [0, 1, 2],
+              "suites": ["code"], "num_prompts": 2, "calibration_batch_sizes": [1, 4]}
+    run_sweep(SweepSpec.build(**common), out, backend=FakeSweepBackend(), show_progress=False)
+    run_sweep(SweepSpec.build(**common, adaptive=[2], num_requests=3), out, backend=FakeSweepBackend(),
+              show_progress=False)
+    results = load_results(out)
+    assert sorted((r.variant, r.k, r.num_requests) for r in results.rows if r.k) == [
+        ("draft_target:tiny-draft", 1, 2), ("draft_target:tiny-draft", 1, 3), ("draft_target:tiny-draft", 2, 2),
+        ("draft_target:tiny-draft", 2, 3), ("draft_target:tiny-draft adaptive", 2, 3)]
+    for row in results.rows:  # 2 requests per case in the first sweep, 3 in the second: each its own baseline
+        assert results.baseline_of(row).num_requests == row.num_requests
+    recs = recommend(results)
+    assert recs and all("adaptive" not in r.variant for r in recs)  # a recommendation is a fixed k
+
+
+@pytest.mark.parametrize("numeric, align", [(False, "|---|---|"), (True, "|---|---:|")])
+def test_markdown_table(numeric, align):
+    assert markdown_table(["a", "b"], [[1, "x"]], numeric=numeric) == ["| a | b |", align, "| 1 | x |", ""]

@@ -97,6 +97,18 @@ def test_every_record_carries_sampling_prompts_and_template(tmp_path):
     assert set(calib["target_s"]) == {"1", "4"}
 
 
+def test_cases_reuse_prompts_round_robin_and_calibration_can_be_off(tmp_path):
+    out = tmp_path / "results.jsonl"
+    backend = FakeSweepBackend()
+    run_sweep(_spec(k=[0, 1], methods=["ngram"], concurrency=[1, 4], num_requests=3, waves=2, calibrate=False), out,
+              backend=backend, show_progress=False)
+    assert not backend.calibrated and not [r for r in read_records(out) if r["kind"] == "calibration"]
+    cases = [r for r in read_records(out) if r["kind"] == "case"]
+    # max(3, 2 x concurrency) requests over the suite's 2 prompts, reused round-robin
+    assert {r["params"]["concurrency"]: r["metrics"]["num_requests"] for r in cases} == {1: 3, 4: 8}
+    assert {r["params"]["concurrency"]: r["prompts"]["num_prompts"] for r in cases} == {1: 3, 4: 8}
+
+
 KILLABLE = textwrap.dedent("""
     import sys
     from tests.sweep.fakes import FakeSweepBackend

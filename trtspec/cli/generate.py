@@ -103,15 +103,16 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
         import torch
 
         torch.set_num_threads(threads)  # the application's choice; the library never changes it
-    from trtspec.methods import resolve
+    from trtspec.methods import lookahead_trie_nodes, parse_lookahead, resolve
 
     model = model or "tiny"
     tree = resolve(method).tree
-    window, ngram, verification_set = parse_lookahead(lookahead)
+    window, ngram, verification_set = parse_lookahead(lookahead, field="--lookahead")
     # tree-shaped drafts: k counts tree nodes (Medusa: the whole tree; lookahead: G candidates of N - 1 tokens)
     by_nodes = tree or method == "lookahead"
     if k is None:
-        k = TREE_MAX_NODES if tree else verification_set * (ngram - 1) if method == "lookahead" else 4
+        k = TREE_MAX_NODES if tree else lookahead_trie_nodes(window, ngram, verification_set) \
+            if method == "lookahead" else 4
     if by_nodes:
         max_k = max(max_k, k)
     spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
@@ -123,19 +124,6 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     else:
         click.echo("")
         click.echo(format_stats(result))
-
-
-def parse_lookahead(value: str) -> tuple[int, int, int]:
-    """"W,N,G" -> (W, N, G), validated with TensorRT-LLM's legality rules."""
-    from trtspec.errors import ConfigError
-    from trtspec.methods import validate_lookahead
-
-    try:
-        window, ngram, verification_set = (int(v) for v in value.split(","))
-    except ValueError:
-        raise ConfigError("--lookahead", value, "must be three integers W,N,G", hint="e.g. --lookahead 4,4,4") from None
-    validate_lookahead(window, ngram, verification_set, field="--lookahead")
-    return window, ngram, verification_set
 
 
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,

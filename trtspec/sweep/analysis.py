@@ -26,6 +26,7 @@ from trtspec.sweep.records import Record, latest_by_id, read_records
 
 TOLERANCE = 0.15  # the issue's acceptance bound for |predicted / measured - 1|
 BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "via")
+LOOP_KEYS = ("num_requests", "prompt_tokens")  # closed-loop fields a baseline shares too (absent = default)
 
 
 @dataclass
@@ -64,9 +65,10 @@ class CaseRow:
 
     @property
     def variant(self) -> str:
-        """method plus its draft / heads, the unit a recommendation picks."""
-        extra = self.params.get("draft") or self.params.get("medusa")
-        return f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+        """method plus its draft / heads / lookahead W,N,G (and `adaptive`), the unit a recommendation picks."""
+        extra = self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
+        variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+        return variant + (" adaptive" if self.params.get("adaptive") else "")
 
     prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated
     admissions: float | None = None  # admission steps per `concurrency` requests (measured by the runner)
@@ -268,7 +270,7 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
 
 
 def _baseline_key(params: dict[str, Any]) -> tuple:
-    return tuple(params.get(k) for k in BASELINE_KEYS)
+    return tuple(params.get(k) for k in BASELINE_KEYS + LOOP_KEYS)
 
 
 def _overhead_per_step(stats: dict[str, Any]) -> float:
@@ -357,7 +359,7 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
         rows = [r for r in results.rows if float(r.params["temperature"]) == temperature]
         by_variant: dict[str, list[CaseRow]] = defaultdict(list)
         for r in rows:
-            if r.k > 0:
+            if r.k > 0 and not r.params.get("adaptive"):  # a recommendation is a fixed k per batch size
                 by_variant[r.variant].append(r)
         base_rows = [r for r in rows if r.k == 0]
         plans: dict[str, list[Recommendation]] = {}

@@ -1,9 +1,10 @@
 """Sweep via `engine`: the in-process reference SpecEngine (imports torch; loaded only for --via engine).
 
-One engine per model set (target + draft or Medusa heads) is loaded once and reused for every case that needs it;
-n-gram and plain cases reuse whichever engine is loaded. Concurrency c keeps c requests in flight through
-`add_request` / `step` (a finished request is replaced by the next prompt at once), so the target forward of each
-step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first case.
+One engine per model set (target + draft or Medusa heads, or a lookahead W,N,G) is loaded once and reused for every
+case that needs it; n-gram and plain cases reuse whichever engine is loaded. `closed_loop` keeps c requests in
+flight through `add_request` / `step` (a finished request is replaced by the next prompt at once), so the target
+forward of each step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first
+case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its first.
 
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
 the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
@@ -17,20 +18,86 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from trtspec.methods import parse_lookahead
 from trtspec.sweep.grid import BASELINE, Case, SweepSpec
-from trtspec.sweep.prompts import PromptSuite, load_suite
+from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
+from trtspec.sweep.records import output_digest
 from trtspec.sweep.runner import ModelSet
 
 CALIBRATION_REPEATS = 5
+WARMUP_TOKENS = 16  # per request of a path's warm-up loop
+
+Lookahead = tuple[int, int, int] | None  # an engine's lookahead (W, N, G); None = the engine's default
+EngineKey = tuple[ModelSet, Lookahead]
+
+
+@dataclass
+class LoopRun:
+    """What one closed loop measured."""
+
+    wall_s: float
+    cpu_s: float
+    outputs: list[list[int]]  # [num_requests][output tokens], request order
+    latencies_s: list[float]  # [num_requests] submit to last token, request order
+    stats: Any  # AcceptanceStats merged over the requests
+    per_request_mean_acceptance_length: list[float]  # finish order
+    num_steps: int
+    num_admission_steps: int  # steps that also ran prompt passes
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(len(o) for o in self.outputs)
+
+
+def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[Any], spec: Any,
+                concurrency: int) -> LoopRun:
+    """Run request i = (prompts[i], samplings[i], spec) for every i, keeping `concurrency` in flight: a finished
+    request is replaced before the next step."""
+    from trtspec.spec.metrics import AcceptanceStats
+
+    stats = AcceptanceStats()
+    outputs: list[list[int]] = [[] for _ in prompts]
+    latencies = [0.0] * len(prompts)
+    submitted: dict[int, tuple[int, float]] = {}  # request id -> (request index, submit time)
+    per_request: list[float] = []
+    num_steps = admission_steps = 0
+    next_index = in_flight = 0
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    while next_index < len(prompts) or in_flight:
+        admitted = False
+        while next_index < len(prompts) and in_flight < concurrency:
+            rid = engine.add_request(prompts[next_index], samplings[next_index], spec)
+            submitted[rid] = (next_index, time.perf_counter())
+            next_index += 1
+            in_flight += 1
+            admitted = True
+        admission_steps += admitted  # a step that also runs prompt passes (the batch is padded to them)
+        for delta in engine.step():
+            index, submit = submitted[delta.request_id]
+            outputs[index].extend(delta.token_ids)
+            if delta.finished:
+                in_flight -= 1
+                latencies[index] = time.perf_counter() - submit
+                if delta.stats is not None:
+                    stats.merge(delta.stats)
+                    per_request.append(delta.stats.mean_acceptance_length)
+        num_steps += 1
+    wall = time.perf_counter() - start
+    return LoopRun(wall, time.process_time() - cpu_start, outputs, latencies, stats, per_request, num_steps,
+                   admission_steps)
 
 
 class EngineBackend:
     name = "engine"
 
     def __init__(self) -> None:
-        self._engines: dict[ModelSet, Any] = {}
+        self._engines: dict[EngineKey, Any] = {}
+        self._warm: set[tuple[int, str, bool]] = set()  # (id(engine), method, adaptive) paths already warmed up
         self._device = "cpu"
         self._saved_threads: int | None = None
 
@@ -66,7 +133,8 @@ class EngineBackend:
             raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
                               hint=f"available here: {', '.join(engine.available_methods)}")
         for suite_name in spec.suites:
-            longest = max(len(encode_prompt(engine, p)) for p in load_suite(suite_name, spec.num_prompts).prompts)
+            longest = max(len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+                          for p in load_suite(suite_name, spec.num_prompts).prompts)
             need = longest + spec.max_new_tokens + spec.max_draft_len + 1
             if need > engine.max_context:
                 raise ConfigError("max_new_tokens", spec.max_new_tokens,
@@ -120,57 +188,37 @@ class EngineBackend:
         return out
 
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
-        from trtspec.spec.metrics import AcceptanceStats
         from trtspec.spec.params import SamplingParams, SpecParams
 
-        engine = self._engine(spec, _model_set_of(case, self._engines))
-        prompts = [encode_prompt(engine, p) for p in suite.prompts]  # no chat template: base models get raw text
+        engine = self._engine_of(spec, case)
+        # no chat template: base models get raw text
+        prompts = [last_tokens(encode_prompt(engine, p), case.prompt_tokens) for p in suite.prompts]
         method = case.method if case.method != BASELINE else "none"
-        spec_params = SpecParams(method=method, k=case.k)
+        spec_params = SpecParams(method=method, k=case.k, adaptive=case.adaptive)
         samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
-        stats = AcceptanceStats()
-        cpu_start = time.process_time()
-        per_request: list[float] = []
-        output_tokens = 0
-        num_steps = admission_steps = 0
-        pending = list(range(len(prompts)))
-        in_flight = 0
-        start = time.perf_counter()
-        while pending or in_flight:
-            # keep `concurrency` requests in flight; a finished one is replaced before the next step
-            admitted = False
-            while pending and in_flight < case.concurrency:
-                i = pending.pop(0)
-                engine.add_request(prompts[i], samplings[i], spec_params)
-                in_flight += 1
-                admitted = True
-            admission_steps += admitted  # a step that also runs prompt passes (the batch is padded to them)
-            for delta in engine.step():
-                output_tokens += len(delta.token_ids)
-                if delta.finished:
-                    in_flight -= 1
-                    if delta.stats is not None:
-                        stats.merge(delta.stats)
-                        per_request.append(delta.stats.mean_acceptance_length)
-            num_steps += 1
-        wall = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
-        return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": output_tokens / cpu if cpu > 0 else 0.0, "num_requests": len(prompts), "output_tokens": output_tokens,
-                "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "num_steps": num_steps,
-                "num_admission_steps": admission_steps,
-                "per_request_mean_acceptance_length": per_request, "stats": stats.to_dict()}
+        self._warm_up(engine, prompts, spec_params)
+        run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
+        tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
+        return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,
+                "num_requests": len(prompts), "output_tokens": tokens,
+                "tokens_per_s": tokens / wall if wall > 0 else 0.0, "num_steps": run.num_steps,
+                "num_admission_steps": run.num_admission_steps, "latencies_s": run.latencies_s,
+                "output_sha256": output_digest(run.outputs),
+                "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
+                "stats": run.stats.to_dict()}
 
     def info(self) -> dict[str, Any]:
         import torch
 
-        tokenizers = {str(m.model): e.tokenizer is not None for m, e in self._engines.items()}
+        tokenizers = {str(m.model): e.tokenizer is not None for (m, _), e in self._engines.items()}
         return {"name": self.name, "device": self._device, "torch": torch.__version__, "has_tokenizer": tokenizers,
                 "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
 
     def close(self) -> None:
         self._engines.clear()
+        self._warm.clear()
         if self._saved_threads is not None:
             import torch
 
@@ -178,18 +226,48 @@ class EngineBackend:
             self._saved_threads = None
 
     # -- helpers -------------------------------------------------------------------------------------------------
-    def _engine(self, spec: SweepSpec, model_set: ModelSet) -> Any:
-        if model_set not in self._engines:
+    def _engine_of(self, spec: SweepSpec, case: Case) -> Any:
+        """The engine a case needs; model-free methods reuse any loaded engine of the same target (lookahead: one
+        with the case's W,N,G)."""
+        lookahead = parse_lookahead(case.lookahead) if case.lookahead else None
+        if case.draft or case.medusa:
+            return self._engine(spec, ModelSet(case.model, case.draft, case.medusa))
+        for model_set, options in self._engines:
+            if model_set.model == case.model and lookahead in (None, options):
+                return self._engines[(model_set, options)]
+        return self._engine(spec, ModelSet(case.model), lookahead)
+
+    def _engine(self, spec: SweepSpec, model_set: ModelSet, lookahead: Lookahead = None) -> Any:
+        key = (model_set, lookahead)
+        if key not in self._engines:
             from trtspec.spec.engine import SpecEngine
             from trtspec.spec.params import SamplingParams, SpecParams
 
+            options: dict[str, object] = {}
+            if spec.max_ngram is not None:
+                options["max_ngram"] = spec.max_ngram
+            if lookahead is not None:
+                options["lookahead"] = lookahead
             engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
-                                                max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype)
-            warm_prompt = encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0])
-            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0),
-                            SpecParams(method="none", k=0))  # untimed warm-up
-            self._engines[model_set] = engine
-        return self._engines[model_set]
+                                                max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype,
+                                                proposer_options=options)
+            # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
+            warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0]), 32)
+            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))
+            self._engines[key] = engine
+        return self._engines[key]
+
+    def _warm_up(self, engine: Any, prompts: list[list[int]], spec: Any) -> None:
+        """An untimed closed loop the first time an engine runs a decoding path: first batched forwards (and the
+        draft model's), and the adaptive policy's acceptance and step-cost estimates, are not measured in a case."""
+        from trtspec.spec.params import SamplingParams
+
+        path = (id(engine), spec.method if spec.k else "none", spec.adaptive)
+        if path in self._warm:
+            return
+        self._warm.add(path)
+        samplings = [SamplingParams(max_new_tokens=WARMUP_TOKENS, ignore_eos=True, seed=i) for i in range(4)]
+        closed_loop(engine, [prompts[i % len(prompts)] for i in range(4)], samplings, spec, concurrency=4)
 
 
 def encode_prompt(engine: Any, text: str) -> list[int]:
@@ -199,19 +277,10 @@ def encode_prompt(engine: Any, text: str) -> list[int]:
     return [b % engine.vocab_size for b in text.encode("utf-8")]
 
 
-def _model_set_of(case: Case, loaded: dict[ModelSet, Any]) -> ModelSet:
-    """The model set a case needs; model-free methods reuse any loaded engine of the same target."""
-    if case.draft or case.medusa:
-        return ModelSet(case.model, case.draft, case.medusa)
-    for model_set in loaded:
-        if model_set.model == case.model:
-            return model_set
-    return ModelSet(case.model)
-
-
 def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:
     """(mean prompt tokens, mean decode context = mean prompt tokens + half of max_new_tokens) of the sweep."""
-    lengths = [len(encode_prompt(engine, p)) for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
+    lengths = [len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+               for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
     prompt = max(1, round(statistics.fmean(lengths)))
     return prompt, max(8, prompt + spec.max_new_tokens // 2)
 

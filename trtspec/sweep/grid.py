@@ -1,8 +1,9 @@
 """The sweep grid: a typed, validated SweepSpec (YAML or CLI flags) and its deterministic list of cases.
 
-A case is one point of method x k x draft (or Medusa heads / tree) x temperature x prompt suite x concurrency for one
-target model. Its id is a hash of its parameters, so a results file can be resumed by id. k = 0 is plain decoding:
-it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every speedup divides by.
+A case is one point of method x k x draft (or Medusa heads / tree, or lookahead W,N,G) x temperature x prompt suite x
+concurrency for one target model. Its id is a hash of its parameters, so a results file can be resumed by id. k = 0
+is plain decoding: it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every
+speedup divides by. Adaptive-k cases (the engine picks k per step, up to a cap) run beside the fixed-k ones.
 
 `via` says how cases run: `engine` (the in-process reference engine) or `triton` (a served repository over gRPC).
 It is not the build/deploy `backend` (torch | tensorrtllm); sweep configs and results written when it was called
@@ -25,11 +26,14 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.errors import ConfigError, UsageError
-from trtspec.methods import engine_methods, resolve
+from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
+LOOKAHEAD = "lookahead"
+# Options only the in-process engine applies (a served model has its own); refused with another backend.
+ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram")
 
 
 class SweepSpec(BaseModel):
@@ -49,6 +53,17 @@ class SweepSpec(BaseModel):
     max_new_tokens: int = Field(64, description="tokens generated per request")
     num_prompts: int = Field(8, description="prompts taken (in file order) from each suite")
     seed: int = Field(0, description="request i is sampled with seed + i")
+    num_requests: int | None = Field(None, description="requests per case, the suite's prompts reused round-robin; "
+                                     "None = one request per prompt")
+    waves: int = Field(0, description="at least waves x concurrency requests per case (a steady closed loop at every "
+                       "concurrency); 0 = off")
+    prompt_tokens: int | None = Field(None, description="keep the last N tokens of each prompt; None = whole prompts")
+    adaptive: list[int] = Field([], description="caps of adaptive-k cases: the engine picks k in [0, cap] every step "
+                                "(run beside the fixed k)")
+    lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
+                                 "nodes and stops at G x (N - 1), which verifies every candidate")
+    max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
+    calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
     via: Literal["engine", "triton"] = Field("engine", validation_alias=AliasChoices("via", "backend"),
@@ -112,10 +127,12 @@ class SweepSpec(BaseModel):
             if info.needs_medusa_heads and not self.medusa:
                 raise ConfigError("medusa", self.medusa, f"method {name} needs Medusa heads",
                                   hint="pass --medusa DIR (heads trained with `trtspec train medusa`)")
-        for k in self.k:
-            if k < 0 or k > self.max_draft_len:
-                raise ConfigError("k", k, f"must be within 0..max_draft_len ({self.max_draft_len})",
-                                  hint="lower k, or raise max_draft_len (the engine must be built for it)")
+        for field, values, lowest in (("k", self.k, 0), ("adaptive", self.adaptive, 1)):
+            for k in values:
+                if not lowest <= k <= self.max_draft_len:
+                    raise ConfigError(field, k, f"must be within {lowest}..max_draft_len ({self.max_draft_len})",
+                                      hint="lower k, or raise max_draft_len (the engine must be built for it)")
+        self._validate_options()
         _positive("temperatures", self.temperatures, allow_zero=True)
         _positive("concurrency", self.concurrency)
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
@@ -138,13 +155,34 @@ class SweepSpec(BaseModel):
         for suite in self.suites:
             load_suite(suite, self.num_prompts)
 
+    def _validate_options(self) -> None:
+        """The closed-loop and engine options: numbers in range, variants that some method uses, engine-only
+        options with the engine backend."""
+        for field in ("num_requests", "prompt_tokens", "max_ngram"):
+            if getattr(self, field) is not None:
+                _positive(field, [getattr(self, field)])
+        _positive("waves", [self.waves], allow_zero=True)
+        for value in self.lookahead:
+            parse_lookahead(value, field="lookahead")
+        if self.lookahead and LOOKAHEAD not in self.methods:
+            raise ConfigError("lookahead", self.lookahead, "lookahead variants need method lookahead",
+                              hint="add lookahead to methods, or drop lookahead")
+        if self.adaptive and all(m == BASELINE for m in self.methods):
+            raise ConfigError("adaptive", self.adaptive, "adaptive k needs a speculative method",
+                              hint="add a method such as draft_target, or drop adaptive")
+        given = [name for name in ENGINE_ONLY if getattr(self, name) not in (None, [])]
+        if given and self.via != "engine":
+            raise ConfigError(given[0], getattr(self, given[0]), "is applied by the in-process engine only",
+                              hint="sweep via engine, or configure the served model instead")
+
     def cases(self) -> list[Case]:
         """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
 
         With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
         other processes hits one measurement of many cases rather than every measurement of one case.
         """
-        return [replace(case, repeat=r) for r in range(self.repeats) for case in self._round()]
+        return [replace(case, repeat=r, **self._run_options(case.concurrency))
+                for r in range(self.repeats) for case in self._round()]
 
     def _round(self) -> list[Case]:
         out: list[Case] = []
@@ -160,16 +198,36 @@ class SweepSpec(BaseModel):
                             continue
                         for variant in self._variants(method):
                             out.extend(Case(method=method, k=k, **variant, **common)
-                                       for k in sorted(set(self.k)) if k > 0)
+                                       for k in self._ks(method, variant, self.k))
+                            out.extend(Case(method=method, k=k, adaptive=True, **variant, **common)
+                                       for k in self._ks(method, variant, self.adaptive))
         return out
 
-    def _variants(self, method: str) -> list[dict[str, str | None]]:
+    def _run_options(self, concurrency: int) -> dict[str, int | None]:
+        """Closed-loop fields of a case at this concurrency (None = default, left out of the case id)."""
+        requests = max(self.num_requests or self.num_prompts, self.waves * concurrency)
+        return {"num_requests": requests if requests != self.num_prompts else None,
+                "prompt_tokens": self.prompt_tokens}
+
+    def _variants(self, method: str) -> list[dict[str, str | int | None]]:
         info = resolve(method)
         if info.needs_draft_model:
             return [{"draft": d} for d in self.drafts]
         if info.needs_medusa_heads:
             return [{"medusa": m, "tree": t} for m in self.medusa for t in self.trees]
+        if method == LOOKAHEAD:
+            return [{"lookahead": w} for w in self.lookahead] or [{}]
+        if self.max_ngram is not None and info.proposer == "ngram":
+            return [{"max_ngram": self.max_ngram}]
         return [{}]
+
+    def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
+        """Sorted distinct k > 0; lookahead's k counts trie nodes and stops at the full trie (a larger k drafts the
+        same, see methods.lookahead_trie_nodes)."""
+        if method == LOOKAHEAD:
+            wng = parse_lookahead(str(variant["lookahead"])) if variant.get("lookahead") else DEFAULT_LOOKAHEAD
+            ks = [min(k, lookahead_trie_nodes(*wng)) for k in ks]
+        return sorted({k for k in ks if k > 0})
 
 
 # Case ids hash each field under the name it had when ids were first written, so a results file written before a
@@ -195,6 +253,11 @@ class Case:
     medusa: str | None = None
     tree: str | None = None
     repeat: int = 0  # measurement round (see SweepSpec.repeats)
+    lookahead: str | None = None  # W,N,G (method lookahead); None = the engine's default
+    max_ngram: int | None = None  # ngram proposer option; None = its default
+    adaptive: bool = False  # k is the cap of the engine's per-step choice
+    num_requests: int | None = None  # requests (prompts reused round-robin); None = one per prompt
+    prompt_tokens: int | None = None  # prompts cut to their last N tokens; None = whole
 
     @property
     def case_id(self) -> str:
@@ -202,15 +265,23 @@ class Case:
         return case_id(params)
 
     def params(self) -> dict[str, object]:
+        """Every field, except that fields added later are left out at their defaults (round 0 included), so a
+        case keeps the id an older sweep gave it and resumes from its results file."""
         out = asdict(self)
-        if not self.repeat:
-            del out["repeat"]  # round 0 keeps the id a single-round sweep gives the same case
+        for name, default in _LATER_FIELDS.items():
+            if out[name] == default:
+                del out[name]
         return out
 
     def label(self) -> str:
-        extra = self.draft or self.medusa or ""
-        label = f"{self.method}{'/' + extra if extra else ''} k={self.k} T={self.temperature:g} {self.suite} c={self.concurrency}"
+        extra = self.draft or self.medusa or self.lookahead or ""
+        k = f"k<={self.k} adaptive" if self.adaptive else f"k={self.k}"
+        label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} c={self.concurrency}"
         return label + (f" #{self.repeat}" if self.repeat else "")
+
+
+_LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
+                 "prompt_tokens": None}
 
 
 def case_id(params: dict[str, object]) -> str:

@@ -13,9 +13,10 @@ resume. The sweep's engine | triton choice was `backend` and is `via` (the build
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,13 @@ def upgrade(record: Record) -> Record:
 def _rename(mapping: object, old: str, new: str) -> None:
     if isinstance(mapping, dict) and old in mapping and new not in mapping:
         mapping[new] = mapping.pop(old)
+
+
+def output_digest(token_ids: Sequence[Sequence[int]]) -> str:
+    """sha256 of a case's output token ids, request by request: equal digests mean the same tokens (e.g. a
+    speculative case against its plain baseline at temperature 0) without storing the tokens."""
+    blob = json.dumps([list(ids) for ids in token_ids], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def latest_by_id(records: Iterable[Record], kind: str | None = None) -> dict[str, Record]:

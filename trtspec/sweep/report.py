@@ -51,7 +51,7 @@ def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_ho
     recs = recommend(results, price_per_hour=price_per_hour)
     text = _markdown(results_path, results, made, recs, price_per_hour, gpus)
     md = out_dir / "report.md"
-    _atomic_write(md, text)
+    atomic_write(md, text)
     return ReportOutput(md, made, recs, results)
 
 
@@ -95,11 +95,12 @@ def write_config(path: str | Path, recs: Sequence[Recommendation], *, target: st
     header = (f"# Recommended by `trtspec report` at temperature {temp:g}: {schedule}.\n"
               "# k per batch size is a runtime setting (num_draft_tokens per request); the engine is built for the "
               "largest.\n")
-    _atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
+    atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return data
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to a temp file beside `path`, then rename it over `path` (readers never see half a file)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -109,8 +110,10 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, numeric: bool = False) -> list[str]:
+    """A Markdown table as lines, then a blank line; `numeric` right-aligns every column after the first."""
+    align = ["---" if i == 0 or not numeric else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines + [""]
 
@@ -137,23 +140,24 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
 
     out += ["## Results", ""]
     cpu = results.timing == "cpu"
-    out += _table(["suite", "T", "conc", "method", "k", "mean acc. len", "acc. rate", "tokens/s (wall)",
-                   *(["wall speedup"] if cpu else []), f"speedup ({results.timing})", "predicted", "error",
-                   f"within {TOLERANCE:.0%}"],
-                  [(r.suite, f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
-                    _fmt(r.tokens_per_step), _fmt(r.acceptance_rate) if r.k else "-",
-                    _fmt(r.wall_tokens_per_s, ".1f"),
-                    *([_fmt(_wall_speedup(results, r), ".2f", "x")] if cpu else []),
-                    _fmt(r.measured_speedup, ".2f", "x"), _fmt(r.predicted_speedup, ".2f", "x"),
-                    _fmt(None if r.error is None else 100 * r.error, "+.0f", "%"),
-                    {True: "yes", False: "**no**", None: "-"}[r.within_tolerance if r.k else None]) for r in rows])
+    out += markdown_table(["suite", "T", "conc", "method", "k", "mean acc. len", "acc. rate", "tokens/s (wall)",
+                           *(["wall speedup"] if cpu else []), f"speedup ({results.timing})", "predicted", "error",
+                           f"within {TOLERANCE:.0%}"],
+                          [(r.suite, f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
+                            _fmt(r.tokens_per_step), _fmt(r.acceptance_rate) if r.k else "-",
+                            _fmt(r.wall_tokens_per_s, ".1f"),
+                            *([_fmt(_wall_speedup(results, r), ".2f", "x")] if cpu else []),
+                            _fmt(r.measured_speedup, ".2f", "x"), _fmt(r.predicted_speedup, ".2f", "x"),
+                            _fmt(None if r.error is None else 100 * r.error, "+.0f", "%"),
+                            {True: "yes", False: "**no**", None: "-"}[r.within_tolerance if r.k else None])
+                           for r in rows])
 
     out += _cost_model_section(results)
     if results.errors:
         out += ["## Failed cases", ""]
-        out += _table(["case", "error", "hint"],
-                      [(e.get("label", e["id"]), f"{e['error']['type']}: {e['error']['message']}",
-                        e["error"].get("hint") or "") for e in results.errors])
+        out += markdown_table(["case", "error", "hint"],
+                              [(e.get("label", e["id"]), f"{e['error']['type']}: {e['error']['message']}",
+                                e["error"].get("hint") or "") for e in results.errors])
     out += _recommendation_section(recs, price, results.timing)
     out += _projection_section(results, recs, gpus)
     if plots:
@@ -196,18 +200,18 @@ def _cost_model_section(results: Results) -> list[str]:
         ns = sorted(c[f"target_{key}"][sizes[0]], key=int)
         out += [f"Calibration ({results.timing} ms per forward; target over n tokens per sequence, draft over 1 "
                 f"token; {c.get('smoothing', 'median of repeats')}):", ""]
-        out += _table(["batch", *[f"target n={n}" for n in ns], "draft", f"prompt pass ({c.get('prompt_tokens', '?')} "
-                       "tokens): target", "draft"],
-                      [(b, *[f"{c[f'target_{key}'][b][n] * 1e3:.2f}" for n in ns],
-                        *[f"{c.get(f'{role}_{key}', {}).get(b, 0) * 1e3:.2f}"
-                          for role in ("draft", "target_prefill", "draft_prefill")]) for b in sizes])
+        out += markdown_table(["batch", *[f"target n={n}" for n in ns], "draft",
+                               f"prompt pass ({c.get('prompt_tokens', '?')} tokens): target", "draft"],
+                              [(b, *[f"{c[f'target_{key}'][b][n] * 1e3:.2f}" for n in ns],
+                                *[f"{c.get(f'{role}_{key}', {}).get(b, 0) * 1e3:.2f}"
+                                  for role in ("draft", "target_prefill", "draft_prefill")]) for b in sizes])
     misses = [r for r in checked if not r.within_tolerance]
     if misses:
         out += ["Where the model misses, and why:", ""]
-        out += _table(["case", "measured", "predicted", "why"],
-                      [(f"{r.variant} k={r.k} T={r.params['temperature']:g} {r.suite} "
-                        f"c={r.params['concurrency']}", _fmt(r.measured_speedup, ".2f", "x"),
-                        _fmt(r.predicted_speedup, ".2f", "x"), r.miss_reason) for r in misses])
+        out += markdown_table(["case", "measured", "predicted", "why"],
+                              [(f"{r.variant} k={r.k} T={r.params['temperature']:g} {r.suite} "
+                                f"c={r.params['concurrency']}", _fmt(r.measured_speedup, ".2f", "x"),
+                                _fmt(r.predicted_speedup, ".2f", "x"), r.miss_reason) for r in misses])
     return out
 
 
@@ -232,7 +236,7 @@ def _recommendation_section(recs: list[Recommendation], price: float | None, tim
         if price:
             row += [_fmt(r.cost_per_million, ".2f"), _fmt(r.baseline_cost_per_million, ".2f")]
         rows.append(row)
-    return out + _table(header, rows)
+    return out + markdown_table(header, rows)
 
 
 def _projection_section(results: Results, recs: list[Recommendation], gpus: Sequence[str]) -> list[str]:
@@ -271,7 +275,7 @@ def _projection_section(results: Results, recs: list[Recommendation], gpus: Sequ
             best = max((p for p in proj if p.batch_size == b), key=lambda p: p.speedup)
             table.append((f"{costmodel.GPUS[gpu].name} (projection)", b, best.k, f"{best.speedup:.2f}x",
                           f"{best.tokens_per_s:,.0f}"))
-    return out + _table(["GPU", "batch", "best k", "projected speedup", "projected tokens/s"], table)
+    return out + markdown_table(["GPU", "batch", "best k", "projected speedup", "projected tokens/s"], table)
 
 
 def _median(values: list[float]) -> float:

@@ -5,8 +5,9 @@ case and returns its measurements. Order of work:
   1. preflight  the spec is already validated; the backend checks what only it can (server reachable, engine max_k)
   2. resume     read the results file, cut a torn last line, skip case ids that already have a record
   3. calibrate  per model set, time target forwards over 1..max_k+1 tokens and a draft forward at batch 1/4/16
-                (via engine only; stored as `calibration` records for the cost model)
-  4. cases      run each missing case; an exception becomes an `error` record and the sweep goes on
+                (via engine only, unless spec.calibrate is off; `calibration` records for the cost model)
+  4. cases      run each missing case over its suite's prompts (reused round-robin up to the case's num_requests);
+                an exception becomes an `error` record and the sweep goes on
 A KeyboardInterrupt or kill stops between (or inside) cases; the next run resumes with the missing ones.
 """
 
@@ -120,7 +121,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
                             "started_at": _now(), "via_info": backend.info()})
         with _progress(show_progress, len(cases), summary.skipped) as progress:
             # 3. calibrate
-            sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo else []
+            sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo and spec.calibrate else []
             for model_set in sets:
                 progress.describe(f"calibrating {model_set.model}+{model_set.draft or model_set.medusa or '-'}")
                 fields = _guarded(lambda m=model_set: backend.calibrate(spec, m), summary)
@@ -132,7 +133,9 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
             # 4. cases
             for case in todo:
                 progress.describe(case.label())
-                rec = _run_one(backend, case, suites[case.suite], spec, summary)
+                suite = suites[case.suite]
+                rec = _run_one(backend, case, suite.cycled(case.num_requests) if case.num_requests else suite, spec,
+                               summary)
                 results.append(rec)
                 if on_record:
                     on_record(rec)
@@ -148,7 +151,8 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
         "kind": "case", "id": case.case_id, "label": case.label(), "params": case.params(),
         "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
-        "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree},
+        "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree,
+                 **{name: case.params()[name] for name in ("adaptive", "lookahead") if name in case.params()}},
         "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),
     }

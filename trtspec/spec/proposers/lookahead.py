@@ -32,10 +32,8 @@ from typing import ClassVar
 import torch
 
 from trtspec.errors import ConfigError
-from trtspec.methods import lookahead_max_draft_len, validate_lookahead
+from trtspec.methods import DEFAULT_LOOKAHEAD, lookahead_max_draft_len, validate_lookahead
 from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, ProposerContext
-
-DEFAULT_LOOKAHEAD = (4, 4, 4)  # (W, N, G)
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""docs/benchmarks.md sections from sweep records: rows, medians over rounds, lossless checks and the columns the
+docs show (synthetic records; no model runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtspec.spec.metrics import AcceptanceStats
+from trtspec.sweep import benchmarks
+from trtspec.sweep.benchmarks import Comparison, Measured
+from trtspec.sweep.runner import SweepSummary
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+
+
+def _stats(drafts: int = 0, drafted: int = 0, accepted: int = 0, forwards: int = 10, emitted: int = 10) -> dict:
+    return AcceptanceStats(num_drafts=drafts, num_draft_tokens=drafted, num_accepted_tokens=accepted,
+                           num_target_forwards=forwards, num_emitted_tokens=emitted, target_time_s=0.9,
+                           overhead_time_s=0.1).to_dict()
+
+
+def _rec(case, repeat: int, tokens_per_s: float, digest: str = "plain", **metrics) -> dict:
+    params = {**case.params(), **({"repeat": repeat} if repeat else {})}
+    return {"kind": "case", "status": "ok", "params": params,
+            "metrics": {"tokens_per_s": tokens_per_s, "output_sha256": digest, "stats": _stats(), **metrics}}
+
+
+def _measured(records) -> Measured:
+    return Measured(records, SweepSummary(total=len(records), skipped=0), results=None)
+
+
+def _docs_columns(title_start: str) -> list[str]:
+    lines = DOCS.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"## {title_start}"))
+    header = next(line for line in lines[start:] if line.startswith("| "))
+    return [c.strip() for c in header.strip("|").split("|")]
+
+
+def test_engine_section_medians_lossless_check_and_comparison_rows():
+    spec = benchmarks.engine_spec(model="tiny", draft="tiny-draft", ks=[2], num_prompts=2, prompt_tokens=32,
+                                  max_new_tokens=8, max_ngram=3, repeats=3, threads=1)
+    cases = spec.cases()
+    assert [(c.method, c.k) for c in cases[:3]] == [("none", 0), ("draft_target", 2), ("ngram", 2)]
+    rates = {"none": [10, 30, 20], "draft_target": [40, 20, 30], "ngram": [15, 15, 15]}
+    records = [_rec(c, c.repeat, rates[c.method][c.repeat],
+                    digest="other" if c.method == "ngram" and c.repeat == 2 else "plain",
+                    stats=_stats(drafts=4, drafted=8, accepted=6) if c.k else _stats()) for c in cases]
+    section = benchmarks.engine_section(spec, _measured(records),
+                                        [Comparison("transformers: greedy", [25.0, 35.0], ["plain", "plain"])],
+                                        ["a comparison note"])
+    assert section.columns == _docs_columns("Reference engine vs transformers")
+    assert section.rows[0][:5] == ["engine: target only (k=0)", "20.0", "1.00x", "-", "-"]
+    assert section.rows[1][:5] == ["engine: draft_target k=2", "30.0", "1.50x", "2.50", "0.75"]
+    assert section.rows[1][-1] == "yes" and section.rows[2][-1] == "NO"  # one ngram round differed
+    assert section.rows[3] == ["transformers: greedy", "30.0", "1.50x", "-", "-", "-", "-", "yes"]
+    assert "a comparison note" in section.notes and any("transformers: greedy at 30.0" in n for n in section.notes)
+
+
+def test_batching_section_rows_per_concurrency_and_typical_run():
+    spec = benchmarks.batching_spec(model="tiny", draft="tiny-draft", concurrency=[1, 4], fixed_k=4,
+                                    adaptive_max_k=8, max_new_tokens=8, prompt_tokens=32, min_requests=6, repeats=3,
+                                    threads=1)
+    assert {c.concurrency: c.num_requests for c in spec.cases()} == {1: 6, 4: None}  # 8 = 2 x max(c) prompts
+    records = []
+    for c in spec.cases():
+        rate = {0: 100.0, 1: 90.0, 2: 80.0}[c.repeat] * (0.5 if c.adaptive else 1.0)
+        latencies = [0.1 * (c.repeat + 1)] * 5 + [0.9]
+        records.append(_rec(c, c.repeat, rate, latencies_s=latencies,
+                            stats=_stats(drafts=5, drafted=15, forwards=10) if c.k else _stats()))
+    section = benchmarks.batching_section(spec, _measured(records), min_requests=6)
+    assert section.columns == _docs_columns("Continuous batching")
+    assert [r[:2] for r in section.rows] == [["no speculation", "1"], ["fixed k=4 (draft_target)", "1"],
+                                             ["adaptive k<=8 (draft_target)", "1"], ["no speculation", "4"],
+                                             ["fixed k=4 (draft_target)", "4"], ["adaptive k<=8 (draft_target)", "4"]]
+    # median 90 tokens/s; the round nearest the median (round 1) gives the latencies: p50 200 ms, p99 900 ms
+    assert section.rows[0][2:7] == ["90.0", "80-100", "200", "900", "0.00"]
+    assert section.rows[1][6] == "1.50" and section.rows[2][2] == "45.0"
+    assert "c=1: adaptive / best of the others = 0.50 (more than 5% worse)" in section.notes[2]
+
+
+def test_lookahead_section_rows_per_suite_and_overall():
+    spec = benchmarks.lookahead_spec(model="tiny", configs=["4,4,4", "7,5,7"], num_prompts=2, prompt_tokens=32,
+                                     max_new_tokens=8, threads=1)
+    cases = spec.cases()
+    assert [(c.suite, c.lookahead, c.k) for c in cases[:3]] == [("code", None, 0), ("code", "4,4,4", 12),
+                                                               ("code", "7,5,7", 28)]
+    assert {c.concurrency for c in cases} == {2}  # each suite's prompts as one batch
+    records = [_rec(c, 0, 50.0 if c.k else 100.0, num_requests=2,
+                    digest="plain" if c.suite != "prose" or c.lookahead != "7,5,7" else "other",
+                    stats=_stats(drafts=4, drafted=24, accepted=4) if c.k else _stats()) for c in cases]
+    section = benchmarks.lookahead_section(spec, _measured(records))
+    assert section.columns == _docs_columns("Lookahead decoding")
+    assert section.rows[0] == ["W,N,G=4,4,4", "code", "2", "23", "2.00", "0.17", "1.00", "50.0", "100.0", "yes"]
+    assert section.rows[3][:2] == ["W,N,G=7,5,7", "prose"] and section.rows[3][-1] == "NO"
+    assert section.rows[-1][:5] == ["W,N,G=7,5,7", "all", "-", "55", "2.00"]
+    assert len(section.rows) == 3 * 2 + 2
