@@ -1,10 +1,46 @@
-"""`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C (signals are forwarded)."""
+"""`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C.
+
+SIGINT, SIGTERM and SIGHUP stop it cleanly, also while the models are still loading; if `trtspec serve` itself is
+killed (SIGKILL), the supervisor stops tritonserver and removes its temporary directory (trtspec/triton/supervise.py).
+A busy port is refused before anything starts (exit 2, naming the port and its owner)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from trtspec.triton.server import TritonServer
+
+
+class _Stopped(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
+    """For the whole life of `server`: SIGINT/SIGTERM/SIGHUP ask its supervisor to stop tritonserver (SIGTERM);
+    before the supervisor exists they raise `_Stopped`. Yields the list of signals received."""
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if server.process is None:
+            raise _Stopped
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 @click.command()
@@ -24,7 +60,7 @@ def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: s
           startup_timeout: float, log_file: Path | None, dry_run: bool) -> None:
     """Serve the Triton model repository REPO (rendered by `trtspec deploy`)."""
     from trtspec.doctor import find_tritonserver
-    from trtspec.errors import ToolNotFoundError
+    from trtspec.errors import ServerError, ToolNotFoundError
     from trtspec.triton.server import Ports, TritonServer, is_bundled, plan_launch, read_repo_record
 
     ports = Ports(grpc=grpc_port, http=http_port, metrics=metrics_port)
@@ -44,10 +80,17 @@ def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: s
         return
     server = TritonServer(repo, ports=ports, load_models=load_models or None, host=host,
                           startup_timeout=startup_timeout, log_path=log_file)
-    server.start()
-    if server.plan is not None and server.plan.note:
-        click.echo(server.plan.note)
-    click.echo(f"tritonserver ready: gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
-    click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
-    code = server.wait()
+    with _stop_on_signals(server) as received:
+        try:
+            server.start()
+        except (_Stopped, ServerError):
+            if not received:
+                raise
+            server.stop()  # stopped while the models loaded
+            raise SystemExit(128 + received[0]) from None
+        if server.plan is not None and server.plan.note:
+            click.echo(server.plan.note)
+        click.echo(f"tritonserver ready: gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
+        click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
+        code = server.wait()
     click.echo(f"tritonserver exited ({code}).")

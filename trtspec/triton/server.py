@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 
 POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
 PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
+STOP_MARGIN_S = 5.0  # past the supervisor's own stop timeout, its whole process group is killed
 
 HOST = "127.0.0.1"
 # Log fragments after which tritonserver keeps running but never becomes ready (strict readiness).
@@ -41,6 +43,22 @@ class Ports:
     grpc: int = 8001
     http: int = 8000
     metrics: int = 8002
+
+    def check_free(self, host: str = HOST) -> None:
+        """Refuse ports another process listens on, naming the port and its owner (before anything starts)."""
+        for name, port in (("grpc", self.grpc), ("http", self.http), ("metrics", self.metrics)):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((host if host else "", port))
+                except OSError:
+                    owner = port_owner(port)
+                    who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
+                    raise UsageError(f"--{name}-port={port}: the port is in use by {who}",
+                                     hint=f"stop that process, or pick another port (--{name}-port)") from None
+        if len({self.grpc, self.http, self.metrics}) < 3:
+            raise UsageError(f"ports grpc={self.grpc} http={self.http} metrics={self.metrics} must differ",
+                             hint="give each endpoint its own port")
 
     @classmethod
     def free(cls) -> Ports:
@@ -78,6 +96,41 @@ class LaunchPlan:
         parts = [f"{k}={shlex.quote(v)}" for k, v in self.env_set.items()]
         parts += [f"{k}={shlex.quote(os.pathsep.join(dirs))}:${k}" for k, dirs in self.env_prepend.items()]
         return " ".join([*parts, shlex.join(self.argv)])
+
+
+def port_owner(port: int) -> tuple[int, str] | None:
+    """(pid, command line) of the process listening on TCP `port`, from Linux /proc; None when unknown."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                    return int(proc.name), cmdline[:120]
+        except OSError:
+            continue
+    return None
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def pytriton_root() -> Path | None:
@@ -205,8 +258,11 @@ def read_repo_record(repo: Path) -> dict:
 class TritonServer:
     """A tritonserver process serving `repo`: `with TritonServer(repo) as server: server.grpc_url ...`.
 
-    Starts on free 127.0.0.1 ports unless `ports` is given, waits until /v2/health/ready answers 200 (or raises
-    ServerError with the log tail), and on exit sends SIGTERM, then SIGKILL after `stop_timeout` seconds.
+    Starts on free 127.0.0.1 ports unless `ports` is given (given ports are checked first: a busy one is refused with
+    its owner), waits until /v2/health/ready answers 200 from *this* launch's server (the port's owner is in its
+    process group), or raises ServerError with the log tail. tritonserver runs under `supervise` (own process group,
+    dies with this process even on SIGKILL, removes its work dir); on exit SIGTERM, then SIGKILL after
+    `stop_timeout` seconds. Start it from the main thread: Linux ties the parent-death signal to the starting thread.
     """
 
     def __init__(self, repo: Path, *, ports: Ports | None = None, load_models: Sequence[str] | None = None,
@@ -222,7 +278,7 @@ class TritonServer:
         self.stop_timeout = stop_timeout
         self.log_verbose = log_verbose
         self.extra_env = env or {}
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._workdir: Path | None = None
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.plan: LaunchPlan | None = None
@@ -244,8 +300,8 @@ class TritonServer:
         return HOST if self.host in ("0.0.0.0", "") else self.host
 
     def start(self) -> TritonServer:
-        self._workdir = tempfile.TemporaryDirectory(prefix="trtspec-triton-")
-        work = Path(self._workdir.name)
+        self.ports.check_free(self.host)
+        self._workdir = work = Path(tempfile.mkdtemp(prefix="trtspec-triton-"))
         backend_dir = None
         binary = self.binary
         if binary is None:
@@ -259,7 +315,11 @@ class TritonServer:
         self.log_path = self.log_path or work / "tritonserver.log"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
         env = {**self.plan.environment(), **self.extra_env}
-        self.process = subprocess.Popen(self.plan.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+        # The supervisor (own session = own process group) stops tritonserver and its stubs and removes the work dir
+        # when asked, and when this process dies, even by SIGKILL (see trtspec/triton/supervise.py).
+        supervisor = [sys.executable, "-m", "trtspec.triton.supervise", "--workdir", str(work), "--stop-timeout",
+                      str(self.stop_timeout), "--parent", str(os.getpid()), "--", *self.plan.argv]
+        self.process = subprocess.Popen(supervisor, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         self._wait_ready()
@@ -274,7 +334,7 @@ class TritonServer:
                 self._cleanup()
                 raise ServerError(f"tritonserver exited with code {process.returncode} before it was ready:\n"
                                   f"{tail}", hint="read the log above; `trtspec doctor` checks the installation")
-            if self.ready():
+            if self.ready() and self._owns(self.ports.http):
                 return
             fatal = self._fatal_log_lines()
             if fatal:
@@ -299,6 +359,11 @@ class TritonServer:
         text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
         return [line.strip() for line in text.splitlines() if any(m in line for m in FATAL_LOG_MARKERS)]
 
+    def _owns(self, port: int) -> bool:
+        """Whether the process listening on `port` is this launch's tritonserver (its process group is ours)."""
+        owner = port_owner(port)
+        return owner is None or process_group(owner[0]) == self._started().pid  # None: /proc unreadable, trust it
+
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=PROBE_TIMEOUT_S) as response:
@@ -318,11 +383,11 @@ class TritonServer:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code."""
         code = None
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)  # the supervisor: SIGTERM to tritonserver, SIGKILL after timeout
             try:
-                code = self.process.wait(timeout=self.stop_timeout)
+                code = self.process.wait(timeout=self.stop_timeout + STOP_MARGIN_S)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
                 code = self.process.wait()
         elif self.process is not None:
             code = self.process.returncode
@@ -330,25 +395,18 @@ class TritonServer:
         return code
 
     def _cleanup(self) -> None:
-        """Remove the work dir (prepared backends; the default log lives there too, so read it before)."""
+        """Remove the work dir (prepared backends; the default log lives there too, so read it before). The
+        supervisor removes it too, when the server is gone."""
         if self._workdir is not None:
-            self._workdir.cleanup()
+            shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
 
     def wait(self) -> int:
-        """Block until the server exits, forwarding SIGINT/SIGTERM to it (for `trtspec serve`)."""
-        self._started()
-
-        def forward(signum: int, _frame: object) -> None:
-            if self.process is not None and self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
-
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        """Block until the server exits (it stops on SIGTERM to `process`, the supervisor); clean up after it."""
+        process = self._started()
         try:
-            return self.process.wait()
+            return process.wait()
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             self._cleanup()
 
     def __enter__(self) -> TritonServer:

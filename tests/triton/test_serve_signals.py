@@ -1,0 +1,123 @@
+"""`trtspec serve` leaves nothing behind: SIGTERM while models load, SIGHUP once ready, SIGKILL of `trtspec serve`
+itself; and a busy port is refused (exit 2, naming the port and its owner) before anything starts.
+
+Each case runs the real CLI on a one-model repository (the counting test double: the Python backend, no torch) and
+then checks that no process of the server's process group is left and its trtspec-triton-* work directory is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trtspec.triton.server import Ports
+from trtspec.triton.supervise import group_members
+
+pytestmark = pytest.mark.triton
+DOUBLES = Path(__file__).parent / "doubles"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(DOUBLES / "counting_lm", root / "counting_lm")
+    return root
+
+
+def _serve(repo: Path, ports: Ports) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "trtspec", "serve", str(repo), "--grpc-port", str(ports.grpc), "--http-port",
+            str(ports.http), "--metrics-port", str(ports.metrics)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == pid:
+                    out.append((int(proc.name), (proc / "cmdline").read_bytes().decode(errors="replace")))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _supervisor(serve: subprocess.Popen, timeout: float = 60) -> tuple[int, Path]:
+    """The supervisor `trtspec serve` started (pid = its process group) and its work directory."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid, cmdline in _children(serve.pid):
+            argv = cmdline.split("\0")
+            if "trtspec.triton.supervise" in argv:
+                return pid, Path(argv[argv.index("--workdir") + 1])
+        time.sleep(0.05)
+    raise AssertionError("trtspec serve started no supervisor")
+
+
+def _wait_for_line(serve: subprocess.Popen, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = serve.stdout.readline()
+        if text in line:
+            return
+        assert line or serve.poll() is None, f"trtspec serve exited ({serve.poll()}) before {text!r}"
+    raise AssertionError(f"no {text!r} within {timeout} s")
+
+
+def _assert_nothing_left(group: int, workdir: Path, timeout: float = 40) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (group_members(group) or workdir.exists()):
+        time.sleep(0.2)
+    left = group_members(group)
+    for pid in left:  # never leave them to the next test, even when failing
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+    assert not workdir.exists(), f"work directory left behind: {workdir}"
+
+
+def test_sigterm_while_models_load(repo):
+    serve = _serve(repo, Ports.free())
+    group, workdir = _supervisor(serve)
+    serve.send_signal(signal.SIGTERM)  # the server is not ready yet: models are loading
+    assert serve.wait(timeout=60) == 128 + signal.SIGTERM
+    _assert_nothing_left(group, workdir)
+
+
+def test_sighup_once_ready(repo):
+    serve = _serve(repo, Ports.free())
+    group, workdir = _supervisor(serve)
+    _wait_for_line(serve, "tritonserver ready")
+    serve.send_signal(signal.SIGHUP)
+    out, _ = serve.communicate(timeout=60)
+    assert serve.returncode == 0 and "tritonserver exited (0)" in out, out
+    _assert_nothing_left(group, workdir)
+
+
+def test_sigkill_of_trtspec_serve(repo):
+    serve = _serve(repo, Ports.free())
+    group, workdir = _supervisor(serve)
+    _wait_for_line(serve, "tritonserver ready")
+    serve.kill()
+    serve.wait(timeout=10)
+    _assert_nothing_left(group, workdir)
+
+
+def test_busy_port_is_refused_with_its_owner(repo):
+    ports = Ports.free()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", ports.http))
+        busy.listen()
+        serve = _serve(repo, ports)
+        out, _ = serve.communicate(timeout=60)
+    assert serve.returncode == 2, out
+    assert f"--http-port={ports.http}: the port is in use by pid {os.getpid()}" in out
+    assert not _children(serve.pid)

@@ -1,0 +1,108 @@
+"""The supervisor between `trtspec serve` (or any TritonServer user) and tritonserver: nothing is left behind.
+
+`python -m trtspec.triton.supervise --workdir DIR --stop-timeout S -- ARGV...` runs ARGV (tritonserver) as its
+child, in the process group the launcher gave it (its own session). It guarantees, whatever happens to the launcher:
+- the launcher dies, even by SIGKILL: Linux delivers SIGTERM here (`PR_SET_PDEATHSIG`), and the supervisor stops the
+  server as if asked to;
+- SIGTERM, SIGINT or SIGHUP: forwarded to tritonserver as SIGTERM (Triton drains in-flight requests); whatever of the
+  process group is still running after the stop timeout (tritonserver, its backend stubs) is killed;
+- the work directory (prepared backends, the default log) is removed once the server is gone.
+It exits with tritonserver's exit code. Pure standard library: it starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def set_parent_death_signal(signum: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send `signum` to this process when its parent dies; False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group `pgid` (Linux /proc; [] elsewhere)."""
+    pids = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def kill_group_except(pgid: int, keep: int) -> None:
+    for pid in group_members(pgid):
+        if pid != keep:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: int) -> int:
+    # 1. die with the launcher (it may already be gone: then stop at once)
+    stop_requested = False
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, request_stop)
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent:
+        stop_requested = True
+    # 2. run the server; forward a stop request once, then escalate after the timeout
+    child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL)
+    deadline = None
+    while child.poll() is None:
+        if stop_requested and deadline is None:
+            child.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + stop_timeout
+        if deadline is not None and time.monotonic() > deadline:
+            child.kill()
+        try:
+            child.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    # 3. nothing of the group survives the server (backend stubs), and the work directory goes
+    kill_group_except(os.getpgrp(), keep=os.getpid())
+    if workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trtspec.triton.supervise")
+    parser.add_argument("--workdir", help="directory to remove once the server is gone")
+    parser.add_argument("--stop-timeout", type=float, default=20.0)
+    parser.add_argument("--parent", type=int, default=None, help="the launcher's PID (stop at once if it is gone)")
+    parser.add_argument("argv", nargs="+")
+    ns = parser.parse_args(args)
+    return run(ns.argv, ns.workdir, ns.stop_timeout, ns.parent if ns.parent is not None else os.getppid())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
