@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED
 from trtspec.errors import ServerError
 from trtspec.methods import engine_methods
 
@@ -49,7 +50,7 @@ class _MethodChoice(click.Choice):
 
 @click.command()
 @click.argument("prompt")
-@click.option("--url", default=None, metavar="HOST:PORT",
+@click.option("--url", type=HOST_PORT, default=None, metavar="HOST:PORT",
               help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
 @click.option("--model", default=None,
               help="Local: the target, embedded name or HF directory (default tiny). With --url: the Triton model "
@@ -59,7 +60,7 @@ class _MethodChoice(click.Choice):
               help="Draft model for --method draft_target (embedded name or directory).")
 @click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
-@click.option("--k", "k", type=int, default=None,
+@click.option("--k", "k", type=COUNT, default=None,
               help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "
                    "--url: the deployment's default].")
 @click.option("--medusa", default="tiny-medusa", show_default=True,
@@ -70,16 +71,16 @@ class _MethodChoice(click.Choice):
 @click.option("--typical", is_flag=True,
               help="LOSSY: Medusa typical acceptance for tree drafts at temperature > 0 (accepts more tokens, but the "
                    "output no longer follows the target distribution). Default: exact recursive rejection sampling.")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (0 = greedy).")
-@click.option("--top-k", type=int, default=0, show_default=True, help="Keep the k most likely tokens (0 = off).")
-@click.option("--top-p", type=float, default=1.0, show_default=True, help="Nucleus mass in (0, 1] (1 = off).")
-@click.option("--max-new-tokens", type=int, default=128, show_default=True, help="Tokens to generate at most.")
-@click.option("--seed", type=int, default=None, help="Per-request sampling seed (default: random).")
-@click.option("--max-k", type=int, default=8, show_default=True, help="Largest k the engine accepts.")
+@click.option("--temperature", type=NON_NEGATIVE, default=0.0, show_default=True, help="Sampling temperature (0 = greedy).")
+@click.option("--top-k", type=COUNT, default=0, show_default=True, help="Keep the k most likely tokens (0 = off).")
+@click.option("--top-p", type=PROBABILITY, default=1.0, show_default=True, help="Nucleus mass in (0, 1] (1 = off).")
+@click.option("--max-new-tokens", type=POSITIVE_COUNT, default=128, show_default=True, help="Tokens to generate at most.")
+@click.option("--seed", type=SEED, default=None, help="Per-request sampling seed (default: random).")
+@click.option("--max-k", type=click.IntRange(0, 1024), default=8, show_default=True, help="Largest k the engine accepts.")
 @click.option("--device", default="cpu", show_default=True, help="torch device (cpu, cuda, cuda:1).")
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
               help="Weight and KV-cache dtype.")
-@click.option("--threads", type=int, default=1, show_default=True,
+@click.option("--threads", type=click.IntRange(0, 4096), default=1, show_default=True,
               help="torch CPU threads (0 = torch's default). Small models at batch 1 run best on one thread.")
 @click.option("--lookahead", "lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
               help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import click
 
+from trtspec.cli._types import FiniteFloat
+
 
 @click.command()
 @click.argument("results", type=click.Path(dir_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Directory for report.md + PNGs.")
-@click.option("--price-per-hour", type=float, help="$ per device-hour, for cost per 1M output tokens.")
+@click.option("--price-per-hour", type=FiniteFloat(min=0.0), help="$ per device-hour, for cost per 1M output tokens.")
 @click.option("--gpu", "gpus", default="H100,H200", show_default=True,
               help="Comma list of GPUs for the roofline projection (always labelled a projection).")
 @click.option("--write-config", type=click.Path(dir_okay=False),
               help="Create or update this build config YAML with the recommended method, draft and max_draft_len.")
-@click.option("--temperature", type=float, help="Which temperature's recommendation --write-config uses.")
+@click.option("--temperature", type=FiniteFloat(min=0.0), help="Which temperature's recommendation --write-config uses.")
 @click.option("--timing", type=click.Choice(["auto", "wall", "cpu"]), default="auto", show_default=True,
               help="Seconds used for speedups: wall clock, or process CPU (steady on a shared CPU); auto = cpu for "
                    "CPU runs that recorded it.")

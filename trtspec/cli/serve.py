@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from trtspec.cli._types import FiniteFloat
+
 if TYPE_CHECKING:
     from trtspec.triton.server import TritonServer
 
@@ -52,7 +54,7 @@ def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0 for all).")
 @click.option("--load-model", "load_models", multiple=True,
               help="Load only these models (explicit model control); repeatable.")
-@click.option("--startup-timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for ready.")
+@click.option("--startup-timeout", type=FiniteFloat(min=1.0), default=300.0, show_default=True, help="Seconds to wait for ready.")
 @click.option("--log-file", type=click.Path(path_type=Path), default=None,
               help="Write tritonserver's log here (default: a temporary file, shown on failure).")
 @click.option("--dry-run", is_flag=True, help="Print the tritonserver command and exit.")

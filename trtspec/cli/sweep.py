@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from trtspec.cli._types import HOST_PORT, POSITIVE_COUNT, SEED, FiniteFloat
 from trtspec.methods import METHODS
 
 
@@ -19,21 +20,21 @@ from trtspec.methods import METHODS
 @click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
 @click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
 @click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
-@click.option("--max-new-tokens", type=int, help="Tokens generated per request.")
-@click.option("--num-prompts", type=int, help="Prompts per suite (first N, in file order).")
-@click.option("--seed", type=int, help="Request i samples with seed + i.")
-@click.option("--repeats", type=int, help="Measurement rounds over the whole grid (the report takes medians).")
-@click.option("--max-draft-len", type=int, help="The engine's maximum k (tokens).")
+@click.option("--max-new-tokens", type=POSITIVE_COUNT, help="Tokens generated per request.")
+@click.option("--num-prompts", type=POSITIVE_COUNT, help="Prompts per suite (first N, in file order).")
+@click.option("--seed", type=SEED, help="Request i samples with seed + i.")
+@click.option("--repeats", type=click.IntRange(1, 1000), help="Measurement rounds over the whole grid (the report takes medians).")
+@click.option("--max-draft-len", type=click.IntRange(0, 1024), help="The engine's maximum k (tokens).")
 @click.option("--via", type=click.Choice(["engine", "triton"]),
               help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC).")
-@click.option("--url", help="Triton gRPC url (via triton), e.g. localhost:8001.")
+@click.option("--url", type=HOST_PORT, help="Triton gRPC url (via triton), e.g. localhost:8001.")
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
 @click.option("--model-name", help="Triton model to call (default trtspec_engine / tensorrt_llm).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
-@click.option("--timeout", "timeout_s", type=float,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.001),
               help="Seconds one request to the Triton server may take before it is cancelled (default 120).")
 @click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")
-@click.option("--threads", type=int, help="torch intra-op threads (via engine; default: torch's).")
+@click.option("--threads", type=click.IntRange(0, 4096), help="torch intra-op threads (via engine; default: torch's).")
 @click.option("--retry-errors", is_flag=True, help="Rerun cases whose earlier record is an error.")
 @click.option("--dry-run", is_flag=True, help="Validate and list the cases; run nothing.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
