@@ -69,7 +69,10 @@ class Chunk:
 
 @dataclass
 class Completion:
-    """A finished request: the generated text and token ids (prompt excluded) and the acceptance counters."""
+    """A finished request: the generated text and token ids (prompt excluded) and the acceptance counters.
+
+    `token_ids` is empty for models that return text only (the TensorRT-LLM flavour's `ensemble` and
+    `tensorrt_llm_bls`, as in NVIDIA's templates); the counters are None where the model does not declare them."""
 
     text: str
     token_ids: list[int]

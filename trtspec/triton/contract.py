@@ -17,11 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from trtspec.errors import ConfigError
 from trtspec.targets import Tensor, TritonModel, TrtllmTarget
 
+
+class _HasName(Protocol):
+    name: str
+
+
+_Named = TypeVar("_Named", bound=_HasName)
 REQUEST_ROLES = ("seed", "min_tokens")  # keys of TrtllmTarget.request_names: names that differ between releases
 
 # The tensors trtspec serves on each model (it declares the subset that the target declares).
@@ -152,15 +158,15 @@ def model_decls(target: TrtllmTarget, model: str, dtypes: Mapping[str, str]) -> 
     wanted_out = set(SERVED_OUTPUTS[base])
     inputs = tuple(_decl(t, dtypes, model) for t in facts.inputs if t.name in wanted_in and not t.overlay
                    and not (core and t.read_by_backend is False))
-    outputs = tuple(_decl(t, dtypes, model) for t in _unique(facts.outputs) if t.name in wanted_out and not t.overlay)
+    outputs = tuple(_decl(t, dtypes, model) for t in _first_of_each(facts.outputs) if t.name in wanted_out and not t.overlay)
     _check_required(target, model, facts, {d.name for d in inputs})
     return ModelDecls(inputs, outputs)
 
 
-def _unique(tensors: Iterable[Tensor]) -> list[Tensor]:
-    """Tensors with repeated names dropped (0.19.0's ensemble lists kv_cache_alloc_total_blocks twice)."""
+def _first_of_each(items: Iterable[_Named]) -> list[_Named]:
+    """Items with repeated names dropped (0.19.0's ensemble lists kv_cache_alloc_total_blocks twice)."""
     seen: set[str] = set()
-    return [t for t in tensors if not (t.name in seen or seen.add(t.name))]
+    return [t for t in items if not (t.name in seen or seen.add(t.name))]
 
 
 def _check_required(target: TrtllmTarget, model: str, facts: TritonModel, rendered: Collection[str]) -> None:
@@ -182,49 +188,50 @@ def ensemble(target: TrtllmTarget, core_model: str, models: Mapping[str, ModelDe
     core tensors that the target's ensemble does not route; they pass straight through under their own names.
     """
     facts = target.model("ensemble")
-    ens_in = {t.name for t in facts.inputs}
-    ens_out = {t.name for t in facts.outputs}
-    fact_steps = (facts.model_extra or {}).get("ensemble_steps") or []
-    if [s.get("model_name") for s in fact_steps] != list(ENSEMBLE_STEPS):
-        raise ConfigError("ensemble steps", [s.get("model_name") for s in fact_steps], "are not "
-                          f"{list(ENSEMBLE_STEPS)} in the facts of TensorRT-LLM {target.version}",
-                          hint="regenerate the data file with scripts/extract_trtllm_facts.py")
-    produced: set[str] = set()
-    steps: list[Step] = []
-    for raw in fact_steps:
-        decls = models[raw["model_name"]]
-        inputs = {k: v for k, v in raw["input_map"].items() if k in decls.input_names and (v in ens_in or v in produced)}
-        outputs = {k: v for k, v in raw["output_map"].items() if k in decls.output_names}
-        produced |= set(outputs.values())
-        steps.append(Step(core_model if raw["model_name"] == "tensorrt_llm" else raw["model_name"], inputs, outputs))
-    consumed = set(ens_out)
-    for step in reversed(steps):  # drop outputs that nothing reads
-        for key in [k for k, v in step.output_map.items() if v not in consumed]:
-            del step.output_map[key]
-        consumed |= set(step.input_map.values())
-    core_step = steps[1]
+    steps = _routes(target, facts, models, core_model)
+    core, core_step = models["tensorrt_llm"], steps[1]
     for name in expose:  # the core output becomes an ensemble tensor with its own name
         internal = core_step.output_map.get(name)
-        if internal is not None and internal != name:
-            for step in steps:
-                for mapping in (step.input_map, step.output_map):
-                    mapping.update({k: name for k, v in mapping.items() if v == internal})
+        for step in steps:
+            for mapping in (step.input_map, step.output_map):
+                mapping.update({k: name for k, v in mapping.items() if v == internal})
         core_step.output_map[name] = name
-    core = models["tensorrt_llm"]
     for name in extra_inputs:
-        if name not in core_step.input_map:
-            core_step.input_map[name] = name
+        core_step.input_map.setdefault(name, name)
     for name in extra_outputs:
         core_step.output_map.setdefault(name, name)
     used_in = {v for s in steps for v in s.input_map.values()}
     made_out = {v for s in steps for v in s.output_map.values()}
     inputs = [_decl(t, dtypes, "ensemble") for t in facts.inputs if t.name in used_in]
-    outputs = [_decl(t, dtypes, "ensemble") for t in _unique(facts.outputs) if t.name in made_out]
+    outputs = [_decl(t, dtypes, "ensemble") for t in _first_of_each(facts.outputs) if t.name in made_out]
     have_in, have_out = {d.name for d in inputs}, {d.name for d in outputs}
     inputs += [_passthrough(core.input(n), n) for n in extra_inputs if n not in have_in and n in used_in]
     outputs += [_passthrough(core.output(n), n) for n in [*expose, *extra_outputs] if n not in have_out]
     _check_required(target, "ensemble", facts, {d.name for d in inputs})
-    return Ensemble(ModelDecls(tuple(inputs), tuple(_dedupe(outputs))), tuple(steps))
+    return Ensemble(ModelDecls(tuple(inputs), tuple(_first_of_each(outputs))), tuple(steps))
+
+
+def _routes(target: TrtllmTarget, facts: TritonModel, models: Mapping[str, ModelDecls], core_model: str) -> list[Step]:
+    """The target's ensemble steps, keeping each map entry whose model declares the tensor and whose ensemble tensor
+    is fed (an ensemble input, or an earlier step's output) and read (a later step's input, or an ensemble output)."""
+    fact_steps = (facts.model_extra or {}).get("ensemble_steps") or []
+    if [s.get("model_name") for s in fact_steps] != list(ENSEMBLE_STEPS):
+        raise ConfigError("ensemble steps", [s.get("model_name") for s in fact_steps], "are not "
+                          f"{list(ENSEMBLE_STEPS)} in the facts of TensorRT-LLM {target.version}",
+                          hint="regenerate the data file with scripts/extract_trtllm_facts.py")
+    fed = {t.name for t in facts.inputs}
+    steps: list[Step] = []
+    for raw in fact_steps:
+        decls = models[raw["model_name"]]
+        inputs = {k: v for k, v in raw["input_map"].items() if k in decls.input_names and v in fed}
+        outputs = {k: v for k, v in raw["output_map"].items() if k in decls.output_names}
+        fed |= set(outputs.values())
+        steps.append(Step(core_model if raw["model_name"] == "tensorrt_llm" else raw["model_name"], inputs, outputs))
+    read = {t.name for t in facts.outputs}
+    for step in reversed(steps):
+        step.output_map = {k: v for k, v in step.output_map.items() if v in read}
+        read |= set(step.input_map.values())
+    return steps
 
 
 def _passthrough(decl: Decl | None, name: str) -> Decl:
@@ -232,11 +239,6 @@ def _passthrough(decl: Decl | None, name: str) -> Decl:
         raise ConfigError("ensemble", name, "is passed through to the core model, which does not declare it",
                           hint="declare it in the core model's template")
     return replace(decl, reshape=None, allow_ragged_batch=False)
-
-
-def _dedupe(decls: Iterable[Decl]) -> list[Decl]:
-    seen: set[str] = set()
-    return [d for d in decls if not (d.name in seen or seen.add(d.name))]
 
 
 def check_parameters(target: TrtllmTarget, model: str, keys: Iterable[str]) -> None:
