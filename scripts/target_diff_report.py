@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Print how trtspec's current Triton templates (rendered for the tensorrtllm backend) depart from each target's facts.
+"""Print how trtspec's Triton repository (rendered for the tensorrtllm backend) departs from each target's facts.
 
-Dev tool: renders the repository with trtspec.triton.repo.plan_repository for a few methods (no engines needed) and
-runs trtspec.targets.diff_against_target per supported target. Exit status 0 always; it is a report, not a gate.
+Dev tool: renders the repository for each supported target with trtspec.triton.repo.plan_repository, for a few methods
+(no engines needed), and runs trtspec.targets.diff_against_target on it. It prints one line per model that departs,
+and one line per method that the target refuses. Exit status 0 always; it is a report, not a gate (the tests in
+tests/triton/test_build_configs.py are the gate).
 
     PYTHONPATH=. python scripts/target_diff_report.py
 """
@@ -13,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trtspec.errors import TrtspecError
 from trtspec.targets import SUPPORTED_TARGETS, diff_against_target, load_target, pbtxt_names
 from trtspec.triton.build_output import EngineInfo
 from trtspec.triton.repo import RepoSpec, plan_repository
@@ -24,7 +27,7 @@ METHODS = {
 }
 
 
-def rendered(method: str, tokenizer: Path) -> dict[str, dict]:
+def rendered(method: str, tokenizer: Path, version: str) -> dict[str, dict]:
     cfg = METHODS[method]
     engines = {role: EngineInfo(role=role, path=Path(f"engines/{role}"),
                                 max_draft_len=cfg["max_draft_len"] if role == "target" else 0,
@@ -32,7 +35,8 @@ def rendered(method: str, tokenizer: Path) -> dict[str, dict]:
                                 num_medusa_heads=cfg.get("heads"))
                for role in cfg["engines"]}
     spec = RepoSpec(backend="tensorrtllm", method=method, tokenizer_dir=tokenizer, engines=engines,
-                    lookahead=cfg.get("lookahead"))
+                    lookahead=cfg.get("lookahead"), trtllm_version=version)
+    spec.check()
     plan = plan_repository(spec)
     return {rel.split("/")[0]: pbtxt_names(item.text) for rel, item in plan.items()
             if rel.endswith("/config.pbtxt") and item.text is not None}
@@ -41,9 +45,13 @@ def rendered(method: str, tokenizer: Path) -> dict[str, dict]:
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for method in METHODS:
-            models = rendered(method, Path(tmp))
             for version in SUPPORTED_TARGETS:
                 target = load_target(version)
+                try:
+                    models = rendered(method, Path(tmp), version)
+                except TrtspecError as exc:
+                    print(f"{version:7} {method:13} refused: {exc.message}")
+                    continue
                 for name, diff in diff_against_target(models, target).items():
                     if diff.ok:
                         continue

@@ -77,3 +77,23 @@ def trt_manifest(method: str, target: Path, *, max_draft_len: int = 0, draft: bo
         "engines": {r: f"engines/{r}" for r in roles},
         "steps": [{"id": "engine-target", "command": f"trtllm-build --checkpoint_dir checkpoints/target{flags}"}],
     }  # fmt: skip
+
+
+def counting_model(name: str, *, decoupled: bool, version: str | None = None, **params: object) -> dict:
+    """The counting test double (tests/triton/doubles/counting_lm) as model `name`: {relative path: RepoFile}.
+
+    `version` spells its seed/min-length inputs as that TensorRT-LLM release does (default: the double's 0.19.0
+    names); `params` become config parameters (role, delay_s, cancel_log, input_log)."""
+    from trtspec.targets import load_target
+    from trtspec.triton.render import RepoFile
+
+    doubles = Path(__file__).parent / "doubles" / "counting_lm"
+    config = (doubles / "config.pbtxt").read_text()
+    if version is not None:
+        names = load_target(version).request_names
+        config = config.replace('"random_seed"', f'"{names["seed"]}"').replace('"min_length"',
+                                                                              f'"{names["min_tokens"]}"')
+    policy = "model_transaction_policy { decoupled: true }\n" if decoupled else ""
+    lines = "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+    return {f"{name}/config.pbtxt": RepoFile(text=f'name: "{name}"\n{policy}{config}\n{lines}'),
+            f"{name}/1/model.py": RepoFile(copy_from=doubles / "1" / "model.py")}

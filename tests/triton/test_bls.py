@@ -1,46 +1,51 @@
-"""The tensorrt_llm_bls model's draft-target loop in a real tritonserver, against a deterministic test double.
+"""The tensorrt_llm_bls model's draft-target loop in a real tritonserver, per TensorRT-LLM target, against a
+deterministic test double.
 
-TensorRT-LLM cannot run here, so the BLS is pointed (through its tensorrt_llm_model_name and
-tensorrt_llm_draft_model_name parameters) at a counting language model with the same tensor names.
+TensorRT-LLM cannot run here. The repository is rendered for the target as `trtspec deploy` renders it; then the
+counting test double takes the places of `tensorrt_llm` and `tensorrt_llm_draft`. The double has the same tensor
+names, spelled as the target spells them, and logs the inputs it receives. The BLS tokenizes through the rendered
+`preprocessing` and `postprocessing` models. The ensemble stays unloaded, because it maps inputs the double lacks.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.triton.helpers import CHARS
+from tests.triton.helpers import CHARS, counting_model
 from trtspec.errors import ServerError
+from trtspec.targets import SUPPORTED_TARGETS, load_target
+from trtspec.triton.build_output import EngineInfo
 from trtspec.triton.client import TritonClient
-from trtspec.triton.render import RepoFile, model_files, pbtxt_parameters, write_repository
-from trtspec.triton.repo import CODEC
+from trtspec.triton.render import write_repository
+from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
-DOUBLES = Path(__file__).parent / "doubles"
 pytestmark = pytest.mark.triton
+MODELS = ["preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls"]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, tokenizer_dir):
-    base = tmp_path_factory.mktemp("bls")
-    bls = model_files("tensorrt_llm_bls", "tensorrt_llm_bls", {
-        "triton_max_batch_size": 8, "decoupled": False, "instance_count": 1,
-        "parameters": pbtxt_parameters({"tensorrt_llm_model_name": "counting_target",
-                                        "tensorrt_llm_draft_model_name": "counting_draft",
-                                        "tokenizer_dir": str(tokenizer_dir)})}, shared=CODEC)  # fmt: skip
-    plan = dict(bls)
-    for role in ("target", "draft"):
-        config = (DOUBLES / "counting_lm" / "config.pbtxt").read_text()
-        policy = "model_transaction_policy { decoupled: true }\n" if role == "target" else ""  # as rendered
-        plan[f"counting_{role}/config.pbtxt"] = RepoFile(
-            text=f'name: "counting_{role}"\n{policy}{config}\n'
-                 f'parameters: {{ key: "role" value: {{ string_value: "{role}" }} }}')
-        plan[f"counting_{role}/1/model.py"] = RepoFile(copy_from=DOUBLES / "counting_lm" / "1" / "model.py")
+@pytest.fixture(scope="module", params=SUPPORTED_TARGETS)
+def served(request, tmp_path_factory, tokenizer_dir):
+    version = request.param
+    base = tmp_path_factory.mktemp(f"bls-{version}")
+    engines = {role: EngineInfo(role=role, path=base / "engines" / role, max_draft_len=8 if role == "target" else 0,
+                                speculative_decoding_mode="draft_tokens_external" if role == "target" else None)
+               for role in ("target", "draft")}
+    spec = RepoSpec(backend="tensorrtllm", method="draft_target", tokenizer_dir=tokenizer_dir, engines=engines,
+                    default_k=4, trtllm_version=version)
+    plan = {rel: f for rel, f in plan_repository(spec).items() if not rel.startswith("tensorrt_llm/")
+            and not rel.startswith("tensorrt_llm_draft/")}
+    log = base / "target-inputs.log"
+    plan |= counting_model("tensorrt_llm", decoupled=True, version=version, role="target", input_log=log)
+    plan |= counting_model("tensorrt_llm_draft", decoupled=False, version=version, role="draft")
     repo = write_repository(plan, base / "repo")
-    with TritonServer(repo) as srv:
-        yield srv
+    with TritonServer(repo, load_models=MODELS) as srv:
+        yield srv, load_target(version), log
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -52,36 +57,68 @@ def counting(prompt_last: int, n: int) -> list[int]:
     return out
 
 
-def test_bls_draft_target_loop_returns_the_target_tokens(server):
+def logged(log: Path) -> list[dict]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return [json.loads(line) for line in lines]
+
+
+def test_bls_draft_target_loop_returns_the_target_tokens(served):
+    server, target, log = served
     prompt = "def f"
-    last = 3 + CHARS.index("f")  # the character tokenizer: ids 3.. are CHARS in order
+    expected = "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("f"), 10))  # ids 3.. are CHARS in order
+    logged(log)
     with TritonClient(server.grpc_url, model="tensorrt_llm_bls") as client:
-        spec = client.generate(prompt, max_tokens=10, k=4)
+        spec = client.generate(prompt, max_tokens=10, k=4, seed=7)
+        calls = logged(log)
         plain = client.generate(prompt, max_tokens=10, k=0)
-    assert spec.token_ids == plain.token_ids == counting(last, 10)
-    assert spec.text == "".join(CHARS[t - 3] for t in counting(last, 10))
+    assert spec.text == plain.text == expected
+    # the seed reaches the engine under the target's name, on every call of the loop
+    seed = target.request_names["seed"]
+    assert calls and all(call.get(seed) == 7 for call in calls)
+    assert not any({"seed", "random_seed"} - {seed} & set(call) for call in calls)
+    if not target.has("acceptance_outputs"):  # 0.18.0: the BLS declares no acceptance outputs
+        assert spec.total_draft_tokens is None and plain.acceptance_rate is None
+        return
     # the draft is wrong at every third token: 2 of each 4 drafted are accepted, and the counters cover every round
     assert spec.total_draft_tokens > 0 and 0 < spec.total_accepted_draft_tokens < spec.total_draft_tokens
     assert spec.acceptance_rate == pytest.approx(spec.total_accepted_draft_tokens / spec.total_draft_tokens)
-    assert plain.total_draft_tokens == 0
+    assert plain.total_draft_tokens == 0  # the target engine's own counters: it had no draft
 
 
-def test_bls_refuses_streaming_speculation_and_empty_prompts(server):
-    import numpy as np
+def test_bls_forwards_min_tokens_under_the_targets_name(served):
+    server, target, log = served
+    logged(log)
+    with TritonClient(server.grpc_url, model="tensorrt_llm_bls") as client:
+        inputs = {"text_input": np.array([[b"abc"]], dtype=object), "max_tokens": np.array([[3]], dtype=np.int32),
+                  "min_tokens": np.array([[2]], dtype=np.int32)}  # the client respells it for the model
+        out = client.infer("tensorrt_llm_bls", inputs, ["text_output"])
+    assert out["text_output"].reshape(-1)[0].decode() == "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
+    assert [call[target.request_names["min_tokens"]] for call in logged(log)] == [2]
+
+
+def test_bls_refuses_what_it_cannot_do(served):
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    inputs = []
-    for name, array, dtype in (("text_input", np.array([[b"abc"]], dtype=object), "BYTES"),
-                               ("max_tokens", np.array([[4]], dtype=np.int32), "INT32"),
-                               ("num_draft_tokens", np.array([[2]], dtype=np.int32), "INT32"),
-                               ("stream", np.array([[True]]), "BOOL")):
-        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
+    server, _, _ = served
+
+    def raw(**arrays):
+        inputs = []
+        for name, (array, dtype) in arrays.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return grpcclient.InferenceServerClient(server.grpc_url).infer("tensorrt_llm_bls", inputs)
+
+    text, four = (np.array([[b"abc"]], dtype=object), "BYTES"), (np.array([[4]], dtype=np.int32), "INT32")
     with pytest.raises(InferenceServerException, match="streaming is not supported"):
-        grpcclient.InferenceServerClient(server.grpc_url).infer("tensorrt_llm_bls", inputs)
+        raw(text_input=text, max_tokens=four, num_draft_tokens=(np.array([[2]], dtype=np.int32), "INT32"),
+            stream=(np.array([[True]]), "BOOL"))
+    with pytest.raises(InferenceServerException, match="use_draft_logits=true is not supported"):
+        raw(text_input=text, max_tokens=four, use_draft_logits=(np.array([[True]]), "BOOL"))
     with TritonClient(server.grpc_url, model="tensorrt_llm_bls") as client:
-        with pytest.raises(ServerError, match="empty prompt"):
+        with pytest.raises(ServerError, match="preprocessing: empty prompt"):
             client.generate(" ", max_tokens=4, k=2)
-        assert client.generate("abc", max_tokens=3, k=2).token_ids == counting(3 + CHARS.index("c"), 3)
+        expected = "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
+        assert client.generate("abc", max_tokens=3, k=2).text == expected

@@ -7,6 +7,7 @@ The served models are the counting test double (tests/triton/doubles/counting_lm
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -14,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.triton.helpers import counting_model
 from trtspec.errors import ServerError
 from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.prompts import PromptSuite
-from trtspec.triton.client import TritonClient
+from trtspec.triton.client import TritonClient, declared_name
 from trtspec.triton.render import RepoFile, write_repository
 from trtspec.triton.server import TritonServer
 
@@ -28,11 +30,7 @@ pytestmark = pytest.mark.triton
 
 
 def _model(name: str, *, decoupled: bool, **params: object) -> dict[str, RepoFile]:
-    policy = "model_transaction_policy { decoupled: true }\n" if decoupled else ""
-    config = (DOUBLES / "counting_lm" / "config.pbtxt").read_text()
-    lines = "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
-    return {f"{name}/config.pbtxt": RepoFile(text=f'name: "{name}"\n{policy}{config}\n{lines}'),
-            f"{name}/1/model.py": RepoFile(copy_from=DOUBLES / "counting_lm" / "1" / "model.py")}
+    return counting_model(name, decoupled=decoupled, **params)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +44,7 @@ def base(tmp_path_factory):
 def server(base):
     plan = {**_model("counting_target", decoupled=True, role="target"),
             **_model("counting_draft", decoupled=False, role="draft"),
+            **_model("counting_new", decoupled=False, role="target", input_log=base / "inputs.log", version="1.2.1"),
             **_model("counting_slow", decoupled=True, role="target", delay_s=SLOW_S,
                      cancel_log=base / "cancelled.log")}
     with TritonServer(write_repository(plan, base / "repo")) as srv:
@@ -164,3 +163,22 @@ def test_sweep_backend_runs_cases_against_the_server(server, tmp_path):
     stats = spec_case["stats"]
     assert stats["source"] == "client_loop" and (stats["num_drafts"], stats["num_accepted_tokens"]) == (8, 16)
     assert stats["mean_acceptance_length"] == 3.0  # 1 + 16 / 8
+
+
+def test_declared_name_picks_the_spelling_the_model_declares():
+    assert declared_name("seed", {"random_seed", "x"}) == "random_seed"
+    assert declared_name("random_seed", {"seed"}) == "seed"
+    assert declared_name("min_tokens", {"min_length"}) == "min_length"
+    assert declared_name("seed", {"seed", "random_seed"}) == "seed"  # both declared: as given
+    assert declared_name("seed", {"x"}) == "seed" and declared_name("top_k", {"runtime_top_k"}) == "top_k"
+
+
+def test_renamed_inputs_are_sent_under_the_served_models_spelling(server, base):
+    """0.19.0's random_seed/min_length reach a model that declares 1.2.1's seed/min_tokens, and the reverse."""
+    log = base / "inputs.log"
+    with TritonClient(server.grpc_url, model="counting_target") as client:
+        extra = {"random_seed": np.array([[5]], dtype=np.uint64), "min_length": np.array([[1]], dtype=np.int32)}
+        client.infer("counting_new", request([3], 2, **extra), ["output_ids"])
+        assert json.loads(log.read_text().splitlines()[-1]).items() >= {"seed": 5, "min_tokens": 1}.items()
+        out = client.infer("counting_target", request([3], 2, seed=np.array([[5]], dtype=np.uint64)), ["output_ids"])
+    assert out["output_ids"].reshape(-1).tolist() == [3, *counting(3, 2)]  # without respelling Triton refuses `seed`

@@ -65,9 +65,12 @@ def test_templates_have_only_known_placeholders():
     assert set(found) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls",
                           "trtspec_engine"}
     assert found["tensorrt_llm"] == {"model_name", "triton_max_batch_size", "decoupled", "max_queue_delay_microseconds",
-                                     "max_queue_size", "logits_datatype", "parameters"}
-    assert found["ensemble"] == {"triton_max_batch_size", "core_model", "extra_inputs", "extra_input_map",
-                                 "extra_outputs", "extra_output_map"}
+                                     "max_queue_size", "inputs", "outputs", "parameters"}
+    assert found["ensemble"] == {"triton_max_batch_size", "core_model", "inputs", "outputs", "steps"}
+    # the declarations are generated from the target's facts: no template spells a tensor name of its own
+    for name in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
+        text = (root / name / "config.pbtxt.tmpl").read_text()
+        assert {"inputs", "outputs"} <= found[name] and "data_type" not in text, name
 
 
 def test_invalid_model_config_is_reported():

@@ -1,4 +1,8 @@
-"""`trtspec deploy`: render a Triton model repository from a build output (reads its trtspec-manifest.json)."""
+"""`trtspec deploy`: render a Triton model repository from a build output (reads its trtspec-manifest.json).
+
+The repository follows the Triton contract of one TensorRT-LLM release: the build's `trtllm.version`, or
+`--trtllm-version` (see docs/targets.md).
+"""
 
 from __future__ import annotations
 
@@ -26,11 +30,14 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
 @click.option("--lookahead", default=None, metavar="W,N,G",
               help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
+@click.option("--trtllm-version", default=None, metavar="VERSION",
+              help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
+                   "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory.")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
-           max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None, force: bool,
-           dry_run: bool) -> None:
+           max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
+           trtllm_version: str | None, force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -38,12 +45,18 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
 
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
                                max_k=max_k, device=device, lookahead=_lookahead(lookahead),
-                               tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None)
+                               tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
+                               trtllm_version=trtllm_version)
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
-               f"({backend} flavour, method {spec.method}, core model {spec.core_model}):")
+               f"({backend} flavour, method {spec.method}, core model {spec.core_model}, "
+               f"TensorRT-LLM {spec.trtllm_version} contract):")
     for rel in sorted(plan):
         click.echo(f"  {rel}")
+    built_for = spec.build_trtllm_version
+    if backend == "tensorrtllm" and built_for and built_for != spec.trtllm_version:
+        click.echo(f"Note: the build was planned for TensorRT-LLM {built_for}; an engine loads only in the release "
+                   f"that built it, so rebuild with trtllm.version: {spec.trtllm_version} before serving.")
     for role, engine in spec.engines.items():
         if not (engine.path / "config.json").is_file():
             click.echo(f"Note: the {role} engine is not built yet ({engine.path}); run the engine steps of "
@@ -57,7 +70,7 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
                              record=repo_record(spec))
         if launch.note:
             click.echo(f"  ({launch.note})")
-        click.echo(f"or, inside NVIDIA's Triton TensorRT-LLM container:\n  {launch.shell()}")
+        click.echo(f"or, inside {spec.target.image}:\n  {launch.shell()}")
 
 
 def _lookahead(value: str | None) -> tuple[int, int, int] | None:

@@ -6,7 +6,7 @@ trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `
 
 Manifest fields used (format `trtspec-manifest/1`, see trtspec.build.manifest): backend, method, config.target,
 config.engine.{tp_size, pp_size, draft_tp_size, max_batch_size, max_input_len, max_seq_len},
-config.kv_cache.enable_block_reuse, derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
+config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
 medusa_heads.num_heads}, engines.<role> (relative path), steps[].{id, command | argv}.
 """
 
@@ -64,6 +64,7 @@ class BuildOutput:
     max_seq_len: int = 2048
     enable_kv_cache_reuse: bool = True
     dtype: str = "float32"
+    trtllm_version: str | None = None  # config.trtllm.version; None when the manifest does not say
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -95,6 +96,7 @@ def read_build_output(build_dir: Path) -> BuildOutput:
         "max_input_len": int(engine_cfg.get("max_input_len", 1024)),
         "max_seq_len": int(engine_cfg.get("max_seq_len", 2048)),
         "enable_kv_cache_reuse": bool((config.get("kv_cache") or {}).get("enable_block_reuse", True)),
+        "trtllm_version": _trtllm_version(config),
     }
     if backend == "torch":
         return _read_bundle(root, method, common)
@@ -123,6 +125,11 @@ def read_build_output(build_dir: Path) -> BuildOutput:
         if lookahead else None,
         dtype=str(engine_cfg.get("dtype", "float16")), **common,
     )  # fmt: skip
+
+
+def _trtllm_version(config: dict[str, Any]) -> str | None:
+    version = (config.get("trtllm") or {}).get("version")
+    return str(version) if version else None
 
 
 def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput:

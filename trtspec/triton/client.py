@@ -12,14 +12,16 @@ only code that talks to the server: a unary call for ordinary models, one gRPC s
 `ensemble`, `tensorrt_llm_bls`) or token ids (core models `trtspec_engine`, `tensorrt_llm`) and read responses into
 Chunks. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
 is abandoned by its reader is stopped with its request cancelled. Used by the CLI, the sweep and scripts.
-tritonclient is imported when a client is created, not at module import.
+TensorRT-LLM renamed two request inputs after 0.19.0 (`random_seed` -> `seed`, `min_length` -> `min_tokens`); an
+input is sent under whichever spelling the served model declares (read from its config), so one caller works
+against every release. tritonclient is imported when a client is created, not at module import.
 """
 
 from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +48,9 @@ _INPUT_NAMES = {
     "k": ("num_draft_tokens", "num_draft_tokens"),
     "end_id": ("end_id", "end_id"),
 }
+# The request inputs TensorRT-LLM renamed after 0.19.0 (tensorrtllm_backend c2e65b8): old name -> new name.
+RENAMED_INPUTS = {"random_seed": "seed", "min_length": "min_tokens"}
+_OTHER_SPELLING = {**RENAMED_INPUTS, **{new: old for old, new in RENAMED_INPUTS.items()}}
 _DTYPES: dict[str, type] = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "seed": np.uint64, "stream": np.bool_,
                             "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32}
@@ -64,7 +69,10 @@ class Chunk:
 
 @dataclass
 class Completion:
-    """A finished request: the generated text and token ids (prompt excluded) and the acceptance counters."""
+    """A finished request: the generated text and token ids (prompt excluded) and the acceptance counters.
+
+    `token_ids` is empty for models that return text only (the TensorRT-LLM flavour's `ensemble` and
+    `tensorrt_llm_bls`, as in NVIDIA's templates); the counters are None where the model does not declare them."""
 
     text: str
     token_ids: list[int]
@@ -191,7 +199,8 @@ class TritonClient:
         A model that is not decoupled answers once (a unary call); a decoupled one through a gRPC stream of its own,
         stopped with the request cancelled when the request ends, fails, times out, or the caller stops reading.
         """
-        tensors = [self._tensor(name, array) for name, array in inputs.items()]
+        declared = self.input_names(model)
+        tensors = [self._tensor(declared_name(name, declared), array) for name, array in inputs.items()]
         requested = None if outputs is None else [self._grpc.InferRequestedOutput(name) for name in outputs]
         if not self.is_decoupled(model):
             try:
@@ -228,6 +237,10 @@ class TritonClient:
         params = self.model_config(model).get("parameters", {})
         return {key: value.get("string_value", "") for key, value in params.items()}
 
+    def input_names(self, model: str) -> set[str]:
+        """The input names a served model declares."""
+        return {i["name"] for i in self.model_config(model).get("input", [])}
+
     def is_decoupled(self, model: str) -> bool:
         """Whether `model` answers through a stream (model_transaction_policy { decoupled: true })."""
         return bool(self.model_config(model).get("model_transaction_policy", {}).get("decoupled", False))
@@ -262,7 +275,7 @@ class TritonClient:
         for key, value in values.items():
             if value is None:
                 continue
-            name = _INPUT_NAMES[key][side]
+            name = declared_name(_INPUT_NAMES[key][side], self.inputs)
             if name not in self.inputs:
                 if key == "k":
                     raise UsageError(f"model {self.model!r} has no `num_draft_tokens` input, so k cannot be set "
@@ -309,6 +322,13 @@ class TritonClient:
         finally:  # also when the reader stops early (generator closed): cancel what the server still runs
             client.stop_stream(cancel_requests=True)
             client.close()
+
+
+def declared_name(name: str, declared: Collection[str]) -> str:
+    """`name`, or its other TensorRT-LLM spelling (`seed`/`random_seed`, `min_tokens`/`min_length`) when the model
+    declares only that one."""
+    other = _OTHER_SPELLING.get(name)
+    return other if name not in declared and other in declared else name
 
 
 def perf_values(arrays: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -3,7 +3,9 @@
 The renderer fails on a missing *or* unknown placeholder and never emits a literal `${...}`: "unset" is decided by
 `RepoSpec` (a parameter that is unset is simply not listed). Structured values (the `parameters` block, tree choices)
 are serialised by code here, never hand-escaped. Every rendered `config.pbtxt` can be parsed into Triton's
-`ModelConfig` protobuf (`validate_model_config`). Pure: imports neither torch nor tritonclient at module level.
+`ModelConfig` protobuf (`validate_model_config`). The templates hold no release's tensor names: the input/output
+declarations and ensemble steps arrive as Block values generated from the target's facts (`trtspec.triton.contract`).
+Pure: imports neither torch nor tritonclient at module level.
 """
 
 from __future__ import annotations
@@ -19,9 +21,6 @@ from pathlib import Path
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.resources import MODEL_REPO, data_dir
 
-# The tensor names and parameter keys of the templates follow this upstream snapshot (the last tensorrtllm_backend
-# commit with all_models/; later versions live in NVIDIA/TensorRT-LLM triton_backend/).
-TEMPLATES_PINNED = "triton-inference-server/tensorrtllm_backend@c2e65b8 (TensorRT-LLM 0.19 era)"
 TEMPLATE_SUFFIX = ".pbtxt.tmpl"
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -3,8 +3,11 @@
 `RepoSpec.from_build(build_dir, backend)` reads the build output (`trtspec.triton.build_output`) and refuses
 inconsistent deployments with the reason: no manifest, a target engine not built for draft tokens, k above the
 engine's max_draft_len, lookahead (W, N, G) that does not match the engine, a Medusa/EAGLE tree the engine cannot
-hold, draft and target vocabularies that differ. `plan_repository(spec)` turns a RepoSpec into the repository's
-files. Pure Python: no torch, no tritonclient (except `render.validate_model_config`, imported lazily).
+hold, draft and target vocabularies that differ, a method or decoding mode the TensorRT-LLM target lacks.
+`RepoSpec.trtllm_version` is the target release (the build's `config.trtllm.version`, else
+trtspec.targets.DEFAULT_TARGET). `plan_repository(spec)` turns a RepoSpec into the repository's files. Every
+declaration comes from that target's facts (`trtspec.triton.contract`), and so do the parameter keys, which are
+checked against them. Pure Python: no torch, no tritonclient (except `render.validate_model_config`, imported lazily).
 """
 
 from __future__ import annotations
@@ -17,21 +20,29 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
+from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
+from trtspec.triton import contract
 from trtspec.triton.build_output import EngineInfo, read_build_output
+from trtspec.triton.contract import ModelDecls
 from trtspec.triton.engine_params import EngineParams
-from trtspec.triton.render import (
-    TEMPLATES_PINNED,
-    Block,
-    RepoFile,
-    RepoPlan,
-    model_files,
-    pbtxt_parameters,
-    pbtxt_string,
-)
+from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters, validate_model_config
 
 BACKENDS = ("tensorrtllm", "torch")
 CORE_MODEL = {"tensorrtllm": "tensorrt_llm", "torch": "trtspec_engine"}
 CODEC = ("text_codec.py",)  # model_repo/common/ helper the tokenizing Python models import
+LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
+# What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour.
+METHOD_FEATURES: dict[str, tuple[str, ...]] = {
+    "draft_target": ("draft_tokens_external", "bls_draft_target"), "ngram": ("draft_tokens_external",),
+    "medusa": ("medusa",), "eagle": ("eagle_engine_flow",), "redrafter": ("redrafter",),
+    "lookahead": ("lookahead_engine", "server_lookahead_params"),
+}  # fmt: skip
+# torch flavour: trtspec_engine tensors the ensemble passes through when the target's ensemble does not route them:
+# k per request, the perf-metrics switch and counters (0.18.0 has none), num_drafts (mean acceptance length), and
+# the token ids (NVIDIA's ensemble returns text only).
+TORCH_EXPOSE = ("output_ids", "sequence_length")
+TORCH_EXTRA_INPUTS = ("num_draft_tokens", "return_perf_metrics")
+TORCH_EXTRA_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts")
 
 
 @dataclass(frozen=True)
@@ -61,10 +72,17 @@ class RepoSpec:
     engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
     device: str = EngineParams.device
     dtype: str = EngineParams.dtype
+    trtllm_version: str = DEFAULT_TARGET  # the TensorRT-LLM release whose Triton contract is rendered
+    build_trtllm_version: str | None = None  # what the build planned for (None: the manifest does not say)
 
     @property
     def core_model(self) -> str:
         return CORE_MODEL[self.backend]
+
+    @property
+    def target(self) -> TrtllmTarget:
+        """The facts of `trtllm_version` (ConfigError names the supported targets when it is not one)."""
+        return load_target(self.trtllm_version)
 
     @property
     def world_size(self) -> int:
@@ -87,6 +105,7 @@ class RepoSpec:
             "max_output_len": max(1, build.max_seq_len - build.max_input_len),
             "default_k": build.max_draft_len if build.method in ("draft_target", "ngram") or backend == "torch" else 0,
             "choices": build.choices, "lookahead": build.lookahead, "build_lookahead": build.lookahead,
+            "trtllm_version": build.trtllm_version or DEFAULT_TARGET, "build_trtllm_version": build.trtllm_version,
         }  # fmt: skip
         if backend == "torch":
             spec = cls(tokenizer_dir=Path(build.models["target"]), models=build.models, dtype=build.dtype,
@@ -104,6 +123,7 @@ class RepoSpec:
     def check(self) -> None:
         """Refuse a spec whose engines cannot serve its method (the reason names the field and the fix)."""
         info = resolve(self.method)
+        facts = self.target  # refuses an unsupported trtllm_version on both flavours
         if not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
@@ -118,6 +138,7 @@ class RepoSpec:
                 raise ConfigError("k", self.default_k, f"must be in [0, max_k={self.max_k}]",
                                   hint="lower --k or raise --max-k")
             return
+        self._check_features(facts)
         if "target" not in self.engines:
             raise UsageError("the build lists no target engine", hint="rebuild with `trtspec build CONFIG`")
         target = self.engines["target"]
@@ -145,6 +166,15 @@ class RepoSpec:
             tree_choices.validate(self.choices, max_depth=target.num_medusa_heads,
                                   max_nodes=target.max_draft_len or None, field=f"{self.method}_choices")
 
+    def _check_features(self, facts: TrtllmTarget) -> None:
+        """Refuse a method, or a decoding mode, that the TensorRT-LLM target lacks (naming the nearest that has it)."""
+        for feature in METHOD_FEATURES.get(self.method, ()):
+            require_feature(facts, feature)
+        mode = resolve(self.method).triton_decoding_mode
+        if mode and mode not in facts.decoding_modes:
+            raise ConfigError("decoding_mode", mode, f"is not parsed by TensorRT-LLM {facts.version}'s backend",
+                              hint=f"it parses: {', '.join(facts.decoding_modes)}")
+
     def _check_lookahead(self, target: EngineInfo) -> None:
         if self.lookahead is None:
             raise UsageError("method lookahead needs the server's (W, N, G)",
@@ -165,38 +195,43 @@ class RepoSpec:
 
 def plan_repository(spec: RepoSpec) -> RepoPlan:
     """All files of the repository for `spec` (rendered configs are already validated as ModelConfig)."""
+    target, dtypes = spec.target, {"logits_datatype": LOGITS_DATATYPE}
     tokenizer = {"tokenizer_dir": str(spec.tokenizer_dir)}
     batch = {"triton_max_batch_size": spec.triton_max_batch_size}
+    models = {name: contract.model_decls(target, name, dtypes) for name in ("preprocessing", "postprocessing")}
     plan: RepoPlan = {}
-    plan |= model_files("preprocessing", "preprocessing", {
-        **batch, "instance_count": spec.preprocessing_instances,
-        "parameters": pbtxt_parameters({**tokenizer, "add_special_tokens": True,
-                                        "max_input_len": spec.max_input_len})}, shared=CODEC)
-    plan |= model_files("postprocessing", "postprocessing", {
-        **batch, "instance_count": spec.postprocessing_instances,
-        "parameters": pbtxt_parameters({**tokenizer, "skip_special_tokens": True})}, shared=CODEC)
-    plan |= model_files("ensemble", "ensemble", {**batch, "core_model": spec.core_model, **_ensemble_extras(spec)})
+    plan |= _model(target, "preprocessing", models["preprocessing"], {**tokenizer, "add_special_tokens": True},
+                   {**batch, "instance_count": spec.preprocessing_instances}, shared=CODEC)
+    plan |= _model(target, "postprocessing", models["postprocessing"], {**tokenizer, "skip_special_tokens": True},
+                   {**batch, "instance_count": spec.postprocessing_instances}, shared=CODEC)
     if spec.backend == "torch":
         plan |= model_files("trtspec_engine", "trtspec_engine", {
-            **batch, "model_name": "trtspec_engine", "parameters": pbtxt_parameters(_engine_parameters(spec).to_parameters())})
+            **batch, "model_name": "trtspec_engine",
+            "parameters": pbtxt_parameters(_engine_parameters(spec).to_parameters())})
+        models["tensorrt_llm"] = contract.proto_decls(validate_model_config(plan["trtspec_engine/config.pbtxt"].text))
+        ensemble = contract.ensemble(target, "trtspec_engine", models, expose=TORCH_EXPOSE,
+                                     extra_inputs=TORCH_EXTRA_INPUTS, extra_outputs=TORCH_EXTRA_OUTPUTS, dtypes=dtypes)
     else:
-        plan |= _trtllm_models(spec)
+        models["tensorrt_llm"] = contract.model_decls(target, "tensorrt_llm", dtypes)
+        plan |= _trtllm_models(spec, models["tensorrt_llm"], contract.model_decls(target, "tensorrt_llm_bls", dtypes))
+        ensemble = contract.ensemble(target, "tensorrt_llm", models, dtypes=dtypes)
+    plan |= model_files("ensemble", "ensemble", {**batch, "core_model": spec.core_model,
+                                                 **_blocks(ensemble.decls),
+                                                 "steps": Block(contract.steps_block(ensemble.steps))})
     plan["trtspec-repo.json"] = RepoFile(text=json.dumps(repo_record(spec), indent=2) + "\n")
     return plan
 
 
-def _ensemble_extras(spec: RepoSpec) -> dict[str, Block]:
-    """Core-model tensors the ensemble passes through that only trtspec_engine has: the `num_draft_tokens` input
-    (k per request) and the `num_drafts` output (for the mean acceptance length)."""
-    if spec.backend != "torch":
-        return {name: Block("") for name in ("extra_inputs", "extra_input_map", "extra_outputs", "extra_output_map")}
-    k, drafts = pbtxt_string("num_draft_tokens"), pbtxt_string("num_drafts")
-    return {
-        "extra_inputs": Block(f",\n  {{ name: {k} data_type: TYPE_INT32 dims: [ 1 ] optional: true }}"),
-        "extra_input_map": Block(f"\n      input_map {{ key: {k} value: {k} }}"),
-        "extra_outputs": Block(f",\n  {{ name: {drafts} data_type: TYPE_INT32 dims: [ 1 ] }}"),
-        "extra_output_map": Block(f"\n      output_map {{ key: {drafts} value: {drafts} }}"),
-    }
+def _blocks(decls: ModelDecls) -> dict[str, Block]:
+    return {key: Block(text) for key, text in contract.decls_block(decls).items()}
+
+
+def _model(target: TrtllmTarget, name: str, decls: ModelDecls, params: dict[str, object],
+           values: dict[str, object], *, template: str | None = None, shared: tuple[str, ...] = ()) -> RepoPlan:
+    """One model rendered from its template, with the target's declarations and parameter keys the target reads."""
+    contract.check_parameters(target, name, [k for k, v in params.items() if v is not None])
+    return model_files(name, template or name, {**values, **_blocks(decls), "parameters": pbtxt_parameters(params)},
+                       shared=shared)
 
 
 def _engine_parameters(spec: RepoSpec) -> EngineParams:
@@ -208,26 +243,22 @@ def _engine_parameters(spec: RepoSpec) -> EngineParams:
     )
 
 
-def _trtllm_models(spec: RepoSpec) -> RepoPlan:
+def _trtllm_models(spec: RepoSpec, core: ModelDecls, bls_decls: ModelDecls) -> RepoPlan:
     info = resolve(spec.method)
     queue = {"triton_max_batch_size": spec.triton_max_batch_size,
-             "max_queue_delay_microseconds": spec.max_queue_delay_microseconds, "max_queue_size": spec.max_queue_size,
-             "logits_datatype": "TYPE_FP32"}
+             "max_queue_delay_microseconds": spec.max_queue_delay_microseconds, "max_queue_size": spec.max_queue_size}
     plan: RepoPlan = {}
     roles = ["target"] + (["draft"] if "draft" in spec.engines and info.needs_draft_model else [])
     for role in roles:
-        engine = spec.engines[role]
         name = "tensorrt_llm" if role == "target" else "tensorrt_llm_draft"
-        params = _trtllm_parameters(spec, engine, speculative=role == "target")
+        params = _trtllm_parameters(spec, spec.engines[role], speculative=role == "target")
         # The target is decoupled so the ensemble can stream; the BLS reads either kind (exec(decoupled=True)).
-        plan |= model_files(name, "tensorrt_llm", {**queue, "model_name": name, "decoupled": role == "target",
-                                                   "parameters": pbtxt_parameters(params)})
+        plan |= _model(spec.target, name, core, params, {**queue, "model_name": name, "decoupled": role == "target"},
+                       template="tensorrt_llm")
     bls = {"tensorrt_llm_model_name": "tensorrt_llm", "accumulate_tokens": False,
-           "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if "draft" in roles else None,
-           "tokenizer_dir": str(spec.tokenizer_dir)}
-    plan |= model_files("tensorrt_llm_bls", "tensorrt_llm_bls", {
-        "triton_max_batch_size": spec.triton_max_batch_size, "decoupled": False, "instance_count": 1,
-        "parameters": pbtxt_parameters(bls)}, shared=CODEC)
+           "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if "draft" in roles else None}
+    plan |= _model(spec.target, "tensorrt_llm_bls", bls_decls, bls, {
+        "triton_max_batch_size": spec.triton_max_batch_size, "decoupled": False, "instance_count": 1})
     return plan
 
 
@@ -254,7 +285,8 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
         params["decoding_mode"] = info.triton_decoding_mode
     if speculative and info.tree:  # medusa_choices / eagle_choices, in the C++ `{0}, {0, 0}` form
         params[f"{spec.method}_choices"] = tree_choices.to_triton(spec.choices or tree_choices.MC_SIM_7B_63)
-    if speculative and spec.method == "lookahead" and spec.lookahead is not None:
+    if speculative and spec.method == "lookahead" and spec.lookahead is not None \
+            and spec.target.has("server_lookahead_params"):
         window, ngram, verification = spec.lookahead
         params |= {"lookahead_window_size": window, "lookahead_ngram_size": ngram,
                    "lookahead_verification_set_size": verification}
@@ -267,6 +299,8 @@ def repo_record(spec: RepoSpec) -> dict[str, Any]:
     if spec.backend == "tensorrtllm":
         models += ["tensorrt_llm_bls"] + (["tensorrt_llm_draft"] if resolve(spec.method).needs_draft_model
                                           and "draft" in spec.engines else [])
+    target = spec.target
     return {"backend": spec.backend, "method": spec.method, "core_model": spec.core_model, "models": models,
-            "world_size": spec.world_size, "max_k": spec.max_k, "templates": TEMPLATES_PINNED}
+            "world_size": spec.world_size, "max_k": spec.max_k, "trtllm_version": target.version,
+            "image": target.image, "templates": contract.templates_source(target)}
 

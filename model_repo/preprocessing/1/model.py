@@ -2,7 +2,8 @@
 
 Self-contained (numpy, and tokenizers/transformers through text_codec.py) so it also runs in NVIDIA's TensorRT-LLM
 container without trtspec.
-Bad requests (an empty or over-long prompt, a non-positive output length) get a Triton error response.
+Bad requests (an empty prompt, a non-positive output length) get a Triton error response; an over-long prompt is
+refused by the engine model behind it (tensorrt_llm or trtspec_engine), which knows its max_input_len.
 """
 
 import json
@@ -22,7 +23,6 @@ class TritonPythonModel:
         params = _parameters(args)
         self.tokenizer = TextCodec(params["tokenizer_dir"])
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() == "true"
-        self.max_input_len = int(params.get("max_input_len", "0")) or None
         eos = self.tokenizer.eos_token_id
         self.end_id = -1 if eos is None else int(eos)
         pad = self.tokenizer.pad_token_id
@@ -47,8 +47,6 @@ class TritonPythonModel:
             if not text.strip():
                 raise ValueError("empty prompt: text_input must contain text")
             tokens = self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens)
-            if self.max_input_len and len(tokens) > self.max_input_len:
-                raise ValueError(f"prompt has {len(tokens)} tokens, more than max_input_len={self.max_input_len}")
             ids.append(tokens)
         if np.any(output_len < 1):
             raise ValueError(f"max_tokens must be >= 1, got {output_len.reshape(-1).tolist()}")

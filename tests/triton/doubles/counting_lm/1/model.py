@@ -4,7 +4,9 @@ As the target (parameter role=target) it verifies `draft_input_ids` greedily (ke
 matches its own next tokens) and adds one token; as the draft (role=draft) it makes every third token wrong.
 Like tensorrt_llm, output_ids and sequence_length include the prompt unless exclude_input_in_output is set.
 Decoupled or not, as its config says. Parameters for client tests: delay_s (sleep before answering) and cancel_log
-(a file that gets a line per request found cancelled after the sleep; that request gets no output).
+(a file that gets a line per request found cancelled after the sleep; that request gets no output); input_log (a
+file that gets one JSON line per request: the names and values of the one-element inputs it received).
+With return_perf_metrics set, the target reports its own acceptance counters for the draft it verified.
 """
 
 import json
@@ -25,6 +27,7 @@ class TritonPythonModel:
         self.role = params.get("role", "target")
         self.delay_s = float(params.get("delay_s") or 0)
         self.cancel_log = params.get("cancel_log")
+        self.input_log = params.get("input_log")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     def execute(self, requests):
@@ -43,17 +46,24 @@ class TritonPythonModel:
                             log.write("cancelled\n")
                     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     continue
+            if self.input_log:
+                scalars = {t.name(): t.as_numpy().reshape(-1)[0].item() for t in request.inputs()
+                           if t.as_numpy().size == 1}
+                with open(self.input_log, "a") as log:
+                    log.write(json.dumps(scalars) + "\n")
             length = int(get("input_lengths").reshape(-1)[0])
             ids = [int(t) for t in get("input_ids").reshape(-1)[:length]]
             wanted = int(get("request_output_len").reshape(-1)[0])
             draft = get("draft_input_ids")
-            out, last = [], ids[-1]
+            out, last, drafted, accepted = [], ids[-1], 0, 0
             if draft is not None and self.role == "target":
+                drafted = draft.size
                 for token in [int(t) for t in draft.reshape(-1)]:
                     if token != following(last) or len(out) >= wanted - 1:
                         break
                     out.append(token)
                     last = token
+                accepted = len(out)
                 out.append(following(last))
             else:
                 for i in range(wanted):
@@ -63,10 +73,15 @@ class TritonPythonModel:
             exclude = get("exclude_input_in_output")
             if exclude is None or not bool(exclude.reshape(-1)[0]):
                 out = ids + out
-            response = pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("output_ids", np.array(out, dtype=np.int32).reshape(1, 1, -1)),
-                pb_utils.Tensor("sequence_length", np.array([[len(out)]], dtype=np.int32)),
-            ])
+            tensors = [pb_utils.Tensor("output_ids", np.array(out, dtype=np.int32).reshape(1, 1, -1)),
+                       pb_utils.Tensor("sequence_length", np.array([[len(out)]], dtype=np.int32))]
+            perf = get("return_perf_metrics")
+            if perf is not None and bool(perf.reshape(-1)[0]):
+                tensors += [
+                    pb_utils.Tensor("acceptance_rate", np.array([[accepted / drafted if drafted else 0.0]], np.float32)),
+                    pb_utils.Tensor("total_accepted_draft_tokens", np.array([[accepted]], dtype=np.int32)),
+                    pb_utils.Tensor("total_draft_tokens", np.array([[drafted]], dtype=np.int32))]
+            response = pb_utils.InferenceResponse(output_tensors=tensors)
             if self.decoupled:  # as the tensorrt_llm model in a streaming-capable deployment
                 request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
