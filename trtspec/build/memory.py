@@ -29,8 +29,9 @@ GIB = 1 << 30
 DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 QUANT_SIZE = {"fp8": 1.0, "int8_wo": 1.0, "int4_wo": 0.5}
 # Fraction bounds. TensorRT-LLM (LLM-API KvCacheConfig and the Triton backend alike) sizes the KV cache by the smaller
-# of max_tokens and free_gpu_memory_fraction, and trtspec always sets both, so the floor never grows a cache past its
-# max_tokens: it only keeps a tiny model's fraction (0.001) from reading as a misconfiguration.
+# of max_tokens and free_gpu_memory_fraction (targets data: llm_api.kv_cache_config.sizing), and trtspec sets both
+# where it estimates memory, so the floor never grows a cache past its max_tokens: it only keeps a tiny model's
+# fraction (0.001) from reading as a misconfiguration.
 MIN_FRACTION, MAX_FRACTION = 0.05, 0.95
 
 
