@@ -65,7 +65,9 @@ class EagleSpec(_Spec):
     num_layers: int = Field(4, ge=1, description="num_eagle_layers: maximum tree depth")
     max_non_leaves_per_layer: int = Field(10, ge=1)
     choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
-    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head (LLM-API/PyTorch flow only)")
+    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
+                                            "max_draft_len = draft layers (default num_layers), targets with "
+                                            "eagle3_llmapi only")
 
 
 class RedrafterSpec(_Spec):

@@ -85,7 +85,7 @@ def test_unsupported_target_exits_2_with_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2
     assert [line for line in err.splitlines() if line.startswith("Error:")] == [
-        "Error: trtllm.version='0.20.0': is not a supported TensorRT-LLM target"]
+        "Error: trtllm.version='0.20.0': is not a supported TensorRT-LLM target (nearest: 0.19.0)"]
 
 
 def test_relative_paths_resolve_against_config_dir(tmp_path, random_pair):

@@ -172,6 +172,8 @@ def test_llm_api_eagle3_where_the_target_has_it(random_pair, tmp_path):
     assert plan.llm_api["speculative_config"] == {"decoding_type": "Eagle", "max_draft_len": 3,
                                                   "speculative_model_dir": str(tmp_path / "eagle3")}
     assert any("EAGLE-3 runs only through the LLM API" in n for n in plan.notes)
+    resolved, plan = plan_of(trtllm={"version": "1.2.1"}, max_draft_len=5, **fields)
+    assert resolved.max_draft_len == 5 and plan.llm_api["speculative_config"]["max_draft_len"] == 5
 
 
 def test_version_selects_examples_layout_and_quantization(random_pair):

@@ -313,12 +313,10 @@ def _speculative_config(r: Resolved, target: TrtllmTarget) -> dict[str, Any] | N
     method, spec = r.method, r.spec
     if method.llmapi_decoding_type is None:
         return None
-    if _eagle3(r):
+    if _eagle3(r):  # r.max_draft_len is the number of draft layers here (preflight)
         kind = "Eagle3" if target.has("eagle3_decoding_type") else "Eagle"
-        speculative: dict[str, Any] = {"decoding_type": kind, "max_draft_len": spec.eagle.num_layers,
-                                       "speculative_model_dir": r.models["eagle"].path}
-        return speculative
-    speculative = {"decoding_type": method.llmapi_decoding_type, "max_draft_len": r.max_draft_len}
+        return {"decoding_type": kind, "max_draft_len": r.max_draft_len, "speculative_model_dir": r.models["eagle"].path}
+    speculative: dict[str, Any] = {"decoding_type": method.llmapi_decoding_type, "max_draft_len": r.max_draft_len}
     if "draft" in r.models:
         speculative["speculative_model_dir"] = r.models["draft"].path
     if method.llmapi_decoding_type == "NGram":

@@ -303,6 +303,10 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     eagle = _section(spec.eagle, "eagle", spec.method)
+    if eagle.eagle3:
+        # LLM API (PyTorch backend): max_draft_len counts draft layers (chain steps), not tree nodes
+        checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
+        return given or eagle.num_layers, None, None
     tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
                                  max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
     max_draft_len = given or len(tree)

@@ -148,7 +148,7 @@ def load_target(version: str | None = None) -> TrtllmTarget:
 def _load(version: str) -> TrtllmTarget:
     if version not in SUPPORTED_TARGETS:
         near = nearest_target(version)
-        raise ConfigError("trtllm.version", version, "is not a supported TensorRT-LLM target",
+        raise ConfigError("trtllm.version", version, f"is not a supported TensorRT-LLM target (nearest: {near})",
                           hint=f"supported: {', '.join(SUPPORTED_TARGETS)} (default {DEFAULT_TARGET}); nearest: {near}")
     text = resources.files(__name__).joinpath(data_file(version)).read_text(encoding="utf-8")
     return _from_data(json.loads(text))
