@@ -8,6 +8,8 @@ import sys
 from importlib import resources
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trtspec import methods
 from trtspec.errors import ConfigError
@@ -15,8 +17,11 @@ from trtspec.targets import (
     DEFAULT_TARGET,
     FEATURES,
     SUPPORTED_TARGETS,
+    checkpoint_tensor_names,
     diff_against_target,
     diff_build_argv,
+    diff_checkpoint,
+    diff_convert_argv,
     diff_llm_api,
     load_target,
     lookahead_max_draft_len,
@@ -78,6 +83,10 @@ def test_every_section_has_a_source(version):
     _check_source(data["checkpoint"]["medusa"]["tensors"]["source"], "checkpoint.medusa.tensors")
     _check_source(data["examples"]["convert_checkpoint_args"]["source"], "examples.convert_checkpoint_args")
     _check_source(data["llm_api"]["kv_cache_config"]["source"], "llm_api.kv_cache_config")
+    _check_source(data["checkpoint"]["common_keys"]["read_source"], "checkpoint.common_keys.read_source")
+    _check_source(data["checkpoint"]["medusa"]["read_keys_source"], "checkpoint.medusa.read_keys_source")
+    if data["llm_api"]["verified"]:
+        _check_source(data["llm_api"]["top_level_source"], "llm_api.top_level_source")
     _check_source(data["triton"]["backend"]["source"], "triton.backend")
     _check_source(data["triton"]["tensorrt_llm_draft"]["source"], "triton.tensorrt_llm_draft")
     for name, model in data["triton"]["models"].items():
@@ -165,6 +174,23 @@ def test_lookahead_formula_on_a_grid(version):
         assert lookahead_max_draft_len(w, n, g) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(w=st.integers(-2, 64), n=st.integers(-2, 64), g=st.integers(-2, 64))
+def test_lookahead_formula_is_the_data_files_expression(w, n, g):
+    """For any (W, N, G): trtspec's one definition (methods re-exports it) equals every target's data-file
+    expression where TensorRT-LLM's isLegal holds, and is refused (ConfigError) where it does not."""
+    legal = w >= 1 and n >= 1 and g >= 0 and not (n == 1 and (w != 1 or g != 0))
+    assert methods.lookahead_max_draft_len is lookahead_max_draft_len
+    if not legal:
+        with pytest.raises(ConfigError):
+            lookahead_max_draft_len(w, n, g)
+        return
+    value = lookahead_max_draft_len(w, n, g)
+    for version in SUPPORTED_TARGETS:
+        assert value == _data_formula(load_target(version).lookahead["max_draft_len"], w, n, g)
+    assert value >= 0 and (value == 0) == (n == 1 or (n == 2 and w == 1 and g == 0))
+
+
 @pytest.mark.parametrize("bad", [(0, 3, 4), (4, 0, 4), (4, 3, -1), (2, 1, 0), (1, 1, 1)])
 def test_lookahead_illegal(bad):
     with pytest.raises(ConfigError):
@@ -248,8 +274,12 @@ def test_diff_build_argv():
     good = ["--checkpoint_dir", "c", "--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", "23",
             "--use_paged_context_fmha", "enable", "--logits_dtype", "float32", "--kv_cache_type", "paged"]
     assert diff_build_argv(good, "0.19.0") == []
+    assert diff_build_argv(["trtllm-build", *good], "0.19.0") == []  # the program name is skipped
     bad = diff_build_argv(["--speculative_decoding_mode", "ngram", "--warp", "9"], "0.19.0")
-    assert len(bad) == 2 and "ngram" in bad[0] and "--warp" in bad[1]
+    assert len(bad) == 3 and "ngram" in bad[0] and "--warp" in bad[1] and "--checkpoint_dir: required" in bad[2]
+    no_len = diff_build_argv(["--checkpoint_dir", "c", "--speculative_decoding_mode", "lookahead_decoding"], "1.2.1")
+    assert no_len == ["--max_draft_len: required with --speculative_decoding_mode lookahead_decoding"]
+    assert diff_build_argv(["--checkpoint_dir", "c", "--speculative_decoding_mode", "medusa"], "1.2.1") == []
 
 
 def test_diff_llm_api():
@@ -260,6 +290,54 @@ def test_diff_llm_api():
                        "1.2.1")
     assert any("Eagle3" in p for p in bad) and any("speculative_model" in p for p in bad)
     assert diff_llm_api(good, "0.19.0") and "no verified" in diff_llm_api(good, "0.19.0")[0]
+    missing = diff_llm_api({"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3}, "warp": 1}, "1.2.1")
+    assert missing == ["warp: not an LLM-API argument of TensorRT-LLM 1.2.1",
+                       "speculative_config.speculative_model_dir: required by Eagle"]
+
+
+def _llama_config(**extra):
+    return {"architecture": "LlamaForCausalLM", "dtype": "float16", "num_hidden_layers": 2, "hidden_size": 8,
+            "num_attention_heads": 2, "vocab_size": 16, **extra}
+
+
+def test_checkpoint_tensor_names_follow_the_bias_keys():
+    plain = checkpoint_tensor_names(_llama_config(), "0.19.0")
+    assert len(plain) == 3 + 2 * 7 and "transformer.layers.1.mlp.gate.weight" in plain
+    biased = checkpoint_tensor_names(_llama_config(attn_bias=True, mlp_bias=True), "0.19.0")
+    assert biased - plain == {f"transformer.layers.{i}.{n}.bias" for i in (0, 1)
+                              for n in ("attention.qkv", "attention.dense", "mlp.fc", "mlp.gate", "mlp.proj")}
+    medusa = checkpoint_tensor_names(_llama_config(architecture="MedusaForCausalLM", num_medusa_heads=2,
+                                                   num_medusa_layers=1), "1.2.1")
+    assert {"medusa_heads.1.medusa_layers.0.linear.bias", "medusa_heads.1.lm_head.weight"} <= medusa
+
+
+def test_diff_checkpoint():
+    config = _llama_config(attn_bias=True, bias=True, producer={"name": "x"}, share_embedding_table=False)
+    names = checkpoint_tensor_names(_llama_config(), "0.19.0") | {"extra.weight"}
+    problems = diff_checkpoint(config, {n: {"dtype": "F32" if n == "lm_head.weight" else "F16"} for n in names},
+                               "0.19.0")
+    assert "config.bias: is not read by TensorRT-LLM 0.19.0" in problems
+    assert "config.share_embedding_table: is not read by TensorRT-LLM 0.19.0" in problems
+    assert "config.producer: is not a key it reads by TensorRT-LLM 0.19.0" in problems
+    assert "tensor transformer.layers.0.attention.qkv.bias: missing (TensorRT-LLM 0.19.0 requires it)" in problems
+    assert "tensor extra.weight: not loaded by TensorRT-LLM 0.19.0" in problems
+    assert "tensor lm_head.weight: dtype F32, config dtype float16 (F16)" in problems
+    assert len(problems) == 3 + 4 + 1 + 1
+    with pytest.raises(ConfigError):
+        diff_checkpoint({"architecture": "GPT2LMHeadModel"}, [], "0.19.0")
+
+
+def test_diff_convert_argv():
+    root = "TensorRT-LLM/examples"
+    llama = ["python3", f"{root}/llama/convert_checkpoint.py", "--model_dir", "m", "--output_dir", "o", "--tp_size", "2"]
+    assert diff_convert_argv(llama, "0.19.0", root) == []
+    assert "not a conversion script of TensorRT-LLM 1.2.1" in diff_convert_argv(llama, "1.2.1", root)[0]
+    core = ["python3", f"{root}/models/core/llama/convert_checkpoint.py", "--model_dir", "m"]
+    assert diff_convert_argv(core, "1.2.1", root) == [] and diff_convert_argv(core, "0.19.0", root)
+    medusa = ["python3", f"{root}/medusa/convert_checkpoint.py", "--medusa_model_dir", "h", "--max_draft_len", "3"]
+    assert diff_convert_argv(medusa, "1.2.1", root) == [
+        f"--max_draft_len: not a flag of {root}/medusa/convert_checkpoint.py in TensorRT-LLM 1.2.1"]
+    assert diff_convert_argv(["python3", f"{root}/quantization/quantize.py", "--qformat", "fp8"], "0.18.0", root) == []
 
 
 def test_loader_is_torch_free():

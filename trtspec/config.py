@@ -1,9 +1,12 @@
-"""Typed, validated build specs loaded from YAML. Pure: pydantic + yaml only (no torch, no file-system checks).
+"""Typed, validated build specs loaded from YAML. Pure: pydantic + yaml + the target data files (no torch,
+no file-system checks).
 
 `BuildSpec` is the single source of truth for `trtspec build`: which checkpoints, which speculative method, the
 engine envelope (batch, lengths, dtype, parallelism), KV-cache and GPU-memory settings, and the TensorRT-LLM
-version the plan targets. This module checks types and ranges only; cross-field and file-dependent rules
-(vocab match, Medusa tree vs heads, lookahead budget, ...) live in `trtspec.build.preflight`.
+release the plan targets (`trtllm.version`, one of trtspec.targets.SUPPORTED_TARGETS, default DEFAULT_TARGET; the
+container comes from that target's data file, never from the config). This module checks types and ranges only;
+cross-field and file-dependent rules (vocab match, Medusa tree vs heads, lookahead budget, features the target lacks)
+live in `trtspec.build.preflight`.
 
 Errors: a pydantic ValidationError becomes a ConfigError whose field is the YAML path (`engine.max_batch_size`).
 """
@@ -17,12 +20,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trtspec.errors import ConfigError, TrtspecError
-
-# TensorRT-LLM release -> NGC Triton image tag (`nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`).
-# Only pairs stated by a source are listed (trtllm-specdec.md 0.2: the DTM README pins 0.18.0 <-> 25.03);
-# for other versions set `trtllm.container` explicitly.
-TRTLLM_CONTAINERS: dict[str, str] = {"0.18.0": "25.03"}
-DEFAULT_TRTLLM_VERSION = "0.18.0"
+from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
 
 
 class _Spec(BaseModel):
@@ -67,7 +65,9 @@ class EagleSpec(_Spec):
     num_layers: int = Field(4, ge=1, description="num_eagle_layers: maximum tree depth")
     max_non_leaves_per_layer: int = Field(10, ge=1)
     choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
-    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head (LLM-API/PyTorch flow only)")
+    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
+                                            "max_draft_len = draft layers (default num_layers), targets with "
+                                            "eagle3_llmapi only")
 
 
 class RedrafterSpec(_Spec):
@@ -125,28 +125,46 @@ class GPUSpec(_Spec):
 
 
 class TRTLLMSpec(_Spec):
-    version: str = Field(DEFAULT_TRTLLM_VERSION, description="TensorRT-LLM release with the engine flow (<= 1.2)")
-    container: str | None = Field(None, description="NGC image; default derived from version")
+    """The TensorRT-LLM release (target) every artefact is written for: checkpoints, `trtllm-build` flags, LLM-API
+    options and the Triton repository follow its data file (trtspec/targets, docs/targets.md), and so does the
+    recommended container. A top-level `trtllm_version: X` is accepted as an alias of `trtllm: {version: X}`."""
+
+    version: str = Field(DEFAULT_TARGET, description=f"TensorRT-LLM target: one of {', '.join(SUPPORTED_TARGETS)} "
+                                                     f"(default {DEFAULT_TARGET}); see docs/targets.md")
     examples_dir: str = Field("TensorRT-LLM/examples",
-                              description="examples/ of a TensorRT-LLM checkout at the pinned tag")
+                              description="examples/ of a TensorRT-LLM checkout at the target's tag")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_container(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "container" in value:
+            version = value.get("version", DEFAULT_TARGET)
+            raise ConfigError("trtllm.container", value["container"], "is not set by hand: the container comes from "
+                              "the target (trtllm.version), so it always matches the artefacts rendered for it",
+                              hint=f"remove trtllm.container; trtllm.version {version} runs in "
+                                   f"{_image_or_supported(version)}")
+        return value
 
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        parts = value.split(".")
-        if len(parts) < 2 or not all(p.split("rc")[0].isdigit() for p in parts):
-            raise ValueError(f"not a version like 0.18.0: {value!r}")
+        load_target(value)  # ConfigError naming the supported targets and the nearest one
         return value
 
-    def version_tuple(self) -> tuple[int, int]:
-        major, minor = self.version.split(".")[:2]
-        return int(major), int(minor.split("rc")[0])
+    def target(self) -> TrtllmTarget:
+        """The target's facts (data file)."""
+        return load_target(self.version)
 
-    def image(self) -> str | None:
-        if self.container:
-            return self.container
-        tag = TRTLLM_CONTAINERS.get(self.version)
-        return f"nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3" if tag else None
+    def image(self) -> str:
+        """The NGC container that ships this TensorRT-LLM release (from the target's data file)."""
+        return self.target().image
+
+
+def _image_or_supported(version: str) -> str:
+    try:
+        return load_target(str(version)).image
+    except TrtspecError:
+        return f"a supported target's container ({', '.join(SUPPORTED_TARGETS)})"
 
 
 class BuildSpec(_Spec):
@@ -169,6 +187,21 @@ class BuildSpec(_Spec):
     gpu: GPUSpec = GPUSpec()
     trtllm: TRTLLMSpec = TRTLLMSpec()
     output: str = Field("out/build", description="output directory (relative paths: to the config file's directory)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trtllm_version_alias(cls, data: Any) -> Any:
+        """`trtllm_version: X` (top level) -> `trtllm: {version: X}`."""
+        if not isinstance(data, dict) or "trtllm_version" not in data:
+            return data
+        data = dict(data)
+        version = data.pop("trtllm_version")
+        section = dict(data.get("trtllm") or {})
+        if "version" in section and section["version"] != version:
+            raise ConfigError("trtllm_version", version, f"conflicts with trtllm.version={section['version']!r}",
+                              hint="set the target once: `trtllm: {version: ...}` or `trtllm_version: ...`")
+        data["trtllm"] = {**section, "version": version}
+        return data
 
     @field_validator("method")
     @classmethod

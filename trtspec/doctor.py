@@ -29,16 +29,35 @@ def check_package(dist: str, *, required: bool = True) -> Check:
     return Check(dist, version is not None, version or "not installed", required)
 
 
-def check_tensorrt_llm() -> Check:
-    """TensorRT-LLM is optional: it exists only inside NVIDIA's containers."""
+def check_tensorrt_llm() -> list[Check]:
+    """TensorRT-LLM is optional: it exists only inside NVIDIA's containers. Where it imports, also report whether its
+    version is a supported target (trtspec.targets)."""
     try:
         module = importlib.import_module("tensorrt_llm")
     except Exception as exc:  # ImportError, or a broken CUDA install raising something else
+        from trtspec.targets import DEFAULT_TARGET, load_target
+
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        return Check("tensorrt_llm", False,
-                     f"unavailable ({reason}); engine steps are planned, not run. Run them inside "
-                     "nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3", required=False)
-    return Check("tensorrt_llm", True, getattr(module, "__version__", "unknown version"), required=False)
+        return [Check("tensorrt_llm", False,
+                      f"unavailable ({reason}); engine steps are planned, not run. Run them inside the target's "
+                      f"container (default target {DEFAULT_TARGET}: {load_target(DEFAULT_TARGET).image})",
+                      required=False)]
+    version = str(getattr(module, "__version__", "unknown version"))
+    return [Check("tensorrt_llm", True, version, required=False), tensorrt_llm_target_check(version)]
+
+
+def tensorrt_llm_target_check(version: str) -> Check:
+    """Whether an installed TensorRT-LLM `version` is one of trtspec's supported targets, and what to set."""
+    from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, load_target, nearest_target
+
+    if version in SUPPORTED_TARGETS:
+        default = ", the default" if version == DEFAULT_TARGET else ""
+        return Check("tensorrt_llm target", True, f"{version} is a supported target{default}: build configs with "
+                     f"trtllm.version: {version} run here ({load_target(version).image})", required=False)
+    near = nearest_target(version)
+    return Check("tensorrt_llm target", False,
+                 f"{version} is not a supported target ({', '.join(SUPPORTED_TARGETS)}); artefacts written for "
+                 f"another release may not match it. Nearest: {near}, in {load_target(near).image}", required=False)
 
 
 def find_tritonserver() -> Path | None:
@@ -110,7 +129,7 @@ def check_shipped_data() -> list[Check]:
 
 def run_checks() -> list[Check]:
     checks = [check_package(d) for d in ("torch", "transformers", "tritonclient", "nvidia-pytriton", "nvidia-modelopt")]
-    checks += [check_tritonserver(), check_tensorrt_llm(), check_gpus()]
+    checks += [check_tritonserver(), *check_tensorrt_llm(), check_gpus()]
     checks += check_embedded_models()
     checks += check_shipped_data()
     return checks

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 from trtspec.errors import ConfigError, UnknownMethodError
 
+# The lookahead budget has one definition, next to the per-release facts that state it (re-exported here).
+from trtspec.targets import lookahead_max_draft_len, validate_lookahead  # noqa: F401 (re-exported)
+
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -36,6 +39,8 @@ class MethodInfo:
     lossless_sampling: bool = True
     # Architectures TensorRT-LLM's engine flow supports for this method (HF `architectures[0]`); () = any.
     engine_architectures: tuple[str, ...] = ()
+    # trtspec.targets FEATURES a TensorRT-LLM target must have to build and serve this method (engine flow + Triton).
+    target_features: tuple[str, ...] = ()
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -57,6 +62,7 @@ METHODS: dict[str, MethodInfo] = {
             llmapi_decoding_type="DraftTarget",
             proposer="draft_model",
             needs_draft_model=True,
+            target_features=("draft_tokens_external",),
         ),
         MethodInfo(
             name="ngram",
@@ -65,6 +71,7 @@ METHODS: dict[str, MethodInfo] = {
             triton_decoding_mode="",
             llmapi_decoding_type="NGram",
             proposer="ngram",
+            target_features=("draft_tokens_external",),
         ),
         MethodInfo(
             name="medusa",
@@ -76,6 +83,7 @@ METHODS: dict[str, MethodInfo] = {
             needs_medusa_heads=True,
             tree=True,
             engine_architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"),
+            target_features=("medusa",),
         ),
         MethodInfo(
             name="eagle",
@@ -86,6 +94,7 @@ METHODS: dict[str, MethodInfo] = {
             proposer=None,
             tree=True,
             engine_architectures=("LlamaForCausalLM",),
+            target_features=("eagle_engine_flow",),
         ),
         MethodInfo(
             name="lookahead",
@@ -94,6 +103,7 @@ METHODS: dict[str, MethodInfo] = {
             triton_decoding_mode="lookahead",
             llmapi_decoding_type="Lookahead",
             proposer="lookahead",
+            target_features=("lookahead_engine", "server_lookahead_params"),
         ),
         MethodInfo(
             name="redrafter",
@@ -103,6 +113,7 @@ METHODS: dict[str, MethodInfo] = {
             llmapi_decoding_type=None,
             proposer=None,
             engine_architectures=("LlamaForCausalLM", "QWenForCausalLM", "Qwen2ForCausalLM"),
+            target_features=("redrafter",),
         ),
     )
 }
@@ -127,18 +138,6 @@ def engine_methods() -> list[str]:
 DEFAULT_LOOKAHEAD = (4, 4, 4)  # (W, N, G) when none is given
 
 
-def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
-    """TensorRT-LLM's draft-token budget for lookahead (W, N, G).
-
-    From `LookaheadDecodingConfig::calculateSpeculativeResourceTuple`:
-        maxDraftTokens = (N == 1 ? 0 : N - 2) + (W - 1 + G) * (N - 1)
-    e.g. (7, 7, 7) -> 83, (4, 4, 4) -> 23, (2, 2, 1) -> 2, (1, 1, 0) -> 0. The engine's `--max_draft_len` must equal
-    this for the server's (W, N, G); per-request (w, n, g) must each be <= the server's.
-    """
-    validate_lookahead(window, ngram, verification_set)
-    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
-
-
 def lookahead_trie_nodes(window: int, ngram: int, verification_set: int) -> int:
     """The reference engine's k for lookahead (W, N, G) that verifies every candidate: G x (N - 1) trie nodes.
 
@@ -158,12 +157,3 @@ def parse_lookahead(value: str, field: str = "lookahead") -> tuple[int, int, int
         raise ConfigError(field, value, "must be three integers W,N,G", hint=f"e.g. {flag}4,4,4") from None
     validate_lookahead(window, ngram, verification_set, field=field)
     return window, ngram, verification_set
-
-
-def validate_lookahead(window: int, ngram: int, verification_set: int, field: str = "lookahead") -> None:
-    """TensorRT-LLM's `isLegal`: N >= 1, W >= 1, G >= 0, and N == 1 implies W == 1 and G == 0."""
-    value = (window, ngram, verification_set)
-    if window < 1 or ngram < 1 or verification_set < 0:
-        raise ConfigError(field, value, "needs W >= 1, N >= 1, G >= 0", hint="e.g. lookahead: [4, 4, 4]")
-    if ngram == 1 and (window != 1 or verification_set != 0):
-        raise ConfigError(field, value, "N == 1 requires W == 1 and G == 0", hint="use N >= 2, e.g. [4, 4, 4]")

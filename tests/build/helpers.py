@@ -40,20 +40,18 @@ def copy_model(src: Path, dst: Path, **config_updates: Any) -> Path:
 
 
 def make_medusa_heads(path: Path, *, layout: str = "fastdecoding", num_heads: int = 3, num_layers: int = 1,
-                      hidden: int = 48, vocab: int = 64, config_heads: int | None = None) -> Path:
-    """Random Medusa heads in the FasterDecoding or the ModelOpt/TensorRT-LLM layout."""
+                      hidden: int = 48, vocab: int = 64, config_heads: int | None = None, bias: bool = True) -> Path:
+    """Random Medusa heads in the FasterDecoding or the ModelOpt/TensorRT-LLM layout (`bias=False`: no linear.bias)."""
     rng = np.random.default_rng(0)
     path.mkdir(parents=True)
     tensors: dict[str, np.ndarray] = {}
     for h in range(num_heads):
         for layer in range(num_layers):
             weight = rng.standard_normal((hidden, hidden), dtype=np.float32) * 0.02
-            bias = np.zeros(hidden, dtype=np.float32)
-            if layout == "fastdecoding":
-                tensors[f"{h}.{layer}.linear.weight"], tensors[f"{h}.{layer}.linear.bias"] = weight, bias
-            else:
-                tensors[f"medusa_heads.{h}.medusa_layers.{layer}.linear.weight"] = weight
-                tensors[f"medusa_heads.{h}.medusa_layers.{layer}.linear.bias"] = bias
+            prefix = f"{h}.{layer}.linear" if layout == "fastdecoding" else f"medusa_heads.{h}.medusa_layers.{layer}.linear"
+            tensors[f"{prefix}.weight"] = weight
+            if bias:
+                tensors[f"{prefix}.bias"] = rng.standard_normal(hidden, dtype=np.float32) * 0.02
         lm = rng.standard_normal((vocab, hidden), dtype=np.float32) * 0.02
         tensors[f"{h}.{num_layers}.weight" if layout == "fastdecoding" else f"medusa_heads.{h}.lm_head.weight"] = lm
     if layout == "fastdecoding":

@@ -11,6 +11,7 @@ from tests.build.helpers import spec_of
 from trtspec.cli.main import cli
 from trtspec.config import BuildSpec, load_build_spec
 from trtspec.errors import ConfigError
+from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, load_target
 
 
 def test_error_names_yaml_path_value_and_fix(tmp_path):
@@ -43,14 +44,48 @@ def test_cross_field_lengths():
     assert err.value.field == "engine"
 
 
-def test_k_alias_lookahead_list_and_container():
+def test_k_alias_and_lookahead_list():
     spec = spec_of(target="tiny", method="lookahead", k=23, lookahead=[4, 4, 4])
     assert spec.max_draft_len == 23 and spec.lookahead.as_tuple() == (4, 4, 4)
-    assert spec.trtllm.image() == "nvcr.io/nvidia/tritonserver:25.03-trtllm-python-py3"
-    assert spec_of(target="tiny", trtllm={"version": "1.0.0"}).trtllm.image() is None
     with pytest.raises(ConfigError) as err:
         spec_of(target="tiny", lookahead=[4, 4])
     assert err.value.field == "lookahead" and "[W, N, G]" in err.value.message
+
+
+def test_target_defaults_and_container_comes_from_its_data_file():
+    spec = spec_of(target="tiny")
+    assert spec.trtllm.version == DEFAULT_TARGET and spec.trtllm.target() is load_target(DEFAULT_TARGET)
+    for version in SUPPORTED_TARGETS:
+        for fields in ({"trtllm": {"version": version}}, {"trtllm_version": version}):
+            spec = spec_of(target="tiny", **fields)
+            assert spec.trtllm.version == version and spec.trtllm.image() == load_target(version).image
+    assert BuildSpec.model_json_schema()["$defs"]["TRTLLMSpec"]["properties"]["version"]["default"] == DEFAULT_TARGET
+
+
+@pytest.mark.parametrize("fields, field, words", [
+    ({"trtllm": {"version": "1.0.0"}}, "trtllm.version", ["0.18.0", "0.19.0", "1.2.1", "nearest: 1.2.1"]),
+    ({"trtllm_version": "0.17"}, "trtllm.version", ["nearest: 0.18.0"]),
+    ({"trtllm": {"version": "0.19.0", "container": "25.03"}}, "trtllm.container", ["25.05"]),
+    ({"trtllm_version": "1.2.1", "trtllm": {"version": "0.19.0"}}, "trtllm_version", ["trtllm.version"]),
+])
+def test_bad_target_is_refused_with_the_fix(fields, field, words):
+    with pytest.raises(ConfigError) as err:
+        spec_of(target="tiny", **fields)
+    assert err.value.field == field and err.value.exit_code == 2
+    assert all(w in str(err.value) + err.value.hint for w in words), (str(err.value), err.value.hint)
+
+
+def test_unsupported_target_exits_2_with_one_error_line(tmp_path, capsys):
+    from trtspec.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("target: tiny\ntrtllm_version: 0.20.0\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["build", str(path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert [line for line in err.splitlines() if line.startswith("Error:")] == [
+        "Error: trtllm.version='0.20.0': is not a supported TensorRT-LLM target (nearest: 0.19.0)"]
 
 
 def test_relative_paths_resolve_against_config_dir(tmp_path, random_pair):

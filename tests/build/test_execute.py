@@ -18,6 +18,7 @@ from trtspec.build.preflight import run_preflight
 from trtspec.cli.main import main
 from trtspec.config import parse_build_spec
 from trtspec.errors import BuildError
+from trtspec.targets import DEFAULT_TARGET, diff_llm_api, load_target
 
 CONFIG_KEYS = {"architecture", "dtype", "logits_dtype", "vocab_size", "max_position_embeddings", "hidden_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act", "intermediate_size",
@@ -82,10 +83,29 @@ def test_only_convert_converts_both_and_reports_engines_pending(pair_config, ran
     pending = {p["id"]: p for p in manifest["pending"]}
     assert pending["engine-target"]["command"].startswith(f"cd {out} && trtllm-build --checkpoint_dir checkpoints/target")
     assert "--speculative_decoding_mode draft_tokens_external --max_draft_len 4" in pending["engine-target"]["command"]
-    assert pending["engine-draft"]["container"] == "nvcr.io/nvidia/tritonserver:25.03-trtllm-python-py3"
-    assert manifest["derived"]["max_draft_len"] == 4 and manifest["versions"]["target_tensorrt_llm"] == "0.18.0"
-    assert (out / "llm-api" / "extra_llm_api_options.yaml").is_file()
+    assert pending["engine-draft"]["container"] == load_target(DEFAULT_TARGET).image
+    assert manifest["derived"]["max_draft_len"] == 4 and manifest["versions"]["target_tensorrt_llm"] == DEFAULT_TARGET
+    assert manifest["versions"]["container"] == load_target(DEFAULT_TARGET).image
+    # the default target's LLM-API facts are unverified: no options file, a note that says why
+    assert not (out / "llm-api").exists() and manifest["llm_api"] is None
+    assert any("LLM-API options are not verified" in n for n in manifest["notes"])
     assert "pending engine-target" in capsys.readouterr().out
+
+
+def test_llm_api_file_is_written_for_a_verified_target(random_pair, tmp_path):
+    import yaml
+
+    target, draft = random_pair
+    config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
+                          max_draft_len=4, engine={"dtype": "float32", "max_input_len": 64, "max_seq_len": 128},
+                          trtllm={"version": "1.2.1"})
+    out = tmp_path / "out"
+    assert run_build(config, "--only", "convert", "--out", out) == 0
+    options = yaml.safe_load((out / "llm-api" / "extra_llm_api_options.yaml").read_text())
+    assert diff_llm_api(options, "1.2.1") == [] and options["speculative_config"]["speculative_model_dir"] == str(draft)
+    manifest = json.loads((out / "trtspec-manifest.json").read_text())
+    assert manifest["versions"]["container"] == load_target("1.2.1").image
+    assert manifest["pending"][0]["container"] == load_target("1.2.1").image
 
 
 def test_full_build_without_tensorrt_llm_exits_3_and_skips_unchanged(pair_config, random_pair, tmp_path, capsys):
@@ -95,8 +115,7 @@ def test_full_build_without_tensorrt_llm_exits_3_and_skips_unchanged(pair_config
     assert "needs TensorRT-LLM" in err and "engine-target" in err and "Hint:" in err
     first = json.loads((out / "trtspec-manifest.json").read_text())
     assert {s["id"]: s["status"] for s in first["steps"]} == {
-        "convert-target": "done", "convert-draft": "done", "engine-target": "pending", "engine-draft": "pending",
-        "write-llm-api": "done"}
+        "convert-target": "done", "convert-draft": "done", "engine-target": "pending", "engine-draft": "pending"}
     # re-run: unchanged inputs -> conversion skipped
     spec = parse_build_spec({**json.loads(json.dumps(first["config"]))})
     result = execute(*_plan(spec), out, only="convert", quiet=True)

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.build.helpers import plan_of
+from trtspec.build.memory import MIN_FRACTION
 from trtspec.build.plan import plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
+from trtspec.targets import DEFAULT_TARGET, load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
@@ -22,14 +24,15 @@ BASE = (["--max_beam_width", "1"], ["--logits_dtype", "float32"], ["--use_paged_
         ["--kv_cache_type", "paged"])
 
 
-def dry_plan(path: Path):
-    resolved = run_preflight(load_build_spec(path), dry_run=True)
+def dry_plan(path: Path, version: str | None = None):
+    overrides = {"trtllm": {"version": version}} if version else None
+    resolved = run_preflight(load_build_spec(path, overrides=overrides), dry_run=True)
     return resolved, plan_build(resolved)
 
 
-def normalized(path: Path) -> dict:
+def normalized(path: Path, version: str | None = None) -> dict:
     """The plan as JSON with machine-specific paths replaced (repo root, embedded models)."""
-    resolved, plan = dry_plan(path)
+    resolved, plan = dry_plan(path, version)
     plan_dict = plan.to_dict()
     for step, full in zip(plan_dict["steps"], plan.steps, strict=True):
         step["content"] = full.content  # the full text: its length would depend on where the repo is checked out
@@ -39,10 +42,15 @@ def normalized(path: Path) -> dict:
     return json.loads(text)
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_example_plan_matches_golden(path):
-    golden = GOLDEN / f"{path.stem}.json"
-    data = normalized(path)
+# Each example as written (its own target), and again for 1.2.1, the target with verified LLM-API facts.
+GOLDEN_CASES = [(p, None) for p in CONFIGS] + [(p, "1.2.1") for p in CONFIGS if "backend: torch" not in p.read_text()]
+
+
+@pytest.mark.parametrize(("path", "version"), GOLDEN_CASES,
+                         ids=[p.stem + (f"@{v}" if v else "") for p, v in GOLDEN_CASES])
+def test_example_plan_matches_golden(path, version):
+    golden = GOLDEN / f"{path.stem}{'@' + version if version else ''}.json"
+    data = normalized(path, version)
     if os.environ.get("TRTSPEC_UPDATE_GOLDEN") or not golden.exists():
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -77,8 +85,10 @@ def test_draft_target_recipe():
     steps = {s.id: s for s in plan.steps}
     assert steps["convert-target"].fallback == () and steps["convert-draft"].fallback[:3] == (
         "python", "-m", "trtspec.build.convert")
-    assert [s.id for s in plan.steps] == ["convert-target", "convert-draft", "engine-target", "engine-draft",
-                                          "write-llm-api"]
+    assert [s.id for s in plan.steps] == ["convert-target", "convert-draft", "engine-target", "engine-draft"]
+    assert plan.llm_api is None and any("LLM-API options are not verified" in n for n in plan.notes)
+    _, plan = dry_plan(ROOT / "build_configs/llama3.3-70b-draft-target.yaml", "1.2.1")
+    assert [s.id for s in plan.steps][-1] == "write-llm-api"
 
 
 def test_medusa_recipe_takes_draft_len_from_checkpoint():
@@ -111,7 +121,8 @@ def test_ngram_is_dtm_target_without_draft():
     _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-ngram.yaml")
     engine = argv_of(plan, "engine-target")
     assert contains(engine, ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "10"])
-    assert plan.engines == {"target": "engines/target"}
+    assert plan.engines == {"target": "engines/target"} and plan.llm_api is None
+    _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-ngram.yaml", "1.2.1")
     assert plan.llm_api["speculative_config"] == {"decoding_type": "NGram", "max_draft_len": 10,
                                                   "max_matching_ngram_size": 2}
 
@@ -129,21 +140,40 @@ def test_baseline_has_no_speculative_flags():
     _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-baseline.yaml")
     engine = argv_of(plan, "engine-target")
     assert "--speculative_decoding_mode" not in engine and "--gather_generation_logits" not in engine
-    assert "speculative_config" not in plan.llm_api
+    _, plan = dry_plan(ROOT / "build_configs/llama3.1-8b-baseline.yaml", "1.2.1")
+    assert "speculative_config" not in plan.llm_api and "disable_overlap_scheduler" not in plan.llm_api
 
 
 def test_llm_api_draft_target(random_pair):
     target, draft = random_pair
     _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
-                      engine={"max_input_len": 64, "max_seq_len": 128}, gpu={"memory_gib": 8})
+                      engine={"max_input_len": 64, "max_seq_len": 128}, gpu={"memory_gib": 8},
+                      trtllm={"version": "1.2.1"})
     api = plan.llm_api
     assert api["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 3,
-                                         "speculative_model": str(draft)}
+                                         "speculative_model_dir": str(draft)}
     assert api["disable_overlap_scheduler"] is True and api["kv_cache_config"]["max_tokens"] == 8 * 131
+    # a tiny model needs 0.0003 of an 8 GiB GPU: the fraction is floored (max_tokens bounds the cache anyway)
+    assert api["kv_cache_config"]["free_gpu_memory_fraction"] == MIN_FRACTION
     content = next(s.content for s in plan.steps if s.id == "write-llm-api")
     import yaml
 
     assert yaml.safe_load(content) == api
+    assert "TensorRT-LLM 1.2.1 (nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3)" in content.splitlines()[0]
+
+
+def test_llm_api_eagle3_where_the_target_has_it(random_pair, tmp_path):
+    (tmp_path / "eagle3").mkdir()
+    fields = dict(target=str(random_pair[0]), method="eagle", engine={"max_input_len": 64, "max_seq_len": 128},
+                  eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, "num_layers": 3})
+    _, plan = plan_of(trtllm={"version": "1.2.1"}, **fields)
+    assert [s.id for s in plan.steps] == ["write-llm-api"] and plan.engines == {}
+    # 1.2.1 reads EAGLE-3 drafters as decoding_type Eagle; max_draft_len counts draft layers, not tree nodes (63)
+    assert plan.llm_api["speculative_config"] == {"decoding_type": "Eagle", "max_draft_len": 3,
+                                                  "speculative_model_dir": str(tmp_path / "eagle3")}
+    assert any("EAGLE-3 runs only through the LLM API" in n for n in plan.notes)
+    resolved, plan = plan_of(trtllm={"version": "1.2.1"}, max_draft_len=5, **fields)
+    assert resolved.max_draft_len == 5 and plan.llm_api["speculative_config"]["max_draft_len"] == 5
 
 
 def test_version_selects_examples_layout_and_quantization(random_pair):
@@ -152,9 +182,24 @@ def test_version_selects_examples_layout_and_quantization(random_pair):
     convert = argv_of(plan, "convert-target")
     assert convert[1] == "TensorRT-LLM/examples/quantization/quantize.py" and flag(convert, "--qformat") == "fp8"
     assert plan.steps[0].fallback == ()
-    _, plan = plan_of(target=str(random_pair[0]), method="none", engine={"max_input_len": 8, "max_seq_len": 16},
-                      trtllm={"version": "0.19.0"})
-    assert argv_of(plan, "convert-target")[1] == "TensorRT-LLM/examples/models/core/llama/convert_checkpoint.py"
+    layout = {"0.18.0": "examples/llama", "0.19.0": "examples/llama", "1.2.1": "examples/models/core/llama"}
+    for version, where in layout.items():  # tagged 0.19.0 sources still use the flat layout (docs/targets.md)
+        _, plan = plan_of(target=str(random_pair[0]), method="none", engine={"max_input_len": 8, "max_seq_len": 16},
+                          trtllm={"version": version})
+        assert argv_of(plan, "convert-target")[1] == f"TensorRT-LLM/{where}/convert_checkpoint.py"
+        assert (plan.target, plan.container) == (version, load_target(version).image)
+
+
+def test_dry_run_names_the_target_and_its_container(capsys):
+    from trtspec.cli.main import main
+
+    main(["build", str(ROOT / "build_configs/tiny-draft-target.yaml"), "--dry-run"])
+    out = capsys.readouterr().out
+    target = load_target(DEFAULT_TARGET)
+    assert f"# target: TensorRT-LLM {DEFAULT_TARGET}, container {target.image}" in out.splitlines()[1]
+    main(["build", str(ROOT / "build_configs/tiny-draft-target.yaml"), "--dry-run", "--json"])
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["target"], plan["container"]) == (DEFAULT_TARGET, target.image)
 
 
 def test_torch_plan_is_a_bundle(random_pair):

@@ -206,3 +206,29 @@ def test_modelopt_heads_need_single_rank(random_pair, tmp_path):
     with pytest.raises(ConfigError) as err:
         run_preflight(spec_of(**spec))
     assert err.value.field == "medusa.heads" and "FasterDecoding" in err.value.hint
+
+
+@pytest.mark.parametrize(("version", "method", "extra", "feature", "nearest"), [
+    ("0.18.0", "lookahead", {"lookahead": [4, 4, 4]}, "server_lookahead_params", "0.19.0"),
+    ("0.19.0", "eagle", {"eagle": {"model": "EAGLE3", "eagle3": True, "num_layers": 3}}, "eagle3_llmapi", "1.2.1"),
+    ("0.18.0", "eagle", {"eagle": {"model": "EAGLE3", "eagle3": True, "num_layers": 3}}, "eagle3_llmapi", "1.2.1"),
+])
+def test_feature_the_target_lacks_names_target_feature_and_nearest(random_pair, tmp_path, version, method, extra,
+                                                                   feature, nearest):
+    if "eagle" in extra:
+        (tmp_path / "EAGLE3").mkdir()
+        extra = {"eagle": {**extra["eagle"], "model": str(tmp_path / "EAGLE3")}}
+    spec = spec_of(target=str(random_pair[0]), method=method, trtllm={"version": version},
+                   engine={"max_input_len": 64, "max_seq_len": 128}, **extra)
+    with pytest.raises(ConfigError) as err:
+        run_preflight(spec)
+    message = str(err.value)
+    assert err.value.field == "trtllm.version" and err.value.exit_code == 2 and "\n" not in message
+    assert f"TensorRT-LLM {version} lacks {feature}" in message and f"method {method}" in message
+    assert f"nearest target with it: {nearest}" in message and f"trtllm.version: {nearest}" in err.value.hint
+
+
+def test_torch_backend_needs_no_target_feature(random_pair):
+    spec = spec_of(target=str(random_pair[0]), method="lookahead", backend="torch", trtllm={"version": "0.18.0"},
+                   lookahead=[4, 4, 4], engine={"max_input_len": 64, "max_seq_len": 128})
+    assert run_preflight(spec).lookahead == (4, 4, 4)

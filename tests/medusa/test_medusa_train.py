@@ -12,6 +12,7 @@ from safetensors import safe_open
 from tests.medusa.conftest import HEADS, LAYERS
 from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
 from trtspec.spec.medusa_heads import load_medusa_heads
+from trtspec.targets import SUPPORTED_TARGETS, diff_checkpoint
 
 
 def _tensors(path: Path) -> dict[str, tuple[list[int], str]]:
@@ -78,6 +79,11 @@ def test_trtllm_checkpoint_matches_medusa_format(trained_heads, random_pair):
         expected[f"medusa_heads.{h}.lm_head.weight"] = [vocab, hidden]
     assert {k: shape for k, (shape, _) in tensors.items()} == expected
     assert {dtype for _, dtype in tensors.values()} == {"F16"}
+    # only keys the targets read: ModelOpt's `bias` is renamed attn_bias, its bookkeeping keys are dropped
+    assert config["attn_bias"] is False and config["mlp_bias"] is False and "bias" not in config
+    header = {k: {"dtype": dtype} for k, (_, dtype) in tensors.items()}
+    for version in SUPPORTED_TARGETS:
+        assert diff_checkpoint(config, header, version) == [], version
 
 
 def test_both_layouts_load_to_the_same_heads(trained_heads):

@@ -1,8 +1,12 @@
 """trtspec's HF -> TensorRT-LLM checkpoint converter for Llama-family models (single rank, unquantized).
 
 Used where TensorRT-LLM's `convert_checkpoint.py` cannot run (no `tensorrt_llm` on this machine). It writes the
-documented checkpoint format (trtllm-specdec.md section 1.1): `config.json` with the common keys and
-`rank0.safetensors` with the LLaMA weight mapping, plus Medusa heads (section 1.3) for MedusaForCausalLM.
+checkpoint the targets read (trtspec/targets data files, `checkpoint` section; trtllm-specdec.md 1.1 and 1.3):
+`config.json` with only keys PretrainedConfig / LLaMAConfig / MedusaConfig read (`attn_bias` and `mlp_bias`, never
+`bias`), and `rank0.safetensors` with the LLaMA weight mapping and every tensor the model class loads: q/k/v +
+dense biases when `attn_bias`, fc/gate/proj biases when `mlp_bias` (zeros where the HF checkpoint has none, which is
+numerically the same layer), and Medusa heads with `linear.bias` (zeros when the heads have no bias).
+Provenance (producer, trtspec version) goes into the safetensors metadata, not into config.json.
 
 Why not ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47, tried on CPU): it runs, but drops
 `rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000), writes float16
@@ -35,15 +39,21 @@ LAYER_MAP = {
     "input_layernorm.weight": "input_layernorm.weight",
     "post_attention_layernorm.weight": "post_layernorm.weight",
 }
+# Linear layers whose bias TensorRT-LLM loads when the config says so: HF module -> TensorRT-LLM module.
+ATTN_BIAS_MAP = {"self_attn.o_proj": "attention.dense"}  # q/k/v -> attention.qkv (fused)
+MLP_BIAS_MAP = {"mlp.gate_proj": "mlp.fc", "mlp.up_proj": "mlp.gate", "mlp.down_proj": "mlp.proj"}
 TORCH_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def trtllm_config(hf: dict[str, Any], dtype: str) -> dict[str, Any]:
-    """The TensorRT-LLM checkpoint config.json for an HF Llama-family config."""
+def trtllm_config(hf: dict[str, Any], dtype: str, *, attn_bias: bool | None = None,
+                  mlp_bias: bool | None = None) -> dict[str, Any]:
+    """The TensorRT-LLM checkpoint config.json for an HF Llama-family config (keys the targets read, nothing else).
+
+    `attn_bias` / `mlp_bias` default to the HF config (`attention_bias` or `bias`, as LLaMAConfig.from_hugging_face
+    reads it; `mlp_bias`); convert_llama also turns them on when the weights carry those biases."""
     heads = hf["num_attention_heads"]
     head_size = hf.get("head_dim") or hf["hidden_size"] // heads
     return {
-        "producer": {"name": "trtspec", "version": __version__},
         "architecture": "LlamaForCausalLM",
         "dtype": dtype,
         "logits_dtype": "float32",
@@ -64,9 +74,8 @@ def trtllm_config(hf: dict[str, Any], dtype: str) -> dict[str, Any]:
         "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
         "use_parallel_embedding": False,
         "embedding_sharding_dim": 0,
-        "share_embedding_table": False,
-        "bias": bool(hf.get("attention_bias", False)),
-        "mlp_bias": bool(hf.get("mlp_bias", False)),
+        "attn_bias": bool(hf.get("attention_bias") or hf.get("bias")) if attn_bias is None else attn_bias,
+        "mlp_bias": bool(hf.get("mlp_bias")) if mlp_bias is None else mlp_bias,
     }
 
 
@@ -80,6 +89,10 @@ def convert_llama(model_dir: Path, dtype: str) -> tuple[dict[str, Any], dict[str
         raise BuildError(f"{model_dir}: trtspec's converter handles Llama-family checkpoints, not {archs[0]}",
                          hint="convert it with TensorRT-LLM's convert_checkpoint.py inside the TensorRT-LLM container")
     state = _load_hf_state(model_dir)
+    config = trtllm_config(hf, dtype)
+    # biases present in the weights switch the flags on too (TensorRT-LLM would otherwise drop them)
+    config["attn_bias"] |= any(k.endswith(("self_attn.q_proj.bias", "self_attn.o_proj.bias")) for k in state)
+    config["mlp_bias"] |= any(k.endswith(("mlp.gate_proj.bias", "mlp.down_proj.bias")) for k in state)
     target_dtype = getattr(torch, dtype)
     out: dict[str, Any] = {"transformer.vocab_embedding.weight": state["model.embed_tokens.weight"],
                            "transformer.ln_f.weight": state["model.norm.weight"],
@@ -88,15 +101,30 @@ def convert_llama(model_dir: Path, dtype: str) -> tuple[dict[str, Any], dict[str
     for i in range(hf["num_hidden_layers"]):
         src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
         # [(heads + 2 * kv_heads) * head_size, hidden]: q, k, v stacked on the output dimension
-        out[dst + "attention.qkv.weight"] = torch.cat(
-            [state[src + f"self_attn.{p}_proj.weight"] for p in ("q", "k", "v")], dim=0)
-        if src + "self_attn.q_proj.bias" in state:
-            out[dst + "attention.qkv.bias"] = torch.cat(
-                [state[src + f"self_attn.{p}_proj.bias"] for p in ("q", "k", "v")], dim=0)
+        qkv = [state[src + f"self_attn.{p}_proj.weight"] for p in ("q", "k", "v")]
+        out[dst + "attention.qkv.weight"] = torch.cat(qkv, dim=0)
         for hf_name, trt_name in LAYER_MAP.items():
             out[dst + trt_name] = state[src + hf_name]
+        if config["attn_bias"]:
+            out[dst + "attention.qkv.bias"] = torch.cat(
+                [_bias(state, src + f"self_attn.{p}_proj", w.shape[0]) for p, w in zip("qkv", qkv, strict=True)])
+            out.update(_biases(state, src, dst, ATTN_BIAS_MAP))
+        if config["mlp_bias"]:
+            out.update(_biases(state, src, dst, MLP_BIAS_MAP))
     tensors = {k: v.to(target_dtype).contiguous() for k, v in out.items()}
-    return trtllm_config(hf, dtype), tensors
+    return config, tensors
+
+
+def _bias(state: dict[str, Any], module: str, rows: int) -> Any:
+    """`module`'s bias, or zeros of its output size when the HF layer has none (the same linear map)."""
+    import torch
+
+    bias = state.get(module + ".bias")
+    return bias if bias is not None else torch.zeros(rows, dtype=state[module + ".weight"].dtype)
+
+
+def _biases(state: dict[str, Any], src: str, dst: str, mapping: dict[str, str]) -> dict[str, Any]:
+    return {f"{dst}{trt}.bias": _bias(state, src + hf, state[f"{src}{hf}.weight"].shape[0]) for hf, trt in mapping.items()}
 
 
 def add_medusa(config: dict[str, Any], tensors: dict[str, Any], heads_dir: Path, num_heads: int | None,
@@ -113,11 +141,12 @@ def add_medusa(config: dict[str, Any], tensors: dict[str, Any], heads_dir: Path,
     target_dtype = getattr(torch, dtype)
     for h in range(num_heads):
         for layer in range(heads.num_layers):
-            for kind in ("weight", "bias"):
-                src = (f"{h}.{layer}.linear.{kind}" if heads.layout == "fastdecoding"
-                       else f"medusa_heads.{h}.medusa_layers.{layer}.linear.{kind}")
-                if src in state:
-                    tensors[f"medusa_heads.{h}.medusa_layers.{layer}.linear.{kind}"] = state[src].to(target_dtype)
+            src = (f"{h}.{layer}.linear" if heads.layout == "fastdecoding"
+                   else f"medusa_heads.{h}.medusa_layers.{layer}.linear")
+            dst = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
+            tensors[dst + ".weight"] = state[src + ".weight"].to(target_dtype).contiguous()
+            # TensorRT-LLM's Medusa layers always have a bias: heads trained without one get zeros (same map)
+            tensors[dst + ".bias"] = _bias(state, src, state[src + ".weight"].shape[0]).to(target_dtype).contiguous()
         lm = f"{h}.{heads.num_layers}.weight" if heads.layout == "fastdecoding" else f"medusa_heads.{h}.lm_head.weight"
         tensors[f"medusa_heads.{h}.lm_head.weight"] = state[lm].to(target_dtype).contiguous()
     config.update({"architecture": "MedusaForCausalLM", "num_medusa_heads": num_heads,
@@ -130,7 +159,7 @@ def write_checkpoint(out_dir: Path, config: dict[str, Any], tensors: dict[str, A
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / ".rank0.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"producer": "trtspec"})
+    save_file(tensors, str(tmp), metadata={"producer": "trtspec", "version": __version__})
     os.replace(tmp, out_dir / "rank0.safetensors")
     tmp_cfg = out_dir / ".config.json.tmp"
     tmp_cfg.write_text(json.dumps(config, indent=2) + "\n")

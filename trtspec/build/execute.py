@@ -94,7 +94,7 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
                     pending_outputs.update(step.outputs)
                     records[step.id] = _record(step, "pending", runner or TRTLLM, step.command(), inputs, {}, 0.0)
                     result.pending.append({"id": step.id, "command": f"cd {out} && {step.command()}",
-                                           "container": resolved.spec.trtllm.image() or "a TensorRT-LLM container"})
+                                           "container": resolved.spec.trtllm.image()})
                 elif (old and old.get("status") == "done" and old.get("command") == command
                       and old.get("inputs") == inputs and all((staging / o).exists() for o in step.outputs)):
                     result.skipped.append(step.id)
@@ -113,7 +113,7 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
             if step not in steps and records.get(step.id, {}).get("status") != "done":
                 records[step.id] = _record(step, "pending", step.tool, step.command(), {}, {}, 0.0)
                 result.pending.append({"id": step.id, "command": f"cd {out} && {step.command()}",
-                                       "container": resolved.spec.trtllm.image() or "a TensorRT-LLM container"})
+                                       "container": resolved.spec.trtllm.image()})
         # 5. manifest, then swap the staged directory into place
         ordered = [records[s.id] for s in plan.steps if s.id in records]
         result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm)

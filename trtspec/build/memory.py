@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 GIB = 1 << 30
 DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 QUANT_SIZE = {"fp8": 1.0, "int8_wo": 1.0, "int4_wo": 0.5}
-MAX_FRACTION = 0.95
+# Fraction bounds. TensorRT-LLM (LLM-API KvCacheConfig and the Triton backend alike) sizes the KV cache by the smaller
+# of max_tokens and free_gpu_memory_fraction (targets data: llm_api.kv_cache_config.sizing), and trtspec sets both
+# where it estimates memory, so the floor never grows a cache past its max_tokens: it only keeps a tiny model's
+# fraction (0.001) from reading as a misconfiguration.
+MIN_FRACTION, MAX_FRACTION = 0.05, 0.95
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,8 @@ def estimate_kv(spec: BuildSpec, models: dict[str, ModelRef], max_draft_len: int
     for role in roles:
         free_now -= weights[role] + spec.gpu.reserve_gib * GIB
         kv_bytes = tokens[role] * per_token[role]
-        fractions[role] = kv.free_gpu_memory_fraction or min(MAX_FRACTION, round(kv_bytes / free_now + 0.0005, 3))
+        estimate = round(kv_bytes / free_now + 0.0005, 3)
+        fractions[role] = kv.free_gpu_memory_fraction or min(MAX_FRACTION, max(MIN_FRACTION, estimate))
         free_now -= kv_bytes
     checks.append(Check("gpu memory", "ok", ", ".join(
         f"{r}: weights {_gib(weights[r])} GiB, KV {tokens[r]} tokens x {per_token[r]} B" for r in roles)

@@ -3,7 +3,12 @@
 Each step is a command line (argv list) or a file to write/copy, with an id, a stage (`convert`, `engines`, `files`),
 its inputs and its outputs (outputs relative to the output directory; commands run with it as the working directory,
 so the printed commands work verbatim inside a TensorRT-LLM container). Per-method `trtllm-build` flags follow
-shared/reference/trtllm-specdec.md section 2.3; the LLM-API `speculative_config` follows section 3.5.
+shared/reference/trtllm-specdec.md section 2.3.
+
+Every TensorRT-LLM artefact is written for the config's target (`trtllm.version`, trtspec.targets): example script
+paths come from the target's `examples` facts, and the LLM-API options (`trtllm-serve --extra_llm_api_options`) from
+its `llm_api` facts. Targets whose LLM-API facts are not verified (0.18.0, 0.19.0) get no LLM-API file, only a note
+that says why; for the others every emitted key is checked against the facts before the file is planned.
 
 Conversion steps carry two command lines: TensorRT-LLM's `convert_checkpoint.py` (`tool="tensorrt_llm"`), and, for
 Llama-family single-rank unquantized checkpoints, trtspec's own converter (`fallback`) that runs anywhere.
@@ -19,6 +24,8 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
+from trtspec.errors import BuildError
+from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, diff_llm_api, load_target, nearest_target
 
 TRTLLM = "tensorrt_llm"
 OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
@@ -31,6 +38,8 @@ LLM_API_UNSUPPORTED = {
     "redrafter": "ReDrafter has no LLM-API speculative_config",
     "eagle": "EAGLE-1/2 needs the engine flow; the PyTorch LLM API runs EAGLE-3 only (set eagle.eagle3: true)",
 }
+EAGLE3_NOTE = ("EAGLE-3 runs only through the LLM API (PyTorch backend): no checkpoint conversion or engines; the "
+               "engine flow builds EAGLE-1/2")
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,8 @@ class BuildPlan:
     checkpoints: dict[str, str] = field(default_factory=dict)
     llm_api: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    target: str | None = None  # TensorRT-LLM release the artefacts are written for (None: torch bundle)
+    container: str | None = None  # the NGC image that ships it
 
     def select(self, only: str | None) -> list[Step]:
         """Steps of one stage (`convert` or `engines`; file steps go with either), or all."""
@@ -79,6 +90,8 @@ class BuildPlan:
     def render(self) -> str:
         """Human-readable plan: one block per step with its command."""
         lines = [f"# trtspec build plan: backend={self.backend} method={self.method}"]
+        if self.target:
+            lines.append(f"# target: TensorRT-LLM {self.target}, container {self.container}")
         for i, step in enumerate(self.steps, 1):
             lines.append(f"[{i}] {step.id} ({step.stage}) {step.title}")
             lines.append(f"    $ {step.command()}")
@@ -90,7 +103,7 @@ class BuildPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "method": self.method, "steps": [s.to_dict() for s in self.steps],
                 "engines": self.engines, "checkpoints": self.checkpoints, "llm_api": self.llm_api,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "target": self.target, "container": self.container}
 
 
 def plan_build(resolved: Resolved) -> BuildPlan:
@@ -104,36 +117,40 @@ def plan_build(resolved: Resolved) -> BuildPlan:
 
 
 def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
-    method = r.method
+    method, target = r.method, r.spec.trtllm.target()
     steps: list[Step] = []
-    # 1. checkpoint conversion, one per model (ReDrafter: base first, then drafter merge)
-    converters = {"medusa": _convert_medusa, "eagle": _convert_eagle, "redrafter": _convert_redrafter}
-    steps += converters.get(method.name, _convert_plain)(r)
-    roles = ["target"] + (["draft"] if "draft" in r.models else [])
-    if "draft" in r.models:
-        steps.append(_convert_base(r, "draft", "checkpoints/draft"))
-    # 2. one trtllm-build per engine
-    for role in roles:
-        steps.append(_engine_step(r, role))
-    # 3. LLM-API form where that flow supports the method
-    llm_api = _llm_api(r)
-    notes = []
+    roles: list[str] = []
+    if not _eagle3(r):
+        # 1. checkpoint conversion, one per model (ReDrafter: base first, then drafter merge)
+        converters = {"medusa": _convert_medusa, "eagle": _convert_eagle, "redrafter": _convert_redrafter}
+        steps += converters.get(method.name, _convert_plain)(r)
+        roles = ["target"] + (["draft"] if "draft" in r.models else [])
+        if "draft" in r.models:
+            steps.append(_convert_base(r, "draft", "checkpoints/draft"))
+        # 2. one trtllm-build per engine
+        steps += [_engine_step(r, role) for role in roles]
+    # 3. LLM-API form where the target's LLM API is verified and runs the method
+    llm_api, note = _llm_api(r, target)
+    notes = [EAGLE3_NOTE] if _eagle3(r) else []
     if llm_api is not None:
         steps.append(Step("write-llm-api", "files", "write", "LLM-API options for trtllm-serve / trtllm-bench",
-                          content=_llm_api_yaml(llm_api, r), outputs=(LLM_API_FILE,)))
-        notes.append(f"TensorRT-LLM >= 1.x without engines: trtllm-serve {r.models['target'].path} --backend pytorch "
-                     f"--extra_llm_api_options {LLM_API_FILE}")
-    else:
-        notes.append(f"no LLM-API form: {LLM_API_UNSUPPORTED.get(method.name, 'not supported')}")
+                          content=_llm_api_yaml(llm_api, r, target), outputs=(LLM_API_FILE,)))
+    notes.append(note)
     return BuildPlan("tensorrtllm", method.name, tuple(steps),
                      engines={role: f"engines/{role}" for role in roles},
-                     checkpoints={role: f"checkpoints/{role}" for role in roles}, llm_api=llm_api, notes=tuple(notes))
+                     checkpoints={role: f"checkpoints/{role}" for role in roles}, llm_api=llm_api, notes=tuple(notes),
+                     target=target.version, container=target.image)
 
 
-def _examples(r: Resolved, family: str) -> str:
-    """examples/<family> before 0.19, examples/models/core/<family> from 0.19 (trtllm-specdec.md 1.1)."""
-    base = r.spec.trtllm.examples_dir.rstrip("/")
-    return f"{base}/models/core/{family}" if r.spec.trtllm.version_tuple() >= (0, 19) else f"{base}/{family}"
+def _eagle3(r: Resolved) -> bool:
+    return r.method.name == "eagle" and r.spec.eagle is not None and r.spec.eagle.eagle3
+
+
+def _examples(r: Resolved, name: str) -> str:
+    """The target's examples/<dir> for `name` (a model family, medusa, eagle, redrafter, quantization), under the
+    configured examples checkout: examples/llama up to 0.19.0, examples/models/core/llama in 1.2.1 (target facts)."""
+    rel = r.spec.trtllm.target().examples["dirs"][name]
+    return f"{r.spec.trtllm.examples_dir.rstrip('/')}/{rel.removeprefix('examples/')}"
 
 
 def _common_convert_args(r: Resolved, tp: int) -> list[str]:
@@ -163,7 +180,7 @@ def _convert_base(r: Resolved, role: str, out: str) -> Step:
     family = r.family
     if _needs_quantize_py(r):
         qformat = "fp8" if r.spec.engine.quantization == "fp8" else "full_prec"
-        argv = ["python3", f"{r.spec.trtllm.examples_dir.rstrip('/')}/quantization/quantize.py", "--model_dir", model,
+        argv = ["python3", f"{_examples(r, 'quantization')}/quantize.py", "--model_dir", model,
                 "--output_dir", out, "--dtype", r.spec.engine.dtype, "--qformat", qformat, "--kv_cache_dtype",
                 r.spec.kv_cache.dtype if r.spec.kv_cache.dtype != "auto" else "fp8", "--calib_size", "512",
                 "--tp_size", str(tp), "--pp_size", str(r.spec.engine.pp_size)]
@@ -192,7 +209,7 @@ def _convert_medusa(r: Resolved) -> list[Step]:
         # TensorRT-LLM's medusa/convert_checkpoint.py reads FasterDecoding heads only: merge with trtspec's converter.
         return [Step("convert-target", "convert", "command", "merge target + ModelOpt Medusa heads into a "
                      "MedusaForCausalLM checkpoint", argv=own, inputs=(model, heads_dir), outputs=(out,))]
-    argv = ["python3", f"{spec.trtllm.examples_dir.rstrip('/')}/medusa/convert_checkpoint.py", "--model_dir", model,
+    argv = ["python3", f"{_examples(r, 'medusa')}/convert_checkpoint.py", "--model_dir", model,
             "--medusa_model_dir", heads_dir, "--output_dir", out, *_common_convert_args(r, spec.engine.tp_size),
             "--num_medusa_heads", str(num_heads), "--num_medusa_layers", str(num_layers),
             "--max_medusa_token_len", str(r.max_draft_len)]
@@ -205,7 +222,7 @@ def _convert_medusa(r: Resolved) -> list[Step]:
 
 def _convert_eagle(r: Resolved) -> list[Step]:
     spec, model, eagle_dir = r.spec, r.models["target"].path, r.models["eagle"].path
-    argv = ("python3", f"{spec.trtllm.examples_dir.rstrip('/')}/eagle/convert_checkpoint.py", "--model_dir", model,
+    argv = ("python3", f"{_examples(r, 'eagle')}/convert_checkpoint.py", "--model_dir", model,
             "--eagle_model_dir", eagle_dir, "--output_dir", "checkpoints/target",
             *_common_convert_args(r, spec.engine.tp_size), "--max_draft_len", str(r.max_draft_len),
             "--num_eagle_layers", str(spec.eagle.num_layers),
@@ -217,7 +234,7 @@ def _convert_eagle(r: Resolved) -> list[Step]:
 def _convert_redrafter(r: Resolved) -> list[Step]:
     spec, drafter = r.spec, r.models["redrafter"].path
     base = _convert_base(r, "target", "checkpoints/target-base")
-    argv = ["python3", f"{spec.trtllm.examples_dir.rstrip('/')}/redrafter/convert_checkpoint.py",
+    argv = ["python3", f"{_examples(r, 'redrafter')}/convert_checkpoint.py",
             "--base_model_checkpoint_dir", "checkpoints/target-base", "--drafter_model_dir", drafter,
             "--output_dir", "checkpoints/target", "--dtype", spec.engine.dtype, "--tp_size", str(spec.engine.tp_size),
             "--redrafter_num_beams", str(spec.redrafter.num_beams),
@@ -258,12 +275,16 @@ def _engine_step(r: Resolved, role: str) -> Step:
 # --- LLM-API form --------------------------------------------------------------------------------------------------
 
 
-def _llm_api(r: Resolved) -> dict[str, Any] | None:
-    """`extra_llm_api_options` content, or None where the LLM API cannot run this method."""
+def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, str]:
+    """(`extra_llm_api_options` content or None, the plan note that says what was written or why nothing was)."""
     method, spec = r.method, r.spec
-    eagle3 = spec.eagle is not None and spec.eagle.eagle3
-    if method.name in LLM_API_UNSUPPORTED and not (method.name == "eagle" and eagle3):
-        return None
+    if method.name in LLM_API_UNSUPPORTED and not _eagle3(r):
+        return None, f"no LLM-API form: {LLM_API_UNSUPPORTED[method.name]}"
+    if not target.llm_api.get("verified"):
+        verified = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.get("verified")]
+        return None, (f"no LLM-API file: TensorRT-LLM {target.version}'s LLM-API options are not verified and trtspec "
+                      f"writes only keys a release is known to read; trtllm.version: "
+                      f"{nearest_target(target.version, verified)} has them")
     kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
     target_kv = r.kv.get("target")
     if target_kv and target_kv.max_tokens_in_paged_kv_cache:
@@ -273,22 +294,39 @@ def _llm_api(r: Resolved) -> dict[str, Any] | None:
     options: dict[str, Any] = {"max_batch_size": spec.engine.max_batch_size,
                                "max_num_tokens": spec.engine.max_num_tokens,
                                "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
+    speculative = _speculative_config(r, target)
+    if speculative is not None:
+        options["speculative_config"] = speculative
+        if "speculative_model_dir" in speculative and not _eagle3(r):
+            options["disable_overlap_scheduler"] = True  # two-model speculation (trtllm-specdec.md 3.5)
+    problems = diff_llm_api(options, target)
+    if problems:  # a trtspec bug, never the user's: refuse to write a file the release would reject
+        raise BuildError(f"LLM-API options for TensorRT-LLM {target.version} do not match its facts: "
+                         + "; ".join(problems), hint="report this; use --only convert / engines meanwhile")
+    return options, (f"TensorRT-LLM {target.version} ({target.image}): trtllm-serve {r.models['target'].path} "
+                     f"--backend pytorch --extra_llm_api_options {LLM_API_FILE}")
+
+
+def _speculative_config(r: Resolved, target: TrtllmTarget) -> dict[str, Any] | None:
+    """The LLM-API `speculative_config`: names from the target's facts (`speculative_model_dir`; EAGLE-3 as decoding
+    type Eagle unless the target has Eagle3, with max_draft_len = draft layers, not tree nodes)."""
+    method, spec = r.method, r.spec
     if method.llmapi_decoding_type is None:
-        return options
-    speculative: dict[str, Any] = {"decoding_type": "Eagle3" if eagle3 else method.llmapi_decoding_type,
-                                   "max_draft_len": r.max_draft_len}
-    drafter = r.models.get("draft") or r.models.get("eagle")
-    if drafter is not None:
-        speculative["speculative_model"] = drafter.path
-        options["disable_overlap_scheduler"] = True  # two-model speculation (3.5)
+        return None
+    if _eagle3(r):  # r.max_draft_len is the number of draft layers here (preflight)
+        kind = "Eagle3" if target.has("eagle3_decoding_type") else "Eagle"
+        return {"decoding_type": kind, "max_draft_len": r.max_draft_len, "speculative_model_dir": r.models["eagle"].path}
+    speculative: dict[str, Any] = {"decoding_type": method.llmapi_decoding_type, "max_draft_len": r.max_draft_len}
+    if "draft" in r.models:
+        speculative["speculative_model_dir"] = r.models["draft"].path
     if method.llmapi_decoding_type == "NGram":
         speculative["max_matching_ngram_size"] = (spec.ngram or NgramSpec()).max_matching_ngram_size
-    options["speculative_config"] = speculative
-    return options
+    return speculative
 
 
-def _llm_api_yaml(options: dict[str, Any], r: Resolved) -> str:
-    header = (f"# trtspec: LLM-API options for method {r.method.name} (TensorRT-LLM >= 1.x, PyTorch backend).\n"
+def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:
+    header = (f"# trtspec: LLM-API options for method {r.method.name}, TensorRT-LLM {target.version} "
+              f"({target.image}), PyTorch backend.\n"
               f"# trtllm-serve {r.models['target'].path} --backend pytorch --extra_llm_api_options <this file>\n")
     return header + _yaml(options)
 

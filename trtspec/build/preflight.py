@@ -27,6 +27,7 @@ from trtspec.config import BuildSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
+from trtspec.targets import require_feature
 
 T = TypeVar("T")
 
@@ -87,6 +88,7 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
     checks: list[Check] = []
     _check_backend(spec, method)
     _check_sections(spec, method)
+    _check_target(spec, method, checks)
     models = _resolve_models(spec, method, dry_run, checks)
     family = _check_architecture(spec, method, models, checks)
     if "draft" in models:
@@ -108,6 +110,22 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
 
         raise ConfigError("method", method.name, "has no proposer in the torch reference engine",
                           hint=f"use backend: tensorrtllm, or one of: {', '.join(engine_methods())}")
+
+
+def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> None:
+    """The TensorRT-LLM target has every feature the method needs (EAGLE-3: its LLM API); else a ConfigError naming
+    the target, the feature and the nearest target with it."""
+    if spec.backend != "tensorrtllm":
+        return
+    target = spec.trtllm.target()
+    features = list(method.target_features)
+    if spec.eagle is not None and spec.eagle.eagle3:
+        features = ["eagle3_llmapi"]  # EAGLE-3 runs through the LLM API only: no engine-flow EAGLE
+    for feature in features:
+        require_feature(target, feature, needed_by=f"method {method.name}" + (" (eagle.eagle3)" if
+                                                                               feature == "eagle3_llmapi" else ""))
+    checks.append(Check("target", "ok", f"TensorRT-LLM {target.version} ({target.image})"
+                        + (f" has {', '.join(features)}" if features else "")))
 
 
 def _check_sections(spec: BuildSpec, method: MethodInfo) -> None:
@@ -285,6 +303,10 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     eagle = _section(spec.eagle, "eagle", spec.method)
+    if eagle.eagle3:
+        # LLM API (PyTorch backend): max_draft_len counts draft layers (chain steps), not tree nodes
+        checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
+        return given or eagle.num_layers, None, None
     tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
                                  max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
     max_draft_len = given or len(tree)

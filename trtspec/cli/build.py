@@ -78,7 +78,7 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
     stage_steps = {s.id for s in plan.select(only)}
     blocked = [p for p in result.pending if p["id"] in stage_steps]
     if blocked:
-        image = spec.trtllm.image() or "a TensorRT-LLM container (set trtllm.container)"
+        image = spec.trtllm.image()
         raise ToolNotFoundError(
             f"needs TensorRT-LLM: {len(blocked)} step(s) pending ({', '.join(p['id'] for p in blocked)}); "
             f"completed steps are recorded in {result.out_dir / 'trtspec-manifest.json'}",

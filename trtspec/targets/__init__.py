@@ -148,7 +148,7 @@ def load_target(version: str | None = None) -> TrtllmTarget:
 def _load(version: str) -> TrtllmTarget:
     if version not in SUPPORTED_TARGETS:
         near = nearest_target(version)
-        raise ConfigError("trtllm.version", version, "is not a supported TensorRT-LLM target",
+        raise ConfigError("trtllm.version", version, f"is not a supported TensorRT-LLM target (nearest: {near})",
                           hint=f"supported: {', '.join(SUPPORTED_TARGETS)} (default {DEFAULT_TARGET}); nearest: {near}")
     text = resources.files(__name__).joinpath(data_file(version)).read_text(encoding="utf-8")
     return _from_data(json.loads(text))
@@ -177,27 +177,39 @@ def nearest_target(version: str, candidates: Iterable[str] = SUPPORTED_TARGETS) 
     return min(pool, key=distance)
 
 
-def require_feature(target: TrtllmTarget | str, feature: str) -> TrtllmTarget:
-    """`target` if it has `feature`; else ConfigError naming the target, the feature and the nearest target with it."""
+def require_feature(target: TrtllmTarget | str, feature: str, *, needed_by: str | None = None) -> TrtllmTarget:
+    """`target` if it has `feature`; else one-line ConfigError naming the target, the feature (and what needs it, e.g.
+    "method lookahead") and the nearest supported target that has it."""
     target = load_target(target) if isinstance(target, str) else target
     if target.has(feature):
         return target
     having = [v for v in SUPPORTED_TARGETS if load_target(v).has(feature)]
     near = nearest_target(target.version, having)
+    why = f", which {needed_by} needs" if needed_by else ""
+    where = f"nearest target with it: {near}" if near else "no supported target has it"
     hint = (f"use trtllm.version: {near} (the nearest supported target with it)" if near
             else f"no supported target ({', '.join(SUPPORTED_TARGETS)}) has it")
     raise ConfigError("trtllm.version", target.version,
-                      f"TensorRT-LLM {target.version} lacks {feature} ({FEATURES[feature]})", hint=hint)
+                      f"TensorRT-LLM {target.version} lacks {feature} ({FEATURES[feature]}){why}; {where}", hint=hint)
+
+
+def validate_lookahead(window: int, ngram: int, verification_set: int, field: str = "lookahead") -> None:
+    """TensorRT-LLM's `LookaheadDecodingConfig::isLegal`: N >= 1, W >= 1, G >= 0, and N == 1 implies W == 1, G == 0.
+    Raises ConfigError naming `field` (e.g. `lookahead` in a build config, `--lookahead` on the command line)."""
+    value = (window, ngram, verification_set)
+    if window < 1 or ngram < 1 or verification_set < 0:
+        raise ConfigError(field, value, "needs W >= 1, N >= 1, G >= 0", hint="e.g. lookahead: [4, 4, 4]")
+    if ngram == 1 and (window != 1 or verification_set != 0):
+        raise ConfigError(field, value, "N == 1 requires W == 1 and G == 0", hint="use N >= 2, e.g. [4, 4, 4]")
 
 
 def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
     """TensorRT-LLM's lookahead draft budget for (W, N, G) (LookaheadDecodingConfig::calculateSpeculativeResourceTuple):
-    (N == 1 ? 0 : N - 2) + (W - 1 + G) * (N - 1). Illegal combinations (isLegal) raise ConfigError."""
-    value = (window, ngram, verification_set)
-    if window < 1 or ngram < 1 or verification_set < 0:
-        raise ConfigError("lookahead", value, "needs W >= 1, N >= 1, G >= 0", hint="e.g. lookahead: [4, 4, 4]")
-    if ngram == 1 and (window != 1 or verification_set != 0):
-        raise ConfigError("lookahead", value, "N == 1 requires W == 1 and G == 0", hint="use N >= 2, e.g. [4, 4, 4]")
+    (N == 1 ? 0 : N - 2) + (W - 1 + G) * (N - 1), e.g. (7, 7, 7) -> 83, (4, 4, 4) -> 23, (1, 1, 0) -> 0. The one
+    definition in trtspec (the data files' `lookahead.max_draft_len` states the same expression; a property test
+    compares them). The engine's `--max_draft_len` must equal it for the server's (W, N, G); per-request (w, n, g)
+    must each be <= the server's. Illegal combinations (isLegal) raise ConfigError."""
+    validate_lookahead(window, ngram, verification_set)
     return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
 
 
@@ -279,12 +291,15 @@ def pbtxt_names(text: str) -> dict[str, Any]:
 
 
 def diff_build_argv(argv: Iterable[str], target: TrtllmTarget | str) -> list[str]:
-    """Problems of one `trtllm-build` command line: flags the target lacks, values outside its choices."""
+    """Problems of one `trtllm-build` command line: flags the target lacks, values outside its choices, required
+    flags missing (`--checkpoint_dir`; `--max_draft_len` for the modes whose builder cannot derive it)."""
     target = load_target(target) if isinstance(target, str) else target
     build = target.trtllm_build
     known = set(build["flags"]) | set(build["plugin_flags"]["flags"])
     choices = {**build["choices"], **build["plugin_flags"].get("values", {})}
     args, problems = list(argv), []
+    if args and not args[0].startswith("--"):
+        args = args[1:]  # the program name
     for i, arg in enumerate(args):
         if not arg.startswith("--"):
             continue
@@ -293,23 +308,49 @@ def diff_build_argv(argv: Iterable[str], target: TrtllmTarget | str) -> list[str
         elif arg in choices and (i + 1 >= len(args) or args[i + 1] not in choices[arg]):
             value = args[i + 1] if i + 1 < len(args) else None
             problems.append(f"{arg} {value}: not one of {', '.join(choices[arg])}")
+    problems += [f"{flag}: required by trtllm-build" for flag in build.get("required", []) if flag not in args]
+    mode = args[args.index("--speculative_decoding_mode") + 1] if "--speculative_decoding_mode" in args[:-1] else None
+    if mode in build["max_draft_len"].get("required_for", []) and "--max_draft_len" not in args:
+        problems.append(f"--max_draft_len: required with --speculative_decoding_mode {mode}")
     return problems
 
 
 def diff_llm_api(options: Mapping[str, Any], target: TrtllmTarget | str) -> list[str]:
-    """Problems of an extra_llm_api_options mapping: unverified LLM API, unknown decoding_type or keys."""
+    """Problems of an extra_llm_api_options mapping: unverified LLM API, top-level keys the release does not accept,
+    unknown decoding_type, speculative_config / kv_cache_config keys it lacks, required speculative fields missing."""
     target = load_target(target) if isinstance(target, str) else target
     api = target.llm_api
     if not api.get("verified"):
         return [f"TensorRT-LLM {target.version}: no verified LLM-API speculative_config facts"]
     problems = []
+    top = api.get("top_level_fields")
+    if top is not None:
+        problems += [f"{key}: not an LLM-API argument of TensorRT-LLM {target.version}"
+                     for key in sorted(set(options) - set(top))]
     spec = options.get("speculative_config") or {}
     kind = spec.get("decoding_type")
     if spec and kind not in api["decoding_types"]:
         problems.append(f"decoding_type {kind!r}: not one of {', '.join(api['decoding_types'])}")
-    allowed = set(api["common_fields"]) | set(api["speculative_config"].get(kind, {}).get("fields", []))
+    facts = api["speculative_config"].get(kind, {})
+    allowed = set(api["common_fields"]) | set(facts.get("fields", []))
     problems += [f"speculative_config.{key}: not a field of {kind}" for key in sorted(set(spec) - allowed)]
+    problems += [f"speculative_config.{key}: required by {kind}" for key in facts.get("required", []) if key not in spec]
     kv_fields = set(api["kv_cache_config"]["fields"])
     problems += [f"kv_cache_config.{key}: not a KvCacheConfig field" for key in
                  sorted(set(options.get("kv_cache_config") or {}) - kv_fields)]
     return problems
+
+
+from trtspec.targets.checkpoint import (  # noqa: E402 - needs the names above
+    checkpoint_keys,
+    checkpoint_tensor_names,
+    diff_checkpoint,
+    diff_convert_argv,
+)
+
+__all__ = [
+    "DEFAULT_TARGET", "FEATURES", "SUPPORTED_TARGETS", "ModelDiff", "TritonModel", "TrtllmTarget", "checkpoint_keys",
+    "checkpoint_tensor_names", "diff_against_target", "diff_build_argv", "diff_checkpoint", "diff_convert_argv",
+    "diff_llm_api", "load_target", "lookahead_max_draft_len", "nearest_target", "pbtxt_names", "require_feature",
+    "validate_lookahead",
+]

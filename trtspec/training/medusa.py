@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from trtspec.errors import ToolNotFoundError
 from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf, write_json
+from trtspec.targets import DEFAULT_TARGET
 
 Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
 HEAD_LOSS_DECAY = 0.8  # Medusa / ModelOpt `medusa_decay_coefficient`
@@ -236,6 +237,7 @@ def export_trtllm_checkpoint(model: Any, out_dir: Path, *, max_draft_len: int) -
         rope_theta = rope.get("rope_theta", getattr(model.config, "rope_theta", None))
         if "rotary_base" not in config and rope_theta is not None:
             config["rotary_base"] = float(rope_theta)  # ModelOpt 0.47 omits it; TensorRT-LLM defaults to 10000
+        config = target_checkpoint_config(config, mlp_bias=bool(getattr(model.config, "mlp_bias", False)))
         write_json(tmp / "config.json", config)
         for path in (tmp, *tmp.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp creates 0700
@@ -245,6 +247,20 @@ def export_trtllm_checkpoint(model: Any, out_dir: Path, *, max_draft_len: int) -
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return config
+
+
+def target_checkpoint_config(config: dict[str, Any], *, mlp_bias: bool) -> dict[str, Any]:
+    """ModelOpt's config.json with only the keys the TensorRT-LLM targets read (trtspec.targets checkpoint facts):
+    its `bias` becomes LLaMAConfig's `attn_bias` (a `bias` key is ignored), `mlp_bias` is stated, and ModelOpt's own
+    bookkeeping keys (producer, decoder, rank, rmsnorm, lm_head_bias, base_architecture, share_embedding_table),
+    which TensorRT-LLM does not read, are dropped."""
+    from trtspec.targets import checkpoint_keys
+
+    out = dict(config)
+    out["attn_bias"] = bool(out.pop("bias", False)) or bool(out.get("attn_bias", False))
+    out["mlp_bias"] = bool(out.get("mlp_bias", mlp_bias))
+    read = checkpoint_keys(DEFAULT_TARGET, out["architecture"])
+    return {key: value for key, value in out.items() if key in read}
 
 
 def heads_from_modelopt(model: Any, shape: MedusaShape) -> MedusaHeads:

@@ -1,0 +1,71 @@
+"""Every example build config x every supported target: the plan's TensorRT-LLM artefacts use only names that target
+reads and carry every name it requires (checked against trtspec/targets data files), or the config is refused
+naming the target, the missing feature and the nearest target that has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trtspec.build.plan import LLM_API_FILE, LLM_API_UNSUPPORTED, TRTLLM, plan_build
+from trtspec.build.preflight import run_preflight
+from trtspec.config import load_build_spec
+from trtspec.errors import ConfigError
+from trtspec.methods import resolve
+from trtspec.targets import SUPPORTED_TARGETS, diff_build_argv, diff_convert_argv, diff_llm_api, load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
+CASES = [(path, version) for path in CONFIGS for version in SUPPORTED_TARGETS]
+
+
+def plan_for(path: Path, version: str):
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+    resolved = run_preflight(spec, dry_run=True)
+    return spec, resolved, plan_build(resolved)
+
+
+@pytest.mark.parametrize(("path", "version"), CASES, ids=[f"{p.stem}@{v}" for p, v in CASES])
+def test_example_artefacts_match_the_target(path, version):
+    target = load_target(version)
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+    method = resolve(spec.method)
+    lacking = [f for f in method.target_features if not target.has(f)] if spec.backend == "tensorrtllm" else []
+    if lacking:
+        with pytest.raises(ConfigError) as err:
+            plan_for(path, version)
+        assert f"lacks {lacking[0]}" in str(err.value) and "nearest target with it" in str(err.value)
+        return
+    spec, _, plan = plan_for(path, version)
+    if spec.backend == "torch":
+        assert plan.target is None and all(s.tool is None for s in plan.steps)
+        return
+    assert (plan.target, plan.container) == (version, target.image)
+    for step in plan.steps:
+        if step.tool != TRTLLM:
+            continue
+        argv = list(step.argv)
+        if argv[0] == "trtllm-build":
+            assert diff_build_argv(argv, target) == [], step.id
+        else:
+            assert argv[0] == "python3", step.id
+            assert diff_convert_argv(argv, target, spec.trtllm.examples_dir) == [], step.id
+    llm_api = next((s for s in plan.steps if s.id == "write-llm-api"), None)
+    if not target.llm_api["verified"] or method.name in LLM_API_UNSUPPORTED:
+        assert llm_api is None and plan.llm_api is None and plan.notes
+        return
+    assert llm_api is not None and llm_api.outputs == (LLM_API_FILE,)
+    assert yaml.safe_load(llm_api.content) == plan.llm_api
+    assert diff_llm_api(plan.llm_api, target) == []
+    kv = plan.llm_api["kv_cache_config"]
+    assert 0.05 <= kv.get("free_gpu_memory_fraction", 0.9) <= 0.95, kv
+
+
+def test_every_example_names_a_supported_target():
+    for path in CONFIGS:
+        data = yaml.safe_load(path.read_text())
+        if data.get("backend") == "torch":
+            continue
+        assert data["trtllm"]["version"] in SUPPORTED_TARGETS, path.name
