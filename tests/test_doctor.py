@@ -35,7 +35,7 @@ def test_installed_unsupported_version_names_the_nearest_target(monkeypatch, ver
     fake_tensorrt_llm(monkeypatch, version)
     installed, target = check_tensorrt_llm()
     assert installed.ok and installed.detail == version
-    assert not target.ok and f"{version} is not a supported target" in target.detail
+    assert not target.ok and f"{version} is not a supported target" in target.detail and target.label == "unsupported"
     assert f"Nearest: {nearest}, in {load_target(nearest).image}" in target.detail
 
 

@@ -15,6 +15,7 @@ class Check:
     ok: bool
     detail: str
     required: bool = True
+    label: str | None = None  # the status word when not ok (default: missing if required, else unavailable)
 
 
 def _version(dist: str) -> str | None:
@@ -57,7 +58,8 @@ def tensorrt_llm_target_check(version: str) -> Check:
     near = nearest_target(version)
     return Check("tensorrt_llm target", False,
                  f"{version} is not a supported target ({', '.join(SUPPORTED_TARGETS)}); artefacts written for "
-                 f"another release may not match it. Nearest: {near}, in {load_target(near).image}", required=False)
+                 f"another release may not match it. Nearest: {near}, in {load_target(near).image}", required=False,
+                 label="unsupported")
 
 
 def find_tritonserver() -> Path | None:

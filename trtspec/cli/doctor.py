@@ -27,7 +27,8 @@ def doctor(as_json: bool) -> None:
         for col in ("check", "status", "detail"):
             table.add_column(col)
         for c in checks:
-            status = "[green]ok[/]" if c.ok else ("[red]missing[/]" if c.required else "[yellow]unavailable[/]")
+            word = c.label or ("missing" if c.required else "unavailable")
+            status = "[green]ok[/]" if c.ok else (f"[red]{word}[/]" if c.required else f"[yellow]{word}[/]")
             table.add_row(c.name, status, c.detail)
         Console().print(table)
     if any(c.required and not c.ok for c in checks):
