@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.sweep.fakes import FakeSweepBackend
+from trtspec.errors import UsageError
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.records import ResultsFile, read_records
 from trtspec.sweep.runner import run_sweep
@@ -52,7 +53,13 @@ def test_records_roundtrip_and_torn_tail(tmp_path):
 def test_corrupt_middle_line_is_an_error(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"kind": "case", "id": "a"}\nGARBAGE\n{"kind": "case", "id": "b"}\n')
-    with pytest.raises(ValueError, match=":2: not a JSON record"):
+    with pytest.raises(UsageError, match=":2: not a JSON record"):
+        read_records(path)
+    path.write_bytes(b"\x00\xffgarbage\n\x00\n")  # binary garbage (json.loads would guess UTF-16 and fail)
+    with pytest.raises(UsageError, match=":1: not a JSON record"):
+        read_records(path)
+    path.write_text('[1, 2]\n{"kind": "case", "id": "a"}\n')
+    with pytest.raises(UsageError, match=":1: a JSON value without the record fields"):
         read_records(path)
 
 

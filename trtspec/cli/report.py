@@ -27,7 +27,8 @@ def report(results: str, out: str, price_per_hour: float | None, gpus: str, writ
     from trtspec.sweep.report import render_report
     from trtspec.sweep.report import write_config as write_build_config
 
-    made = render_report(results, out, price_per_hour=price_per_hour, gpus=parse_str_list(gpus), plots=not no_plots,
+    made = render_report(results, out, price_per_hour=price_per_hour, gpus=parse_str_list(gpus, "gpu"),
+                         plots=not no_plots,
                          timing=timing)
     click.echo(f"report: {made.markdown} ({len(made.plots)} plots)")
     for rec in made.recommendations:

@@ -48,8 +48,8 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
     from trtspec.sweep.records import latest_by_id, read_records
     from trtspec.sweep.runner import run_sweep
 
-    lists = {"methods": parse_str_list, "drafts": parse_str_list, "suites": parse_str_list,
-             "medusa": parse_str_list,
+    lists = {"methods": lambda v: parse_str_list(v, "method"), "drafts": lambda v: parse_str_list(v, "draft"),
+             "suites": lambda v: parse_str_list(v, "suite"), "medusa": lambda v: parse_str_list(v, "medusa"),
              "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
              "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
              "temperatures": lambda v: parse_float_list(v, "temperature")}
@@ -71,3 +71,5 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
     for msg in summary.error_messages:
         click.echo(f"  failed: {msg}", err=True)
     click.echo(f"Next: trtspec report {out} --out report/")
+    if summary.errors:  # exit 1: the failed cases are error records in --out; --retry-errors runs them again
+        raise SystemExit(1)

@@ -124,6 +124,11 @@ def load_results(path: str | Path, timing: str = "auto") -> Results:
     records = read_records(path)
     cases = latest_by_id(records, "case")
     ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
+    for rec in ok:
+        missing = [key for key in ("params", "metrics") if not isinstance(rec.get(key), dict)]
+        if missing:
+            raise UsageError(f"{path}: case {rec['id']} has no {missing[0]}",
+                             hint="the file was edited or written by another tool; rerun the sweep into a new file")
     calibrations = latest_by_id(records, "calibration")
     if timing == "auto":
         on_cpu = all((rec.get("via_info") or {}).get("device", "cpu") == "cpu" for rec in ok)

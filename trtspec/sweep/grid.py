@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -290,11 +291,19 @@ def case_id(params: dict[str, object]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _items(text: str, field: str, example: str) -> list[str]:
+    """The comma-separated items of a list option; an empty item (`1,,2`, `''`) is refused naming the option."""
+    items = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in items):
+        raise UsageError(f"--{field}={text!r} has an empty item", hint=f"e.g. --{field} {example}")
+    return items
+
+
 def parse_int_list(text: str, field: str) -> list[int]:
     """`0-8`, `1,2,4` or `0-2,4` -> sorted unique ints; UsageError naming the option on bad input."""
     values: set[int] = set()
     try:
-        for part in (p.strip() for p in text.split(",") if p.strip()):
+        for part in _items(text, field, "0-8"):
             if "-" in part[1:]:
                 lo, hi = part.split("-", 1)
                 values.update(range(int(lo), int(hi) + 1))
@@ -309,20 +318,26 @@ def parse_int_list(text: str, field: str) -> list[int]:
 
 
 def parse_float_list(text: str, field: str) -> list[float]:
+    """`0,0.7,1` -> floats; non-numbers, nan and inf are refused naming the option."""
     try:
-        return [float(p) for p in text.split(",") if p.strip()]
+        values = [float(p) for p in _items(text, field, "0,1")]
     except ValueError:
         raise UsageError(f"--{field}={text!r} is not a list of numbers", hint=f"e.g. --{field} 0,1") from None
+    if not all(math.isfinite(v) for v in values):
+        raise UsageError(f"--{field}={text!r} holds a value that is not finite", hint=f"e.g. --{field} 0,1")
+    return values
 
 
-def parse_str_list(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
+def parse_str_list(text: str, field: str) -> list[str]:
+    return _items(text, field, "a,b")
 
 
 def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False) -> None:
     if not values:
         raise ConfigError(field, values, "must not be empty", hint=f"give at least one value for {field}")
     for v in values:
+        if not math.isfinite(v):
+            raise ConfigError(field, v, "must be a finite number", hint=f"fix {field} in the sweep config or flags")
         if v < 0 or (v == 0 and not allow_zero):
             raise ConfigError(field, v, "must be " + ("non-negative" if allow_zero else "positive"),
                               hint=f"fix {field} in the sweep config or flags")

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trtspec.errors import UsageError
+
 SCHEMA = 1
 Record = dict[str, Any]
 
@@ -27,11 +29,14 @@ Record = dict[str, Any]
 def read_records(path: str | Path) -> list[Record]:
     """All complete records of a results file (an unterminated or unparsable last line is ignored).
 
-    A corrupt line in the middle is a real error (the file was edited), raised as ValueError naming the line.
+    Anything else that is not a record (a corrupt line in the middle: the file was edited; a file that is not a
+    results file) is refused with UsageError naming the file and the line.
     """
     path = Path(path)
     if not path.exists():
         return []
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a results file", hint="give a .jsonl file path")
     lines = path.read_bytes().split(b"\n")
     records: list[Record] = []
     for lineno, raw in enumerate(lines, start=1):
@@ -39,13 +44,17 @@ def read_records(path: str | Path) -> list[Record]:
             continue
         is_last = lineno == len(lines)  # no trailing newline: the write did not finish
         try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             if is_last:
                 break
-            raise ValueError(f"{path}:{lineno}: not a JSON record") from None
+            raise UsageError(f"{path}:{lineno}: not a JSON record (not a trtspec results file, or edited)",
+                             hint="give another --out file, or remove the line") from None
         if is_last:
             break  # parsable but unterminated: treat as torn, it will be rewritten on resume
+        if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str) or not isinstance(obj.get("id"), str):
+            raise UsageError(f"{path}:{lineno}: a JSON value without the record fields kind and id",
+                             hint="this is not a trtspec results file: give another --out file")
         records.append(upgrade(obj))
     return records
 
