@@ -49,7 +49,7 @@ def test_example_build_config_renders_the_targets_contract(tmp_path, tokenizer_d
 
     manifest = manifests[config.stem]
     if manifest["backend"] != "tensorrtllm":
-        pytest.skip("torch bundles are deployed in test_server_torch (and checked per target in test_render)")
+        pytest.skip("torch bundles need the built bundle: checked per target in test_target_contract (flavour torch)")
     build = write_manifest(tmp_path / "build", manifest)
     target = load_target(version or (manifest["config"].get("trtllm") or {}).get("version"))
     lacking = [f for f in METHOD_FEATURES.get(manifest["method"], ()) if not target.has(f)]

@@ -26,11 +26,13 @@ def through_triton(params: EngineParams) -> EngineParams:
 
 
 @given(target=NAMES, draft=st.none() | NAMES, k=st.integers(0, 64), lookahead=st.none() | st.tuples(
-    st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(),
-    timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]))
-def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, timeout, device):
-    params = EngineParams(target=target, draft=draft, max_k=k + 1, default_k=k, lookahead=lookahead,
-                          exclude_input_in_output=exclude, drain_timeout_s=timeout, device=device, max_queue=3)
+    st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(), normalize=st.booleans(),
+    timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
+    method=st.sampled_from(["draft_target", "none", "ngram"]))
+def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method):
+    params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
+                          exclude_input_in_output=exclude, normalize_log_probs=normalize, drain_timeout_s=timeout,
+                          device=device, max_queue=3)
     assert through_triton(params) == params
 
 
@@ -41,6 +43,9 @@ def test_defaults_are_defined_once():
     for repo_field, param in [("max_k", "max_k"), ("default_k", "default_k"), ("engine_max_queue", "max_queue"),
                               ("max_input_len", "max_input_len"), ("max_output_len", "max_output_len")]:
         assert RepoSpec.__dataclass_fields__[repo_field].default == EngineParams.__dataclass_fields__[param].default
+    # NVIDIA's defaults of the same-named tensorrt_llm parameters (unset): the prompt is part of the output
+    assert EngineParams.__dataclass_fields__["exclude_input_in_output"].default is False
+    assert EngineParams.__dataclass_fields__["normalize_log_probs"].default is True
 
 
 @pytest.mark.parametrize("params, message", [

@@ -62,11 +62,11 @@ def test_parameters_block_escapes_and_omits_unset():
 def test_templates_have_only_known_placeholders():
     root = template_root()
     found = {p.parent.name: placeholders(p.read_text()) for p in root.glob("*/config.pbtxt.tmpl")}
-    assert set(found) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls",
-                          "trtspec_engine"}
-    assert found["tensorrt_llm"] == {"model_name", "triton_max_batch_size", "decoupled", "max_queue_delay_microseconds",
-                                     "max_queue_size", "inputs", "outputs", "parameters"}
-    assert found["ensemble"] == {"triton_max_batch_size", "core_model", "inputs", "outputs", "steps"}
+    assert set(found) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"}
+    assert found["tensorrt_llm"] == {"model_name", "backend", "triton_max_batch_size", "decoupled",
+                                     "max_queue_delay_microseconds", "max_queue_size", "inputs", "outputs",
+                                     "parameters"}
+    assert found["ensemble"] == {"triton_max_batch_size", "inputs", "outputs", "steps"}
     # the declarations are generated from the target's facts: no template spells a tensor name of its own
     for name in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
         text = (root / name / "config.pbtxt.tmpl").read_text()
@@ -99,7 +99,8 @@ def trt_build(tmp_path: Path, method: str, target: Path, **change) -> Path:
 
 @pytest.mark.parametrize("method", sorted(TRT_BUILDS))
 def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
-    spec = RepoSpec.from_build(trt_build(tmp_path, method, tokenized_pair[0]), "tensorrtllm")
+    spec = RepoSpec.from_build(trt_build(tmp_path, method, tokenized_pair[0]), "tensorrtllm",
+                               decoupled=method == "draft_target")
     plan = plan_repository(spec)
     configs = {rel: validate_model_config(f.text, source=rel) for rel, f in plan.items() if rel.endswith(".pbtxt")}
     assert not any("${" in f.text for f in plan.values() if f.text)
@@ -108,7 +109,12 @@ def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
     assert params["gpt_model_path"] == str((tmp_path / f"build-{method}" / "engines/target").resolve())
     assert params["gpt_model_type"] == "inflight_fused_batching" and params["max_beam_width"] == "1"
     assert params["max_tokens_in_paged_kv_cache"] == "2048" and "kv_cache_free_gpu_mem_fraction" not in params
-    assert target.backend == "tensorrtllm" and target.max_batch_size == 4 and target.model_transaction_policy.decoupled
+    assert target.backend == "tensorrtllm" and target.max_batch_size == 4
+    # NVIDIA's decoupled_mode, off unless asked for, for tensorrt_llm(_draft) and the BLS alike
+    decoupled = method == "draft_target"
+    assert target.model_transaction_policy.decoupled == decoupled
+    assert configs["tensorrt_llm_bls/config.pbtxt"].model_transaction_policy.decoupled == decoupled
+    assert "exclude_input_in_output" not in params  # NVIDIA's default: the prompt is part of the output
     ensemble = configs["ensemble/config.pbtxt"]
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["preprocessing", "tensorrt_llm",
                                                                           "postprocessing"]
@@ -119,7 +125,7 @@ def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
         assert params["enable_kv_cache_reuse"] == "true"
         bls = configs["tensorrt_llm_bls/config.pbtxt"]
         assert bls.parameters["tensorrt_llm_draft_model_name"].string_value == "tensorrt_llm_draft"
-        assert target.model_transaction_policy.decoupled and not draft.model_transaction_policy.decoupled
+        assert draft.model_transaction_policy.decoupled
     else:
         assert "tensorrt_llm_draft/config.pbtxt" not in configs
         assert "tensorrt_llm_draft_model_name" not in configs["tensorrt_llm_bls/config.pbtxt"].parameters
@@ -140,16 +146,33 @@ def test_torch_repository_renders(tmp_path, tokenized_pair):
     build = torch_bundle(tmp_path / "bundle", target, draft, k=3)
     spec = RepoSpec.from_build(build, "torch", max_k=6)
     plan = plan_repository(spec)
-    engine = validate_model_config(plan["trtspec_engine/config.pbtxt"].text)
-    assert engine.backend == "python" and engine.model_transaction_policy.decoupled
-    assert {k: v.string_value for k, v in engine.parameters.items()}.items() >= {
+    engines = {name: validate_model_config(plan[f"{name}/config.pbtxt"].text)
+               for name in ("tensorrt_llm", "tensorrt_llm_draft")}
+    params = {name: {k: v.string_value for k, v in c.parameters.items()} for name, c in engines.items()}
+    assert all(c.backend == "python" and not c.model_transaction_policy.decoupled for c in engines.values())
+    assert params["tensorrt_llm"].items() >= {
         "method": "draft_target", "target": str(build / "target"), "draft": str(build / "draft"), "max_k": "6",
-        "default_k": "3"}.items()
+        "default_k": "3", "exclude_input_in_output": "false"}.items()
+    # the draft model alone, plain decoding: what NVIDIA's client-side speculation asks it for
+    assert params["tensorrt_llm_draft"].items() >= {"method": "none", "target": str(build / "draft"),
+                                                    "default_k": "0"}.items()
+    assert "draft" not in params["tensorrt_llm_draft"]
+    for name in engines:
+        assert plan[f"{name}/1/model.py"].copy_from.name == "engine_shim.py"
+    bls = validate_model_config(plan["tensorrt_llm_bls/config.pbtxt"].text)
+    assert bls.parameters["tensorrt_llm_draft_model_name"].string_value == "tensorrt_llm_draft"
     ensemble = validate_model_config(plan["ensemble/config.pbtxt"].text)
-    assert "num_draft_tokens" in [i.name for i in ensemble.input]
-    assert "num_drafts" in [o.name for o in ensemble.output]
-    assert ensemble.ensemble_scheduling.step[1].model_name == "trtspec_engine"
-    assert "trtspec_engine/1/model.py" in plan and "tensorrt_llm/config.pbtxt" not in plan
+    assert "num_draft_tokens" not in [i.name for i in ensemble.input]  # the ensemble is NVIDIA's, extensions stay
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["preprocessing", "tensorrt_llm",
+                                                                          "postprocessing"]
+    decoupled = plan_repository(RepoSpec.from_build(build, "torch", max_k=6, decoupled=True))
+    for name in ("tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls"):
+        assert validate_model_config(decoupled[f"{name}/config.pbtxt"].text).model_transaction_policy.decoupled
+    plain = plan_repository(RepoSpec.from_build(torch_bundle(tmp_path / "plain", target, None, method="ngram"),
+                                                "torch"))
+    assert "tensorrt_llm_draft/config.pbtxt" not in plain
+    assert json.loads(plain["trtspec-repo.json"].text)["models"] == [
+        "preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_bls"]
     with pytest.raises(ConfigError, match="must be in"):
         RepoSpec.from_build(build, "torch", default_k=7, max_k=6)
 

@@ -17,7 +17,7 @@ from trtspec.errors import ConfigError
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, load_target
 from trtspec.triton import contract
 from trtspec.triton.render import RepoFile
-from trtspec.triton.repo import TORCH_EXPOSE, TORCH_EXTRA_INPUTS, TORCH_EXTRA_OUTPUTS, RepoSpec, plan_repository
+from trtspec.triton.repo import RepoSpec, plan_repository
 
 
 def trt_build(tmp_path: Path, target: Path, method: str = "draft_target", version: str | None = None) -> Path:
@@ -93,21 +93,45 @@ def test_bls_and_tensorrt_llm_of_a_release_spell_the_renamed_inputs_alike(versio
             assert target.model(model).input(name) is not None, (model, name)
 
 
+@pytest.mark.parametrize("decoupled", [False, True])
 @pytest.mark.parametrize("version", SUPPORTED_TARGETS)
-def test_torch_flavour_shares_the_targets_names(tmp_path, tokenized_pair, version):
+def test_torch_flavour_renders_the_targets_models(tmp_path, tokenized_pair, version, decoupled):
+    """The torch flavour renders the same six models as the TensorRT-LLM flavour with the target's names (its engine
+    models add only trtspec's declared extensions), and the same ensemble."""
     target_dir, draft_dir = tokenized_pair
     build = torch_bundle(tmp_path / "bundle", target_dir, draft_dir, k=3)
-    plan = plan_repository(RepoSpec.from_build(build, "torch", max_k=6, trtllm_version=version))
-    shared = {rel: f for rel, f in plan.items() if rel.split("/")[0] in ("preprocessing", "postprocessing")}
-    assert contract_problems(shared, version) == []
-    ensemble = parsed_configs(plan)["ensemble"]
-    facts = load_target(version).model("ensemble")
-    extras = {*TORCH_EXPOSE, *TORCH_EXTRA_INPUTS, *TORCH_EXTRA_OUTPUTS}
-    assert {i.name for i in ensemble.input if facts.input(i.name) is None} <= extras
-    assert {o.name for o in ensemble.output if facts.output(o.name) is None} <= extras
-    assert load_target(version).request_names["seed"] in {i.name for i in ensemble.input}
-    assert ensemble.ensemble_scheduling.step[1].model_name == "trtspec_engine"
-    assert json.loads(plan["trtspec-repo.json"].text)["trtllm_version"] == version
+    plan = plan_repository(RepoSpec.from_build(build, "torch", max_k=6, trtllm_version=version, decoupled=decoupled,
+                                               triton_max_batch_size=8))
+    configs = parsed_configs(plan)
+    assert set(configs) == {"preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_draft",
+                            "tensorrt_llm_bls"}
+    assert contract_problems(plan, version, flavour="torch") == []
+    for name in ("tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls"):
+        assert configs[name].backend == "python"
+        assert configs[name].model_transaction_policy.decoupled is decoupled
+    engine_extras = {i.name for i in configs["tensorrt_llm"].input} - {t.name for t in load_target(version)
+                                                                        .model("tensorrt_llm").inputs}
+    assert engine_extras == {"num_draft_tokens"}
+    trt = plan_repository(RepoSpec.from_build(trt_build(tmp_path, target_dir), "tensorrtllm", trtllm_version=version,
+                                              triton_max_batch_size=8))
+    assert plan["ensemble/config.pbtxt"].text == trt["ensemble/config.pbtxt"].text  # the same ensemble
+    for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
+        assert configs[model].input == parsed_configs(trt)[model].input
+    assert configs["ensemble"].ensemble_scheduling.step[1].model_name == "tensorrt_llm"
+    record = json.loads(plan["trtspec-repo.json"].text)
+    assert (record["trtllm_version"], record["decoupled"]) == (version, decoupled)
+
+
+def test_the_checker_allows_only_the_declared_extensions(tmp_path, tokenized_pair):
+    target_dir, draft_dir = tokenized_pair
+    plan = plan_repository(RepoSpec.from_build(torch_bundle(tmp_path / "b", target_dir, draft_dir), "torch"))
+    rel = "tensorrt_llm/config.pbtxt"
+    foreign = plan[rel].text.replace('name: "num_draft_tokens"', 'name: "num_draft_token"')
+    assert contract_problems({**plan, rel: RepoFile(text=foreign)}, DEFAULT_TARGET, flavour="torch")
+    wrong = plan[rel].text.replace('name: "num_draft_tokens" data_type: TYPE_INT32',
+                                   'name: "num_draft_tokens" data_type: TYPE_INT64')
+    assert contract_problems({**plan, rel: RepoFile(text=wrong)}, DEFAULT_TARGET, flavour="torch")
+    assert contract_problems(plan, DEFAULT_TARGET) != []  # the extensions are not NVIDIA's
 
 
 def test_a_parameter_the_target_does_not_read_is_refused():

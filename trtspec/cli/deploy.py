@@ -1,7 +1,8 @@
 """`trtspec deploy`: render a Triton model repository from a build output (reads its trtspec-manifest.json).
 
 The repository follows the Triton contract of one TensorRT-LLM release: the build's `trtllm.version`, or
-`--trtllm-version` (see docs/targets.md).
+`--trtllm-version` (see docs/targets.md). `--decoupled` is NVIDIA's decoupled_mode (default off, as NVIDIA's quick
+start): streaming needs it, unary gRPC infer and HTTP generate need it off.
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
                    "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
+@click.option("--decoupled/--no-decoupled", default=False, show_default=True,
+              help="NVIDIA's decoupled_mode for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming "
+                   "(stream=true, generate_stream) needs it; unary gRPC infer and HTTP generate need it off.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory.")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
-           trtllm_version: str | None, force: bool, dry_run: bool) -> None:
+           trtllm_version: str | None, decoupled: bool, force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -46,11 +50,11 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
                                max_k=max_k, device=device, lookahead=_lookahead(lookahead),
                                tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
-                               trtllm_version=trtllm_version)
+                               trtllm_version=trtllm_version, decoupled=decoupled)
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
-               f"({backend} flavour, method {spec.method}, core model {spec.core_model}, "
-               f"TensorRT-LLM {spec.trtllm_version} contract):")
+               f"({backend} flavour, method {spec.method}, TensorRT-LLM {spec.trtllm_version} contract, "
+               f"{'decoupled' if spec.decoupled else 'not decoupled'}):")
     for rel in sorted(plan):
         click.echo(f"  {rel}")
     built_for = spec.build_trtllm_version

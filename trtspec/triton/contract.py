@@ -8,7 +8,8 @@ model, an input the target declares but its C++ backend does not read is left ou
 as `overlay` (not pinned to the release). The ensemble is derived from the target's ensemble steps: a route (ensemble
 input -> step input, step output -> internal tensor -> next step or ensemble output) is kept when the model at each
 end declares the tensor, so the ensemble keeps the target's internal tensor names. Rendering refuses a non-optional
-target input that would be left out, and a parameter key that the target does not read.
+target input that would be left out, and a parameter key that the target does not read. Both flavours render the
+same declarations; the torch flavour's engine models add trtspec's EXTENSIONS (optional, declared in no release).
 
 Pure: dataclasses and trtspec.targets. Text is produced here and parsed by render.validate_model_config.
 """
@@ -16,8 +17,8 @@ Pure: dataclasses and trtspec.targets. Text is produced here and parsed by rende
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from trtspec.errors import ConfigError
 from trtspec.targets import Tensor, TritonModel, TrtllmTarget
@@ -32,11 +33,13 @@ REQUEST_ROLES = ("seed", "min_tokens")  # keys of TrtllmTarget.request_names: na
 
 # The tensors trtspec serves on each model (it declares the subset that the target declares).
 SERVED_INPUTS: dict[str, tuple[str, ...]] = {
-    # what model_repo/preprocessing/1/model.py reads (no bad/stop words, embedding bias, multimodal or encoder text)
-    "preprocessing": ("QUERY", "REQUEST_OUTPUT_LEN", "END_ID", "PAD_ID"),
+    # what model_repo/preprocessing/1/model.py reads (no multimodal, encoder text or prompt-table ids)
+    "preprocessing": ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "EMBEDDING_BIAS_WORDS",
+                      "EMBEDDING_BIAS_WEIGHTS", "END_ID", "PAD_ID"),
     "postprocessing": ("TOKENS_BATCH", "SEQUENCE_LENGTH"),
     # NVIDIA's C++ backend reads all of these. Left out for decoder-only text serving: encoder-decoder, multimodal,
-    # LoRA, prompt tuning, disaggregated serving, KV-cache retention and guided decoding.
+    # disaggregated serving and KV-cache retention. LoRA, prompt tables and guided decoding are declared, so that the
+    # torch flavour can refuse them by name (the reference engine has none of them).
     "tensorrt_llm": (
         "input_ids", "input_lengths", "request_output_len", "num_return_sequences", "draft_input_ids",
         "draft_logits", "draft_acceptance_threshold", "end_id", "pad_id", "stop_words_list", "bad_words_list",
@@ -44,24 +47,31 @@ SERVED_INPUTS: dict[str, tuple[str, ...]] = {
         "runtime_top_p_reset_ids", "len_penalty", "early_stopping", "repetition_penalty", "min_tokens",
         "beam_search_diversity_rate", "presence_penalty", "frequency_penalty", "seed", "return_log_probs",
         "return_context_logits", "return_generation_logits", "return_perf_metrics", "return_kv_cache_reuse_stats",
-        "exclude_input_in_output", "stop", "streaming", "lookahead_window_size", "lookahead_ngram_size",
-        "lookahead_verification_set_size",
+        "exclude_input_in_output", "stop", "streaming", "prompt_embedding_table", "prompt_table_extra_ids",
+        "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type", "guided_decoding_guide",
+        "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size",
     ),
-    # what model_repo/tensorrt_llm_bls/1/model.py reads
-    "tensorrt_llm_bls": ("text_input", "max_tokens", "end_id", "pad_id", "top_k", "top_p", "temperature",
-                         "min_tokens", "seed", "stream", "return_perf_metrics", "num_draft_tokens",
-                         "use_draft_logits"),
+    # what model_repo/tensorrt_llm_bls/1/model.py reads (and forwards to the preprocessing and engine models)
+    "tensorrt_llm_bls": (
+        "text_input", "max_tokens", "bad_words", "stop_words", "exclude_input_in_output", "end_id", "pad_id", "top_k",
+        "top_p", "temperature", "length_penalty", "repetition_penalty", "min_tokens", "presence_penalty",
+        "frequency_penalty", "seed", "return_log_probs", "return_context_logits", "return_generation_logits",
+        "num_return_sequences", "beam_width", "stream", "prompt_embedding_table", "embedding_bias_words",
+        "embedding_bias_weights", "num_draft_tokens", "use_draft_logits", "lora_task_id", "lora_weights",
+        "lora_config", "return_perf_metrics", "guided_decoding_guide_type", "guided_decoding_guide",
+    ),
 }  # fmt: skip
+PERF_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
+                "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
+                "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")  # return_perf_metrics
 SERVED_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "preprocessing": ("INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"),
+    "preprocessing": ("INPUT_ID", "REQUEST_INPUT_LEN", "BAD_WORDS_IDS", "STOP_WORDS_IDS", "EMBEDDING_BIAS",
+                      "REQUEST_OUTPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"),
     "postprocessing": ("OUTPUT",),
-    "tensorrt_llm": (
-        "output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "context_logits", "generation_logits",
-        "batch_index", "sequence_index", "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks",
-        "kv_cache_alloc_total_blocks", "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns",
-        "last_token_time_ns", "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens",
-    ),
-    "tensorrt_llm_bls": ("text_output", "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"),
+    "tensorrt_llm": ("output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "context_logits",
+                     "generation_logits", "batch_index", "sequence_index", *PERF_OUTPUTS),
+    "tensorrt_llm_bls": ("text_output", "cum_log_probs", "output_log_probs", "context_logits", "generation_logits",
+                         "batch_index", "sequence_index", *PERF_OUTPUTS),
 }  # fmt: skip
 ENSEMBLE_STEPS = ("preprocessing", "tensorrt_llm", "postprocessing")  # the facts' step models, in order
 
@@ -112,6 +122,17 @@ class ModelDecls:
     @property
     def output_names(self) -> set[str]:
         return {d.name for d in self.outputs}
+
+
+# trtspec's own additions to the torch flavour's engine models (`tensorrt_llm`, `tensorrt_llm_draft`), declared in no
+# TensorRT-LLM release: `num_draft_tokens`, k per request (<= the model's max_k; a TensorRT-LLM engine fixes its draft
+# length at build time), and `num_drafts`, the verified drafts of the request (mean acceptance length =
+# 1 + total_accepted_draft_tokens / num_drafts), sent with the other perf outputs. Optional, so a client that does not
+# know them never sees them; the facts check (tests/triton/contract_check.py) allows exactly these.
+EXTENSIONS = ModelDecls(
+    inputs=(Decl("num_draft_tokens", "TYPE_INT32", (1,), optional=True, reshape=()),),
+    outputs=(Decl("num_drafts", "TYPE_INT32", (1,)),),
+)
 
 
 @dataclass
@@ -176,42 +197,27 @@ def _check_required(target: TrtllmTarget, model: str, facts: TritonModel, render
                           "does not render them", hint="add them to trtspec.triton.contract.SERVED_INPUTS")
 
 
-def ensemble(target: TrtllmTarget, core_model: str, models: Mapping[str, ModelDecls], *,
-             expose: Sequence[str] = (), extra_inputs: Sequence[str] = (),
-             extra_outputs: Sequence[str] = (), dtypes: Mapping[str, str]) -> Ensemble:
-    """The ensemble for `target`. Its steps are the target's (tensorrt_llm replaced by `core_model`), and a route is
-    kept when both ends are declared (`models` maps preprocessing, tensorrt_llm and postprocessing to what is
-    rendered).
+def engine_decls(target: TrtllmTarget, dtypes: Mapping[str, str]) -> ModelDecls:
+    """The torch flavour's engine models (`tensorrt_llm`, `tensorrt_llm_draft`): the target's tensorrt_llm
+    declarations followed by trtspec's EXTENSIONS."""
+    core = model_decls(target, "tensorrt_llm", dtypes)
+    return ModelDecls(core.inputs + EXTENSIONS.inputs, core.outputs + EXTENSIONS.outputs)
 
-    The rest is for a core model that is not tensorrt_llm (trtspec_engine). `expose` lists core outputs that are also
-    ensemble outputs under their own names (their internal tensor is renamed). `extra_inputs`/`extra_outputs` list
-    core tensors that the target's ensemble does not route; they pass straight through under their own names.
-    """
+
+def ensemble(target: TrtllmTarget, models: Mapping[str, ModelDecls], *, dtypes: Mapping[str, str]) -> Ensemble:
+    """The ensemble for `target`: its steps are the target's, and a route is kept when both ends are declared
+    (`models` maps preprocessing, tensorrt_llm and postprocessing to what is rendered). The same on both flavours."""
     facts = target.model("ensemble")
-    steps = _routes(target, facts, models, core_model)
-    core, core_step = models["tensorrt_llm"], steps[1]
-    for name in expose:  # the core output becomes an ensemble tensor with its own name
-        internal = core_step.output_map.get(name)
-        for step in steps:
-            for mapping in (step.input_map, step.output_map):
-                mapping.update({k: name for k, v in mapping.items() if v == internal})
-        core_step.output_map[name] = name
-    for name in extra_inputs:
-        core_step.input_map.setdefault(name, name)
-    for name in extra_outputs:
-        core_step.output_map.setdefault(name, name)
+    steps = _routes(target, facts, models)
     used_in = {v for s in steps for v in s.input_map.values()}
     made_out = {v for s in steps for v in s.output_map.values()}
-    inputs = [_decl(t, dtypes, "ensemble") for t in facts.inputs if t.name in used_in]
-    outputs = [_decl(t, dtypes, "ensemble") for t in _first_of_each(facts.outputs) if t.name in made_out]
-    have_in, have_out = {d.name for d in inputs}, {d.name for d in outputs}
-    inputs += [_passthrough(core.input(n), n) for n in extra_inputs if n not in have_in and n in used_in]
-    outputs += [_passthrough(core.output(n), n) for n in [*expose, *extra_outputs] if n not in have_out]
+    inputs = tuple(_decl(t, dtypes, "ensemble") for t in facts.inputs if t.name in used_in)
+    outputs = tuple(_decl(t, dtypes, "ensemble") for t in _first_of_each(facts.outputs) if t.name in made_out)
     _check_required(target, "ensemble", facts, {d.name for d in inputs})
-    return Ensemble(ModelDecls(tuple(inputs), tuple(_first_of_each(outputs))), tuple(steps))
+    return Ensemble(ModelDecls(inputs, outputs), tuple(steps))
 
 
-def _routes(target: TrtllmTarget, facts: TritonModel, models: Mapping[str, ModelDecls], core_model: str) -> list[Step]:
+def _routes(target: TrtllmTarget, facts: TritonModel, models: Mapping[str, ModelDecls]) -> list[Step]:
     """The target's ensemble steps, keeping each map entry whose model declares the tensor and whose ensemble tensor
     is fed (an ensemble input, or an earlier step's output) and read (a later step's input, or an ensemble output)."""
     fact_steps = (facts.model_extra or {}).get("ensemble_steps") or []
@@ -226,19 +232,12 @@ def _routes(target: TrtllmTarget, facts: TritonModel, models: Mapping[str, Model
         inputs = {k: v for k, v in raw["input_map"].items() if k in decls.input_names and v in fed}
         outputs = {k: v for k, v in raw["output_map"].items() if k in decls.output_names}
         fed |= set(outputs.values())
-        steps.append(Step(core_model if raw["model_name"] == "tensorrt_llm" else raw["model_name"], inputs, outputs))
+        steps.append(Step(raw["model_name"], inputs, outputs))
     read = {t.name for t in facts.outputs}
     for step in reversed(steps):
         step.output_map = {k: v for k, v in step.output_map.items() if v in read}
         read |= set(step.input_map.values())
     return steps
-
-
-def _passthrough(decl: Decl | None, name: str) -> Decl:
-    if decl is None:
-        raise ConfigError("ensemble", name, "is passed through to the core model, which does not declare it",
-                          hint="declare it in the core model's template")
-    return replace(decl, reshape=None, allow_ragged_batch=False)
 
 
 def check_parameters(target: TrtllmTarget, model: str, keys: Iterable[str]) -> None:
@@ -272,20 +271,6 @@ def steps_block(steps: Sequence[Step]) -> str:
         lines += [f'      output_map {{ key: "{k}" value: "{v}" }}' for k, v in step.output_map.items()]
         parts.append("    {\n" + "\n".join(lines) + "\n    }")
     return "step [\n" + ",\n".join(parts) + "\n  ]"
-
-
-def proto_decls(config: Any) -> ModelDecls:
-    """ModelDecls of a parsed ModelConfig protobuf (e.g. the rendered trtspec_engine)."""
-    from tritonclient.grpc import model_config_pb2
-
-    def one(t: Any, *, is_input: bool) -> Decl:
-        reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
-        return Decl(name=t.name, data_type=model_config_pb2.DataType.Name(t.data_type), dims=tuple(t.dims),
-                    optional=bool(getattr(t, "optional", False)) if is_input else False, reshape=reshape,
-                    allow_ragged_batch=bool(getattr(t, "allow_ragged_batch", False)) if is_input else False)
-
-    return ModelDecls(tuple(one(t, is_input=True) for t in config.input),
-                      tuple(one(t, is_input=False) for t in config.output))
 
 
 def templates_source(target: TrtllmTarget) -> str:

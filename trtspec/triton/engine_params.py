@@ -31,7 +31,10 @@ class EngineParams:
     max_input_len: int = 1024  # prompt tokens at most
     max_output_len: int = 512  # request_output_len at most
     max_queue: int = 256  # requests waiting + running in the engine; one more is refused (OverloadedError)
-    exclude_input_in_output: bool = True  # default when a request does not send exclude_input_in_output
+    # Defaults of a request that does not say, as NVIDIA's tensorrt_llm model parameters of the same names (unset
+    # there: exclude_input_in_output false, normalize_log_probs true; tensorrtllm_backend model_instance_state.cc).
+    exclude_input_in_output: bool = False
+    normalize_log_probs: bool = True
     drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
 
     def to_parameters(self) -> dict[str, object]:

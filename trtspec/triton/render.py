@@ -156,20 +156,21 @@ def render_model(template_dir: str, values: Mapping[str, object], *, root: Path 
     return text
 
 
-def model_files(name: str, template_dir: str, values: Mapping[str, object], *, shared: tuple[str, ...] = (),
+def model_files(name: str, template_dir: str, values: Mapping[str, object], *, shared: Mapping[str, str] | None = None,
                 root: Path | None = None) -> RepoPlan:
     """The files of one model: its rendered config.pbtxt, `1/` copied from the template (model.py, ...), and the
-    `shared` helper modules of `model_repo/common/` next to its model.py (the Python backend imports from there)."""
+    `shared` modules of `model_repo/common/` in its `1/` (file name there -> module in common/; the Python backend
+    imports from its own directory)."""
     root = root or template_root()
     plan: RepoPlan = {f"{name}/config.pbtxt": RepoFile(text=render_model(template_dir, values, root=root))}
-    for module in shared:
-        plan[f"{name}/1/{module}"] = RepoFile(copy_from=root / "common" / module)
+    for dest, module in (shared or {}).items():
+        plan[f"{name}/1/{dest}"] = RepoFile(copy_from=root / "common" / module)
     version_dir = root / template_dir / "1"
     if version_dir.is_dir():
         for src in sorted(version_dir.rglob("*")):
             if src.is_file() and "__pycache__" not in src.parts:
                 plan[f"{name}/1/{src.relative_to(version_dir).as_posix()}"] = RepoFile(copy_from=src)
-    else:
+    elif not shared:
         plan[f"{name}/1/.keep"] = RepoFile(text="")  # Triton needs the version directory to exist
     return plan
 

@@ -25,11 +25,12 @@ from trtspec.triton import contract
 from trtspec.triton.build_output import EngineInfo, read_build_output
 from trtspec.triton.contract import ModelDecls
 from trtspec.triton.engine_params import EngineParams
-from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters, validate_model_config
+from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters
 
 BACKENDS = ("tensorrtllm", "torch")
-CORE_MODEL = {"tensorrtllm": "tensorrt_llm", "torch": "trtspec_engine"}
-CODEC = ("text_codec.py",)  # model_repo/common/ helper the tokenizing Python models import
+ENGINE_BACKEND = {"tensorrtllm": "tensorrtllm", "torch": "python"}  # Triton backend of the engine models
+CODEC = {"text_codec.py": "text_codec.py"}  # model_repo/common/ helper the tokenizing Python models import
+ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
 # What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour.
 METHOD_FEATURES: dict[str, tuple[str, ...]] = {
@@ -37,12 +38,6 @@ METHOD_FEATURES: dict[str, tuple[str, ...]] = {
     "medusa": ("medusa",), "eagle": ("eagle_engine_flow",), "redrafter": ("redrafter",),
     "lookahead": ("lookahead_engine", "server_lookahead_params"),
 }  # fmt: skip
-# torch flavour: trtspec_engine tensors the ensemble passes through when the target's ensemble does not route them:
-# k per request, the perf-metrics switch and counters (0.18.0 has none), num_drafts (mean acceptance length), and
-# the token ids (NVIDIA's ensemble returns text only).
-TORCH_EXPOSE = ("output_ids", "sequence_length")
-TORCH_EXTRA_INPUTS = ("num_draft_tokens", "return_perf_metrics")
-TORCH_EXTRA_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts")
 
 
 @dataclass(frozen=True)
@@ -74,10 +69,21 @@ class RepoSpec:
     dtype: str = EngineParams.dtype
     trtllm_version: str = DEFAULT_TARGET  # the TensorRT-LLM release whose Triton contract is rendered
     build_trtllm_version: str | None = None  # what the build planned for (None: the manifest does not say)
+    # NVIDIA's decoupled_mode, for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming needs it; unary
+    # gRPC infer and HTTP generate need it off. Off by default, as in tensorrtllm_backend's quick start.
+    decoupled: bool = False
 
     @property
-    def core_model(self) -> str:
-        return CORE_MODEL[self.backend]
+    def has_draft_model(self) -> bool:
+        """Whether the repository serves `tensorrt_llm_draft` (the method drafts with a draft model that was built)."""
+        if not resolve(self.method).needs_draft_model:
+            return False
+        return "draft" in (self.models if self.backend == "torch" else self.engines)
+
+    @property
+    def model_names(self) -> list[str]:
+        return ["preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_bls",
+                *(["tensorrt_llm_draft"] if self.has_draft_model else [])]
 
     @property
     def target(self) -> TrtllmTarget:
@@ -194,7 +200,12 @@ class RepoSpec:
 
 
 def plan_repository(spec: RepoSpec) -> RepoPlan:
-    """All files of the repository for `spec` (rendered configs are already validated as ModelConfig)."""
+    """All files of the repository for `spec` (rendered configs are already validated as ModelConfig).
+
+    Both flavours render the same six models with the target's declarations: preprocessing, postprocessing,
+    ensemble, tensorrt_llm_bls (Python), and tensorrt_llm (+ tensorrt_llm_draft with a draft model): NVIDIA's C++
+    backend on TensorRT-LLM engines, or, in the torch flavour, the reference engine behind the Python backend.
+    """
     target, dtypes = spec.target, {"logits_datatype": LOGITS_DATATYPE}
     tokenizer = {"tokenizer_dir": str(spec.tokenizer_dir)}
     batch = {"triton_max_batch_size": spec.triton_max_batch_size}
@@ -204,19 +215,17 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
                    {**batch, "instance_count": spec.preprocessing_instances}, shared=CODEC)
     plan |= _model(target, "postprocessing", models["postprocessing"], {**tokenizer, "skip_special_tokens": True},
                    {**batch, "instance_count": spec.postprocessing_instances}, shared=CODEC)
+    models["tensorrt_llm"] = contract.model_decls(target, "tensorrt_llm", dtypes)
     if spec.backend == "torch":
-        plan |= model_files("trtspec_engine", "trtspec_engine", {
-            **batch, "model_name": "trtspec_engine",
-            "parameters": pbtxt_parameters(_engine_parameters(spec).to_parameters())})
-        models["tensorrt_llm"] = contract.proto_decls(validate_model_config(plan["trtspec_engine/config.pbtxt"].text))
-        ensemble = contract.ensemble(target, "trtspec_engine", models, expose=TORCH_EXPOSE,
-                                     extra_inputs=TORCH_EXTRA_INPUTS, extra_outputs=TORCH_EXTRA_OUTPUTS, dtypes=dtypes)
+        plan |= _torch_engine_models(spec, contract.engine_decls(target, dtypes))
     else:
-        models["tensorrt_llm"] = contract.model_decls(target, "tensorrt_llm", dtypes)
-        plan |= _trtllm_models(spec, models["tensorrt_llm"], contract.model_decls(target, "tensorrt_llm_bls", dtypes))
-        ensemble = contract.ensemble(target, "tensorrt_llm", models, dtypes=dtypes)
-    plan |= model_files("ensemble", "ensemble", {**batch, "core_model": spec.core_model,
-                                                 **_blocks(ensemble.decls),
+        plan |= _trtllm_models(spec, models["tensorrt_llm"])
+    bls = {"tensorrt_llm_model_name": "tensorrt_llm",
+           "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if spec.has_draft_model else None}
+    plan |= _model(target, "tensorrt_llm_bls", contract.model_decls(target, "tensorrt_llm_bls", dtypes), bls,
+                   {**batch, "decoupled": spec.decoupled, "instance_count": 1})
+    ensemble = contract.ensemble(target, models, dtypes=dtypes)
+    plan |= model_files("ensemble", "ensemble", {**batch, **_blocks(ensemble.decls),
                                                  "steps": Block(contract.steps_block(ensemble.steps))})
     plan["trtspec-repo.json"] = RepoFile(text=json.dumps(repo_record(spec), indent=2) + "\n")
     return plan
@@ -227,38 +236,54 @@ def _blocks(decls: ModelDecls) -> dict[str, Block]:
 
 
 def _model(target: TrtllmTarget, name: str, decls: ModelDecls, params: dict[str, object],
-           values: dict[str, object], *, template: str | None = None, shared: tuple[str, ...] = ()) -> RepoPlan:
+           values: dict[str, object], *, template: str | None = None,
+           shared: dict[str, str] | None = None) -> RepoPlan:
     """One model rendered from its template, with the target's declarations and parameter keys the target reads."""
     contract.check_parameters(target, name, [k for k, v in params.items() if v is not None])
     return model_files(name, template or name, {**values, **_blocks(decls), "parameters": pbtxt_parameters(params)},
                        shared=shared)
 
 
-def _engine_parameters(spec: RepoSpec) -> EngineParams:
-    return EngineParams(
+def _engine_values(spec: RepoSpec, name: str) -> dict[str, object]:
+    """The tensorrt_llm template's values other than declarations and parameters (both flavours)."""
+    return {"model_name": name, "backend": ENGINE_BACKEND[spec.backend], "decoupled": spec.decoupled,
+            "triton_max_batch_size": spec.triton_max_batch_size,
+            "max_queue_delay_microseconds": spec.max_queue_delay_microseconds, "max_queue_size": spec.max_queue_size}
+
+
+def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
+    """The torch flavour's engine models and their EngineParams: `tensorrt_llm` runs the target with the
+    repository's method and k (and verifies a caller's draft_input_ids); `tensorrt_llm_draft`, when there is a draft
+    model, runs the draft alone with plain decoding."""
+    common = {"device": spec.device, "dtype": spec.dtype, "max_input_len": spec.max_input_len,
+              "max_output_len": spec.max_output_len, "max_queue": spec.engine_max_queue, "max_k": spec.max_k}
+    lookahead = tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None
+    models = {"tensorrt_llm": EngineParams(
         target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
-        medusa=spec.models.get("medusa"), max_k=spec.max_k, default_k=spec.default_k,
-        lookahead=tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None, device=spec.device, dtype=spec.dtype,
-        max_input_len=spec.max_input_len, max_output_len=spec.max_output_len, max_queue=spec.engine_max_queue,
-    )
+        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead, **common)}  # type: ignore[arg-type]
+    if spec.has_draft_model:
+        models["tensorrt_llm_draft"] = EngineParams(target=spec.models["draft"], method="none", default_k=0,
+                                                    **common)  # type: ignore[arg-type]
+    return models
 
 
-def _trtllm_models(spec: RepoSpec, core: ModelDecls, bls_decls: ModelDecls) -> RepoPlan:
-    info = resolve(spec.method)
-    queue = {"triton_max_batch_size": spec.triton_max_batch_size,
-             "max_queue_delay_microseconds": spec.max_queue_delay_microseconds, "max_queue_size": spec.max_queue_size}
+def _torch_engine_models(spec: RepoSpec, decls: ModelDecls) -> RepoPlan:
+    """The reference engine behind NVIDIA's tensorrt_llm tensors (+ EXTENSIONS). Its parameters are EngineParams,
+    the Python model's own keys (not the C++ backend's), so they are not checked against the target's."""
     plan: RepoPlan = {}
-    roles = ["target"] + (["draft"] if "draft" in spec.engines and info.needs_draft_model else [])
-    for role in roles:
+    for name, params in engine_parameters(spec).items():
+        plan |= model_files(name, "tensorrt_llm", {**_engine_values(spec, name), **_blocks(decls),
+                                                   "parameters": pbtxt_parameters(params.to_parameters())},
+                            shared=ENGINE_SHIM)
+    return plan
+
+
+def _trtllm_models(spec: RepoSpec, core: ModelDecls) -> RepoPlan:
+    plan: RepoPlan = {}
+    for role in ["target"] + (["draft"] if spec.has_draft_model else []):
         name = "tensorrt_llm" if role == "target" else "tensorrt_llm_draft"
         params = _trtllm_parameters(spec, spec.engines[role], speculative=role == "target")
-        # The target is decoupled so the ensemble can stream; the BLS reads either kind (exec(decoupled=True)).
-        plan |= _model(spec.target, name, core, params, {**queue, "model_name": name, "decoupled": role == "target"},
-                       template="tensorrt_llm")
-    bls = {"tensorrt_llm_model_name": "tensorrt_llm", "accumulate_tokens": False,
-           "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if "draft" in roles else None}
-    plan |= _model(spec.target, "tensorrt_llm_bls", bls_decls, bls, {
-        "triton_max_batch_size": spec.triton_max_batch_size, "decoupled": False, "instance_count": 1})
+        plan |= _model(spec.target, name, core, params, _engine_values(spec, name), template="tensorrt_llm")
     return plan
 
 
@@ -275,7 +300,6 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
         "kv_cache_free_gpu_mem_fraction": engine.kv_cache_free_gpu_mem_fraction,
         "max_tokens_in_paged_kv_cache": engine.max_tokens_in_paged_kv_cache,
         "gpu_device_ids": engine.gpu_device_ids,
-        "exclude_input_in_output": True,  # completions only (the BLS asks for the same per request)
         "batch_scheduler_policy": "guaranteed_no_evict",
     }
     if engine.kv_cache_free_gpu_mem_fraction is None and engine.max_tokens_in_paged_kv_cache is None:
@@ -295,12 +319,7 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
 
 def repo_record(spec: RepoSpec) -> dict[str, Any]:
     """`trtspec-repo.json`: what `trtspec serve` needs to know about the repository (flavour, world size, models)."""
-    models = ["preprocessing", "postprocessing", "ensemble", spec.core_model]
-    if spec.backend == "tensorrtllm":
-        models += ["tensorrt_llm_bls"] + (["tensorrt_llm_draft"] if resolve(spec.method).needs_draft_model
-                                          and "draft" in spec.engines else [])
     target = spec.target
-    return {"backend": spec.backend, "method": spec.method, "core_model": spec.core_model, "models": models,
+    return {"backend": spec.backend, "method": spec.method, "models": spec.model_names, "decoupled": spec.decoupled,
             "world_size": spec.world_size, "max_k": spec.max_k, "trtllm_version": target.version,
             "image": target.image, "templates": contract.templates_source(target)}
-
