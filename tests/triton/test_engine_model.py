@@ -1,4 +1,5 @@
-"""The trtspec_engine model's request parsing and metrics, without a server (fake pb_utils)."""
+"""The torch flavour's engine models: request parsing (NVIDIA's tensorrt_llm tensors -> engine jobs) and metrics,
+without a server (fake pb_utils)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from trtspec.errors import RequestError
-from trtspec.triton.engine_model import SpecMetrics, parse_request
+from trtspec.triton.engine_model import SpecMetrics, engine_features, parse_request, word_lists
 from trtspec.triton.engine_params import EngineParams
 
 PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
@@ -20,33 +21,125 @@ def tensors(**values):
     return base.get
 
 
-def test_parse_request_defaults_and_values():
+def test_unset_controls_mean_what_they_mean_to_tensorrt_llm():
     request = parse_request(tensors(), PARAMS, VOCAB)
-    assert request.prompt_ids == [5, 6, 7] and request.spec.k == 3 and request.sampling.max_new_tokens == 4
-    assert request.sampling.temperature == 0.0 and not request.streaming and request.exclude_input_in_output
+    (job,) = request.jobs
+    assert job.prompt_ids == [5, 6, 7] and job.spec.k == 3 and job.sampling.max_new_tokens == 4
+    assert not request.streaming and not job.exclude_input_in_output  # NVIDIA's default: the prompt is output
+    # unset temperature is 1.0 but unset top_k and top_p mean greedy; the seed is 0; only end_id stops
+    assert job.sampling.greedy and job.sampling.seed == 0 and job.sampling.ignore_eos
+    assert job.sampling.stop_token_ids == () and job.end_id is None
+    (job,) = parse_request(tensors(runtime_top_k=[0], runtime_top_p=[0.0]), PARAMS, VOCAB).jobs
+    assert job.sampling.greedy  # top_p <= 0 counts as unset
+    (job,) = parse_request(tensors(runtime_top_k=[5], temperature=[0.5]), PARAMS, VOCAB).jobs
+    assert (job.sampling.top_k, job.sampling.top_p) == (5, 1.0) and not job.sampling.greedy
+
+
+def test_values_reach_the_job():
     request = parse_request(tensors(input_lengths=[2], num_draft_tokens=[5], temperature=[0.7], runtime_top_k=[4],
-                                    runtime_top_p=[0.9], random_seed=[11], end_id=[1], streaming=[True]), PARAMS, VOCAB)
-    assert request.prompt_ids == [5, 6] and request.spec.k == 5 and request.streaming
-    assert (request.sampling.temperature, request.sampling.top_k, request.sampling.seed) == (pytest.approx(0.7), 4, 11)
-    assert request.sampling.top_p == pytest.approx(0.9) and request.sampling.stop_token_ids == (1,)
+                                    runtime_top_p=[0.9], random_seed=[11], end_id=[1], streaming=[True],
+                                    exclude_input_in_output=[True], return_perf_metrics=[True]), PARAMS, VOCAB)
+    (job,) = request.jobs
+    assert job.prompt_ids == [5, 6] and job.spec.k == 5 and request.streaming and request.return_perf_metrics
+    assert (job.sampling.temperature, job.sampling.top_k, job.sampling.seed) == (pytest.approx(0.7), 4, 11)
+    assert job.sampling.top_p == pytest.approx(0.9) and job.sampling.stop_token_ids == (1,) and job.end_id == 1
+    assert job.exclude_input_in_output
+    draft = EngineParams(target="tiny-draft", method="none", default_k=0, max_k=6)
+    assert parse_request(tensors(num_draft_tokens=[4]), draft, VOCAB).jobs[0].spec.k == 0  # plain decoding
+
+
+def test_batch_rows_and_return_sequences_become_jobs():
+    """One job per (row, sequence): rows keep their own lengths and controls; sequence i is seeded seed + i."""
+    request = parse_request(tensors(input_ids=[[5, 6, 7], [8, 9, 0]], input_lengths=[3, 2],
+                                    request_output_len=[[4], [6]], num_return_sequences=[[3], [3]],
+                                    random_seed=[[10], [20]], runtime_top_k=[[2], [2]]), PARAMS, VOCAB)
+    assert (request.batch_size, request.num_return_sequences) == (2, 3)
+    assert [(j.batch_index, j.sequence_index) for j in request.jobs] == [(b, s) for b in (0, 1) for s in (0, 1, 2)]
+    assert [j.sampling.seed for j in request.jobs] == [10, 11, 12, 20, 21, 22]
+    assert [j.prompt_ids for j in request.jobs[2:4]] == [[5, 6, 7], [8, 9]]
+    assert [j.sampling.max_new_tokens for j in request.jobs[2:4]] == [4, 6]
+    unseeded = parse_request(tensors(num_return_sequences=[2], runtime_top_k=[2]), PARAMS, VOCAB)
+    assert [j.sampling.seed for j in unseeded.jobs] == [0, 1]  # an unset seed counts as 0
+
+
+def test_word_lists_in_tensorrt_llm_format():
+    ids = np.array([[[7, 8, 9, 0], [2, 3, -1, -1]], [[4, 0, 0, 0], [1, -1, -1, -1]]], dtype=np.int32)
+    assert word_lists(ids, 0, "stop_words_list") == ((7, 8), (9,))
+    assert word_lists(ids, 1, "stop_words_list") == ((4,),)
+    assert word_lists(np.zeros((1, 2, 0), np.int32), 0, "x") == ()  # preprocessing's "no words"
+    assert word_lists(np.array([[[0], [-1]]]), 0, "x") == ()  # ... and its one-padded form
+    with pytest.raises(RequestError, match=r"stop_words_list has shape \[1, 3\]"):
+        word_lists(np.zeros((1, 3)), 0, "stop_words_list")
+
+
+def test_a_stop_request_is_recognised_before_anything_else():
+    request = parse_request(tensors(stop=[True], input_ids=[[0]], input_lengths=[0], request_output_len=[0]),
+                            PARAMS, VOCAB)
+    assert request.stop and request.jobs == ()
+
+
+NOTHING = frozenset()  # an engine without the newer request controls
+
+
+@pytest.mark.parametrize("values, message, features", [
+    ({"input_ids": None}, "input_ids is required", None),
+    ({"input_lengths": [0]}, "empty prompt", None),
+    ({"input_lengths": [9]}, "exceeds the 3 tokens", None),
+    ({"input_ids": [list(range(9))], "input_lengths": [9]}, "input_lengths=9: the prompt is longer than max_input_len=8",
+     None),
+    ({"input_ids": [[5, 64]], "input_lengths": [2]}, "input_ids: token id 64 is outside the vocabulary [0, 64)", None),
+    ({"request_output_len": [17]}, "request_output_len=17 must be in [1, max_output_len=16]", None),
+    ({"runtime_top_k": [-1]}, "runtime_top_k=-1 must be >= 0", None),
+    ({"temperature": [-0.5]}, "temperature=-0.5 must be >= 0", None),
+    ({"num_draft_tokens": [7]}, "num_draft_tokens (k)=7: must be in [0, 6]", None),
+    ({"temperature": [[1.0, 2.0]]}, "temperature must hold one value", None),
+    ({"temperature": [1.0, 2.0]}, "temperature has shape [2]: its first (batch) dimension must be 1", None),
+    ({"beam_width": [2]}, "beam_width=2: the reference engine has no beam search", None),
+    ({"num_return_sequences": [0]}, "num_return_sequences=0 must be >= 1", None),
+    ({"lora_task_id": [3]}, "lora_task_id: LoRA is not supported by the reference engine", None),
+    ({"prompt_embedding_table": [[[0.5]]]}, "prompt_embedding_table: prompt tables", None),
+    ({"guided_decoding_guide_type": [["json"]]}, "guided_decoding_guide_type: guided decoding", None),
+    ({"draft_logits": [[[0.1]]]}, "draft_logits: draft logits", None),
+    ({"embedding_bias": [[0.0, 1.5]]}, "embedding_bias: a logit bias is not supported", None),
+    ({"return_generation_logits": [True]}, "return_generation_logits=true: the reference engine does not return "
+     "logits", None),
+    ({"lookahead_window_size": [[4]]}, "lookahead_window_size=4: this model runs lookahead []", None),
+    ({"draft_input_ids": [list(range(7))]}, "draft_input_ids has 7 tokens, more than this model's max_k=6", None),
+    ({"draft_input_ids": [[1, 70]]}, "draft_input_ids: token id 70 is outside the vocabulary", None),
+    ({"draft_input_ids": [[1, 2]]}, "draft_input_ids: verifying a caller's draft is not supported yet", NOTHING),
+    ({"stop_words_list": [[[7], [1]]]}, "stop_words_list: not supported yet", NOTHING),
+    ({"repetition_penalty": [1.2]}, "repetition_penalty: not supported yet", NOTHING),
+    ({"return_log_probs": [True]}, "return_log_probs: not supported yet", NOTHING),
+])  # fmt: skip
+def test_parse_request_refuses_with_a_clear_message(values, message, features):
+    with pytest.raises(RequestError) as info:
+        parse_request(tensors(**values), PARAMS, VOCAB, features=features)
+    assert message in str(info.value)
+
+
+def test_neutral_values_of_missing_controls_are_accepted():
+    """NVIDIA's clients send empty word lists and neutral controls on every request."""
+    request = parse_request(tensors(stop_words_list=np.zeros((1, 2, 0), np.int32), bad_words_list=[[[0], [-1]]],
+                                    repetition_penalty=[1.0], presence_penalty=[0.0], return_log_probs=[False],
+                                    embedding_bias=np.zeros((1, 0), np.float32), beam_width=[1],
+                                    return_context_logits=[False], len_penalty=[1.0]), PARAMS, VOCAB,
+                            features=NOTHING)
+    assert len(request.jobs) == 1
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"input_ids": None}, "input_ids is required"),
-    ({"input_ids": [[5, 6], [7, 8]]}, "batch size 2"),
-    ({"input_lengths": [0]}, "empty prompt"),
-    ({"input_lengths": [9]}, "exceeds the 3 tokens"),
-    ({"input_ids": [list(range(9))], "input_lengths": [9]}, "more than max_input_len=8"),
-    ({"input_ids": [[5, 64]], "input_lengths": [2]}, "token id 64 is outside the vocabulary [0, 64)"),
-    ({"request_output_len": [17]}, "request_output_len=17 must be in [1, max_output_len=16]"),
-    ({"runtime_top_k": [-1]}, "top_k=-1: must be >= 0"),
-    ({"num_draft_tokens": [7]}, "num_draft_tokens (k)=7: must be in [0, 6]"),
-    ({"temperature": [1.0, 2.0]}, "temperature must hold one value"),
+    ({"streaming": [True]}, "streaming=true needs a decoupled model"),
+    ({"input_ids": [[5], [6]], "input_lengths": [1, 1], "request_output_len": [4, 4]}, "batch size 2 needs a decoupled"),
+    ({"num_return_sequences": [2]}, "num_return_sequences=2 needs a decoupled model"),
 ])  # fmt: skip
-def test_parse_request_refuses_with_a_clear_message(values, message):
-    with pytest.raises(RequestError) as info:
-        parse_request(tensors(**values), PARAMS, VOCAB)
-    assert message in str(info.value)
+def test_several_responses_need_a_decoupled_model(values, message):
+    with pytest.raises(RequestError, match=message):
+        parse_request(tensors(**values), PARAMS, VOCAB, decoupled=False)
+    parse_request(tensors(**values), PARAMS, VOCAB, decoupled=True)
+
+
+def test_engine_features_name_the_params_fields():
+    assert {"temperature", "top_k", "seed", "method", "k"} <= engine_features()
 
 
 class FakeMetric:
