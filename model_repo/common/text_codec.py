@@ -39,6 +39,13 @@ class TextCodec:
             self.eos_token_id = self._hf.eos_token_id
             self.pad_token_id = self._hf.pad_token_id
 
+    @property
+    def vocab_size(self):
+        """Entries of the vocabulary, added tokens included (the width of an embedding-bias row)."""
+        if self._fast is not None:
+            return self._fast.get_vocab_size(with_added_tokens=True)
+        return len(self._hf)
+
     def encode(self, text, add_special_tokens=True):
         if self._fast is not None:
             return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)

@@ -1,8 +1,9 @@
 """Triton Python model `postprocessing`: token ids -> text with the deployment's Hugging Face tokenizer.
 
 Self-contained (numpy, and tokenizers/transformers through text_codec.py). Input `TOKENS_BATCH` is
-[batch, beam, len] and `SEQUENCE_LENGTH` [batch, beam]; each row is decoded up to its length. When streaming, each response carries only the new tokens,
-so `OUTPUT` is the text of those tokens (a delta).
+[batch, beam, len] and `SEQUENCE_LENGTH` [batch, beam]; each row is decoded up to its length. `OUTPUT` is 1-D,
+[batch * beam] UTF-8 strings, as tensorrtllm_backend's postprocessing returns it (NVIDIA's clients read
+`text_output[0]`). When streaming, each response carries only the new tokens, so `OUTPUT` is their text (a delta).
 """
 
 import json
@@ -27,12 +28,9 @@ class TritonPythonModel:
             if tokens.ndim == 2:  # [batch, len]: a model that does not emit the beam axis
                 tokens = tokens[:, None, :]
             lengths = lengths.reshape(tokens.shape[0], tokens.shape[1])
-            texts = [
-                [self.tokenizer.decode(tokens[b, k, : lengths[b, k]].tolist(),
-                                       skip_special_tokens=self.skip_special_tokens).encode("utf-8")
-                 for k in range(tokens.shape[1])]
-                for b in range(tokens.shape[0])
-            ]
-            output = np.array(texts, dtype=object)  # [batch, beam] bytes
+            texts = [self.tokenizer.decode(tokens[b, k, : lengths[b, k]].tolist(),
+                                           skip_special_tokens=self.skip_special_tokens).encode("utf-8")
+                     for b in range(tokens.shape[0]) for k in range(tokens.shape[1])]
+            output = np.array(texts, dtype=object)  # [batch * beam] bytes
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", output)]))
         return responses

@@ -1,17 +1,23 @@
-"""Triton Python model `tensorrt_llm_bls`: text in, text out, with draft-target speculation through BLS calls.
+"""Triton Python model `tensorrt_llm_bls`: text in, text out through BLS calls, as tensorrtllm_backend's BLS.
 
-Text goes through the repository's `preprocessing` and `postprocessing` models (as in NVIDIA's BLS), so this model
-has no tokenizer of its own. With `tensorrt_llm_draft_model_name` set and `num_draft_tokens` k > 0 in the request,
-each iteration asks the draft engine for k tokens. The target engine then verifies them in one pass
-(`draft_input_ids`, request_output_len = k + 1) and returns the accepted prefix plus one token of its own. Otherwise
-the request goes straight to the target. Batch 1, and no streaming while speculating (as tensorrtllm_backend's BLS).
+Text goes through the repository's `preprocessing` model (token ids, word lists, embedding bias, end and pad ids),
+then `tensorrt_llm_model_name`, then `postprocessing`; this model has no tokenizer of its own. The request's inputs
+are forwarded to the engine model under its names (top_k -> runtime_top_k, top_p -> runtime_top_p, length_penalty ->
+len_penalty, stream -> streaming, the rest unchanged); each engine response becomes one response here with
+`text_output` (1-D, one string per beam) and the engine's other outputs that this model declares (log probs,
+batch_index, sequence_index, perf metrics). Batch > 1, num_return_sequences > 1 and streaming give several responses,
+so they need this model decoupled (`trtspec deploy --decoupled`); without it they are refused.
 
-Names follow this model's own config.pbtxt, which trtspec renders for one TensorRT-LLM release. The sampling inputs
-that the release declares are forwarded to the engine models under the same names. `random_seed`/`seed` and
-`min_length`/`min_tokens` are spelled per release, and a release's BLS and tensorrt_llm use the same spelling. The
-acceptance outputs are sent only when the config declares them (0.18.0 has none) and the request sets
-return_perf_metrics. They cover the whole generation (every target call). Without draft tokens they are the target
-engine's own (a Medusa, EAGLE or lookahead engine reports its acceptance). Self-contained: numpy only.
+With `tensorrt_llm_draft_model_name` set and num_draft_tokens k > 0, the request runs draft-target speculation:
+each iteration asks the draft model for up to k tokens and the target verifies them in one pass (`draft_input_ids`,
+request_output_len = k + 1), keeping the accepted prefix plus one token of its own; it stops at max_tokens, when the
+target makes no progress or returns exactly the draft (end_id reached), or at a stop word (the loop of
+tensorrtllm_backend's BLS and e2e_grpc_speculative_decoding_client.py). Batch 1, no streaming, no log probs; the
+acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration.
+
+Names follow this model's own config.pbtxt, which trtspec renders for one TensorRT-LLM release: `random_seed`/`seed`
+and `min_length`/`min_tokens` are spelled per release, alike in a release's BLS and tensorrt_llm. Self-contained:
+numpy only, so it also runs in NVIDIA's TensorRT-LLM container.
 """
 
 import json
@@ -20,17 +26,27 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
-PERF_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
-# BLS input -> (engine-model input, dtype, default sent when the request leaves it out; None = not sent)
-SAMPLING = {
-    "temperature": ("temperature", np.float32, 0.0),
-    "top_k": ("runtime_top_k", np.int32, 0),
-    "top_p": ("runtime_top_p", np.float32, 1.0),
-    "random_seed": ("random_seed", np.uint64, None),  # up to TensorRT-LLM 0.19.0
-    "seed": ("seed", np.uint64, None),  # later releases
-    "min_length": ("min_length", np.int32, None),  # up to TensorRT-LLM 0.19.0
-    "min_tokens": ("min_tokens", np.int32, None),  # later releases
-}
+# BLS input -> preprocessing input
+TO_PREPROCESSING = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
+                    "stop_words": "STOP_WORDS_DICT", "embedding_bias_words": "EMBEDDING_BIAS_WORDS",
+                    "embedding_bias_weights": "EMBEDDING_BIAS_WEIGHTS", "end_id": "END_ID", "pad_id": "PAD_ID"}
+# preprocessing output -> engine input
+FROM_PREPROCESSING = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths",
+                      "REQUEST_OUTPUT_LEN": "request_output_len", "BAD_WORDS_IDS": "bad_words_list",
+                      "STOP_WORDS_IDS": "stop_words_list", "EMBEDDING_BIAS": "embedding_bias",
+                      "OUT_END_ID": "end_id", "OUT_PAD_ID": "pad_id"}
+# BLS input -> engine input, forwarded when the request sends it
+RENAMED = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty", "stream": "streaming"}
+FORWARDED = ("beam_width", "top_k", "top_p", "temperature", "length_penalty", "repetition_penalty", "min_length",
+             "min_tokens", "presence_penalty", "frequency_penalty", "random_seed", "seed", "return_log_probs",
+             "return_context_logits", "return_generation_logits", "num_return_sequences", "stream",
+             "prompt_embedding_table", "lora_task_id", "lora_weights", "lora_config", "exclude_input_in_output",
+             "return_perf_metrics", "guided_decoding_guide_type", "guided_decoding_guide")
+TENSOR_INPUTS = {"prompt_embedding_table", "lora_weights", "lora_config"}  # forwarded as they are, not as scalars
+ACCEPTANCE = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+# inputs of the speculative loop's engine calls, besides the token ids and lengths
+LOOP_INPUTS = ("temperature", "top_k", "top_p", "random_seed", "seed", "repetition_penalty", "presence_penalty",
+               "frequency_penalty")
 
 
 class TritonPythonModel:
@@ -39,142 +55,160 @@ class TritonPythonModel:
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.target_model = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
         self.draft_model = params.get("tensorrt_llm_draft_model_name") or None
-        declared_inputs = {tensor["name"] for tensor in config.get("input", [])}
-        declared_outputs = {tensor["name"] for tensor in config.get("output", [])}
-        self.sampling = {name: spec for name, spec in SAMPLING.items() if name in declared_inputs}
-        self.perf_outputs = [name for name in PERF_OUTPUTS if name in declared_outputs]
+        self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        self.inputs = {tensor["name"] for tensor in config.get("input", [])}
+        self.outputs = [tensor["name"] for tensor in config.get("output", []) if tensor["name"] != "text_output"]
 
     def execute(self, requests):
         responses = []
         for request in requests:
+            sender = request.get_response_sender() if self.decoupled else None
             try:
-                responses.append(self._run(request))
+                answers = list(self._run(request)) if sender is None else self._run(request)
+                for answer in answers:
+                    if sender is not None:
+                        sender.send(answer)
+                    else:
+                        responses.append(answer)
             except (ValueError, pb_utils.TritonModelException) as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")))
-        return responses
+                error = pb_utils.InferenceResponse(output_tensors=[],
+                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
+                if sender is not None:
+                    sender.send(error)
+                else:
+                    responses.append(error)
+            if sender is not None:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None if self.decoupled else responses
 
     def _run(self, request):
-        def tensor(name):
-            found = pb_utils.get_input_tensor_by_name(request, name)
-            return None if found is None else found.as_numpy()
+        """The responses of one request (a generator: streamed responses go out as they arrive)."""
+        values = {}
+        for name in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                values[name] = tensor.as_numpy()
 
         def scalar(name, default):
-            array = tensor(name)
-            return default if array is None else array.reshape(-1)[0].item()
+            array = values.get(name)
+            return default if array is None or array.size == 0 else array.reshape(-1)[0].item()
 
-        text = tensor("text_input").reshape(-1)
-        if text.size != 1:
-            raise ValueError("batch size > 1 is not supported; send one prompt per request")
-        max_tokens = int(scalar("max_tokens", 0))
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        batch = values["text_input"].shape[0]
+        if int(scalar("max_tokens", 0)) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {scalar('max_tokens', 0)}")
         k = int(scalar("num_draft_tokens", 0))
-        if k > 0 and self.draft_model is None:
-            raise ValueError("num_draft_tokens > 0 but this deployment has no draft model")
-        if k > 0 and bool(scalar("stream", False)):
-            raise ValueError("streaming is not supported with draft-target speculation; set stream=false")
+        stream, n = bool(scalar("stream", False)), int(scalar("num_return_sequences", 1))
         if bool(scalar("use_draft_logits", False)):
             raise ValueError("use_draft_logits=true is not supported: this BLS verifies draft tokens without the "
                              "draft logits; send false or leave it out")
-        prompt_ids, end_id, pad_id = self._tokenize(text[0], max_tokens, tensor("end_id"), tensor("pad_id"))
-        sampling = {"end_id": np.array([[end_id]], dtype=np.int32), "pad_id": np.array([[pad_id]], dtype=np.int32)}
-        for name, (engine_name, dtype, default) in self.sampling.items():
-            value = scalar(name, default)
-            if value is not None:
-                sampling[engine_name] = np.array([[value]], dtype=dtype)
-        perf = bool(scalar("return_perf_metrics", False)) and bool(self.perf_outputs)
         if k > 0:
-            tokens, counters = self._speculate(prompt_ids, max_tokens, k, sampling, end_id)
-        else:
-            tokens, counters = self._call(self.target_model, prompt_ids, max_tokens, sampling, perf=perf)
-        outputs = [pb_utils.Tensor("text_output", np.array([[self._detokenize(tokens)]], dtype=object))]
-        if perf:
-            drafted, accepted = counters.get("total_draft_tokens", 0), counters.get("total_accepted_draft_tokens", 0)
-            rate = counters.get("acceptance_rate", accepted / drafted if drafted else 0.0)
-            values = {"acceptance_rate": np.array([[rate]], dtype=np.float32),
-                      "total_accepted_draft_tokens": np.array([[accepted]], dtype=np.int32),
-                      "total_draft_tokens": np.array([[drafted]], dtype=np.int32)}
-            outputs += [pb_utils.Tensor(name, values[name]) for name in self.perf_outputs]
-        return pb_utils.InferenceResponse(output_tensors=outputs)
+            if self.draft_model is None:
+                raise ValueError("num_draft_tokens > 0 but this deployment has no draft model "
+                                 "(tensorrt_llm_draft_model_name is not set)")
+            for what, bad in (("streaming", stream), ("batch size > 1", batch > 1), ("num_return_sequences > 1", n > 1),
+                              ("return_log_probs", bool(scalar("return_log_probs", False)))):
+                if bad:
+                    raise ValueError(f"{what} is not supported with draft-target speculation (num_draft_tokens > 0)")
+            yield self._speculate(values, scalar, k)
+            return
+        if not self.decoupled:
+            for what, bad in (("stream=true", stream), (f"batch size {batch}", batch > 1),
+                              (f"num_return_sequences={n}", n > 1)):
+                if bad:
+                    raise ValueError(f"{what} needs several responses, so this model must be decoupled (deploy with "
+                                     "`trtspec deploy --decoupled`)")
+        engine = self._preprocess(values, batch)
+        for name in FORWARDED:
+            if name in values:
+                value = values[name]
+                engine[RENAMED.get(name, name)] = value if name in TENSOR_INPUTS else value.reshape(batch, -1)
+        for response in _exec_stream(self.target_model, engine, ["output_ids", "sequence_length", *self.outputs]):
+            if "output_ids" not in response:
+                continue  # an engine response without tokens (a decoupled model's bare final flag)
+            texts = self._detokenize(response["output_ids"], response["sequence_length"])
+            tensors = [pb_utils.Tensor("text_output", texts)]
+            tensors += [pb_utils.Tensor(name, response[name]) for name in self.outputs if name in response]
+            yield pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def _speculate(self, prompt_ids, max_tokens, k, sampling, end_id):
-        """Draft k, verify with the target, keep what it returns; repeat until max_tokens or end_id."""
-        current = list(prompt_ids)
-        limit = len(prompt_ids) + max_tokens
-        accepted = drafted = 0
+    def _preprocess(self, values, batch):
+        """Engine inputs (token ids, word lists, bias, ids, lengths) from the preprocessing model."""
+        inputs = [pb_utils.Tensor(pre, values[name] if name not in ("max_tokens", "end_id", "pad_id")
+                                  else values[name].astype(np.int32).reshape(batch, 1))
+                  for name, pre in TO_PREPROCESSING.items() if name in values]
+        return {FROM_PREPROCESSING[name]: value
+                for name, value in _exec(PREPROCESSING, inputs, list(FROM_PREPROCESSING)).items()}
+
+    def _speculate(self, values, scalar, k):
+        """Draft up to k, verify with the target, keep what it returns; repeat (see the module docstring)."""
+        engine = self._preprocess(values, 1)
+        prompt = [int(t) for t in engine["input_ids"][0, : int(engine["input_lengths"].reshape(-1)[0])]]
+        stop_words = _words(engine["stop_words_list"])
+        common = {name: engine[name] for name in ("end_id", "pad_id", "stop_words_list", "bad_words_list",
+                                                  "embedding_bias")}
+        for name in LOOP_INPUTS:
+            if name in values:
+                common[RENAMED.get(name, name)] = values[name].reshape(1, -1)
+        limit = len(prompt) + int(scalar("max_tokens", 0))
+        current, accepted, drafted, last = list(prompt), 0, 0, {}
         while len(current) < limit:
             budget = min(k, limit - len(current) - 1)
-            draft = self._call(self.draft_model, current, budget, sampling)[0] if budget > 0 else []
-            new = self._call(self.target_model, current, len(draft) + 1, sampling, draft_ids=draft)[0]
-            if not new:
-                break
+            draft = self._generate(self.draft_model, current, budget, common)[0] if budget > 0 else []
+            new, last = self._generate(self.target_model, current, len(draft) + 1, common, draft_ids=draft)
             drafted += len(draft)
-            accepted += min(len(new) - 1, len(draft))
-            current += new
-            if end_id in new:
+            accepted += min(max(len(new) - 1, 0), len(draft))
+            if not new or new == draft:  # no progress, or the target stopped (end_id) right after the draft
+                current += new
                 break
-        generated = current[len(prompt_ids):limit]
-        if end_id in generated:
-            generated = generated[: generated.index(end_id)]
-        rate = accepted / drafted if drafted else 0.0
-        return generated, {"acceptance_rate": rate, "total_accepted_draft_tokens": accepted,
-                           "total_draft_tokens": drafted}
+            current += new
+            if any(current[-len(word):] == list(word) for word in stop_words):
+                break
+        current = current[:limit]
+        shown = current[len(prompt):] if bool(scalar("exclude_input_in_output", False)) else current
+        tokens = np.array(shown, dtype=np.int32).reshape(1, 1, -1)
+        tensors = [pb_utils.Tensor("text_output", self._detokenize(tokens, np.array([[len(shown)]], np.int32)))]
+        if bool(scalar("return_perf_metrics", False)):
+            counters = {"acceptance_rate": np.array([[accepted / drafted if drafted else 0.0]], dtype=np.float32),
+                        "total_accepted_draft_tokens": np.array([[accepted]], dtype=np.int32),
+                        "total_draft_tokens": np.array([[drafted]], dtype=np.int32)}
+            perf = {**{name: last[name] for name in self.outputs if name in last}, **counters}
+            tensors += [pb_utils.Tensor(name, perf[name]) for name in self.outputs if name in perf]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def _call(self, model, input_ids, output_len, sampling, draft_ids=None, perf=False):
-        """One engine request: (the generated tokens after the input, the acceptance counters it reported)."""
-        inputs = {
-            "input_ids": np.array([input_ids], dtype=np.int32),  # [1, len]
-            "input_lengths": np.array([[len(input_ids)]], dtype=np.int32),
-            "request_output_len": np.array([[output_len]], dtype=np.int32),
-            "exclude_input_in_output": np.array([[True]], dtype=np.bool_),
-            **sampling,
-        }
+    def _generate(self, model, input_ids, output_len, common, draft_ids=None):
+        """One engine request for batch 1, not streamed: (the tokens after `input_ids`, the last response's outputs)."""
+        inputs = {**common, "input_ids": np.array([input_ids], dtype=np.int32),
+                  "input_lengths": np.array([[len(input_ids)]], dtype=np.int32),
+                  "request_output_len": np.array([[output_len]], dtype=np.int32),
+                  "exclude_input_in_output": np.array([[True]], dtype=np.bool_),
+                  "return_perf_metrics": np.array([[True]], dtype=np.bool_)}
         if draft_ids:
             inputs["draft_input_ids"] = np.array([draft_ids], dtype=np.int32)  # [1, k]
-        wanted = ["output_ids", "sequence_length"]
-        if perf:
-            inputs["return_perf_metrics"] = np.array([[True]], dtype=np.bool_)
-            wanted += list(PERF_OUTPUTS)
-        request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=wanted,
-            inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()])
-        tokens, counters = [], {}
-        # decoupled=True works for decoupled (streaming-capable) and plain models alike; responses are joined
-        for response in request.exec(decoupled=True):
-            if response.has_error():
-                raise ValueError(f"{model}: {response.error().message()}")
-            ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
-            if ids is None:  # the empty final-flag response of a decoupled model
-                continue
-            length = int(pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)[0])
-            tokens += [int(t) for t in ids.as_numpy().reshape(-1)[:length]]  # [1, beam, len] -> this response's
-            for name in PERF_OUTPUTS if perf else ():
-                found = pb_utils.get_output_tensor_by_name(response, name)
-                if found is not None:
-                    counters[name] = found.as_numpy().reshape(-1)[0].item()
-        return tokens, counters
+        tokens, last = [], {}
+        for response in _exec_stream(model, inputs, ["output_ids", "sequence_length", *self.outputs]):
+            if "output_ids" in response:
+                length = int(response["sequence_length"].reshape(-1)[0])
+                tokens += [int(t) for t in response["output_ids"].reshape(-1)[:length]]  # [1, beam, len]
+                last = response
+        return tokens, last
 
-    def _tokenize(self, text, max_tokens, end_id, pad_id):
-        """(prompt token ids, end_id, pad_id) from the preprocessing model (its defaults: the tokenizer's)."""
-        inputs = [pb_utils.Tensor("QUERY", np.array([[text]], dtype=object)),
-                  pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.array([[max_tokens]], dtype=np.int32))]
-        for name, value in (("END_ID", end_id), ("PAD_ID", pad_id)):
-            if value is not None:
-                inputs.append(pb_utils.Tensor(name, value.astype(np.int32).reshape(1, 1)))
-        out = _exec(PREPROCESSING, inputs, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"])
-        length = int(out["REQUEST_INPUT_LEN"].reshape(-1)[0])
-        ids = [int(t) for t in out["INPUT_ID"].reshape(-1)[:length]]
-        return ids, int(out["OUT_END_ID"].reshape(-1)[0]), int(out["OUT_PAD_ID"].reshape(-1)[0])
+    def _detokenize(self, tokens, lengths):
+        """text_output, 1-D: the text of each beam of `tokens` [1, beam, len] from the postprocessing model."""
+        out = _exec(POSTPROCESSING, [pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32)),
+                                     pb_utils.Tensor("SEQUENCE_LENGTH", lengths.astype(np.int32))], ["OUTPUT"])
+        return out["OUTPUT"].reshape(-1).astype(object)
 
-    def _detokenize(self, tokens):
-        """The text of `tokens` (bytes) from the postprocessing model."""
-        if not tokens:
-            return b""
-        out = _exec(POSTPROCESSING, [
-            pb_utils.Tensor("TOKENS_BATCH", np.array(tokens, dtype=np.int32).reshape(1, 1, -1)),  # [batch, beam, len]
-            pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], dtype=np.int32))], ["OUTPUT"])
-        raw = out["OUTPUT"].reshape(-1)[0]
-        return raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
+
+def _words(word_list):
+    """Token sequences of batch row 0 of a [batch, 2, len] word-list tensor (ids, end offsets padded with -1)."""
+    if word_list.ndim != 3 or word_list.shape[2] == 0:
+        return []
+    ids, words, start = word_list[0, 0].tolist(), [], 0
+    for end in word_list[0, 1].tolist():
+        if end < 0:
+            break
+        words.append(ids[start:end])
+        start = end
+    return words
 
 
 def _exec(model, inputs, names):
@@ -183,3 +217,14 @@ def _exec(model, inputs, names):
     if response.has_error():
         raise ValueError(response.error().message())  # the model's message names it (`preprocessing: ...`)
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in names}
+
+
+def _exec_stream(model, inputs, names):
+    """One request to an engine model, decoupled or not: yields each response's outputs (name -> array)."""
+    request = pb_utils.InferenceRequest(model_name=model, requested_output_names=names,
+                                        inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()])
+    for response in request.exec(decoupled=True):  # works for both policies; responses arrive as they are sent
+        if response.has_error():
+            raise ValueError(f"{model}: {response.error().message()}")
+        found = {name: pb_utils.get_output_tensor_by_name(response, name) for name in names}
+        yield {name: tensor.as_numpy() for name, tensor in found.items() if tensor is not None}
