@@ -1,7 +1,7 @@
 """The one gRPC client for trtspec's Triton deployments (either flavour), built on tritonclient.grpc.
 
     client = TritonClient("127.0.0.1:8001", model="ensemble")
-    out = client.generate("def foo(", max_tokens=32, k=4)          # Completion: text, token_ids, acceptance fields
+    out = client.generate("def foo(", max_tokens=32)               # Completion: text, token_ids, acceptance fields
     for chunk in client.stream("def foo(", max_tokens=32):         # Chunk: text / token_ids of one response
         print(chunk.text, end="")
     arrays = client.infer("tensorrt_llm", {"input_ids": ids, ...}, ["output_ids", "sequence_length"])  # tensors
@@ -9,8 +9,10 @@
 Two levels. `responses()` / `infer()` take numpy arrays by tensor name for any served model; `responses()` is the
 only code that talks to the server: a unary call for ordinary models, one gRPC stream per request for decoupled ones
 (Triton requires it, also without streaming). `generate()` / `stream()` build those tensors from text (text models
-`ensemble`, `tensorrt_llm_bls`) or token ids (core models `trtspec_engine`, `tensorrt_llm`) and read responses into
-Chunks. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
+`ensemble`, `tensorrt_llm_bls`) or token ids (the engine models `tensorrt_llm`, `tensorrt_llm_draft`) and read
+responses into Chunks: they ask for the generated part alone (exclude_input_in_output) and for the perf outputs where
+the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target, or the torch flavour's engine
+models). Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
 is abandoned by its reader is stopped with its request cancelled. Used by the CLI, the sweep and scripts.
 TensorRT-LLM renamed two request inputs after 0.19.0 (`random_seed` -> `seed`, `min_length` -> `min_tokens`); an
 input is sent under whichever spelling the served model declares (read from its config), so one caller works
@@ -33,7 +35,8 @@ from trtspec.spec.metrics import mean_acceptance_length  # data only, no torch
 DEFAULT_TIMEOUT_S = 120.0  # seconds one request may take, sending to final response
 TEXT_INPUT = "text_input"
 # Acceptance counters a response carries when the request sets return_perf_metrics: TensorRT-LLM's three, plus
-# num_drafts (trtspec_engine only; the mean acceptance length needs it). The one list of their names.
+# num_drafts (a trtspec extension of the torch flavour's engine models; the mean acceptance length needs it).
+# The one list of their names.
 TRTLLM_PERF_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 PERF_OUTPUTS = (*TRTLLM_PERF_OUTPUTS, "num_drafts")
 # request field -> input name on (text models, core models)
@@ -47,13 +50,15 @@ _INPUT_NAMES = {
     "return_perf_metrics": ("return_perf_metrics", "return_perf_metrics"),
     "k": ("num_draft_tokens", "num_draft_tokens"),
     "end_id": ("end_id", "end_id"),
+    "exclude_input_in_output": ("exclude_input_in_output", "exclude_input_in_output"),
 }
 # The request inputs TensorRT-LLM renamed after 0.19.0 (tensorrtllm_backend c2e65b8): old name -> new name.
 RENAMED_INPUTS = {"random_seed": "seed", "min_length": "min_tokens"}
 _OTHER_SPELLING = {**RENAMED_INPUTS, **{new: old for old, new in RENAMED_INPUTS.items()}}
 _DTYPES: dict[str, type] = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "seed": np.uint64, "stream": np.bool_,
-                            "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32}
+                            "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32,
+                            "exclude_input_in_output": np.bool_}
 
 
 @dataclass
@@ -79,7 +84,7 @@ class Completion:
     acceptance_rate: float | None = None
     total_accepted_draft_tokens: int | None = None
     total_draft_tokens: int | None = None
-    num_drafts: int | None = None  # trtspec_engine only (mean acceptance length needs it)
+    num_drafts: int | None = None  # the torch flavour's tensorrt_llm only (mean acceptance length needs it)
     chunks: list[Chunk] = field(default_factory=list)
 
     @classmethod
@@ -159,7 +164,7 @@ class TritonClient:
         """Stream one request: yields a Chunk per response as it arrives (needs a decoupled model)."""
         if not self.decoupled:
             raise UsageError(f"model {self.model!r} is not decoupled and cannot stream",
-                             hint="use model `ensemble` or `trtspec_engine`, or call generate()")
+                             hint="deploy the repository with `trtspec deploy --decoupled`, or call generate()")
         inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, end_id=end_id, stream=True)
         for arrays in self.responses(self.model, inputs):
@@ -175,7 +180,7 @@ class TritonClient:
         """One request to any served model; its outputs by name.
 
         Args:
-            model: the served model, e.g. `tensorrt_llm`, `tensorrt_llm_draft`, `trtspec_engine`.
+            model: the served model, e.g. `tensorrt_llm`, `tensorrt_llm_draft`, `preprocessing`.
             inputs: tensor name -> array, batch dimension first (e.g. input_ids [1, prompt_len] int32); the Triton
                 dtype follows the numpy dtype (object arrays of bytes are BYTES).
             outputs: the output names to return; None = every output the model sends.
@@ -271,7 +276,8 @@ class TritonClient:
             ids = np.asarray(list(prompt), dtype=np.int32).reshape(1, -1)  # [1, prompt_len]
             inputs = {"input_ids": ids, "input_lengths": np.array([[ids.shape[1]]], dtype=np.int32)}
         values = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                  "seed": seed, "stream": stream, "return_perf_metrics": True, "k": k, "end_id": end_id}
+                  "seed": seed, "stream": stream, "return_perf_metrics": True, "k": k, "end_id": end_id,
+                  "exclude_input_in_output": True}
         for key, value in values.items():
             if value is None:
                 continue
@@ -279,8 +285,8 @@ class TritonClient:
             if name not in self.inputs:
                 if key == "k":
                     raise UsageError(f"model {self.model!r} has no `num_draft_tokens` input, so k cannot be set "
-                                     "per request", hint="use model `trtspec_engine`/`ensemble` of a torch "
-                                     "deployment, or `tensorrt_llm_bls` for draft-target on TensorRT-LLM")
+                                     "per request", hint="use `tensorrt_llm_bls` (draft-target through the draft "
+                                     "model), or the torch flavour's token-level `tensorrt_llm`")
                 continue  # an optional knob this model does not expose
             inputs[name] = np.array([[value]], dtype=_DTYPES[key])  # [1, 1]
         return inputs
