@@ -8,17 +8,20 @@ position exactly what plain decoding would see there, and speculation stays exac
 Phases, in TensorRT-LLM's order (kernels/penaltyKernels.cu `batchApplyPenalty`, then kernels/banBadWords.cu, then
 the sampling kernels; NVIDIA/TensorRT-LLM@249d93d5 and @23bc5b7c):
   1. temperature   z = logits / T                     (T = 0: greedy, no scaling; the argmax of z is taken later)
+                                                       (TensorRT-LLM scales by 1 / (T + 1e-6): same up to 1e-6 / T)
   2. repetition    z = z * rp if z < 0 else z / rp      for every token seen in the row's context
   3. presence      z -= presence                        for every seen token
   4. frequency     z -= frequency * count               count = occurrences in the row's context
   5. min tokens    z[end ids] = -inf                    while the row's output is shorter than min_tokens
   6. bad words     z[word[-1]] = -inf                   when the row's context ends with word[:-1] (1 token: always)
   => z, the processed logits. log_softmax(z) is the distribution whose log-probs TensorRT-LLM returns
-     (`output_log_probs`, `cum_log_probs`): after temperature, penalties and bans, before top-k / top-p.
+     (`output_log_probs`, `cum_log_probs`): after temperature, penalties and bans, before top-k / top-p. At
+     temperature 0 (greedy here; TensorRT-LLM asks for greedy with top_k=1 at temperature 1) it is z at scale 1.
   7. sampling.scores_to_probs: greedy argmax, or top-k, top-p, softmax -> the distribution verified or sampled.
 "Seen" and "count" cover prompt + output: TensorRT-LLM's penalty workspace starts from the prompt's tokens in the
 context phase and adds each generated token (all three penalties; TensorRT-LLM PR #5623, which would have exempted
 the prompt from presence/frequency, was closed unmerged; #8127 later added an opt-in `promptIgnoreLength`).
+TensorRT-LLM's bad-words kernel never bans token id 0 (`0 < banned_token`); here every listed token is banned.
 Unlike TensorRT-LLM's speculative paths, which score every draft position with the committed context only, the
 draft prefix is part of each row's context here: that is what makes verification exact.
 

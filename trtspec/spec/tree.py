@@ -12,6 +12,10 @@ Verification (all return a `TreeVerdict`: accepted node path, emitted tokens, th
   plausible token (target prob > min(epsilon, alpha * exp(-entropy))), so outputs do NOT follow the target
   distribution at temperature > 0. Offered because Medusa ships it; always labelled lossy.
 
+`verify_tree` (the engine's entry point) takes processed target logits (spec/logits_process.py: temperature and the
+request's logits processors applied, each node with its own root path as context); the `verify_tree_*` functions
+take raw logits and apply temperature / top-k / top-p themselves.
+
 Paper letters, for readers of SpecInfer: p = target, q = draft. In code: `target_*` / `draft_*` only.
 `tree_layout` places a batch of drafts (chains and trees) in one target forward: positions and attention masks.
 This module knows nothing about proposers, KV caches or requests.
