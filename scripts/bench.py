@@ -157,7 +157,7 @@ def write_section(path: Path, section: Section, command: str) -> None:
     if heading in text:
         start = text.index(heading)
         end = text.find("\n## ", start + len(heading))
-        text = text[:start] + body + (text[end + 1 :] if end != -1 else "")
+        text = text[:start] + body + ("\n" + text[end + 1 :] if end != -1 else "")  # a blank line between sections
     else:
         text = text.rstrip("\n") + "\n\n" + body
     path.parent.mkdir(parents=True, exist_ok=True)

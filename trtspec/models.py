@@ -55,7 +55,39 @@ def resolve_model(name_or_path: str | Path, *, field: str = "model") -> Path:
             f"{field}={text!r}: {path} has no weights ({' or '.join(WEIGHT_FILES)})",
             hint="save the model with save_pretrained(..., safe_serialization=True)",
         )
+    for weights in sorted(path.glob("*.safetensors")):
+        check_safetensors(weights, field=field)
+    tokenizer_vocab(path, field=field)  # a corrupt tokenizer.json is refused here, not deep inside a load
     return path
+
+
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit on the JSON header
+
+
+def check_safetensors(path: Path, *, field: str = "model") -> None:
+    """Refuse a safetensors file that is empty, truncated or has an impossible header, before anything loads it.
+
+    The format: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}}, then
+    the tensor data; the largest end offset must be exactly the data's size (the library's "fully covered" rule).
+    """
+    size = path.stat().st_size
+    bad = f"{field}: {path} is not a complete safetensors file"
+    fix = "the copy or download was cut short: copy the file again, or re-save with save_pretrained"
+    if size < 8:
+        raise ModelNotFoundError(f"{bad} ({size} bytes)", hint=fix)
+    with path.open("rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        if header_len > min(MAX_SAFETENSORS_HEADER, size - 8):
+            raise ModelNotFoundError(f"{bad} (header of {header_len} bytes in a {size}-byte file)", hint=fix)
+        try:
+            header = json.loads(f.read(header_len).decode("utf-8"))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError,
+                AttributeError):
+            raise ModelNotFoundError(f"{bad} (its header is not valid)", hint=fix) from None
+    if max(ends, default=0) != size - 8 - header_len:
+        raise ModelNotFoundError(f"{bad} (its tensors need {max(ends, default=0)} bytes of data, the file has "
+                                 f"{size - 8 - header_len})", hint=fix)
 
 
 def is_medusa_heads(path: Path) -> bool:
@@ -120,13 +152,19 @@ def check_pair(target: Path, draft: Path, *, allow_vocab_padding: bool = False) 
         )
 
 
-def tokenizer_vocab(path: Path) -> int | None:
-    """Number of entries in a `tokenizer.json` (vocab + added tokens), or None when there is none."""
+def tokenizer_vocab(path: Path, *, field: str = "model") -> int | None:
+    """Number of entries in a `tokenizer.json` (vocab + added tokens), or None when there is none.
+
+    A tokenizer.json that is not valid (not UTF-8 JSON, no model vocab) raises ModelNotFoundError naming it."""
     tok = path / "tokenizer.json"
     if not tok.is_file():
         return None
-    data = json.loads(tok.read_text(encoding="utf-8"))
-    vocab = data.get("model", {}).get("vocab", {})
-    added = {t["id"] for t in data.get("added_tokens", [])}
+    try:
+        data = json.loads(tok.read_text(encoding="utf-8"))
+        vocab = data.get("model", {}).get("vocab", {})
+        added = {t["id"] for t in data.get("added_tokens", [])}
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        raise ModelNotFoundError(f"{field}: {tok} is not a valid tokenizer.json",
+                                 hint="re-save the tokenizer with save_pretrained") from None
     ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab)))
     return len(ids | added)

@@ -30,4 +30,5 @@ def test_write_section_appends_then_replaces(tmp_path):
     assert text.count("## A") == 1 and text.count("## B") == 1 and text.index("## A") < text.index("## B")
     assert "| 5 | 6 |" in text and "| 1 | 2 |" not in text and "- second" in text
     assert "Command: `python scripts/bench.py --section a`" in text
+    assert "- second\n\n## B" in text  # a replaced section keeps the blank line before the next heading
     assert set(bench.SECTIONS) >= {"engine"}

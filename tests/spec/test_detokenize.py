@@ -3,6 +3,7 @@ text, however a byte-level token stream is cut into steps (a multi-byte characte
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,3 +45,26 @@ def test_holds_back_until_the_character_completes():
 def test_without_a_tokenizer_tokens_pass_through():
     detok = IncrementalDetokenizer(None)
     assert detok.push([1, 2]) == ([1, 2], "") and detok.push([3], finished=True) == ([3], "")
+
+
+def test_per_token_log_probs_are_held_back_with_their_tokens():
+    from trtspec.spec.engine import RequestDelta
+
+    detok = IncrementalDetokenizer(decode)
+    euro = list("€".encode())  # 3 bytes: the first two steps end inside the character
+    steps = [[ord("a"), euro[0]], [euro[1]], [euro[2], ord("b")]]
+    log_probs = [[-0.1, -0.2], [-0.3], [-0.4, -0.5]]
+    cum, released = 0.0, []
+    for i, (tokens, values) in enumerate(zip(steps, log_probs, strict=True)):
+        cums = []
+        for v in values:
+            cum += v
+            cums.append(cum)
+        delta = RequestDelta(request_id=0, token_ids=tokens, finished=i == 2, log_probs=values, cum_log_probs=cums)
+        detok.push_delta(delta)
+        assert len(delta.log_probs) == len(delta.cum_log_probs) == len(delta.token_ids)
+        released.append(delta)
+    assert [d.token_ids for d in released] == [[], [], [ord("a"), *euro, ord("b")]]
+    assert [d.log_probs for d in released] == [[], [], [-0.1, -0.2, -0.3, -0.4, -0.5]]
+    assert released[1].cum_log_prob is None and released[2].cum_log_prob == pytest.approx(-1.5)
+    assert released[2].cum_log_probs == pytest.approx([-0.1, -0.3, -0.6, -1.0, -1.5]) and released[2].text == "a€b"

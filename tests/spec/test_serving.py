@@ -175,3 +175,15 @@ def test_drain_times_out_then_aborts(engine):
         sink.done.wait(0.01)
     loop.shutdown(drain=True, timeout=0.5)
     assert sink.errors and "shut down" in str(sink.errors[0]) and not engine.has_unfinished()
+
+
+def test_log_probs_and_controls_travel_through_the_loop(engine):
+    sampling = SamplingParams(max_new_tokens=16, return_log_probs=True, repetition_penalty=1.4, bad_words=((30,),),
+                              stop_words=((16, 2),))
+    spec = SpecParams("draft_target", 4)
+    full = engine.generate([PROMPTS[0]], sampling, spec)[0]
+    with EngineLoop(engine) as loop:
+        deltas = list(loop.submit(PROMPTS[0], sampling, spec))
+    assert [t for d in deltas for t in d.token_ids] == full.token_ids
+    assert [x for d in deltas for x in d.log_probs] == pytest.approx(full.log_probs)
+    assert deltas[-1].cum_log_prob == pytest.approx(full.cum_log_prob) and deltas[-1].finish_reason == full.finish_reason

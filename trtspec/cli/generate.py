@@ -91,8 +91,14 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
              lookahead: str, as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
     --url, with a model served by Triton (`trtspec serve`)."""
+    from trtspec.errors import UsageError
     from trtspec.spec.params import SamplingParams, SpecParams
 
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as lone surrogates
+        raise UsageError("PROMPT is not valid UTF-8 text",
+                         hint="pass the prompt as UTF-8 (check the shell's locale)") from None
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
     if url is not None:
@@ -140,6 +146,9 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
 
     spec.validate(max_k=max_k)
     info = resolve(spec.method)
+    from trtspec.devices import check_device
+
+    check_device(device, field="--device")
     engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
                                         medusa if info.needs_medusa_heads else None, max_k=max_k, device=device,
                                         dtype=dtype, proposer_options=proposer_options)

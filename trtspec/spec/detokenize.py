@@ -6,13 +6,16 @@ the client replacement characters that the full text does not have. The detokeni
 incomplete character until the character completes, or until the request finishes, then releases tokens and text
 together: every released chunk decodes on its own to exactly its text delta, and the deltas concatenate to the decoded
 output. One definition, used by `SpecEngine.stream()` and by `EngineLoop` (and so by every served model).
+`push_delta` does it to a RequestDelta in place; per-token fields (log-probs) are held back with their tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 REPLACEMENT = "\ufffd"
+PER_TOKEN_FIELDS = ("log_probs", "cum_log_probs")  # RequestDelta fields aligned with token_ids
 
 
 class IncrementalDetokenizer:
@@ -23,6 +26,7 @@ class IncrementalDetokenizer:
         self._token_ids: list[int] = []  # every token pushed so far
         self._released = 0  # tokens released so far (a prefix of _token_ids)
         self._text = ""  # decoded text of the released tokens
+        self._held: dict[str, list[Any]] = {}  # per-token field -> values of the tokens not released yet
 
     def push(self, token_ids: Sequence[int], finished: bool = False) -> tuple[list[int], str]:
         """Add this step's tokens; return (tokens released now, their text delta). Both are empty while held."""
@@ -36,6 +40,19 @@ class IncrementalDetokenizer:
         released, self._released = self._token_ids[self._released:], len(self._token_ids)
         delta, self._text = text[len(self._text):], text
         return released, delta
+
+    def push_delta(self, delta: Any) -> None:
+        """`push` a RequestDelta in place: its token_ids and text become what is released now, and each per-token
+        field (PER_TOKEN_FIELDS, when not None) keeps the values of exactly those tokens; the rest wait for them."""
+        delta.token_ids, delta.text = self.push(delta.token_ids, delta.finished)
+        released = len(delta.token_ids)
+        for name in PER_TOKEN_FIELDS:
+            values = getattr(delta, name, None)
+            if values is None:
+                continue
+            pending = self._held.get(name, []) + list(values)  # one value per held or new token
+            setattr(delta, name, pending[:released])
+            self._held[name] = pending[released:]
 
     @property
     def held_back(self) -> int:

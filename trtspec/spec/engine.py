@@ -4,7 +4,11 @@
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
 batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
 preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
-The engine knows proposers only through the registry and verifiers only through verify.py.
+Every verified target row goes through the request's logits processors (logits_process.py) with its own context
+(committed tokens + its draft prefix), so penalties, bad words and min_tokens stay exact under speculation; stop
+words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.
+A request may bring its own first draft (`SpecParams.draft_token_ids`, proposers/external.py).
+The engine knows proposers only through the registry and verifiers only through verify.py and tree.py.
 """
 
 from __future__ import annotations
@@ -25,11 +29,21 @@ from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
+from trtspec.spec.logits_process import (
+    LogitsControls,
+    chain_paths,
+    emitted_log_probs,
+    ends_with,
+    process_logits,
+    tree_paths,
+)
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
-from trtspec.spec.sampling import logits_to_probs
+from trtspec.spec.proposers.draft_model import DraftModelProposer
+from trtspec.spec.proposers.external import ExternalProposer
+from trtspec.spec.sampling import scores_to_probs
 from trtspec.spec.scheduler import Scheduler, SchedulerConfig
 from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
 from trtspec.spec.verify import Verdict, verify_chain
@@ -43,10 +57,12 @@ class RequestOutput:
 
     request_id: int
     prompt_token_ids: list[int]
-    token_ids: list[int]  # generated tokens (stop token included when it ended the request)
+    token_ids: list[int]  # generated tokens (stop token / stop word included when it ended the request)
     text: str  # decoded generated tokens ("" without a tokenizer)
     finish_reason: str  # "length" | "stop"
     stats: AcceptanceStats
+    log_probs: list[float] | None = None  # [len(token_ids)] with SamplingParams.return_log_probs
+    cum_log_prob: float | None = None  # sum of the unnormalised log-probs (TensorRT-LLM cum_log_probs)
 
 
 @dataclass
@@ -59,6 +75,16 @@ class RequestDelta:
     finish_reason: str | None = None
     text: str = ""  # decoded text delta (filled by `stream()`)
     stats: AcceptanceStats | None = None  # only when finished
+    # with SamplingParams.return_log_probs, aligned with token_ids: each token's log-prob under the target
+    # distribution of the position that verified it (logits_process.emitted_log_probs), and the running sum of the
+    # request's unnormalised log-probs up to and including it
+    log_probs: list[float] | None = None
+    cum_log_probs: list[float] | None = None
+
+    @property
+    def cum_log_prob(self) -> float | None:
+        """The request's cumulative log-prob after this delta's last token (None: no tokens or no log-probs)."""
+        return self.cum_log_probs[-1] if self.cum_log_probs else None
 
 
 @dataclass
@@ -70,11 +96,14 @@ class _Request:
     proposer: Proposer | None  # None = plain decoding
     generator: torch.Generator
     stop_ids: frozenset[int]
+    controls: LogitsControls  # the request's logits processors (logits_process.py)
+    external_draft: list[int] | None = None  # the caller's draft, verified in the first step (then None)
     output_ids: list[int] = field(default_factory=list)
     slot: int | None = None  # target KV slot, assigned when scheduled
     target_hidden: Tensor | None = None  # [hidden] for proposers that read the target's hidden state
     stats: AcceptanceStats = field(default_factory=AcceptanceStats)
     start_time: float = field(default_factory=time.perf_counter)
+    cum_log_prob: float = 0.0  # running sum of the emitted tokens' unnormalised log-probs (return_log_probs)
 
     @property
     def token_ids(self) -> list[int]:
@@ -108,6 +137,7 @@ class SpecEngine:
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
+        self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
         self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
@@ -179,9 +209,9 @@ class SpecEngine:
         ks = self.scheduler.allot_draft_tokens(schedule, self.k_policy.choose(self._k_requests(schedule.requests,
                                                                                                 schedule.ks)))
 
-        # 2. propose: each proposer drafts for its own requests, batched
+        # 2. propose: each proposer drafts for its own requests, batched (a caller's draft in a request's first step)
         t = time.perf_counter()
-        drafts = self._propose(batch, ks)
+        drafts, sources = self._propose(batch, ks)
         drafts = fit_aux(drafts, schedule.tokens_left,
                          [self.max_context - len(r.token_ids) - d.num_tokens for r, d in zip(batch, drafts, strict=True)])
         _synchronize(self.device)
@@ -199,29 +229,31 @@ class SpecEngine:
                 drop = hand_back(request.proposer, request.request_id, draft, out.logits[i], num_pending[i] + draft.num_tokens)
                 self.cache.rollback(request.slot, self.cache.length(request.slot) - drop)
 
-        # 4. verify: target distributions after the last committed token and after each draft token
-        verdicts = []
+        # 4. verify: the target distribution after the last committed token and after each draft token, each row
+        #    through the request's logits processors with its own context; the verifier keeps a prefix / root path
+        verdicts, target_scores = [], []
         for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):
             start = num_pending[i] - 1
             target_logits = out.logits[i, start : start + draft.num_tokens + 1]  # [k + 1, vocab]
-            verdicts.append(self._verify(request, draft, target_logits))
+            target_scores.append(self._target_scores(request, draft, target_logits))  # [k + 1, vocab]
+            verdicts.append(self._verify(request, draft, target_scores[-1]))
 
-        # 5. commit: append tokens, roll target and draft KV back to the accepted prefix, retire finished requests
-        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i])
+        # 5. commit: append tokens (cut at a stop), their log-probs, roll target and draft KV back, retire finished
+        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i])
                   for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
 
         # 6. observe: acceptance counts, the time split (shared step time is charged to every request in it), costs
         overhead_time = time.perf_counter() - step_start - draft_time - target_time
-        draft_ks = [k for r, k in zip(batch, ks, strict=True) if k > 0 and resolve(r.spec.method).needs_draft_model]
+        draft_ks = [k for k, source in zip(ks, sources, strict=True) if k > 0 and source == DraftModelProposer.name]
         self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
                                    overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
-        for request, verdict, delta in zip(batch, verdicts, deltas, strict=True):
+        for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
                 stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
-                self.k_policy.observe_draft(request.request_id, request.spec.method, verdict.num_draft_tokens,
-                                            verdict.num_accepted)
+                method = request.spec.method if source != ExternalProposer.name else source
+                self.k_policy.observe_draft(request.request_id, method, verdict.num_draft_tokens, verdict.num_accepted)
             stats.num_target_forwards += 1
             stats.num_emitted_tokens += len(delta.token_ids)
             stats.draft_time_s += draft_time
@@ -251,16 +283,22 @@ class SpecEngine:
         ids = [self._enqueue(request) for request in requests]
         prompt_ids = {request.request_id: list(request.prompt_ids) for request in requests}
         generated: dict[int, list[int]] = {rid: [] for rid in ids}
+        log_probs: dict[int, list[float] | None] = {r.request_id: [] if r.sampling.return_log_probs else None
+                                                    for r in requests}
         finished: dict[int, RequestDelta] = {}
         while any(rid not in finished for rid in ids):
             for delta in self.step():
                 if delta.request_id in generated:
                     generated[delta.request_id].extend(delta.token_ids)
+                    if delta.log_probs is not None:
+                        log_probs[delta.request_id].extend(delta.log_probs)  # type: ignore[union-attr]
                     if delta.finished:
                         finished[delta.request_id] = delta
         return [RequestOutput(request_id=rid, prompt_token_ids=prompt_ids[rid], token_ids=generated[rid],
                               text=self.decode(generated[rid]), finish_reason=finished[rid].finish_reason or "length",
-                              stats=finished[rid].stats or AcceptanceStats()) for rid in ids]
+                              stats=finished[rid].stats or AcceptanceStats(), log_probs=log_probs[rid],
+                              cum_log_prob=finished[rid].cum_log_prob)
+                for rid in ids]
 
     def stream(self, prompt: Prompt, sampling: SamplingParams | None = None,
                spec: SpecParams | None = None) -> Iterator[RequestDelta]:
@@ -274,16 +312,18 @@ class SpecEngine:
             for delta in self.step():
                 if delta.request_id != rid:
                     continue
-                delta.token_ids, delta.text = detokenizer.push(delta.token_ids, delta.finished)
+                detokenizer.push_delta(delta)
                 yield delta
                 if delta.finished:
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
     def _k_requests(self, batch: list[_Request], reserved: list[int]) -> list[KRequest]:
-        return [KRequest(request_id=r.request_id, method=r.spec.method, cap=k, adaptive=r.spec.adaptive,
+        """A caller's draft keeps its length (not adaptive) and runs no draft model."""
+        return [KRequest(request_id=r.request_id, method=r.spec.method if r.external_draft is None else "external",
+                         cap=k, adaptive=r.spec.adaptive and r.external_draft is None,
                          pending=len(r.token_ids) - self.cache.length(r.slot),
-                         uses_draft_model=resolve(r.spec.method).needs_draft_model)
+                         uses_draft_model=resolve(r.spec.method).needs_draft_model and r.external_draft is None)
                 for r, k in zip(batch, reserved, strict=True)]
 
     def _allocate(self, request: _Request) -> None:
@@ -293,30 +333,45 @@ class SpecEngine:
             request.proposer.add_request(request.request_id)
 
     def _step_k(self, request: _Request) -> int:
-        """Draft length this step: the request's k, capped so that neither max_new_tokens nor the context overflow."""
-        if request.proposer is None:
+        """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
+        neither max_new_tokens nor the context overflow."""
+        if request.external_draft is not None:
+            k = len(request.external_draft)
+        elif request.proposer is None:
             return 0
+        else:
+            k = request.spec.k
         remaining = request.sampling.max_new_tokens - len(request.output_ids)
         room = self.max_context - len(request.token_ids)
-        return max(0, min(request.spec.k, remaining - 1, room))
+        return max(0, min(k, remaining - 1, room))
 
-    def _propose(self, batch: list[_Request], ks: list[int]) -> list[Draft]:
+    def _propose(self, batch: list[_Request], ks: list[int]) -> tuple[list[Draft], list[str]]:
+        """One Draft per request, and the name of the proposer that made it ("" = none).
+
+        A request's own draft (SpecParams.draft_token_ids) goes to the ExternalProposer in its first step and is
+        used up then, whatever k that step allowed: later steps have a longer context it no longer continues.
+        """
         drafts = [Draft.empty() for _ in batch]
-        groups: dict[int, list[int]] = {}  # id(proposer) -> batch indices
+        sources = [""] * len(batch)
+        groups: dict[int, tuple[Proposer, list[int]]] = {}  # id(proposer) -> (proposer, batch indices)
         for i, (request, k) in enumerate(zip(batch, ks, strict=True)):
-            if k > 0:
-                groups.setdefault(id(request.proposer), []).append(i)
-        for indices in groups.values():
-            proposer = batch[indices[0]].proposer
+            proposer = self.external if request.external_draft is not None else request.proposer
+            if k > 0 and proposer is not None:
+                groups.setdefault(id(proposer), (proposer, []))[1].append(i)
+                sources[i] = proposer.name
+        for proposer, indices in groups.values():
             inputs = [ProposeInput(request_id=batch[i].request_id, token_ids=batch[i].token_ids, k=ks[i],
                                    sampling=batch[i].sampling, generator=batch[i].generator,
-                                   target_hidden=batch[i].target_hidden) for i in indices]
+                                   target_hidden=batch[i].target_hidden, controls=batch[i].controls,
+                                   draft_token_ids=tuple(batch[i].external_draft or ())) for i in indices]
             for i, draft in zip(indices, proposer.propose(inputs), strict=True):
                 drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
                                   None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
                                   None if draft.parents is None else draft.parents[: ks[i]],  # parents-first
                                   draft.aux)
-        return drafts
+        for request in batch:
+            request.external_draft = None
+        return drafts, sources
 
     def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
                        ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, list[int]]:
@@ -346,25 +401,44 @@ class SpecEngine:
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
 
-    def _verify(self, request: _Request, draft: Draft, target_logits: Tensor) -> Verdict | TreeVerdict:
-        """target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask)."""
+    def _target_scores(self, request: _Request, draft: Draft, target_logits: Tensor) -> Tensor:
+        """Processed target logits of every row (logits_process.py): row r's context is the committed tokens plus
+        the draft tokens before it (a chain's prefix, a tree node's root path). Without context-dependent controls
+        this is target_logits / temperature.
+
+        Args:
+            target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask).
+        Returns:
+            [k + 1, vocab] float32.
+        """
+        if not request.controls.active:
+            return process_logits(target_logits, request.controls, ())
+        paths = chain_paths(draft.num_tokens) if draft.parents is None else tree_paths(draft.parents)
+        return process_logits(target_logits, request.controls, request.token_ids, draft.token_ids, paths)
+
+    def _verify(self, request: _Request, draft: Draft, target_scores: Tensor) -> Verdict | TreeVerdict:
+        """target_scores: [k + 1, vocab] processed target logits (a tree: [root + nodes, vocab])."""
         s = request.sampling
         if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
             tree = tree_for_parents(tuple(draft.parents))
-            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_logits, s, request.generator,
+            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_scores, s, request.generator,
                                acceptance=request.spec.acceptance)
-        target_probs = logits_to_probs(target_logits, s.temperature, s.top_k, s.top_p)  # [k + 1, vocab]
+        target_probs = scores_to_probs(target_scores, greedy=s.greedy, top_k=s.top_k, top_p=s.top_p)  # [k + 1, V]
         return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
                             generator=request.generator)
 
-    def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int,
-                hidden: Tensor) -> RequestDelta:
-        """Append the verdict's tokens (cut at a stop token / max_new_tokens / context) and roll the KV caches back.
+    def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
+                target_scores: Tensor) -> RequestDelta:
+        """Append the verdict's tokens (cut at a stop token, a completed stop word, max_new_tokens or the context)
+        with their log-probs, and roll the KV caches back.
 
         A tree verdict keeps a root path whose nodes are not contiguous: their KV entries are compacted into place.
+        Every emitted token was verified at the row after the previous one, with that row's context, so the tokens
+        kept before a cut are exactly what plain decoding emits.
 
         Args:
             hidden: [T, hidden] this request's target hidden states from the step's forward.
+            target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
         """
         cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
         keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
@@ -379,12 +453,18 @@ class SpecEngine:
         finish_reason = None
         for token in verdict.token_ids:
             new_ids.append(token)
-            if token in request.stop_ids:
+            if token in request.stop_ids or self._completes_stop_word(request, new_ids):
                 finish_reason = "stop"
                 break
             if len(request.output_ids) + len(new_ids) >= request.sampling.max_new_tokens:
                 finish_reason = "length"
                 break
+        log_probs = cum_log_probs = None
+        if request.sampling.return_log_probs:  # token t was verified at row 0 (t = 0) or at accepted node t - 1
+            rows = [0] + [offset + 1 for offset in verdict.accepted_offsets]
+            log_probs, raw = emitted_log_probs(target_scores[rows[: len(new_ids)]], new_ids, request.sampling)
+            cum_log_probs = list(itertools.accumulate(raw, initial=request.cum_log_prob))[1:]
+            request.cum_log_prob = cum_log_probs[-1]
         request.output_ids.extend(new_ids)
         if finish_reason is None and len(request.token_ids) >= self.max_context:
             finish_reason = "length"
@@ -394,7 +474,19 @@ class SpecEngine:
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
         return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
-                            finish_reason=finish_reason, stats=request.stats if finished else None)
+                            finish_reason=finish_reason, stats=request.stats if finished else None,
+                            log_probs=log_probs, cum_log_probs=cum_log_probs)
+
+    @staticmethod
+    def _completes_stop_word(request: _Request, new_ids: list[int]) -> bool:
+        """Whether prompt + output + new_ids now ends with one of the request's stop words (TensorRT-LLM matches
+        across the prompt too, on every new token, and keeps the stop word in the output)."""
+        words = request.sampling.stop_words
+        if not words or all(new_ids[-1] != word[-1] for word in words):
+            return False
+        longest = max(len(word) for word in words)
+        tail = (request.token_ids[-longest:] + new_ids)[-longest:]
+        return any(ends_with(tail, word) for word in words)
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
@@ -403,9 +495,13 @@ class SpecEngine:
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise ConfigError("prompt", prompt, "is empty", hint="pass at least one token of text")
-        if any(not 0 <= t < self.vocab_size for t in ids):
-            bad = next(t for t in ids if not 0 <= t < self.vocab_size)
-            raise ConfigError("prompt", f"token id {bad}", f"outside the vocabulary [0, {self.vocab_size})")
+        token_fields = {"prompt": [ids], "bad_words": sampling.bad_words, "stop_words": sampling.stop_words,
+                        "stop_token_ids": [sampling.stop_token_ids], "draft_token_ids": [spec.draft_token_ids]}
+        for name, sequences in token_fields.items():
+            bad = next((t for seq in sequences for t in seq if not 0 <= t < self.vocab_size), None)
+            if bad is not None:
+                raise ConfigError(name, f"token id {bad}", f"outside the vocabulary [0, {self.vocab_size})",
+                                  hint="use token ids of this model's tokenizer")
         if len(ids) >= self.max_context:
             raise ConfigError("prompt", f"{len(ids)} tokens", f"does not fit the model's context of {self.max_context}"
                               " tokens with room to generate", hint=f"shorten the prompt below {self.max_context} tokens")
@@ -417,9 +513,11 @@ class SpecEngine:
         proposer = self.proposers[info.proposer] if spec.k > 0 and info.proposer is not None else None
         seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)
         eos = () if sampling.ignore_eos else self.target.config.eos_token_ids
+        stop_ids = frozenset(eos) | frozenset(sampling.stop_token_ids)
         return _Request(request_id=next(self._ids), prompt_ids=ids, sampling=sampling, spec=spec, proposer=proposer,
-                        generator=torch.Generator(device=self.device).manual_seed(seed),
-                        stop_ids=frozenset(eos) | frozenset(sampling.stop_token_ids))
+                        generator=torch.Generator(device=self.device).manual_seed(seed), stop_ids=stop_ids,
+                        controls=LogitsControls.for_request(sampling, stop_ids, len(ids)),
+                        external_draft=list(spec.draft_token_ids) or None)
 
     def _enqueue(self, request: _Request) -> int:
         self.scheduler.add(request)  # OverloadedError past the queue limit

@@ -198,7 +198,7 @@ class EngineLoop:
         self._by_handle[entry.handle] = entry
 
     def _deliver(self, entry: _Entry, delta: RequestDelta) -> None:
-        delta.token_ids, delta.text = entry.detokenizer.push(delta.token_ids, delta.finished)
+        entry.detokenizer.push_delta(delta)  # tokens, text and per-token log-probs
         if delta.finished:
             self._forget(entry)
         try:

@@ -12,6 +12,10 @@ Verification (all return a `TreeVerdict`: accepted node path, emitted tokens, th
   plausible token (target prob > min(epsilon, alpha * exp(-entropy))), so outputs do NOT follow the target
   distribution at temperature > 0. Offered because Medusa ships it; always labelled lossy.
 
+`verify_tree` (the engine's entry point) takes processed target logits (spec/logits_process.py: temperature and the
+request's logits processors applied, each node with its own root path as context); the `verify_tree_*` functions
+take raw logits and apply temperature / top-k / top-p themselves.
+
 Paper letters, for readers of SpecInfer: p = target, q = draft. In code: `target_*` / `draft_*` only.
 `tree_layout` places a batch of drafts (chains and trees) in one target forward: positions and attention masks.
 This module knows nothing about proposers, KV caches or requests.
@@ -27,7 +31,7 @@ from typing import Protocol
 import torch
 
 from trtspec import choices as choices_mod
-from trtspec.spec.sampling import logits_to_probs
+from trtspec.spec.sampling import is_greedy, logits_to_probs, scores_to_probs
 
 # Medusa's defaults (`medusa_generate`: posterior_threshold=0.09, posterior_alpha=0.3).
 TYPICAL_POSTERIOR_THRESHOLD = 0.09
@@ -348,8 +352,16 @@ def typical_walk_lossy(tree: TokenTree, draft_token_ids: torch.Tensor, target_lo
                        posterior_threshold: float = TYPICAL_POSTERIOR_THRESHOLD,
                        posterior_alpha: float = TYPICAL_POSTERIOR_ALPHA) -> TreeWalk:
     """Batched typical acceptance (LOSSY). draft_token_ids: [B, N]; target_logits: [B, N + 1, vocab]."""
-    batch = draft_token_ids.shape[0]
     target_probs = torch.softmax(target_logits.float() / sampling.temperature, dim=-1)  # [B, N + 1, vocab]
+    return _typical_walk(tree, draft_token_ids, target_probs, generator, posterior_threshold=posterior_threshold,
+                         posterior_alpha=posterior_alpha)
+
+
+def _typical_walk(tree: TokenTree, draft_token_ids: torch.Tensor, target_probs: torch.Tensor,
+                  generator: torch.Generator | None, *, posterior_threshold: float,
+                  posterior_alpha: float) -> TreeWalk:
+    """Typical acceptance on target distributions (temperature applied, no top-k/top-p). target_probs: [B, N + 1, V]."""
+    batch = draft_token_ids.shape[0]
     entropy = -(target_probs * torch.log(target_probs + 1e-5)).sum(-1)  # [B, N + 1]
     threshold = torch.clamp(posterior_alpha * torch.exp(-entropy), max=posterior_threshold)  # [B, N + 1]
     parent = tree.parents[1:].clamp(min=0)  # [N]
@@ -372,17 +384,30 @@ TREE_ACCEPTANCE = ("exact", "typical_lossy")
 
 
 def verify_tree(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
-                target_logits: torch.Tensor, sampling: SamplingLike, generator: torch.Generator | None,
+                target_scores: torch.Tensor, sampling: SamplingLike, generator: torch.Generator | None,
                 acceptance: str = "exact") -> TreeVerdict:
-    """Verify one tree draft: greedy at temperature 0, else `acceptance` ("exact" lossless, "typical_lossy").
+    """Verify one tree draft (the engine's entry point): greedy, else `acceptance` ("exact" lossless, "typical_lossy").
 
-    Args: as `verify_tree_rejection`; target_logits: [N + 1, vocab] of [root + nodes].
+    Args:
+        draft_token_ids: [N]; draft_probs: [N, vocab] or None (one-hot drafts).
+        target_scores: [N + 1, vocab] processed target logits of [root + nodes] (spec/logits_process.py: temperature
+            and the request's logits processors applied, each node with its own root path as context); greedy is
+            their argmax, "exact" verifies against their top-k/top-p distribution, "typical_lossy" their softmax.
+        sampling: temperature, top_k, top_p of the request.
     """
+    if is_greedy(sampling.temperature, sampling.top_k):
+        return verify_tree_greedy(tree, draft_token_ids, target_scores)
     if acceptance == "typical_lossy":
-        return verify_tree_typical_lossy(tree, draft_token_ids, target_logits, sampling, generator)
+        walk = _typical_walk(tree, draft_token_ids[None], torch.softmax(target_scores.float(), dim=-1)[None],
+                             generator, posterior_threshold=TYPICAL_POSTERIOR_THRESHOLD,
+                             posterior_alpha=TYPICAL_POSTERIOR_ALPHA)
+        return walk.verdict(tree, draft_token_ids)
     if acceptance != "exact":
         raise ValueError(f"acceptance={acceptance!r}: use one of {TREE_ACCEPTANCE}")
-    return verify_tree_rejection(tree, draft_token_ids, draft_probs, target_logits, sampling, generator)
+    target_probs = scores_to_probs(target_scores, greedy=False, top_k=sampling.top_k, top_p=sampling.top_p)
+    walk = rejection_walk(tree, draft_token_ids[None], None if draft_probs is None else draft_probs[None],
+                          target_probs[None], generator)
+    return walk.verdict(tree, draft_token_ids)
 
 
 @functools.lru_cache(maxsize=64)

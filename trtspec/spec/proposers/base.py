@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from trtspec.spec.logits_process import LogitsControls
     from trtspec.spec.model import LlamaModel
     from trtspec.spec.params import SamplingParams
 
@@ -75,6 +76,10 @@ class ProposeInput:
     sampling: SamplingParams
     generator: torch.Generator | None
     target_hidden: Tensor | None = None  # [hidden] target's last hidden state, for proposers that need it (Medusa)
+    # the request's logits processors (penalties, bans): a proposer that samples may shape its draft distributions
+    # like the target's (higher acceptance; exactness never depends on it). None = temperature/top-k/top-p only.
+    controls: LogitsControls | None = None
+    draft_token_ids: tuple[int, ...] = ()  # the caller's own draft (ExternalProposer only)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 It owns the draft model's KV cache (one slot per request). Each step it feeds the context tokens its cache lacks
 (the whole prompt the first time; afterwards the tokens committed since its last proposal), then samples k tokens
-with the request's sampling parameters and generator, returning the draft distributions for exact verification.
+with the request's sampling parameters, logits processors (penalties, bans: the same pipeline as the target's, with
+the draft's own context) and generator, returning the draft distributions for exact verification.
 `commit` rolls its cache back to the longest prefix that is still part of the sequence.
 """
 
@@ -15,9 +16,10 @@ import torch
 from torch import Tensor
 
 from trtspec.errors import ConfigError
+from trtspec.spec.logits_process import LogitsControls, process_logits
 from trtspec.spec.model import LlamaModel
 from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
-from trtspec.spec.sampling import logits_to_probs, sample
+from trtspec.spec.sampling import sample, scores_to_probs
 
 
 @dataclass
@@ -85,7 +87,10 @@ class DraftModelProposer:
             for j, i in enumerate(rows):
                 item = batch[i]
                 s = item.sampling
-                row_probs = logits_to_probs(logits[j], s.temperature, s.top_k, s.top_p)  # [vocab]
+                controls = item.controls or LogitsControls(temperature=s.temperature)
+                context = item.token_ids + tokens[i] if controls.active else ()
+                scores = process_logits(logits[j][None], controls, context)  # [1, vocab]
+                row_probs = scores_to_probs(scores[0], greedy=s.greedy, top_k=s.top_k, top_p=s.top_p)  # [vocab]
                 token = int(row_probs.argmax()) if s.greedy else int(sample(row_probs[None], item.generator)[0])
                 tokens[i].append(token)
                 probs[i].append(row_probs)

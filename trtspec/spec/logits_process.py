@@ -1,0 +1,191 @@
+"""Target logits + a row's context -> the processed target logits: the one logits-processor pipeline.
+
+Plain decoding, chain verification and tree verification all go through `process_logits`, and every target row gets
+its own context: the committed tokens (prompt + output) plus the draft tokens on the path to that row (a chain's
+prefix, a tree node's ancestors and itself). A control that depends on the context therefore sees at a draft
+position exactly what plain decoding would see there, and speculation stays exact.
+
+Phases, in TensorRT-LLM's order (kernels/penaltyKernels.cu `batchApplyPenalty`, then kernels/banBadWords.cu, then
+the sampling kernels; NVIDIA/TensorRT-LLM@249d93d5 and @23bc5b7c):
+  1. temperature   z = logits / T                     (T = 0: greedy, no scaling; the argmax of z is taken later)
+                                                       (TensorRT-LLM scales by 1 / (T + 1e-6): same up to 1e-6 / T)
+  2. repetition    z = z * rp if z < 0 else z / rp      for every token seen in the row's context
+  3. presence      z -= presence                        for every seen token
+  4. frequency     z -= frequency * count               count = occurrences in the row's context
+  5. min tokens    z[end ids] = -inf                    while the row's output is shorter than min_tokens
+  6. bad words     z[word[-1]] = -inf                   when the row's context ends with word[:-1] (1 token: always)
+  => z, the processed logits. log_softmax(z) is the distribution whose log-probs TensorRT-LLM returns
+     (`output_log_probs`, `cum_log_probs`): after temperature, penalties and bans, before top-k / top-p. At
+     temperature 0 (greedy here; TensorRT-LLM asks for greedy with top_k=1 at temperature 1) it is z at scale 1.
+  7. sampling.scores_to_probs: greedy argmax, or top-k, top-p, softmax -> the distribution verified or sampled.
+"Seen" and "count" cover prompt + output: TensorRT-LLM's penalty workspace starts from the prompt's tokens in the
+context phase and adds each generated token (all three penalties; TensorRT-LLM PR #5623, which would have exempted
+the prompt from presence/frequency, was closed unmerged; #8127 later added an opt-in `promptIgnoreLength`).
+TensorRT-LLM's bad-words kernel never bans token id 0 (`0 < banned_token`); here every listed token is banned.
+Unlike TensorRT-LLM's speculative paths, which score every draft position with the committed context only, the
+draft prefix is part of each row's context here: that is what makes verification exact.
+
+With no context-dependent control set (`LogitsControls.active` False) this is logits / T: no per-row Python work.
+This module knows nothing about requests, proposers or KV caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from trtspec.spec.params import SamplingParams, TokenSequences
+from trtspec.spec.tree import tree_for_parents
+
+
+@dataclass(frozen=True)
+class LogitsControls:
+    """One request's logits processors, fixed when the request is admitted."""
+
+    temperature: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0
+    end_ids: tuple[int, ...] = ()  # banned while the output is shorter than min_tokens (EOS, stop_token_ids)
+    bad_words: TokenSequences = ()
+    num_prompt_tokens: int = 0  # the context's first tokens that are not output (for min_tokens)
+
+    @classmethod
+    def for_request(cls, sampling: SamplingParams, end_ids: Sequence[int] = (),
+                    num_prompt_tokens: int = 0) -> LogitsControls:
+        return cls(temperature=sampling.temperature, repetition_penalty=sampling.repetition_penalty,
+                   presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
+                   min_tokens=sampling.min_tokens, end_ids=tuple(sorted(end_ids)), bad_words=sampling.bad_words,
+                   num_prompt_tokens=num_prompt_tokens)
+
+    @property
+    def penalised(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def active(self) -> bool:
+        """Any control that reads the row's context (False: the fast path, logits / temperature only)."""
+        return self.penalised or (self.min_tokens > 0 and bool(self.end_ids)) or bool(self.bad_words)
+
+
+def chain_paths(num_draft: int) -> Tensor:
+    """[num_draft + 1, num_draft] bool: row r of a chain follows draft tokens 0 .. r - 1."""
+    return torch.ones(num_draft + 1, num_draft, dtype=torch.bool).tril(-1)
+
+
+def tree_paths(parents: Sequence[int]) -> Tensor:
+    """[N + 1, N] bool for a tree draft (Draft.parents, -1 = root): row r (0 = root) follows node r's ancestors and
+    node r itself; row 0 follows no draft token."""
+    return tree_for_parents(tuple(parents)).attention_mask[:, 1:]
+
+
+def process_logits(logits: Tensor, controls: LogitsControls, context: Sequence[int],
+                   draft_token_ids: Tensor | None = None, paths: Tensor | None = None) -> Tensor:
+    """Processed logits of target rows (phases 1-6 of the module docstring).
+
+    Args:
+        logits: [rows, vocab] raw logits; row r scores the token after `context` + the draft tokens `paths[r]` picks.
+        controls: the request's LogitsControls.
+        context: committed tokens (prompt + output so far); not read on the fast path.
+        draft_token_ids: [num_draft] int64, or None: no draft (every row follows `context` alone).
+        paths: [rows, num_draft] bool, paths[r, j] = draft token j precedes row r (`chain_paths`, `tree_paths`).
+    Returns:
+        [rows, vocab] float32 processed logits.
+    """
+    # 1. temperature
+    scores = logits.float()  # [rows, vocab]
+    if controls.temperature > 0:
+        scores = scores / controls.temperature
+    if not controls.active:
+        return scores
+    rows, vocab = scores.shape
+    device = scores.device
+    if draft_token_ids is None or paths is None:
+        draft_token_ids = torch.zeros(0, dtype=torch.long, device=device)
+        paths = torch.zeros(rows, 0, dtype=torch.bool, device=device)
+    draft_token_ids, paths = draft_token_ids.to(device), paths.to(device)
+    # 2-4. penalties: occurrences in the committed context + the draft tokens on the row's path
+    if controls.penalised:
+        committed = torch.tensor(list(context), dtype=torch.long, device=device)  # [context]
+        draft_one_hot = torch.nn.functional.one_hot(draft_token_ids, vocab).float()  # [num_draft, vocab]
+        counts = torch.bincount(committed, minlength=vocab)[None, :vocab].float() + paths.float() @ draft_one_hot
+        seen = counts > 0  # [rows, vocab]
+        if controls.repetition_penalty != 1.0:
+            penalty = controls.repetition_penalty
+            scores = torch.where(seen, torch.where(scores < 0, scores * penalty, scores / penalty), scores)
+        if controls.presence_penalty != 0.0:
+            scores = scores - controls.presence_penalty * seen.float()
+        if controls.frequency_penalty != 0.0:
+            scores = scores - controls.frequency_penalty * counts
+    # 5. min tokens: the end ids cannot end an output shorter than min_tokens
+    if controls.min_tokens > 0 and controls.end_ids:
+        num_output = len(context) - controls.num_prompt_tokens + paths.sum(-1)  # [rows]
+        end_mask = torch.zeros(vocab, dtype=torch.bool, device=device)  # [vocab]
+        end_mask[[t for t in controls.end_ids if t < vocab]] = True
+        scores = scores.masked_fill((num_output < controls.min_tokens)[:, None] & end_mask, float("-inf"))
+    # 6. bad words
+    if controls.bad_words:
+        scores = scores.masked_fill(_bad_word_mask(rows, vocab, controls.bad_words, context, draft_token_ids, paths)
+                                    .to(device), float("-inf"))
+    return scores
+
+
+def _bad_word_mask(rows: int, vocab: int, bad_words: TokenSequences, context: Sequence[int], draft_token_ids: Tensor,
+                   paths: Tensor) -> Tensor:
+    """[rows, vocab] bool: word[-1] in every row whose context ends with word[:-1] (TensorRT-LLM `ban_bad_words`;
+    a one-token word is banned everywhere).
+
+    Args:
+        draft_token_ids: [num_draft]; paths: [rows, num_draft].
+    """
+    mask = torch.zeros(rows, vocab, dtype=torch.bool)  # [rows, vocab]
+    mask[:, [word[0] for word in bad_words if len(word) == 1 and word[0] < vocab]] = True
+    multi = [word for word in bad_words if len(word) > 1 and word[-1] < vocab]
+    if not multi:
+        return mask
+    longest = max(len(word) for word in multi) - 1
+    tail = list(context[-longest:])
+    draft = draft_token_ids.tolist()
+    for row, on_path in enumerate(paths.tolist()):
+        row_tail = (tail + [t for t, on in zip(draft, on_path, strict=True) if on])[-longest:]
+        for word in multi:
+            if ends_with(row_tail, word[:-1]):
+                mask[row, word[-1]] = True
+    return mask
+
+
+def ends_with(tokens: Sequence[int], suffix: Sequence[int]) -> bool:
+    """Whether `tokens` ends with `suffix` (bad-word prefixes, stop words)."""
+    n = len(suffix)
+    return n <= len(tokens) and list(tokens[len(tokens) - n:]) == list(suffix)
+
+
+def emitted_log_probs(scores: Tensor, token_ids: Sequence[int], sampling: SamplingParams) -> tuple[list[float], list[float]]:
+    """Log-probabilities of emitted tokens, each under the processed target distribution of its row.
+
+    TensorRT-LLM (kernels/samplingTopKKernels.cu and samplingTopPKernels.cu, NVIDIA/TensorRT-LLM@03961722 and
+    @03cff08f): the logits are softmaxed over the whole vocabulary after temperature, penalties and bans; the
+    log-prob is log p(token) ("NOT normalized, same way as OpenAI does"). With normalize_log_probs, the top-k kernel
+    (k >= 1; greedy is k = 1) reports log(p(token) / sum of the top-k probabilities) instead; the top-p-only kernel
+    never normalises. cum_log_probs always adds the unnormalised value.
+
+    Args:
+        scores: [num_tokens, vocab] processed logits of the rows that emitted the tokens.
+        token_ids: [num_tokens] the emitted tokens.
+        sampling: the request's parameters (normalize_log_probs, greedy, top_k).
+    Returns:
+        (reported, raw): reported = raw, or normalised as above; raw = log p(token).
+    """
+    log_probs = torch.log_softmax(scores.float(), dim=-1)  # [num_tokens, vocab]
+    tokens = torch.tensor(list(token_ids), dtype=torch.long, device=scores.device)  # [num_tokens]
+    raw = log_probs.gather(-1, tokens[:, None])[:, 0]  # [num_tokens]
+    reported = raw
+    top_k = 1 if sampling.greedy else sampling.top_k
+    if sampling.normalize_log_probs and top_k > 0:
+        top = log_probs.topk(min(top_k, log_probs.shape[-1]), dim=-1).values  # [num_tokens, top_k]
+        reported = raw - torch.logsumexp(top, dim=-1)
+    return reported.tolist(), raw.tolist()
