@@ -62,6 +62,23 @@ def test_batch_rows_and_return_sequences_become_jobs():
     assert [j.sampling.seed for j in unseeded.jobs] == [0, 1]  # an unset seed counts as 0
 
 
+def test_tensorrt_llm_controls_reach_the_engine():
+    """Word lists, penalties, min_length, log-probs and a caller's draft become the engine's request parameters."""
+    request = parse_request(tensors(
+        stop_words_list=[[[7, 8, 9], [2, 3, -1]]], bad_words_list=[[[4], [1]]], min_length=[2],
+        repetition_penalty=[1.3], presence_penalty=[0.5], frequency_penalty=[0.25], return_log_probs=[True],
+        draft_input_ids=[[9, 10]], end_id=[1]), PARAMS, VOCAB)
+    (job,) = request.jobs
+    sampling = job.sampling
+    assert sampling.stop_words == ((7, 8), (9,)) and sampling.bad_words == ((4,),) and sampling.min_tokens == 2
+    assert (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) == (
+        pytest.approx(1.3), 0.5, 0.25)
+    assert sampling.return_log_probs and sampling.normalize_log_probs and job.return_log_probs
+    assert job.spec.draft_token_ids == (9, 10) and job.spec.method == "draft_target"
+    with pytest.raises(RequestError, match="repetition_penalty"):
+        parse_request(tensors(repetition_penalty=[0.0]), PARAMS, VOCAB)
+
+
 def test_word_lists_in_tensorrt_llm_format():
     ids = np.array([[[7, 8, 9, 0], [2, 3, -1, -1]], [[4, 0, 0, 0], [1, -1, -1, -1]]], dtype=np.int32)
     assert word_lists(ids, 0, "stop_words_list") == ((7, 8), (9,))

@@ -431,7 +431,8 @@ class _JobSink:
     job: Job
     submitted_ns: int = 0
     generated: list[int] = field(default_factory=list)
-    log_probs: list[float] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)  # of the generated tokens
+    cum_log_prob: float = 0.0  # TensorRT-LLM's cum_log_probs: the sum of their unnormalised log-probs
     first_token_ns: int = 0
     last_token_ns: int = 0
 
@@ -439,26 +440,28 @@ class _JobSink:
         model, parsed, job = self.reply.model, self.reply.parsed, self.job
         assert parsed is not None  # a job's reply always has its parsed request
         tokens = list(delta.token_ids)
-        new_log_probs = list(getattr(delta, "log_probs", None) or [])
+        log_probs, cumulative = list(delta.log_probs or []), list(delta.cum_log_probs or [])
         if tokens:
             now = time.monotonic_ns()
             self.first_token_ns = self.first_token_ns or now
             self.last_token_ns = now
         if delta.finished and delta.finish_reason == "stop" and job.end_id is not None and tokens \
-                and tokens[-1] == job.end_id:
-            tokens, new_log_probs = tokens[:-1], new_log_probs[: len(tokens) - 1]  # TensorRT-LLM leaves end_id out
+                and tokens[-1] == job.end_id:  # TensorRT-LLM leaves an end_id it sampled out of the output
+            tokens, log_probs, cumulative = tokens[:-1], log_probs[:-1], cumulative[:-1]
         self.generated += tokens
-        self.log_probs += new_log_probs
+        self.log_probs += log_probs
+        if cumulative:
+            self.cum_log_prob = cumulative[-1]
         if not delta.finished:
             if parsed.streaming and tokens:
-                self.reply.send(self._response(tokens, new_log_probs, delta), last_of_job=False)
+                self.reply.send(self._response(tokens, log_probs, delta), last_of_job=False)
             return
         model.metrics.finished(delta.finish_reason or "length", delta.stats)
         if delta.finish_reason == "abort":  # the client went away or sent a stop request
             self.reply.error("the request was cancelled")
             return
         if parsed.streaming:
-            self.reply.send(self._response(tokens, new_log_probs, delta), last_of_job=True)
+            self.reply.send(self._response(tokens, log_probs, delta), last_of_job=True)
             return
         ids = self.generated if job.exclude_input_in_output else job.prompt_ids + self.generated
         self.reply.send(self._response(ids, self.log_probs, delta), last_of_job=True)
@@ -475,10 +478,8 @@ class _JobSink:
             "output_ids": np.asarray(ids, dtype=np.int32).reshape(1, 1, -1),
             "sequence_length": np.array([[len(ids)]], dtype=np.int32),
         }
-        if job.return_log_probs:
-            cumulative = getattr(delta, "cum_log_probs", None)
-            out["cum_log_probs"] = np.array([[sum(self.log_probs) if cumulative is None else cumulative]],
-                                            dtype=np.float32)  # [1, beam]
+        if job.return_log_probs:  # of the generated tokens (a streamed response: its own tokens)
+            out["cum_log_probs"] = np.array([[self.cum_log_prob]], dtype=np.float32)  # [1, beam]
             out["output_log_probs"] = np.asarray(log_probs, dtype=np.float32).reshape(1, 1, -1)  # [1, beam, len]
         if parsed.batch_size > 1:
             out["batch_index"] = np.array([[job.batch_index]], dtype=np.int32)
