@@ -95,7 +95,7 @@ class PerfMetricsClient:
         self.inputs = []
 
     def ready(self, model):
-        return model == "trtspec_engine"
+        return model == "tensorrt_llm"
 
     def infer(self, model, inputs, outputs):
         self.inputs.append(inputs)
@@ -132,7 +132,10 @@ def test_torch_flavour_reads_perf_metrics(tmp_path):
     assert stats["source"] == "perf_metrics" and metrics["output_tokens"] == 10
     assert stats["num_draft_tokens"] == 24 and stats["num_accepted_tokens"] == 12
     assert stats["num_drafts"] == 8 and stats["mean_acceptance_length"] == 2.5  # 1 + 12 / 8, from num_drafts
-    assert client.inputs[0]["return_perf_metrics"][0, 0] and client.inputs[0]["num_draft_tokens"][0, 0] == 4
+    sent = client.inputs[0]
+    assert sent["return_perf_metrics"][0, 0] and sent["num_draft_tokens"][0, 0] == 4
+    # TensorRT-LLM's reading: unset top-k/top-p would be greedy at any temperature, so the sweep states them
+    assert (sent["runtime_top_k"][0, 0], sent["runtime_top_p"][0, 0]) == (0, 1.0) and sent["exclude_input_in_output"]
 
 
 def test_served_method_mismatch_is_refused_before_work():

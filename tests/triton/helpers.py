@@ -82,17 +82,17 @@ def trt_manifest(method: str, target: Path, *, max_draft_len: int = 0, draft: bo
 def counting_model(name: str, *, decoupled: bool, version: str | None = None, **params: object) -> dict:
     """The counting test double (tests/triton/doubles/counting_lm) as model `name`: {relative path: RepoFile}.
 
-    `version` spells its seed/min-length inputs as that TensorRT-LLM release does (default: the double's 0.19.0
-    names); `params` become config parameters (role, delay_s, cancel_log, input_log)."""
-    from trtspec.targets import load_target
+    Its inputs and outputs are the tensorrt_llm model's of TensorRT-LLM `version` (default: the default target), as
+    trtspec renders them (so `random_seed`/`min_length` are spelled as that release does); `params` become config
+    parameters (role, delay_s, cancel_log, input_log)."""
+    from trtspec.targets import DEFAULT_TARGET, load_target
+    from trtspec.triton import contract
     from trtspec.triton.render import RepoFile
 
     doubles = Path(__file__).parent / "doubles" / "counting_lm"
-    config = (doubles / "config.pbtxt").read_text()
-    if version is not None:
-        names = load_target(version).request_names
-        config = config.replace('"random_seed"', f'"{names["seed"]}"').replace('"min_length"',
-                                                                              f'"{names["min_tokens"]}"')
+    decls = contract.model_decls(load_target(version or DEFAULT_TARGET), "tensorrt_llm", {"logits_datatype": "TYPE_FP32"})
+    blocks = contract.decls_block(decls)
+    config = (doubles / "config.pbtxt").read_text() + f"{blocks['inputs']}\n{blocks['outputs']}\n"
     policy = "model_transaction_policy { decoupled: true }\n" if decoupled else ""
     lines = "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
     return {f"{name}/config.pbtxt": RepoFile(text=f'name: "{name}"\n{policy}{config}\n{lines}'),

@@ -93,7 +93,9 @@ def test_bls_forwards_min_tokens_under_the_targets_name(served):
         inputs = {"text_input": np.array([[b"abc"]], dtype=object), "max_tokens": np.array([[3]], dtype=np.int32),
                   "min_tokens": np.array([[2]], dtype=np.int32)}  # the client respells it for the model
         out = client.infer("tensorrt_llm_bls", inputs, ["text_output"])
-    assert out["text_output"].reshape(-1)[0].decode() == "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
+    # NVIDIA's default: the prompt is part of the output (exclude_input_in_output unset)
+    continuation = "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
+    assert out["text_output"].reshape(-1)[0].decode() == "abc" + continuation
     assert [call[target.request_names["min_tokens"]] for call in logged(log)] == [2]
 
 

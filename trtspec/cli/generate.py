@@ -54,15 +54,17 @@ class _MethodChoice(click.Choice):
               help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
 @click.option("--model", default=None,
               help="Local: the target, embedded name or HF directory (default tiny). With --url: the Triton model "
-                   "(default ensemble; tensorrt_llm_bls for draft-target on TensorRT-LLM).")
-@click.option("--stream", is_flag=True, help="With --url: print the text as the server streams it.")
+                   "(default ensemble; tensorrt_llm_bls for draft-target with --k).")
+@click.option("--stream", is_flag=True,
+              help="With --url: print the text as the server streams it (needs `trtspec deploy --decoupled`).")
 @click.option("--draft", default="tiny-draft", show_default=True,
               help="Draft model for --method draft_target (embedded name or directory).")
 @click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
 @click.option("--k", "k", type=COUNT, default=None,
               help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "
-                   "--url: the deployment's default].")
+                   "--url: the deployment's own speculation; a k is sent as num_draft_tokens, which "
+                   "tensorrt_llm_bls reads (draft-target through the draft model)].")
 @click.option("--medusa", default="tiny-medusa", show_default=True,
               help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
 @click.option("--choices", "medusa_choices", default=None,

@@ -29,7 +29,7 @@ from trtspec.methods import METHODS
               help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC).")
 @click.option("--url", type=HOST_PORT, help="Triton gRPC url (via triton), e.g. localhost:8001.")
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
-@click.option("--model-name", help="Triton model to call (default trtspec_engine / tensorrt_llm).")
+@click.option("--model-name", help="Triton model to call (default tensorrt_llm).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.001),
               help="Seconds one request to the Triton server may take before it is cancelled (default 120).")

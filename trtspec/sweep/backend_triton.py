@@ -1,9 +1,10 @@
 """Sweep via `triton`: measure acceptance against a served model repository over gRPC.
 
 Two ways to count acceptance, chosen by the method table (never by model names):
-- perf metrics (the torch-flavour `trtspec_engine` model, and TensorRT-LLM tree/lookahead methods): one request per
-  prompt with `num_draft_tokens` = k and `return_perf_metrics`; read `total_accepted_draft_tokens`,
-  `total_draft_tokens` (and `acceptance_rate`). Per-position acceptance is not available on this path.
+- perf metrics (the torch flavour's `tensorrt_llm`, and TensorRT-LLM tree/lookahead methods): one request per
+  prompt with `return_perf_metrics`, and on the torch flavour `num_draft_tokens` = k (trtspec's extension input);
+  read `total_accepted_draft_tokens`, `total_draft_tokens` (and `acceptance_rate`, and the torch flavour's
+  `num_drafts`). Per-position acceptance is not available on this path.
 - client-side draft-target loop (TensorRT-LLM `draft_tokens_external`, as in tensorrtllm_backend's
   `e2e_grpc_speculative_decoding_client.py`): per step, ask the draft model for k tokens, send them to the target as
   `draft_input_ids` with `request_output_len = k + 1`, and count accepted = new target tokens - 1. Every step is
@@ -11,6 +12,9 @@ Two ways to count acceptance, chosen by the method table (never by model names):
 
 Requests go through trtspec.triton.client.TritonClient at its tensor level (`infer(model, inputs, outputs)`), with
 the spec's `timeout_s`; the functions here need only the small `Client` protocol, so a test double can stand in.
+Every request states its sampling the way TensorRT-LLM reads it: `runtime_top_k` 0 and `runtime_top_p` 1.0 (the full
+distribution at `temperature`; unset, both would mean greedy), and `end_id` = the tokenizer's end token (unset,
+generation would run to the length limit). TensorRT-LLM leaves an end_id it sampled out of the output.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def _trtllm_call(client: Client, model: str, ids: np.ndarray, output_len: int, d
         "input_lengths": np.array([[len(ids)]], dtype=np.int32),
         "request_output_len": np.array([[output_len]], dtype=np.int32),
         "beam_width": np.array([[1]], dtype=np.int32),
-        "temperature": np.array([[temperature]], dtype=np.float32),
+        **_sampling_inputs(temperature),
     }
     if draft is not None:
         inputs["draft_input_ids"] = draft[None, :].astype(np.int32)  # [1, num_draft]
@@ -108,34 +112,40 @@ def _trtllm_call(client: Client, model: str, ids: np.ndarray, output_len: int, d
     return output_ids, seq_len
 
 
+def _sampling_inputs(temperature: float) -> dict[str, np.ndarray]:
+    """Sampling at `temperature` over the whole distribution, as TensorRT-LLM reads it (see the module docstring)."""
+    return {"temperature": np.array([[temperature]], dtype=np.float32),
+            "runtime_top_k": np.array([[0]], dtype=np.int32), "runtime_top_p": np.array([[1.0]], dtype=np.float32)}
+
+
 def perf_metrics_request(client: Client, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int,
-                         k: int | None, temperature: float, seed: int) -> tuple[list[int], dict[str, float]]:
+                         k: int | None, temperature: float, seed: int,
+                         end_id: int | None = None) -> tuple[list[int], dict[str, float]]:
     """One request with `return_perf_metrics`; returns (generated ids, the perf-metric values it reported).
 
-    `k` is sent as `num_draft_tokens` (the torch-flavour model's per-request k); None for TensorRT-LLM models, whose
-    tree/lookahead draft size is fixed by the server configuration.
+    `k` is sent as `num_draft_tokens` (the torch flavour's per-request k, an extension input); None for TensorRT-LLM
+    models, whose tree/lookahead draft size is fixed by the server configuration.
     """
     ids = np.asarray(prompt_ids, dtype=np.int32)
     inputs = {
         "input_ids": ids[None, :],  # [1, prompt_len]
         "input_lengths": np.array([[len(ids)]], dtype=np.int32),
         "request_output_len": np.array([[max_new_tokens]], dtype=np.int32),
-        "temperature": np.array([[temperature]], dtype=np.float32),
+        **_sampling_inputs(temperature),
         "seed": np.array([[seed]], dtype=np.uint64),
         "return_perf_metrics": np.array([[True]], dtype=bool),
+        "exclude_input_in_output": np.array([[True]], dtype=bool),
     }
+    if end_id is not None:
+        inputs["end_id"] = np.array([[end_id]], dtype=np.int32)
     perf_names = TRTLLM_PERF_OUTPUTS
-    if k is not None:  # the torch-flavour model: k per request, no prompt in the output, num_drafts reported
+    if k is not None:  # the torch flavour: k per request, num_drafts reported
         inputs["num_draft_tokens"] = np.array([[k]], dtype=np.int32)
-        inputs["exclude_input_in_output"] = np.array([[True]], dtype=bool)
         perf_names = PERF_OUTPUTS
     out = client.infer(model, inputs, ["output_ids", "sequence_length", *perf_names])
-    output_ids = np.asarray(out["output_ids"]).reshape(-1)
+    output_ids = np.asarray(out["output_ids"]).reshape(-1)  # [1, beam 1, len]: the generated tokens
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
-    generated = output_ids[:seq_len].tolist()
-    if k is None and generated[: len(ids)] == ids.tolist():
-        generated = generated[len(ids):]  # tensorrt_llm output_ids include the prompt (exclude_input_in_output off)
-    return generated, perf_values(out)
+    return output_ids[:seq_len].tolist(), perf_values(out)
 
 
 class TritonBackend:
@@ -161,7 +171,7 @@ class TritonBackend:
             if not self.client.ready(model):
                 raise ServerError(f"model {model!r} is not ready on {spec.url}",
                                   hint="check `model_name`/`draft_model_name` against the served repository")
-        served = self.client.model_parameters(spec.served_model_name).get("method")  # trtspec_engine says
+        served = self.client.model_parameters(spec.served_model_name).get("method")  # the torch flavour's says
         wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
         if wrong:
             raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
@@ -192,7 +202,7 @@ class TritonBackend:
         if perf:
             accepted = sum(int(p["total_accepted_draft_tokens"]) for p in perf)
             drafted = sum(int(p["total_draft_tokens"]) for p in perf)
-            # trtspec_engine reports num_drafts; for TensorRT-LLM, drafts (iterations) ~ draft tokens / k, since it
+            # the torch flavour reports num_drafts; for TensorRT-LLM, drafts (iterations) ~ draft tokens / k, since it
             # counts min(k, path length) draft tokens per step.
             drafts = sum(int(p.get("num_drafts", 0)) for p in perf) or (drafted / case.k if case.k else 0)
             stats.update(num_draft_tokens=drafted, num_accepted_tokens=accepted, num_drafts=round(drafts),
@@ -210,20 +220,22 @@ class TritonBackend:
         if self.client is None:
             raise ServerError("the Triton sweep backend has no client", hint="call preflight() before run_case()")
         counts = AcceptanceStats()
+        end_id = getattr(self.tokenizer, "eos_token_id", None)
         if spec.flavour == "tensorrtllm" and case.k == 0:
             out, seq_len = _trtllm_call(self.client, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
-                                        case.max_new_tokens, None, case.temperature, None, None)
+                                        case.max_new_tokens, None, case.temperature, end_id, None)
             generated = out[len(prompt_ids):seq_len].tolist()
             counts.num_target_forwards = counts.num_emitted_tokens = len(generated)
             return generated, counts, None
         if case.k > 0 and _uses_client_loop(spec, case.method):
             generated, counts = draft_target_loop(
                 self.client, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
-                prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k, temperature=case.temperature)
+                prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k, temperature=case.temperature,
+                end_id=end_id)
             return generated, counts, None
         generated, perf = perf_metrics_request(
             self.client, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
-            k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=seed)
+            k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=seed, end_id=end_id)
         return generated, counts, perf
 
     def info(self) -> dict[str, Any]:

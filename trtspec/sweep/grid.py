@@ -71,7 +71,7 @@ class SweepSpec(BaseModel):
                                              description="engine = in-process reference engine; triton = gRPC")
     url: str | None = Field(None, description="Triton gRPC url (via triton), e.g. localhost:8001")
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
-    model_name: str | None = Field(None, description="Triton model to call; default trtspec_engine / tensorrt_llm")
+    model_name: str | None = Field(None, description="Triton model to call; default tensorrt_llm (both flavours)")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
@@ -82,7 +82,7 @@ class SweepSpec(BaseModel):
 
     @property
     def served_model_name(self) -> str:
-        return self.model_name or ("trtspec_engine" if self.flavour == "torch" else "tensorrt_llm")
+        return self.model_name or "tensorrt_llm"
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: object) -> SweepSpec:

@@ -179,8 +179,9 @@ class TritonPythonModel:
         inputs = {**common, "input_ids": np.array([input_ids], dtype=np.int32),
                   "input_lengths": np.array([[len(input_ids)]], dtype=np.int32),
                   "request_output_len": np.array([[output_len]], dtype=np.int32),
-                  "exclude_input_in_output": np.array([[True]], dtype=np.bool_),
-                  "return_perf_metrics": np.array([[True]], dtype=np.bool_)}
+                  "exclude_input_in_output": np.array([[True]], dtype=np.bool_)}
+        if "return_perf_metrics" in self.inputs:  # the release has it (0.18.0 has none): so has its tensorrt_llm
+            inputs["return_perf_metrics"] = np.array([[True]], dtype=np.bool_)
         if draft_ids:
             inputs["draft_input_ids"] = np.array([draft_ids], dtype=np.int32)  # [1, k]
         tokens, last = [], {}
