@@ -65,7 +65,8 @@ def model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
     bundle = torch_bundle(tmp_path_factory.mktemp("bundle") / "b", model, None, method="ngram", k=4)
-    spec = RepoSpec.from_build(bundle, "torch", max_k=4, default_k=0, max_input_len=32, max_output_len=LONG)
+    spec = RepoSpec.from_build(bundle, "torch", max_k=4, default_k=0, max_input_len=32, max_output_len=LONG,
+                               decoupled=True)
     repo = write_repository(plan_repository(spec), bundle.parent / "repo")
     # stop_timeout: tritonserver 2.51 does not finish unloading a decoupled Python model that had a request in flight
     # at SIGTERM, even after its exit timeout (10 s) expires, so the drain test's server is killed 2 s after that
@@ -75,12 +76,15 @@ def server(model, tmp_path_factory):
 
 def test_streamed_text_never_splits_a_character(server):
     with TritonClient(server.grpc_url, model="ensemble") as client:
-        whole = client.generate("abc", max_tokens=40, k=0)
-        chunks = list(client.stream("abc", max_tokens=40, k=0))
+        whole = client.generate("abc", max_tokens=40)
+        chunks = list(client.stream("abc", max_tokens=40))
     assert any(ord(c) > 0x7F and c != "\ufffd" for c in whole.text), "precondition: multi-byte characters"
-    assert [t for c in chunks for t in c.token_ids] == whole.token_ids
     assert "".join(c.text for c in chunks) == whole.text
-    assert any(len(c.token_ids) > 1 for c in chunks), "some chunks held tokens back (k = 0: one token per step)"
+    with TritonClient(server.grpc_url, model="tensorrt_llm") as client:  # the same, as token ids
+        ids = client.generate([0, 3, 4, 5], max_tokens=40).token_ids
+        pieces = list(client.stream([0, 3, 4, 5], max_tokens=40))
+    assert [t for c in pieces for t in c.token_ids] == ids
+    assert any(len(c.token_ids) > 1 for c in pieces), "some responses held tokens back (k = 0: one token per step)"
 
 
 def _requests_by_reason(server) -> dict[str, float]:
@@ -91,7 +95,7 @@ def _requests_by_reason(server) -> dict[str, float]:
 
 
 def _stream(server, ids: list[int], max_tokens: int):
-    """Start a streaming request on the core model with tritonclient itself; returns (client, results queue)."""
+    """Start a streaming request on the engine model with tritonclient itself; returns (client, results queue)."""
     import tritonclient.grpc as grpcclient
 
     results: queue.Queue = queue.Queue()
@@ -105,7 +109,7 @@ def _stream(server, ids: list[int], max_tokens: int):
         tensor = grpcclient.InferInput(name, list(value.shape), "BOOL" if value.dtype == bool else "INT32")
         tensor.set_data_from_numpy(value)
         inputs.append(tensor)
-    client.async_stream_infer("trtspec_engine", inputs, enable_empty_final_response=True)
+    client.async_stream_infer("tensorrt_llm", inputs, enable_empty_final_response=True)
     return client, results
 
 
@@ -133,7 +137,7 @@ def test_client_cancellation_aborts_the_request_in_the_engine(server):
         time.sleep(0.1)
     assert _requests_by_reason(server).get("abort", 0) == before + 1, "the engine aborted the cancelled request"
     with TritonClient(server.grpc_url, model="ensemble") as again:
-        assert again.generate("abc", max_tokens=8, k=0).token_ids  # and keeps serving
+        assert again.generate("abc", max_tokens=8).text  # and keeps serving
 
 
 def test_shutdown_drains_running_requests(server):

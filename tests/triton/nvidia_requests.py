@@ -1,0 +1,125 @@
+"""Requests shaped like the ones NVIDIA's tensorrtllm_backend clients send (inflight_batcher_llm/client/*.py at
+v0.19.0), written for these tests: the tensors, dtypes and [batch, 1] shapes those clients use, sent with plain
+tritonclient over gRPC (a stream, as end_to_end_grpc_client.py always does, or a unary call) and HTTP.
+
+`stream_responses` returns every response of one request (and its errors) until the final flag; `unary` returns
+the one response of a unary call.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+
+DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32", np.dtype(np.bool_): "BOOL",
+          np.dtype(np.uint64): "UINT64", np.dtype(np.int64): "INT64", np.dtype(object): "BYTES",
+          np.dtype(np.float16): "FP16"}
+
+
+def column(value: Any, dtype: Any) -> np.ndarray:
+    """A [1, 1] tensor, as the clients send every scalar."""
+    return np.array([[value]], dtype=dtype)
+
+
+def text_request(prompt: str | list[str], max_tokens: int, **extra: np.ndarray) -> dict[str, np.ndarray]:
+    """end_to_end_grpc_client.py's tensors for `ensemble`/`tensorrt_llm_bls`: text_input, max_tokens, stream,
+    beam_width, temperature and exclude_input_in_output always; the rest as given. A list of prompts is one request
+    with one row per prompt (its --batch-inputs)."""
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    rows = len(prompts)
+    base = {"text_input": np.array([[p.encode()] for p in prompts], dtype=object),
+            "max_tokens": np.full((rows, 1), max_tokens, dtype=np.int32),
+            "stream": np.zeros((rows, 1), dtype=bool), "beam_width": np.ones((rows, 1), dtype=np.int32),
+            "temperature": np.ones((rows, 1), dtype=np.float32),
+            "exclude_input_in_output": np.zeros((rows, 1), dtype=bool)}
+    return {**base, **{k: np.broadcast_to(v, (rows, *np.shape(v)[1:])).copy() if np.ndim(v) == 2 else v
+                       for k, v in extra.items()}}
+
+
+def token_request(ids: list[int], output_len: int, **extra: np.ndarray) -> dict[str, np.ndarray]:
+    """inflight_batcher_llm_client.py's / e2e_grpc_speculative_decoding_client.py's tensors for `tensorrt_llm`."""
+    return {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": column(len(ids), np.int32),
+            "request_output_len": column(output_len, np.int32), "beam_width": column(1, np.int32), **extra}
+
+
+def _inputs(tensors: dict[str, np.ndarray]) -> list[Any]:
+    import tritonclient.grpc as grpcclient
+
+    out = []
+    for name, array in tensors.items():
+        array = np.asarray(array)
+        tensor = grpcclient.InferInput(name, list(array.shape), DTYPES[array.dtype])
+        tensor.set_data_from_numpy(array)
+        out.append(tensor)
+    return out
+
+
+def stream_responses(url: str, model: str, tensors: dict[str, np.ndarray], outputs: list[str] | None = None,
+                     request_id: str = "", timeout: float = 120) -> tuple[list[Any], list[str]]:
+    """(results, error messages) of one request on a gRPC stream, until its final response."""
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    requested = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
+    client.async_stream_infer(model, _inputs(tensors), outputs=requested, request_id=request_id,
+                              enable_empty_final_response=True)
+    got, errors = [], []
+    try:
+        while True:
+            try:  # after an error the final flag may not come as a result of its own: wait a little, then stop
+                result, error = results.get(timeout=5 if errors else timeout)
+            except queue.Empty:
+                if errors:
+                    return got, errors
+                raise
+            if error is not None:
+                errors.append(str(error))
+                continue
+            if result.get_response().outputs:
+                got.append(result)
+            if _final(result):
+                return got, errors
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def _final(result: Any) -> bool:
+    if result is None:
+        return False
+    final = result.get_response().parameters.get("triton_final_response")
+    return final is not None and final.bool_param
+
+
+def unary(url: str, model: str, tensors: dict[str, np.ndarray], outputs: list[str] | None = None) -> Any:
+    """The one response of a unary gRPC infer (raises tritonclient's InferenceServerException on an error)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        requested = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
+        return client.infer(model, _inputs(tensors), outputs=requested)
+    finally:
+        client.close()
+
+
+def http_generate(http_url: str, model: str, body: dict, *, stream: bool = False) -> list[dict]:
+    """POST to the generate (or generate_stream) endpoint; the JSON object(s) it answers."""
+    path = "generate_stream" if stream else "generate"
+    request = urllib.request.Request(f"{http_url}/v2/models/{model}/{path}", data=json.dumps(body).encode(),
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            text = response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return [{"error": exc.read().decode()}]
+    if not stream:
+        return [json.loads(text)]
+    return [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
