@@ -119,7 +119,7 @@ def test_wheel_builds_deploys_serves_and_answers(venv, work):
     assert (bundle / "trtspec-manifest.json").is_file()
     run(["trtspec", "deploy", "--backend", "torch", "--build", "out/build/tiny-torch", "--out", "repo"],
         cwd=work, env=env)
-    assert (work / "repo" / "trtspec_engine" / "1" / "model.py").is_file()
+    assert (work / "repo" / "tensorrt_llm" / "1" / "model.py").is_file()
     want = json.loads(run(["trtspec", "generate", "--json", "--max-new-tokens", str(MAX_TOKENS), "--k", "3", PROMPT],
                           cwd=work, env=env).stdout)
 
@@ -131,6 +131,7 @@ def test_wheel_builds_deploys_serves_and_answers(venv, work):
         line = serve.stdout.readline()  # serve exits (closing stdout) if the server is not ready in time
         assert "tritonserver ready" in line, line + serve.stdout.read() + serve.stderr.read()
         got = json.loads(run(["trtspec", "generate", "--url", f"127.0.0.1:{ports.grpc}", "--json", "--k", "3",
+                              "--model", "tensorrt_llm",
                               "--max-new-tokens", str(MAX_TOKENS), PROMPT], cwd=work, env=env, timeout=120).stdout)
         assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"] and got["text"].strip()
         serve.send_signal(signal.SIGINT)  # Ctrl-C: `trtspec serve` stops tritonserver and reports its exit

@@ -367,3 +367,8 @@ def test_generate_cli_talks_to_the_server(server, engine, want):
                                 catch_exceptions=False)
     record = json.loads(result.output)
     assert record["text"] == generated and record["total_draft_tokens"] > 0
+    # text to the engine model: tokenized and detokenized by the repository's pre/postprocessing, k per request
+    result = CliRunner().invoke(cli, [*args, "--json", "--model", "tensorrt_llm", "--k", str(K), PROMPTS[3]],
+                                catch_exceptions=False)
+    record = json.loads(result.output)
+    assert record["token_ids"] == want[PROMPTS[3]] and record["text"] == generated and record["num_drafts"] > 0

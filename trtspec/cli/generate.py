@@ -54,7 +54,8 @@ class _MethodChoice(click.Choice):
               help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
 @click.option("--model", default=None,
               help="Local: the target, embedded name or HF directory (default tiny). With --url: the Triton model "
-                   "(default ensemble; tensorrt_llm_bls for draft-target with --k).")
+                   "(default ensemble; tensorrt_llm for token ids and k per request on the torch flavour; "
+                   "tensorrt_llm_bls for draft-target with --k).")
 @click.option("--stream", is_flag=True,
               help="With --url: print the text as the server streams it (needs `trtspec deploy --decoupled`).")
 @click.option("--draft", default="tiny-draft", show_default=True,
@@ -63,8 +64,8 @@ class _MethodChoice(click.Choice):
               help="Speculative method (registry: methods with a reference-engine proposer).")
 @click.option("--k", "k", type=COUNT, default=None,
               help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "
-                   "--url: the deployment's own speculation; a k is sent as num_draft_tokens, which "
-                   "tensorrt_llm_bls reads (draft-target through the draft model)].")
+                   "--url: the deployment's own; a k is sent as num_draft_tokens: --model tensorrt_llm (torch "
+                   "flavour) or tensorrt_llm_bls (draft-target through the draft model)].")
 @click.option("--medusa", default="tiny-medusa", show_default=True,
               help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
 @click.option("--choices", "medusa_choices", default=None,

@@ -12,7 +12,8 @@ only code that talks to the server: a unary call for ordinary models, one gRPC s
 `ensemble`, `tensorrt_llm_bls`) or token ids (the engine models `tensorrt_llm`, `tensorrt_llm_draft`) and read
 responses into Chunks: they ask for the generated part alone (exclude_input_in_output) and for the perf outputs where
 the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target, or the torch flavour's engine
-models). Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
+models); a text prompt to an engine model goes through the repository's `preprocessing` and `postprocessing`
+models. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
 is abandoned by its reader is stopped with its request cancelled. Used by the CLI, the sweep and scripts.
 TensorRT-LLM renamed two request inputs after 0.19.0 (`random_seed` -> `seed`, `min_length` -> `min_tokens`); an
 input is sent under whichever spelling the served model declares (read from its config), so one caller works
@@ -153,10 +154,16 @@ class TritonClient:
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64, k: int | None = None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                  end_id: int | None = None) -> Completion:
-        """One request, not streamed; returns the whole completion."""
+        """One request, not streamed; returns the whole completion.
+
+        A text prompt to an engine model (`tensorrt_llm`) is tokenized by the repository's `preprocessing` model
+        (which also gives the end_id that ends the request) and the output detokenized by `postprocessing`."""
         inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, end_id=end_id, stream=False)
-        return Completion.from_chunks(_chunk(arrays) for arrays in self.responses(self.model, inputs))
+        completion = Completion.from_chunks(_chunk(arrays) for arrays in self.responses(self.model, inputs))
+        if isinstance(prompt, str) and not self.text_model:
+            completion.text = self.detokenize(completion.token_ids)
+        return completion
 
     def stream(self, prompt: str | Sequence[int], *, max_tokens: int = 64, k: int | None = None,
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
@@ -168,7 +175,28 @@ class TritonClient:
         inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, end_id=end_id, stream=True)
         for arrays in self.responses(self.model, inputs):
-            yield _chunk(arrays)
+            chunk = _chunk(arrays)
+            if isinstance(prompt, str) and not self.text_model:  # each response's tokens decode on their own
+                chunk.text = self.detokenize(chunk.token_ids)
+            yield chunk
+
+    def tokenize(self, text: str) -> tuple[list[int], int]:
+        """(token ids, end_id) of `text` from the served `preprocessing` model (the repository's tokenizer)."""
+        out = self.infer("preprocessing", {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
+                                           "REQUEST_OUTPUT_LEN": np.array([[1]], dtype=np.int32)},
+                         ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID"])
+        length = int(out["REQUEST_INPUT_LEN"].reshape(-1)[0])
+        return [int(t) for t in out["INPUT_ID"].reshape(-1)[:length]], int(out["OUT_END_ID"].reshape(-1)[0])
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids` from the served `postprocessing` model."""
+        if not token_ids:
+            return ""
+        out = self.infer("postprocessing", {
+            "TOKENS_BATCH": np.asarray(list(token_ids), dtype=np.int32).reshape(1, 1, -1),  # [batch, beam, len]
+            "SEQUENCE_LENGTH": np.array([[len(token_ids)]], dtype=np.int32)}, ["OUTPUT"])
+        raw = out["OUTPUT"].reshape(-1)[0]
+        return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
 
     def stream_completion(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
         """Stream one request and gather it into a Completion (chunks kept in `.chunks`)."""
@@ -270,9 +298,9 @@ class TritonClient:
                 raise UsageError(f"model {self.model!r} takes text; got token ids", hint="pass the prompt as text")
             inputs = {TEXT_INPUT: np.array([[prompt.encode("utf-8")]], dtype=object)}  # [1, 1]
         else:
-            if isinstance(prompt, str):
-                raise UsageError(f"model {self.model!r} takes token ids, not text",
-                                 hint="use model `ensemble` for text, or tokenize the prompt first")
+            if isinstance(prompt, str):  # through the repository's tokenizer, ending at its end token
+                prompt, served_end_id = self.tokenize(prompt)
+                end_id = served_end_id if end_id is None else end_id
             ids = np.asarray(list(prompt), dtype=np.int32).reshape(1, -1)  # [1, prompt_len]
             inputs = {"input_ids": ids, "input_lengths": np.array([[ids.shape[1]]], dtype=np.int32)}
         values = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
@@ -285,8 +313,8 @@ class TritonClient:
             if name not in self.inputs:
                 if key == "k":
                     raise UsageError(f"model {self.model!r} has no `num_draft_tokens` input, so k cannot be set "
-                                     "per request", hint="use `tensorrt_llm_bls` (draft-target through the draft "
-                                     "model), or the torch flavour's token-level `tensorrt_llm`")
+                                     "per request", hint="use model `tensorrt_llm` (the torch flavour: k per "
+                                     "request) or `tensorrt_llm_bls` (draft-target through the draft model)")
                 continue  # an optional knob this model does not expose
             inputs[name] = np.array([[value]], dtype=_DTYPES[key])  # [1, 1]
         return inputs
