@@ -74,7 +74,7 @@ def test_tensorrt_llm_controls_reach_the_engine():
     assert (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) == (
         pytest.approx(1.3), 0.5, 0.25)
     assert sampling.return_log_probs and sampling.normalize_log_probs and job.return_log_probs
-    assert job.spec.draft_token_ids == (9, 10) and job.spec.method == "draft_target"
+    assert job.spec.draft_token_ids == (9, 10) and job.spec.method == "none"  # like a draft_tokens_external engine
     with pytest.raises(RequestError, match="repetition_penalty"):
         parse_request(tensors(repetition_penalty=[0.0]), PARAMS, VOCAB)
 

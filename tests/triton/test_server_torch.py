@@ -250,18 +250,16 @@ def test_stop_request_cancels_the_request_with_that_id(server, engine):
             "request_output_len": column(0, np.int32), "stop": column(True, bool)}
     _, stop_errors = stream_responses(server.grpc_url, "tensorrt_llm", stop, request_id="77")
     assert not stop_errors
-    generated, errors = first.as_numpy("output_ids").shape[2], []
-    while True:
+    generated = first.as_numpy("output_ids").shape[2]
+    while True:  # the cancelled request ends normally, early: TensorRT-LLM's executor answers cancelRequest so
         result, error = results.get(timeout=60)
-        if error is not None:
-            errors.append(str(error))
-            break
+        assert error is None, error
         if result.as_numpy("output_ids") is not None:
             generated += result.as_numpy("output_ids").shape[2]
         if result.get_response().parameters["triton_final_response"].bool_param:
             break
     client.stop_stream()
-    assert generated < MAX_OUTPUT and errors and "cancelled" in errors[0]
+    assert generated < MAX_OUTPUT
 
 
 @pytest.mark.parametrize("case, model, tensors, message", [

@@ -18,8 +18,10 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
 - Sampling controls mean what they mean to TensorRT-LLM (trtspec.spec.params.trtllm_sampling_params): unset
   temperature is 1.0, unset runtime_top_k and runtime_top_p (or top_p <= 0) mean greedy, unset seed is 0; end_id is
   the only token that ends a request (none: it runs to request_output_len).
-- `draft_input_ids` are verified by the target like a draft_tokens_external engine (by token id; draft_logits are
-  refused); without them the model speculates with its own method and k (`num_draft_tokens`, a trtspec extension).
+- `draft_input_ids` are verified by the target in the request's first step like a draft_tokens_external engine (by
+  token id; draft_logits are refused), and the request goes on without drafts of its own to request_output_len (the
+  clients ask for len(draft) + 1); without them the model speculates with its own method and k
+  (`num_draft_tokens`, a trtspec extension).
 - return_perf_metrics fills every perf output on every response: timing from time.monotonic_ns (TensorRT-LLM's
   steady clock): arrival = when execute() received the request, first_scheduled = when it was handed to the engine
   loop (the loop adds it to the running batch at its next step; the engine keeps no separate timestamp),
@@ -31,7 +33,8 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   per-request lookahead other than the server's. len_penalty, early_stopping and beam_search_diversity_rate act on
   beam search only, so at beam width 1 they change nothing (as in TensorRT-LLM) and are accepted.
 - A request with `stop` = true cancels the running requests with the same Triton request id (an empty final
-  response answers it).
+  response answers it); a cancelled request ends with a final response holding what it generated so far, as
+  TensorRT-LLM's executor answers a cancellation.
 
 Acceptance counters are also published as Prometheus metrics (`pb_utils.MetricFamily`). torch is imported only when
 the engine is built.
@@ -280,8 +283,8 @@ def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarra
             seed_i = seed if index == 0 else (seed or 0) + index
             sampling = _sampling(t, row, output_len, end_id, seed_i, controls, params, features)
             spec_kwargs: dict[str, Any] = {"method": params.method, "k": k}
-            if draft:
-                spec_kwargs["draft_token_ids"] = tuple(draft)
+            if draft:  # like a draft_tokens_external engine: the caller's draft, then no speculation of its own
+                spec_kwargs = {"method": "none", "k": 0, "draft_token_ids": tuple(draft)}
             spec = SpecParams(**spec_kwargs).validate(max_k=params.max_k)
         except TrtspecError as exc:
             message = _with_hint(exc)
@@ -456,10 +459,9 @@ class _JobSink:
             if parsed.streaming and tokens:
                 self.reply.send(self._response(tokens, log_probs, delta), last_of_job=False)
             return
+        # A cancelled request (a stop request, or its client went away) ends like any other, with what it generated
+        # so far: TensorRT-LLM's executor answers cancelRequest with a final result, not an error.
         model.metrics.finished(delta.finish_reason or "length", delta.stats)
-        if delta.finish_reason == "abort":  # the client went away or sent a stop request
-            self.reply.error("the request was cancelled")
-            return
         if parsed.streaming:
             self.reply.send(self._response(tokens, log_probs, delta), last_of_job=True)
             return
