@@ -82,14 +82,14 @@ def test_backend_runs_a_case_through_the_loop(tmp_path):
 
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(ServerError, match="no Triton server answers") as exc:
-        TritonClient("127.0.0.1:1", model="trtspec_engine", timeout_s=1.0)
+        TritonClient("127.0.0.1:1", model="tensorrt_llm", timeout_s=1.0)
     assert "trtspec serve" in exc.value.hint
     with pytest.raises(ConfigError, match="timeout_s=0"):  # refused before any connection
         TritonClient("127.0.0.1:1", timeout_s=0)
 
 
 class PerfMetricsClient:
-    """Test double of the torch-flavour `trtspec_engine` model: echoes fixed perf metrics."""
+    """Test double of the torch flavour's `tensorrt_llm` model: echoes fixed perf metrics."""
 
     def __init__(self):
         self.inputs = []

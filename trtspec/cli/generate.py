@@ -207,7 +207,8 @@ def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: An
 
 def format_remote_stats(result: dict[str, Any]) -> str:
     """One human line for a served request: tokens, responses, acceptance (when the model reports it)."""
-    line = (f"[{len(result['token_ids'])} tokens in {result['responses']} response(s), {result['wall_time_s']:.2f}s, "
+    size = f"{len(result['token_ids'])} tokens" if result["token_ids"] or not result["text"] else "text"
+    line = (f"[{size} in {result['responses']} response(s), {result['wall_time_s']:.2f}s, "
             f"model={result['model']} at {result['url']}")
     if result["total_draft_tokens"]:
         line += (f", acceptance rate {result['acceptance_rate']:.2f} ({result['total_accepted_draft_tokens']}/"
