@@ -6,6 +6,7 @@ The repository follows the Triton contract of one TensorRT-LLM release: the buil
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -64,13 +65,19 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     if not dry_run:
         write_repository(plan, out, force=force)
     click.echo("Serve it with:")
-    click.echo(f"  trtspec serve {out}")
+    click.echo(f"  {shlex.join(['trtspec', 'serve', _path_arg(out)])}")
     if backend == "tensorrtllm":
         launch = plan_launch(out, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"),
                              record=repo_record(spec))
         if launch.note:
             click.echo(f"  ({launch.note})")
         click.echo(f"or, inside {spec.target.image}:\n  {launch.shell()}")
+
+
+def _path_arg(path: Path) -> str:
+    """A path as a command-line argument: one that starts with `-` gets `./` so it cannot read as an option."""
+    text = str(path)
+    return f"./{text}" if text.startswith("-") else text
 
 
 def _lookahead(value: str | None) -> tuple[int, int, int] | None:
