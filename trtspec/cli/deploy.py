@@ -34,7 +34,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
                    "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
@@ -63,7 +63,8 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
             click.echo(f"Note: the {role} engine is not built yet ({engine.path}); run the engine steps of "
                        "`trtspec build` inside a TensorRT-LLM container before serving.")
     if not dry_run:
-        write_repository(plan, out, force=force)
+        keep = [build_dir, *([spec.tokenizer_dir] if spec.tokenizer_dir else [])]  # never inside, over or under
+        write_repository(plan, out, force=force, keep=keep)
     click.echo("Serve it with:")
     click.echo(f"  {shlex.join(['trtspec', 'serve', _path_arg(out)])}")
     if backend == "tensorrtllm":
