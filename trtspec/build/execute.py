@@ -419,10 +419,22 @@ def _stage(out: Path, staging: Path) -> None:
     """The staging directory: a hard-link clone of `out` (or empty), with a logs/ directory."""
     shutil.rmtree(staging, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.is_dir():
-        shutil.copytree(out, staging, copy_function=_link_or_copy, symlinks=True)
-    else:
-        staging.mkdir()
+    staging.mkdir()
+    if out.is_dir():  # not shutil.copytree: it gathers errors into one shutil.Error that hides the errno
+        for root, dirs, files in os.walk(out):
+            rel = Path(root).relative_to(out)
+            for name in dirs:
+                source, dest = Path(root, name), staging / rel / name
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), dest)
+                else:
+                    dest.mkdir()
+            for name in files:
+                source, dest = Path(root, name), staging / rel / name
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), dest)
+                else:
+                    _link_or_copy(str(source), str(dest))
     (staging / "logs").mkdir(exist_ok=True)
 
 
