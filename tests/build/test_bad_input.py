@@ -206,3 +206,24 @@ def test_file_size_limit_during_convert_in_a_subprocess(tmp_path):
     line = one_error(proc.stderr)
     assert proc.returncode == 1 and "File too large" in line, proc.stderr
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.trtspec-*"))
+
+
+def test_output_that_would_clobber_or_overlap_is_refused(tmp_path, capsys):
+    target = shutil.copytree(TINY, tmp_path / "models" / "tiny")
+    config = write_config(tmp_path / "c.yaml", target=str(target), method="ngram", k=2, backend="torch",
+                          engine={"dtype": "float32", "max_input_len": 64, "max_seq_len": 128})
+    user = tmp_path / "home"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for out, words in ((user, "not a trtspec build output"), (a_file, "is a file"),
+                       (target, "overlaps the input"), (target / "out", "overlaps the input"),
+                       (tmp_path / "models", "not a trtspec build output")):
+        before = sorted((p.as_posix(), p.stat().st_size) for p in tmp_path.rglob("*") if p.is_file())
+        code, _, err = run(["build", config, "--out", out], capsys)
+        assert code == 2 and words in one_error(err), err
+        assert sorted((p.as_posix(), p.stat().st_size) for p in tmp_path.rglob("*") if p.is_file()) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run(["build", config, "--out", empty], capsys)[0] == 0
