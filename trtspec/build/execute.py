@@ -152,12 +152,6 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
 def check_output_dir(out: Path, plan: BuildPlan) -> None:
     """Refuse an output directory the build would clobber or read from: an existing path that is not a directory,
     a non-empty directory that is not a trtspec build output, or one that is, holds or lies inside an input."""
-    if out.exists():
-        if not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory", hint="choose a new or empty directory")
-        if read_manifest(out) is None and any(out.iterdir()):
-            raise UsageError(f"--out {out} exists and is not a trtspec build output (no {MANIFEST})",
-                             hint="choose a new or empty directory; a rebuild replaces only its own output")
     if out.parent == out:
         raise UsageError(f"--out {out} is a file-system root", hint="choose a new or empty directory")
     for step in plan.steps:
@@ -169,6 +163,12 @@ def check_output_dir(out: Path, plan: BuildPlan) -> None:
             if out == source or out.is_relative_to(source) or source.is_relative_to(out):
                 raise UsageError(f"--out {out} overlaps the input {source} of step {step.id}",
                                  hint="write the build output to a directory of its own, e.g. out/build/NAME")
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"--out {out} exists and is not a directory", hint="choose a new or empty directory")
+        if read_manifest(out) is None and any(out.iterdir()):
+            raise UsageError(f"--out {out} exists and is not a trtspec build output (no {MANIFEST})",
+                             hint="choose a new or empty directory; a rebuild replaces only its own output")
 
 
 def _pending(step: Step, out: Path, resolved: Resolved) -> dict[str, Any]:
