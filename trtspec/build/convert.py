@@ -6,7 +6,7 @@ checkpoint the targets read (trtspec/targets data files, `checkpoint` section; t
 `bias`), and `rank0.safetensors` with the LLaMA weight mapping and every tensor the model class loads: q/k/v +
 dense biases when `attn_bias`, fc/gate/proj biases when `mlp_bias` (zeros where the HF checkpoint has none, which is
 numerically the same layer), and Medusa heads with `linear.bias` (zeros when the heads have no bias).
-Provenance (producer, trtspec version) goes into the safetensors metadata, not into config.json.
+Provenance (`producer: trtspec <version>`) goes into the safetensors metadata, not into config.json.
 
 Why not ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47, tried on CPU): it runs, but drops
 `rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000), writes float16
@@ -166,7 +166,9 @@ def write_checkpoint(out_dir: Path, config: dict[str, Any], tensors: dict[str, A
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            save_file(tensors, str(tmp), metadata={"producer": "trtspec", "version": __version__})
+            # one metadata key: safetensors writes its metadata map in hash order, and two keys would make the same
+            # conversion produce different bytes (and hashes) from run to run
+            save_file(tensors, str(tmp), metadata={"producer": f"trtspec {__version__}"})
         except SafetensorError as exc:  # the Rust writer's I/O errors arrive as text: "... (os error 28)"
             raise OSError(_errno_of(str(exc)), _reason(str(exc)), str(weights)) from None
         os.replace(tmp, weights)
