@@ -79,9 +79,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except BrokenPipeError:  # the reader went away (`trtspec ... | head`): quiet, as a shell pipeline expects
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(128 + 13)
     except OSError as exc:  # the file system refused (disk full, quota, permissions): one line, runtime failure
         if debug_enabled():
             raise
