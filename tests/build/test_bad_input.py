@@ -227,3 +227,14 @@ def test_output_that_would_clobber_or_overlap_is_refused(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run(["build", config, "--out", empty], capsys)[0] == 0
+
+
+def test_an_unexpected_os_error_is_one_line_exit_1(capsys, monkeypatch):
+    import trtspec.resources
+
+    def broken() -> list[str]:
+        raise OSError(errno.EIO, os.strerror(errno.EIO), "/some/where")
+
+    monkeypatch.setattr(trtspec.resources, "example_names", broken)
+    code, _, err = run(["build", "--list-examples"], capsys)
+    assert code == 1 and one_error(err) == "Error: Input/output error (/some/where)"
