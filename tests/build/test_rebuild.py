@@ -154,6 +154,9 @@ def test_a_failed_rerun_does_not_touch_the_logs_of_the_output(random_pair, tmp_p
     assert log.read_text() == before and "--max_seq_len 16" in before  # the output's log still describes its engine
     assert "--max_seq_len 32" in (tmp_path / "out.trtspec-failed.log").read_text()
     assert not list(tmp_path.glob(".out.trtspec-*"))
+    monkeypatch.delenv("FAIL_BUILD")
+    build(config, out, only="engines", trtllm=True, engine={"dtype": "float32", "max_input_len": 8, "max_seq_len": 32})
+    assert "--max_seq_len 32" in log.read_text() and not list(tmp_path.glob("out.trtspec-failed.*"))
 
 
 def test_staging_of_killed_runs_is_removed(random_pair, tmp_path):

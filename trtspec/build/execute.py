@@ -138,6 +138,8 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
         result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm)
         write_json(staging / MANIFEST, result.manifest)
         _swap(staging, out)
+        for report in (f"{out.name}.trtspec-failed.json", f"{out.name}.trtspec-failed.log"):
+            (out.parent / report).unlink(missing_ok=True)  # an earlier failure's report no longer describes `out`
     except BaseException as exc:
         if current is not None:
             records[current.id] = _record(current, "failed", None, current.command(), {}, {}, 0.0)
