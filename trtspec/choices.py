@@ -18,9 +18,15 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from trtspec.errors import ConfigError
+from trtspec.errors import ConfigError, shown
 
 Choices = list[list[int]]
+# Bounds checked before a tree is walked or built: ranks go into int32 tensors; real trees have tens to hundreds of
+# nodes (TensorRT-LLM's EAGLE allows 256, Medusa's default tree has 63).
+RANK_MAX = 2**31 - 1
+MAX_NODES = 4096
+MAX_DEPTH = 64
+MAX_FILE_BYTES = 1 << 20
 
 # Medusa's default 63-node tree (FasterDecoding/Medusa `medusa_choices.py`, also TensorRT-LLM's default):
 # depth 4, so it needs >= 4 heads and max_draft_len >= 63.
@@ -44,16 +50,17 @@ def chain(depth: int) -> Choices:
 def parse(value: str | Sequence[Sequence[int]] | Path, field: str = "choices") -> Choices:
     """Choices from a preset name, a JSON/YAML/Triton string, a file path, or a list of lists.
 
-    Raises ConfigError naming `field` and the offending entry. Does not check depth or node budgets: see `validate`.
+    Raises ConfigError naming `field` and the offending entry; for a file, the error names the file and what is wrong
+    with it, never its content. Does not check depth, node or vocabulary budgets: see `validate`.
     """
     if isinstance(value, Path):
-        return parse(_read_file(value, field), field)
+        return _parse_file(value, field)
     if isinstance(value, str):
         text = value.strip()
         if text in PRESETS:
             return [list(p) for p in PRESETS[text]]
-        if not text.startswith(("[", "{", "-", "#")) and "\n" not in text and Path(text).is_file():
-            return parse(_read_file(Path(text), field), field)
+        if not text.startswith(("[", "{", "-", "#")) and "\n" not in text and _is_file(Path(text)):
+            return _parse_file(Path(text), field)
         return _coerce(_parse_text(text, field), field)
     return _coerce(value, field)
 
@@ -63,13 +70,15 @@ def validate(
     *,
     max_depth: int | None = None,
     max_nodes: int | None = None,
+    max_rank: int | None = None,
     field: str = "choices",
 ) -> Choices:
-    """Check a tree: non-empty, non-negative ints, no duplicates, prefix-closed, depth and node budgets.
+    """Check a tree: non-empty, non-negative ints, no duplicates, prefix-closed, depth, node and vocabulary budgets.
 
     Args:
         max_depth: number of heads (Medusa) / draft layers (EAGLE); every path must be at most this long.
         max_nodes: the engine's max_draft_len; the tree may have at most this many nodes.
+        max_rank: the vocabulary size; a rank picks one of a head's top-k tokens, so every rank must be below it.
     Returns the choices sorted by (depth, path), the order TensorRT-LLM and Medusa use.
     """
     if not choices:
@@ -94,6 +103,13 @@ def validate(
                 field, deepest, f"has depth {len(deepest)} but only {max_depth} heads/draft layers exist",
                 hint=f"use paths of at most {max_depth} entries, or train more heads",
             )  # fmt: skip
+    if max_rank is not None:
+        widest = max(choices, key=max)
+        if max(widest) >= max_rank:
+            raise ConfigError(
+                field, widest, f"has rank {max(widest)}, but the vocabulary has {max_rank} tokens (ranks index a "
+                f"head's top-k tokens)", hint=f"use ranks below {max_rank}",
+            )  # fmt: skip
     if max_nodes is not None and len(choices) > max_nodes:
         raise ConfigError(
             field, f"{len(choices)} nodes", f"exceeds max_draft_len={max_nodes}",
@@ -116,11 +132,37 @@ def to_json(choices: Choices) -> str:
     return json.dumps(choices)
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL: not a file
+        return False
+
+
 def _read_file(path: Path, field: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror})", hint="check the path") from None
+        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(field, str(path), f"is larger than {MAX_FILE_BYTES // 1024} KiB: not a choices file",
+                          hint="a choices file holds one list of paths, e.g. [[0], [0, 0], [1]]")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(field, str(path), "is not UTF-8 text: not a choices file",
+                          hint="a choices file holds one list of paths, e.g. [[0], [0, 0], [1]]") from None
+
+
+def _parse_file(path: Path, field: str) -> Choices:
+    """Choices from a file; errors name the file and the problem, not the content (it may be any file)."""
+    text = _read_file(path, field)
+    try:
+        return _coerce(_parse_text(text.strip(), field), field)
+    except ConfigError as exc:
+        raise ConfigError(field, str(path), f"does not hold a choices list: {getattr(exc, 'problem', 'not a list of paths')}",
+                          hint="a choices file holds one list of paths, e.g. [[0], [0, 0], [1]]") from None
 
 
 def _parse_text(text: str, field: str) -> object:
@@ -128,21 +170,29 @@ def _parse_text(text: str, field: str) -> object:
         groups = re.findall(r"\{([^{}]*)\}", text)
         rest = re.sub(r"\{[^{}]*\}", "", text).replace(",", "").strip()
         if not groups or rest:
-            raise ConfigError(field, text, "is not in the `{0}, {0, 0}` form", hint="e.g. '{0}, {0, 0}, {1}'")
+            raise _Problem(field, text, "is not in the `{0}, {0, 0}` form", hint="e.g. '{0}, {0, 0}, {1}'")
         try:
             return [[int(x) for x in g.split(",") if x.strip()] for g in groups]
         except ValueError:
-            raise ConfigError(field, text, "has a non-integer entry", hint="use integers only") from None
+            raise _Problem(field, text, "has a non-integer entry", hint="use integers only") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except RecursionError:
+        raise _Problem(field, text, "nests too deeply", hint="a tree is a list of lists of ranks") from None
+    except ValueError:
         pass
     import yaml
 
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(field, text[:60], f"is neither JSON nor YAML ({exc})", hint="e.g. [[0], [0, 0], [1]]") from None
+    except RecursionError:
+        raise _Problem(field, text, "nests too deeply", hint="a tree is a list of lists of ranks") from None
+    except yaml.MarkedYAMLError as exc:
+        where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise _Problem(field, text, f"is neither JSON nor YAML ({exc.problem}{where})",
+                       hint="e.g. [[0], [0, 0], [1]]") from None
+    except (yaml.YAMLError, ValueError, OverflowError):
+        raise _Problem(field, text, "is neither JSON nor YAML", hint="e.g. [[0], [0, 0], [1]]") from None
 
 
 def _coerce(value: object, field: str) -> Choices:
@@ -151,13 +201,26 @@ def _coerce(value: object, field: str) -> Choices:
             if key in value:
                 return _coerce(value[key], field)
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(field, value, "is not a list of paths", hint="e.g. [[0], [0, 0], [1]]")
+        raise _Problem(field, value, f"is a {type(value).__name__}, not a list of paths", hint="e.g. [[0], [0, 0], [1]]")
+    if len(value) > MAX_NODES:  # bounded before walking: YAML aliases can make a short text enormous
+        raise _Problem(field, f"{len(value)} paths", f"has more than {MAX_NODES} nodes", hint="use a smaller tree")
     out: Choices = []
-    for path in value:
+    for i, path in enumerate(value):
         if not isinstance(path, (list, tuple)) or not path:
-            raise ConfigError(field, path, "is not a non-empty list of token ranks", hint="e.g. [0, 1]")
+            raise _Problem(field, path, f"path {i} is not a non-empty list of token ranks", hint="e.g. [0, 1]")
+        if len(path) > MAX_DEPTH:
+            raise _Problem(field, f"{len(path)} ranks", f"path {i} is deeper than {MAX_DEPTH}", hint="use a shallower tree")
         for rank in path:
-            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-                raise ConfigError(field, path, f"has rank {rank!r}; ranks are integers >= 0", hint="e.g. [0, 1]")
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= RANK_MAX:
+                raise _Problem(field, path, f"path {i} has a rank that is not an integer in 0..{RANK_MAX}",
+                               hint="e.g. [0, 1]")
         out.append([int(r) for r in path])
     return out
+
+
+class _Problem(ConfigError):
+    """A ConfigError that also keeps its problem text apart from the value (a file's errors show only the problem)."""
+
+    def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(field, shown(value), problem, hint=hint)
+        self.problem = problem

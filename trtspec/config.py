@@ -14,13 +14,51 @@ Errors: a pydantic ValidationError becomes a ConfigError whose field is the YAML
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from trtspec.errors import ConfigError, TrtspecError
+from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
+
+# Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
+COUNT_MAX = 2**31 - 1
+MAX_GIB = 16384.0  # GPU memory per device, GiB: far above any GPU, finite
+# What a build config file may be: a small UTF-8 YAML mapping (larger, deeper or alias-expanded documents are refused
+# before they are walked, so a hostile file cannot hang or exhaust the loader).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_NODES = 100_000
+PATH_MAX, NAME_MAX = 4096, 255  # Linux limits, in bytes
+
+
+def _path_text(value: str) -> str:
+    """A path-like string the file system can take: non-empty, no NUL, within PATH_MAX / NAME_MAX."""
+    if not value:
+        raise ValueError("is empty; give a path")
+    if "\0" in value:
+        raise ValueError("contains a NUL character")
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeError:
+        raise ValueError("is not encodable as a file name") from None
+    if len(encoded) > PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        raise ValueError(f"is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per name)")
+    return value
+
+
+PathText = Annotated[str, AfterValidator(_path_text)]
 
 
 class _Spec(BaseModel):
@@ -30,9 +68,9 @@ class _Spec(BaseModel):
 class LookaheadSpec(_Spec):
     """Server-level lookahead envelope (W, N, G); TensorRT-LLM's executor defaults are (4, 3, 4)."""
 
-    window: int = Field(4, ge=1, description="W: lookahead window size")
-    ngram: int = Field(3, ge=1, description="N: n-gram size")
-    verification_set: int = Field(4, ge=0, description="G: verification set size")
+    window: int = Field(4, ge=1, le=COUNT_MAX, description="W: lookahead window size")
+    ngram: int = Field(3, ge=1, le=COUNT_MAX, description="N: n-gram size")
+    verification_set: int = Field(4, ge=0, le=COUNT_MAX, description="G: verification set size")
 
     @model_validator(mode="before")
     @classmethod
@@ -50,9 +88,9 @@ class LookaheadSpec(_Spec):
 class MedusaSpec(_Spec):
     """Medusa heads (FasterDecoding or ModelOpt/TensorRT-LLM layout) and the verification tree."""
 
-    heads: str = Field(description="directory with the Medusa heads (config.json + weights)")
-    num_heads: int | None = Field(None, ge=1, description="heads to use (default: all heads in the directory)")
-    num_layers: int | None = Field(None, ge=1, description="residual layers per head (default: from config.json)")
+    heads: PathText = Field(description="directory with the Medusa heads (config.json + weights)")
+    num_heads: int | None = Field(None, ge=1, le=COUNT_MAX, description="heads to use (default: all heads in the directory)")
+    num_layers: int | None = Field(None, ge=1, le=COUNT_MAX, description="residual layers per head (default: from config.json)")
     choices: str | list[list[int]] | None = Field(
         None, description="tree: preset name (mc_sim_7b_63), list of paths, or a file; default mc_sim_7b_63 "
                           "pruned to num_heads levels")
@@ -61,9 +99,9 @@ class MedusaSpec(_Spec):
 class EagleSpec(_Spec):
     """EAGLE-1/2 drafter for the TensorRT-LLM engine flow (Llama-family targets only)."""
 
-    model: str = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
-    num_layers: int = Field(4, ge=1, description="num_eagle_layers: maximum tree depth")
-    max_non_leaves_per_layer: int = Field(10, ge=1)
+    model: PathText = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
+    num_layers: int = Field(4, ge=1, le=COUNT_MAX, description="num_eagle_layers: maximum tree depth")
+    max_non_leaves_per_layer: int = Field(10, ge=1, le=COUNT_MAX)
     choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
     eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
                                             "max_draft_len = draft layers (default num_layers), targets with "
@@ -73,16 +111,16 @@ class EagleSpec(_Spec):
 class RedrafterSpec(_Spec):
     """ReDrafter drafter; beams x draft length and greedy/sampling are fixed at conversion."""
 
-    drafter: str = Field(description="HF ReDrafter drafter directory (config.json + model.safetensors)")
-    num_beams: int = Field(5, ge=1)
-    draft_len_per_beam: int = Field(5, ge=1)
+    drafter: PathText = Field(description="HF ReDrafter drafter directory (config.json + model.safetensors)")
+    num_beams: int = Field(5, ge=1, le=COUNT_MAX)
+    draft_len_per_beam: int = Field(5, ge=1, le=COUNT_MAX)
     greedy: bool = True
 
 
 class NgramSpec(_Spec):
     """Prompt lookup (n-gram) drafts produced on the host."""
 
-    max_matching_ngram_size: int = Field(2, ge=1, description="longest n-gram matched against the context")
+    max_matching_ngram_size: int = Field(2, ge=1, le=COUNT_MAX, description="longest n-gram matched against the context")
 
 
 class EngineSpec(_Spec):
@@ -90,18 +128,18 @@ class EngineSpec(_Spec):
 
     dtype: Literal["float16", "bfloat16", "float32"] = "float16"
     quantization: Literal["none", "fp8", "int8_wo", "int4_wo"] = "none"
-    tp_size: int = Field(1, ge=1)
-    pp_size: int = Field(1, ge=1)
-    draft_tp_size: int | None = Field(None, ge=1, description="draft engine TP (default: tp_size)")
-    max_batch_size: int = Field(8, ge=1)
-    max_input_len: int = Field(1024, ge=1, description="tokens")
-    max_seq_len: int = Field(2048, ge=2, description="tokens, prompt + output (the builder adds max_draft_len)")
-    max_num_tokens: int = Field(8192, ge=1, description="tokens per engine step")
-    max_beam_width: int = Field(1, ge=1, description="must stay 1: speculative decoding is beam-1 only")
+    tp_size: int = Field(1, ge=1, le=COUNT_MAX)
+    pp_size: int = Field(1, ge=1, le=COUNT_MAX)
+    draft_tp_size: int | None = Field(None, ge=1, le=COUNT_MAX, description="draft engine TP (default: tp_size)")
+    max_batch_size: int = Field(8, ge=1, le=COUNT_MAX)
+    max_input_len: int = Field(1024, ge=1, le=COUNT_MAX, description="tokens")
+    max_seq_len: int = Field(2048, ge=2, le=COUNT_MAX, description="tokens, prompt + output (the builder adds max_draft_len)")
+    max_num_tokens: int = Field(8192, ge=1, le=COUNT_MAX, description="tokens per engine step")
+    max_beam_width: int = Field(1, ge=1, le=COUNT_MAX, description="must stay 1: speculative decoding is beam-1 only")
     logits_dtype: Literal["float32", "float16"] = "float32"
     use_paged_context_fmha: bool = Field(True, description="required for KV reuse (draft_target, ngram, eagle)")
     gather_generation_logits: bool | None = Field(None, description="default: on for draft_target/ngram engines")
-    workers: int = Field(1, ge=1)
+    workers: int = Field(1, ge=1, le=COUNT_MAX)
 
     @model_validator(mode="after")
     def _lengths(self) -> EngineSpec:
@@ -114,14 +152,16 @@ class KVCacheSpec(_Spec):
     """Runtime KV-cache settings; unset limits are filled by the GPU memory estimate."""
 
     enable_block_reuse: bool = True
-    free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1, description="max_tokens_in_paged_kv_cache per engine")
+    free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=1, le=COUNT_MAX, description="max_tokens_in_paged_kv_cache per engine")
     dtype: Literal["auto", "fp8", "int8"] = "auto"
 
 
 class GPUSpec(_Spec):
-    memory_gib: float | None = Field(None, gt=0, description="memory of one GPU; unset = skip the estimate")
-    reserve_gib: float = Field(2.0, ge=0, description="activations/workspace reserved per engine")
+    memory_gib: float | None = Field(None, gt=0, le=MAX_GIB, allow_inf_nan=False,
+                                     description="memory of one GPU; unset = skip the estimate")
+    reserve_gib: float = Field(2.0, ge=0, le=MAX_GIB, allow_inf_nan=False,
+                               description="activations/workspace reserved per engine")
 
 
 class TRTLLMSpec(_Spec):
@@ -131,7 +171,7 @@ class TRTLLMSpec(_Spec):
 
     version: str = Field(DEFAULT_TARGET, description=f"TensorRT-LLM target: one of {', '.join(SUPPORTED_TARGETS)} "
                                                      f"(default {DEFAULT_TARGET}); see docs/targets.md")
-    examples_dir: str = Field("TensorRT-LLM/examples",
+    examples_dir: PathText = Field("TensorRT-LLM/examples",
                               description="examples/ of a TensorRT-LLM checkout at the target's tag")
 
     @model_validator(mode="before")
@@ -139,15 +179,17 @@ class TRTLLMSpec(_Spec):
     def _no_container(cls, value: Any) -> Any:
         if isinstance(value, dict) and "container" in value:
             version = value.get("version", DEFAULT_TARGET)
-            raise ConfigError("trtllm.container", value["container"], "is not set by hand: the container comes from "
+            raise ConfigError("trtllm.container", shown(value["container"]), "is not set by hand: the container comes from "
                               "the target (trtllm.version), so it always matches the artefacts rendered for it",
-                              hint=f"remove trtllm.container; trtllm.version {version} runs in "
+                              hint=f"remove trtllm.container; trtllm.version {shown_text(version)} runs in "
                                    f"{_image_or_supported(version)}")
         return value
 
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
+        if len(value) > 32 or not value.isprintable():
+            raise ValueError(f"is not a TensorRT-LLM version; use one of {', '.join(SUPPORTED_TARGETS)}")
         load_target(value)  # ConfigError naming the supported targets and the nearest one
         return value
 
@@ -160,9 +202,11 @@ class TRTLLMSpec(_Spec):
         return self.target().image
 
 
-def _image_or_supported(version: str) -> str:
+def _image_or_supported(version: Any) -> str:
     try:
-        return load_target(str(version)).image
+        if not isinstance(version, str) or len(version) > 32:
+            raise TrtspecError("not a version")
+        return load_target(version).image
     except TrtspecError:
         return f"a supported target's container ({', '.join(SUPPORTED_TARGETS)})"
 
@@ -172,10 +216,10 @@ class BuildSpec(_Spec):
 
     name: str | None = None
     backend: Literal["tensorrtllm", "torch"] = "tensorrtllm"
-    target: str = Field(description="embedded model name (tiny) or HF checkpoint directory")
-    draft: str | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
+    target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
+    draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
     method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, redrafter, none")
-    max_draft_len: int | None = Field(None, ge=0, validation_alias=AliasChoices("max_draft_len", "k"),
+    max_draft_len: int | None = Field(None, ge=0, le=COUNT_MAX, validation_alias=AliasChoices("max_draft_len", "k"),
                                       description="k: draft tokens per step (derived for lookahead/medusa/redrafter)")
     medusa: MedusaSpec | None = None
     lookahead: LookaheadSpec | None = None
@@ -186,7 +230,15 @@ class BuildSpec(_Spec):
     kv_cache: KVCacheSpec = KVCacheSpec()
     gpu: GPUSpec = GPUSpec()
     trtllm: TRTLLMSpec = TRTLLMSpec()
-    output: str = Field("out/build", description="output directory (relative paths: to the config file's directory)")
+    output: PathText = Field("out/build", description="output directory (relative paths: to the config file's directory)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_k(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "k" in data and "max_draft_len" in data:
+            raise ConfigError("k", shown(data["k"]), "is another name of max_draft_len, which is also given",
+                              hint="give one of `k:` and `max_draft_len:`")
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -196,7 +248,10 @@ class BuildSpec(_Spec):
             return data
         data = dict(data)
         version = data.pop("trtllm_version")
-        section = dict(data.get("trtllm") or {})
+        section = data.get("trtllm") or {}
+        if not isinstance(section, dict):
+            raise ConfigError("trtllm", shown(section), "is not a mapping", hint="write `trtllm: {version: ...}`")
+        section = dict(section)
         if "version" in section and section["version"] != version:
             raise ConfigError("trtllm_version", version, f"conflicts with trtllm.version={section['version']!r}",
                               hint="set the target once: `trtllm: {version: ...}` or `trtllm_version: ...`")
@@ -218,6 +273,7 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
     if not isinstance(data, dict):
         raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
                           hint="start from an example: `trtspec build --example tiny-torch > tiny-torch.yaml`")
+    _check_size(data, source)
     try:
         return BuildSpec.model_validate(data)
     except ValidationError as exc:
@@ -225,20 +281,82 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
 
 
 def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None) -> BuildSpec:
-    """Read a YAML build config. Relative model/output paths are resolved against the file's directory."""
+    """Read a YAML build config. Relative model/output paths are resolved against the file's directory.
+
+    The file must be UTF-8 text of at most MAX_CONFIG_BYTES; every problem (unreadable, another encoding, bad YAML,
+    nesting past MAX_CONFIG_DEPTH, anchors expanding past MAX_CONFIG_NODES values) is a ConfigError naming the file.
+    """
     import yaml
 
     path = Path(path)
+    text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what="a build config")
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError("config", str(path), f"cannot be read ({exc.strerror})", hint="check the path") from None
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}" if exc.problem_mark else ""
+        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        raise ConfigError("config", str(path), f"is not valid YAML: {problem}{where}",
+                          hint="fix the YAML syntax") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"is not valid YAML ({exc})", hint="fix the YAML syntax") from None
+        raise ConfigError("config", str(path), f"is not valid YAML: {' '.join(str(exc).split())}",
+                          hint="fix the YAML syntax") from None
+    except RecursionError:
+        raise ConfigError("config", str(path), f"nests deeper than a build config can ({MAX_CONFIG_DEPTH} levels)",
+                          hint="a build config is a flat mapping with a few sections") from None
+    except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot construct (2024-13-45, 10**5000)
+        raise ConfigError("config", str(path), f"holds a value YAML cannot read ({' '.join(str(exc).split())[:120]})",
+                          hint="quote the value if it is a string") from None
     if isinstance(data, dict):
+        _check_size(data, str(path))
         data = {**data, **(overrides or {})}
         data = _anchor_paths(data, path.resolve().parent)
     return parse_build_spec(data, source=str(path))
+
+
+def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
+    """The text of a small UTF-8 file (a UTF-8 byte-order mark is dropped); ConfigError naming `field`, the file and
+    the fix when it cannot be read, is larger than `limit` bytes or is not UTF-8. Never echoes the file's content."""
+    import codecs
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
+    if len(raw) > limit:
+        raise ConfigError(field, str(path), f"is larger than {limit // 1024} KiB: not {what}",
+                          hint=f"check the path; {what} is a small text file")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)):
+        raise ConfigError(field, str(path), "is UTF-16/UTF-32 text, not UTF-8",
+                          hint=f"save it as UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path.name} > fixed.yaml`")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, str(path), f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                          hint=f"save it as UTF-8; check that it is {what}") from None
+    if "\0" in text:
+        raise ConfigError(field, str(path), "contains NUL bytes: a binary file, or UTF-16 without a byte-order mark",
+                          hint=f"save it as UTF-8; check that it is {what}")
+    return text
+
+
+def _check_size(data: Any, source: str) -> None:
+    """Refuse documents deeper than MAX_CONFIG_DEPTH or with more than MAX_CONFIG_NODES values (YAML aliases count
+    once per use: that is how validation would walk them). Iterative: a deep document cannot overflow the stack."""
+    stack, nodes = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(source, f"{depth} levels", f"nests deeper than a build config can ({MAX_CONFIG_DEPTH})",
+                              hint="a build config is a mapping with a few flat sections")
+        if nodes > MAX_CONFIG_NODES:
+            raise ConfigError(source, f"> {MAX_CONFIG_NODES} values", "is far larger than a build config (YAML "
+                              "anchors and aliases expand on use)", hint="write the values out; drop the aliases")
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()] + [(k, depth + 1) for k in value]
+        elif isinstance(value, (list, tuple)):
+            stack += [(v, depth + 1) for v in value]
 
 
 def dump_yaml(spec: BuildSpec) -> str:
@@ -251,10 +369,14 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     """Resolve relative local paths (those that exist next to the config, and `output`) against the config dir."""
 
     def anchor(value: Any, always: bool = False) -> Any:
-        if not isinstance(value, str) or Path(value).is_absolute() or value.startswith("~"):
+        if not isinstance(value, str) or not value or Path(value).is_absolute() or value.startswith("~"):
             return value
         candidate = base / value
-        return os.path.normpath(candidate) if always or candidate.exists() else value
+        try:
+            exists = candidate.exists()
+        except (OSError, ValueError):  # a name the file system cannot hold: the field validator reports it
+            return value
+        return os.path.normpath(candidate) if always or exists else value
 
     out = dict(data)
     for key in ("target", "draft"):
@@ -271,10 +393,11 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def _config_error(exc: ValidationError, data: dict[str, Any]) -> TrtspecError:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "config"
-    value = err.get("input")
+    loc = ".".join(p if isinstance(p, str) and re.fullmatch(r"[\w-]{1,64}", p) else
+                   str(p) if isinstance(p, int) else shown_text(p) for p in err["loc"]) or "config"
+    value = shown(err.get("input"))
     kind = err["type"]
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = " ".join(err["msg"].removeprefix("Value error, ").split())
     if kind == "extra_forbidden":
         parent = loc.rsplit(".", 1)[0] if "." in loc else ""
         fields = _fields_at(parent)

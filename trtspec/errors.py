@@ -7,6 +7,8 @@ with `--debug` / `TRTSPEC_DEBUG=1`.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TrtspecError(Exception):
     """Base class. `exit_code` 1 = runtime failure, 2 = bad input, 3 = a required tool is missing."""
@@ -70,3 +72,39 @@ class ServerError(TrtspecError):
 
 class OverloadedError(TrtspecError):
     """The engine's queue is full: the request was rejected, never silently dropped."""
+
+
+# --- values in messages ----------------------------------------------------------------------------------------------
+
+
+class _Shown:
+    """A value shown by a short, one-line repr (for errors about large or deep values)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def shown_text(value: Any) -> str:
+    """A short one-line repr of any value: long strings and containers abridged, huge integers by their size."""
+    import reprlib
+
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an integer of {value.bit_length()} bits>"
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlevel = 80, 80, 3
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
+    return short.repr(value)
+
+
+def shown(value: Any) -> Any:
+    """`value` itself when it is short and primitive (errors keep it), else a stand-in with a short repr."""
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int) and value.bit_length() <= 64:
+        return value
+    if isinstance(value, str) and len(value) <= 200:
+        return value
+    return _Shown(shown_text(value))

@@ -145,11 +145,11 @@ def test_changed_input_reconverts(random_pair, tmp_path):
 
 def test_failed_step_leaves_output_dir_unchanged(random_pair, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("before")
     spec = parse_build_spec({"target": str(random_pair[0]), "method": "none",
                              "engine": {"max_input_len": 8, "max_seq_len": 16}})
     resolved = run_preflight(spec)
+    execute(BuildPlan("tensorrtllm", "none", ()), resolved, out, quiet=True)  # an earlier build output
+    (out / "keep.txt").write_text("before")
     plan = BuildPlan("tensorrtllm", "none", (
         Step("write-a", "files", "write", "a file", content="x", outputs=("a.txt",)),
         Step("boom", "convert", "command", "fails", argv=("python3", "-c", "import sys; print('no'); sys.exit(4)"),
@@ -157,7 +157,8 @@ def test_failed_step_leaves_output_dir_unchanged(random_pair, tmp_path):
     ))
     with pytest.raises(BuildError, match="exit code 4"):
         execute(plan, resolved, out, quiet=True)
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"] and (out / "keep.txt").read_text() == "before"
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "logs", "trtspec-manifest.json"]
+    assert (out / "keep.txt").read_text() == "before"
     report = json.loads((tmp_path / "out.trtspec-failed.json").read_text())
     assert {s["id"]: s["status"] for s in report["steps"]} == {"write-a": "done", "boom": "failed"}
     assert "no" in (tmp_path / "out.trtspec-failed.log").read_text()

@@ -12,25 +12,116 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ConfigError, IncompatibleModelsError
+from trtspec.errors import ConfigError, IncompatibleModelsError, shown_text
 
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
-def safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
-    """Tensor name -> {dtype, shape, data_offsets} from a .safetensors file's JSON header (reads only the header)."""
+# Bytes per element of the safetensors dtypes (a tensor's byte range must hold exactly its elements).
+SAFETENSORS_DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8,
+                          "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON header
+
+
+def safetensors_header(path: Path, *, field: str = "checkpoint") -> dict[str, dict[str, Any]]:
+    """Tensor name -> {dtype, shape, data_offsets} from a .safetensors file's JSON header (reads only the header).
+
+    Raises ConfigError naming `field` and the file when the header is missing, truncated or not JSON."""
+    size = _size(path, field)
     with open(path, "rb") as fh:
-        (size,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(size))
+        head = fh.read(8)
+        if len(head) < 8:
+            raise _bad(field, path, f"is truncated: {size} bytes, shorter than a safetensors header")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(size - 8, MAX_HEADER_BYTES):
+            raise _bad(field, path, f"is truncated or not safetensors: its header claims {length} bytes, the file "
+                                    f"holds {size}")
+        try:
+            header = json.loads(fh.read(length))
+        except (ValueError, RecursionError):
+            raise _bad(field, path, "has a header that is not valid JSON (not safetensors, or damaged)") from None
+    if not isinstance(header, dict):
+        raise _bad(field, path, "has a header that is not a JSON object (not safetensors)")
     header.pop("__metadata__", None)
     return header
+
+
+def check_safetensors(path: Path, *, field: str = "checkpoint") -> None:
+    """Refuse a .safetensors file whose header does not describe exactly its bytes (truncated or padded downloads,
+    partial copies): every tensor's byte range holds its elements, and the ranges end where the file ends."""
+    header = safetensors_header(path, field=field)
+    length = struct.unpack("<Q", path.open("rb").read(8))[0]
+    end = 0
+    for name, info in header.items():
+        try:
+            dtype, shape, (start, stop) = info["dtype"], info["shape"], info["data_offsets"]
+            if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start <= stop
+                    and all(isinstance(d, int) and d >= 0 for d in shape)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise _bad(field, path, f"has a malformed header entry for tensor {name[:80]!r}") from None
+        count = 1
+        for dim in shape:
+            count *= dim
+        if dtype in SAFETENSORS_DTYPE_SIZE and count * SAFETENSORS_DTYPE_SIZE[dtype] != stop - start:
+            raise _bad(field, path, f"tensor {name[:80]!r} ({dtype} {list(shape)}) has {stop - start} bytes, needs "
+                                    f"{count * SAFETENSORS_DTYPE_SIZE[dtype]}")
+        end = max(end, stop)
+    size = _size(path, field)
+    if 8 + length + end != size:
+        problem = "is truncated" if size < 8 + length + end else "has bytes past its last tensor"
+        raise _bad(field, path, f"{problem}: {size} bytes on disk, its header describes {8 + length + end}")
+
+
+def check_weights(model_dir: Path, *, field: str = "model") -> list[Path]:
+    """Check every weight file of a checkpoint directory without loading it: safetensors headers against file sizes
+    (check_safetensors), shards listed by model.safetensors.index.json exist, pytorch_model*.bin zip archives are
+    complete. Returns the files checked; raises ConfigError naming `field`, the file and what is wrong."""
+    checked = []
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        data = _json(index)
+        weight_map = data.get("weight_map") if isinstance(data.get("weight_map"), dict) else None
+        if weight_map is None:
+            raise _bad(field, index, "has no weight_map (not a safetensors index)")
+        for shard in sorted({str(v) for v in weight_map.values()}):
+            if "/" in shard or not (model_dir / shard).is_file():
+                raise _bad(field, index, f"lists shard {shard[:80]!r}, which is not in {model_dir}")
+    for file in sorted(model_dir.glob("*.safetensors")):
+        check_safetensors(file, field=field)
+        checked.append(file)
+    for file in sorted(model_dir.glob("pytorch_model*.bin")):
+        with open(file, "rb") as fh:
+            zipped = fh.read(2) == b"PK"
+        if zipped:  # torch.save's zip format; the central directory sits at the end, so truncation breaks it
+            import zipfile
+
+            try:
+                with zipfile.ZipFile(file) as archive:
+                    archive.infolist()
+            except (zipfile.BadZipFile, OSError, ValueError):
+                raise _bad(field, file, "is truncated or damaged (its zip directory cannot be read)") from None
+        checked.append(file)
+    return checked
+
+
+def _size(path: Path, field: str) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise _bad(field, path, f"cannot be read ({exc.strerror or exc})") from None
+
+
+def _bad(field: str, path: Path, problem: str) -> ConfigError:
+    return ConfigError(field, str(path), problem, hint="re-download or re-save the checkpoint (a copy or download "
+                                                       "may have been cut short)")
 
 
 def tensor_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape across a directory's *.safetensors files."""
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
-        shapes.update({k: tuple(v["shape"]) for k, v in safetensors_header(file).items()})
+        shapes.update(_shapes(safetensors_header(file)))
     return shapes
 
 
@@ -41,9 +132,9 @@ def param_count(model_dir: Path) -> int | None:
         return None
     total = 0
     for file in files:
-        for info in safetensors_header(file).values():
+        for info in _shapes(safetensors_header(file)).values():
             count = 1
-            for dim in info["shape"]:
+            for dim in info:
                 count *= dim
             total += count
     return total
@@ -128,7 +219,8 @@ def medusa_heads(path: Path, *, field: str = "medusa.heads") -> MedusaHeads:
         if not weights.is_file():
             raise ConfigError(field, str(path), "is a ModelOpt/TensorRT-LLM Medusa checkpoint without rank0.safetensors",
                               hint="re-export the heads with ModelOpt's TensorRT-LLM exporter")
-        shapes = {k: tuple(v["shape"]) for k, v in safetensors_header(weights).items()}
+        check_safetensors(weights, field=field)
+        shapes = _shapes(safetensors_header(weights, field=field))
         prefix, layout = "medusa_heads.", "modelopt"
         head_key, lm_key = "medusa_heads.{h}.medusa_layers.{l}.linear.weight", "medusa_heads.{h}.lm_head.weight"
         num_heads, num_layers = config.get("num_medusa_heads"), config.get("num_medusa_layers")
@@ -138,8 +230,9 @@ def medusa_heads(path: Path, *, field: str = "medusa.heads") -> MedusaHeads:
         if weights is None:
             raise ConfigError(field, str(path), "has neither medusa_lm_head.safetensors nor medusa_lm_head.pt",
                               hint="point medusa.heads at the FasterDecoding heads directory")
-        shapes = _pt_shapes(weights) if weights.suffix == ".pt" else {
-            k: tuple(v["shape"]) for k, v in safetensors_header(weights).items()}
+        if weights.suffix != ".pt":
+            check_safetensors(weights, field=field)
+        shapes = _pt_shapes(weights) if weights.suffix == ".pt" else _shapes(safetensors_header(weights, field=field))
         prefix, layout = "", "fastdecoding"
         head_key, lm_key = "{h}.{l}.linear.weight", "{h}.{n}.weight"
         num_heads, num_layers = config.get("medusa_num_heads"), config.get("medusa_num_layers")
@@ -147,6 +240,9 @@ def medusa_heads(path: Path, *, field: str = "medusa.heads") -> MedusaHeads:
     present = {int(k[len(prefix):].split(".")[0]) for k in shapes if k[len(prefix):].split(".")[0].isdigit()}
     num_heads = len(present) if present else num_heads
     num_layers = num_layers or 1
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or not 1 <= num_layers <= 1024:
+        raise ConfigError(field, str(path), f"config.json gives {shown_text(num_layers)} Medusa layers",
+                          hint="set medusa_num_layers / num_medusa_layers to a small positive integer")
     if not num_heads:
         raise ConfigError(field, str(path), "holds no Medusa head tensors",
                           hint=f"expected names like {head_key.format(h=0, l=0)}")
@@ -155,6 +251,9 @@ def medusa_heads(path: Path, *, field: str = "medusa.heads") -> MedusaHeads:
     if first_lm not in shapes or first_layer not in shapes:
         raise ConfigError(field, str(path), f"lacks {first_lm if first_lm not in shapes else first_layer} "
                           f"(num_layers={num_layers})", hint="check medusa_num_layers / num_medusa_layers in config.json")
+    if len(shapes[first_lm]) != 2:
+        raise ConfigError(field, str(path), f"{first_lm} has shape {list(shapes[first_lm])}, not [vocab, hidden]",
+                          hint="point medusa.heads at a Medusa heads directory")
     vocab, hidden = shapes[first_lm]
     return MedusaHeads(path=path, layout=layout, weights_file=weights, num_heads=num_heads, num_layers=num_layers,
                        hidden_size=hidden, vocab_size=vocab,
@@ -172,14 +271,24 @@ def check_heads_match(heads: MedusaHeads, target_config: dict[str, Any], target:
                 hint="use heads trained on this target (`trtspec train medusa --target ...`)")
 
 
+def _shapes(header: dict[str, dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v["shape"]) for k, v in header.items() if isinstance(v, dict) and isinstance(v.get("shape"), list)}
+
+
 def _pt_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a core dependency
         raise ConfigError("medusa.heads", str(path), "is a .pt file and torch is not installed",
                           hint="pip install torch, or convert the heads to safetensors") from None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return {k: tuple(v.shape) for k, v in state.items()}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise _bad("medusa.heads", path, f"cannot be loaded by torch.load ({type(exc).__name__}): truncated or not "
+                                         "a state dict") from None
+    if not isinstance(state, dict):
+        raise _bad("medusa.heads", path, "does not hold a state dict")
+    return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
 
 
 def _json(path: Path) -> dict[str, Any]:

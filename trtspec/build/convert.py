@@ -6,7 +6,7 @@ checkpoint the targets read (trtspec/targets data files, `checkpoint` section; t
 `bias`), and `rank0.safetensors` with the LLaMA weight mapping and every tensor the model class loads: q/k/v +
 dense biases when `attn_bias`, fc/gate/proj biases when `mlp_bias` (zeros where the HF checkpoint has none, which is
 numerically the same layer), and Medusa heads with `linear.bias` (zeros when the heads have no bias).
-Provenance (producer, trtspec version) goes into the safetensors metadata, not into config.json.
+Provenance (`producer: trtspec <version>`) goes into the safetensors metadata, not into config.json.
 
 Why not ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47, tried on CPU): it runs, but drops
 `rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000), writes float16
@@ -21,8 +21,10 @@ Imports torch (lazily, inside functions): never import this module from the plan
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +156,42 @@ def add_medusa(config: dict[str, Any], tensors: dict[str, Any], heads_dir: Path,
 
 
 def write_checkpoint(out_dir: Path, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-    """config.json + rank0.safetensors, each written atomically."""
+    """config.json + rank0.safetensors, each written atomically (a failed write leaves no partial file behind and
+    raises a BuildError naming the file: disk full, quota, file size limit, permissions)."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / ".rank0.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"producer": "trtspec", "version": __version__})
-    os.replace(tmp, out_dir / "rank0.safetensors")
+    weights, tmp = out_dir / "rank0.safetensors", out_dir / ".rank0.safetensors.tmp"
     tmp_cfg = out_dir / ".config.json.tmp"
-    tmp_cfg.write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(tmp_cfg, out_dir / "config.json")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            # one metadata key: safetensors writes its metadata map in hash order, and two keys would make the same
+            # conversion produce different bytes (and hashes) from run to run
+            save_file(tensors, str(tmp), metadata={"producer": f"trtspec {__version__}"})
+        except SafetensorError as exc:  # the Rust writer's I/O errors arrive as text: "... (os error 28)"
+            raise OSError(_errno_of(str(exc)), _reason(str(exc)), str(weights)) from None
+        os.replace(tmp, weights)
+        tmp_cfg.write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(tmp_cfg, out_dir / "config.json")
+    except OSError as exc:
+        for partial in (tmp, tmp_cfg):
+            partial.unlink(missing_ok=True)
+        target = exc.filename or out_dir
+        raise BuildError(f"cannot write {target}: {exc.strerror or exc}",
+                         hint=f"free space on the file system of {out_dir} (or write elsewhere), then rerun"
+                         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                         else f"check that {out_dir} is writable, then rerun") from None
+
+
+def _errno_of(text: str) -> int:
+    match = re.search(r"os error (\d+)", text)
+    return int(match.group(1)) if match else errno.EIO
+
+
+def _reason(text: str) -> str:
+    match = re.search(r"os error (\d+)", text)
+    return os.strerror(int(match.group(1))) if match else " ".join(text.split())[:200]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,13 +225,17 @@ def _rotary_scaling(hf: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _load_file(path: Path) -> dict[str, Any]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        return load_file(str(path))
-    import torch
+            return load_file(str(path))
+        import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - safetensors / torch raise many kinds for a damaged file
+        raise BuildError(f"{path} cannot be loaded ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})",
+                         hint="re-download or re-save the checkpoint (a copy may have been cut short)") from None
 
 
 def _load_hf_state(model_dir: Path) -> dict[str, Any]:
@@ -216,5 +248,20 @@ def _load_hf_state(model_dir: Path) -> dict[str, Any]:
     return state
 
 
+def _cli(argv: list[str] | None = None) -> int:
+    """`python -m trtspec.build.convert`: errors are one line (`Error: ...`, `Hint: ...`) with trtspec's exit codes."""
+    import sys
+
+    from trtspec.errors import TrtspecError
+
+    try:
+        return main(argv)
+    except TrtspecError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"Hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_cli())

@@ -16,8 +16,10 @@ Format (version 1), written atomically into the output directory by the executor
                   "medusa_heads": {...} | null, "checks": [{"name", "status", "detail"}]},
       "engines": {"target": "engines/target", ...}, "checkpoints": {...}, "llm_api": "llm-api/...yaml" | null,
       "steps": [{"id", "stage", "kind", "title", "status": "done" | "pending", "runner": "tensorrt_llm" | "trtspec"
-                 | null, "command", "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds"}],
-      "pending": [{"id", "command", "container"}],
+                 | null, "command" (shell-quoted), "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds",
+                 "key" (sha256 of everything the step reads; a re-run skips it only while unchanged), "code" (the
+                 runner's version)}],
+      "pending": [{"id", "command": "cd OUT && ..." (shell-quoted, paste as is), "cwd", "argv", "container"}],
       "file_hashes": {path: [size, mtime_ns, sha256]}
     }
 
@@ -39,13 +41,14 @@ FORMAT = "trtspec-manifest/1"
 def read_manifest(out_dir: Path) -> dict[str, Any] | None:
     path = Path(out_dir) / MANIFEST
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON: not a manifest (rebuild)
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` atomically: a temp file next to `path`, then a rename."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
@@ -55,10 +58,17 @@ class Hasher:
     """sha256 of files and directory trees, cached by (size, mtime_ns) so re-runs do not re-read big weights."""
 
     def __init__(self, cache: dict[str, list[Any]] | None = None) -> None:
-        self.cache: dict[str, list[Any]] = dict(cache or {})
+        self.cache: dict[str, list[Any]] = {k: v for k, v in (cache if isinstance(cache, dict) else {}).items()
+                                            if isinstance(v, list) and len(v) == 3}
+        self._used: set[str] = set()
+
+    def used(self) -> dict[str, list[Any]]:
+        """The cache entries of the files hashed by this run (what the manifest keeps)."""
+        return {k: self.cache[k] for k in sorted(self._used) if k in self.cache}
 
     def file(self, path: Path, key: str) -> str:
         stat = path.stat()
+        self._used.add(key)
         hit = self.cache.get(key)
         if hit and hit[0] == stat.st_size and hit[1] == stat.st_mtime_ns:
             return str(hit[2])

@@ -59,7 +59,7 @@ class Step:
 
     def command(self, *, use_fallback: bool = False) -> str:
         argv = self.fallback if use_fallback else self.argv
-        return shlex.join(argv) if argv else f"write {self.outputs[0]}"
+        return shlex.join(argv) if argv else shlex.join([self.kind, *self.inputs, self.outputs[0]])
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -303,8 +303,11 @@ def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, 
     if problems:  # a trtspec bug, never the user's: refuse to write a file the release would reject
         raise BuildError(f"LLM-API options for TensorRT-LLM {target.version} do not match its facts: "
                          + "; ".join(problems), hint="report this; use --only convert / engines meanwhile")
-    return options, (f"TensorRT-LLM {target.version} ({target.image}): trtllm-serve {r.models['target'].path} "
-                     f"--backend pytorch --extra_llm_api_options {LLM_API_FILE}")
+    return options, f"TensorRT-LLM {target.version} ({target.image}): {shlex.join(_serve_argv(r, LLM_API_FILE))}"
+
+
+def _serve_argv(r: Resolved, options_file: str) -> list[str]:
+    return ["trtllm-serve", r.models["target"].path, "--backend", "pytorch", "--extra_llm_api_options", options_file]
 
 
 def _speculative_config(r: Resolved, target: TrtllmTarget) -> dict[str, Any] | None:
@@ -326,9 +329,14 @@ def _speculative_config(r: Resolved, target: TrtllmTarget) -> dict[str, Any] | N
 
 def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:
     header = (f"# trtspec: LLM-API options for method {r.method.name}, TensorRT-LLM {target.version} "
-              f"({target.image}), PyTorch backend.\n"
-              f"# trtllm-serve {r.models['target'].path} --backend pytorch --extra_llm_api_options <this file>\n")
+              f"({target.image}), PyTorch backend. Serve from the build output directory:\n"
+              f"{_comment(shlex.join(_serve_argv(r, LLM_API_FILE)))}\n")
     return header + _yaml(options)
+
+
+def _comment(text: str) -> str:
+    """A YAML comment line; a line break in `text` (a quoted path) continues the comment instead of ending it."""
+    return "# " + "\n# ".join(text.splitlines() or [""])
 
 
 def _yaml(data: Any, indent: int = 0) -> str:

@@ -18,12 +18,13 @@ from trtspec import choices as tree_choices
 from trtspec.build.checkpoint import (
     MedusaHeads,
     check_heads_match,
+    check_weights,
     medusa_heads,
     merged_special_ids,
     special_token_ids,
 )
 from trtspec.build.memory import EngineMemory, estimate_kv
-from trtspec.config import BuildSpec
+from trtspec.config import COUNT_MAX, BuildSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
@@ -95,6 +96,12 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
         _check_pair(spec, models["target"], models["draft"], checks)
     heads = _medusa(spec, models, checks) if spec.medusa else None
     max_draft_len, tree, lookahead = _draft_len(spec, heads, checks)
+    if max_draft_len > COUNT_MAX - spec.engine.max_seq_len:
+        raise ConfigError("max_draft_len", max_draft_len, f"+ engine.max_seq_len {spec.engine.max_seq_len} exceeds "
+                          f"the int32 range TensorRT-LLM counts tokens in", hint="use a smaller tree / lookahead / k")
+    if tree is not None:
+        _check_tree_vocab(spec, tree, heads, models, checks)
+    _check_parallelism(spec, models, checks)
     _check_engine_flags(spec, method, max_draft_len, models, checks)
     kv = estimate_kv(spec, models, max_draft_len, heads, checks)
     return Resolved(spec=spec, method=method, models=models, max_draft_len=max_draft_len, family=family,
@@ -161,8 +168,13 @@ def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: 
             checks.append(Check(f"{role} checkpoint", "unchecked", f"{value} does not exist here ({exc.message})"))
             models[role] = ModelRef(role, value, value, exists=False)
             continue
-        models[role] = ModelRef(role, value, str(path), exists=True, config=read_config(path, field=role))
-        checks.append(Check(f"{role} checkpoint", "ok", str(path)))
+        config = read_config(path, field=role)
+        if not isinstance(config, dict):
+            raise ModelNotFoundError(f"{role}={value!r}: {path / 'config.json'} is not a JSON object",
+                                     hint="re-export the checkpoint")
+        files = check_weights(path, field=role)
+        models[role] = ModelRef(role, value, str(path), exists=True, config=config)
+        checks.append(Check(f"{role} checkpoint", "ok", f"{path} ({len(files)} weight file(s) complete)"))
     for role, value in extra.items():
         if not value:
             continue
@@ -175,6 +187,7 @@ def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: 
             checks.append(Check(f"{role} directory", "unchecked", f"{value} does not exist here"))
             models[role] = ModelRef(role, value, value, exists=False)
             continue
+        check_weights(path, field=f"{role} directory")
         models[role] = ModelRef(role, value, str(path.resolve()), exists=True)
     return models
 
@@ -380,6 +393,49 @@ def _check_engine_flags(spec: BuildSpec, method: MethodInfo, max_draft_len: int,
                               hint=f"set engine.max_seq_len <= {limit - max_draft_len}")
     checks.append(Check("engine flags", "ok", f"beam 1, logits {engine.logits_dtype}, paged context FMHA "
                         f"{'on' if engine.use_paged_context_fmha else 'off'}"))
+
+
+def _check_tree_vocab(spec: BuildSpec, tree: list[list[int]], heads: MedusaHeads | None,
+                      models: dict[str, ModelRef], checks: list[Check]) -> None:
+    """Tree ranks index a head's top-k tokens: each must be below the vocabulary size (heads, else target)."""
+    field_name = f"{spec.method}.choices"
+    vocab = heads.vocab_size if heads is not None else (models["target"].config or {}).get("vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        checks.append(Check("tree ranks", "unchecked", "vocabulary size not known here"))
+        return
+    tree_choices.validate(tree, max_rank=vocab, field=field_name)
+    checks.append(Check("tree ranks", "ok", f"largest rank {max(max(p) for p in tree)} < vocab {vocab}"))
+
+
+def _check_parallelism(spec: BuildSpec, models: dict[str, ModelRef], checks: list[Check]) -> None:
+    """TensorRT-LLM splits attention heads across TP ranks and layers across PP ranks: tp must divide the attention
+    heads, the KV heads must split or replicate evenly (kv % tp == 0, or tp % kv == 0), and pp must not exceed the
+    layers. Checked per engine against its checkpoint's config.json (unchecked where it is not readable)."""
+    engine = spec.engine
+    seen = []
+    for role, tp in (("target", engine.tp_size), ("draft", engine.draft_tp_size or engine.tp_size)):
+        config = models[role].config if role in models else None
+        if config is None:
+            continue
+        field_name = "engine.draft_tp_size" if role == "draft" and engine.draft_tp_size else "engine.tp_size"
+        heads, layers = config.get("num_attention_heads"), config.get("num_hidden_layers")
+        kv = config.get("num_key_value_heads") or heads
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (heads, kv, layers)):
+            checks.append(Check(f"{role} parallelism", "unchecked", "config.json lacks head/layer counts"))
+            continue
+        if heads % tp:
+            divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+            raise ConfigError(field_name, tp, f"does not divide the {role}'s num_attention_heads={heads}",
+                              hint=f"use one of: {', '.join(map(str, divisors))}")
+        if kv % tp and tp % kv:
+            raise ConfigError(field_name, tp, f"neither divides nor is a multiple of the {role}'s "
+                              f"num_key_value_heads={kv}", hint=f"use a divisor of {kv} or a multiple of it")
+        if engine.pp_size > layers:
+            raise ConfigError("engine.pp_size", engine.pp_size, f"exceeds the {role}'s num_hidden_layers={layers}",
+                              hint=f"use pp_size <= {layers}")
+        seen.append(f"{role}: tp {tp} x pp {engine.pp_size} over {heads} heads / {kv} KV heads / {layers} layers")
+    if seen:
+        checks.append(Check("parallelism", "ok", "; ".join(seen)))
 
 
 def _section(value: T | None, name: str, method: str) -> T:

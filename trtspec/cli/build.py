@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -82,7 +83,7 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
         raise ToolNotFoundError(
             f"needs TensorRT-LLM: {len(blocked)} step(s) pending ({', '.join(p['id'] for p in blocked)}); "
             f"completed steps are recorded in {result.out_dir / 'trtspec-manifest.json'}",
-            hint=f"run the pending commands inside {image}, or `trtspec build {config} --only convert` here")
+            hint=f"run the pending commands inside {image}, or `{shlex.join(['trtspec', 'build', str(config), '--only', 'convert'])}` here")
 
 
 def _examples(name: str | None, as_json: bool) -> None:

@@ -7,6 +7,7 @@ start): streaming needs it, unary gRPC infer and HTTP generate need it off.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -37,7 +38,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--decoupled/--no-decoupled", default=False, show_default=True,
               help="NVIDIA's decoupled_mode for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming "
                    "(stream=true, generate_stream) needs it; unary gRPC infer and HTTP generate need it off.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
@@ -66,15 +67,22 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
             click.echo(f"Note: the {role} engine is not built yet ({engine.path}); run the engine steps of "
                        "`trtspec build` inside a TensorRT-LLM container before serving.")
     if not dry_run:
-        write_repository(plan, out, force=force)
+        keep = [build_dir, *([spec.tokenizer_dir] if spec.tokenizer_dir else [])]  # never inside, over or under
+        write_repository(plan, out, force=force, keep=keep)
     click.echo("Serve it with:")
-    click.echo(f"  trtspec serve {out}")
+    click.echo(f"  {shlex.join(['trtspec', 'serve', _path_arg(out)])}")
     if backend == "tensorrtllm":
         launch = plan_launch(out, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"),
                              record=repo_record(spec))
         if launch.note:
             click.echo(f"  ({launch.note})")
         click.echo(f"or, inside {spec.target.image}:\n  {launch.shell()}")
+
+
+def _path_arg(path: Path) -> str:
+    """A path as a command-line argument: one that starts with `-` gets `./` so it cannot read as an option."""
+    text = str(path)
+    return f"./{text}" if text.startswith("-") else text
 
 
 def _lookahead(value: str | None) -> tuple[int, int, int] | None:

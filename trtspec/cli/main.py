@@ -79,3 +79,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the file system refused (disk full, quota, permissions): one line, runtime failure
+        if debug_enabled():
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.secho(f"Error: {exc.strerror or exc}{where}", fg="red", err=True)
+        click.echo("Hint: free space or fix permissions on that path, then rerun (outputs are written atomically; "
+                   "completed work is kept)", err=True)
+        sys.exit(1)

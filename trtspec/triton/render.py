@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,11 +175,34 @@ def model_files(name: str, template_dir: str, values: Mapping[str, object], *, s
     return plan
 
 
-def write_repository(plan: RepoPlan, out: Path, *, force: bool = False) -> Path:
-    """Write `plan` under `out` atomically: a sibling temp dir, then a rename (an existing `out` needs force)."""
+MARKER = ".trtspec-repository"  # written into every repository trtspec renders: `--force` replaces only those
+
+
+def check_destination(out: Path, *, force: bool = False, keep: Sequence[Path] = ()) -> Path:
+    """`out` (resolved) if a repository may be written there: it must not be, contain or lie inside any `keep` path
+    (the build output, the tokenizer), and an existing `out` is replaced only with `force` and only when trtspec made
+    it (it holds MARKER, or the `trtspec-repo.json` of older releases) or it is empty."""
     out = Path(out).resolve()
-    if out.exists() and not force:
-        raise UsageError(f"--out {out} already exists", hint="pass --force to replace it, or choose another path")
+    for path in keep:
+        other = Path(path).resolve()
+        if out == other or other.is_relative_to(out) or out.is_relative_to(other):
+            relation = "is" if out == other else "contains" if other.is_relative_to(out) else "is inside"
+            raise UsageError(f"--out {out} {relation} {other}, which the repository reads",
+                             hint="write the repository to a directory of its own, e.g. out/triton/NAME")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UsageError(f"--out {out} already exists", hint="pass --force to replace it, or choose another path")
+        made_by_trtspec = (out / MARKER).is_file() or (out / "trtspec-repo.json").is_file()
+        if not out.is_dir() or out.is_symlink() or not (made_by_trtspec or not any(out.iterdir())):
+            raise UsageError(f"--out {out} exists and is not a model repository trtspec rendered (no {MARKER}); "
+                             "--force replaces only those", hint="choose another --out, or remove it yourself")
+    return out
+
+
+def write_repository(plan: RepoPlan, out: Path, *, force: bool = False, keep: Sequence[Path] = ()) -> Path:
+    """Write `plan` under `out` atomically: a sibling temp dir, then a rename. An existing `out` is replaced only
+    with `force` and only when trtspec rendered it; `out` may not overlap the `keep` paths (check_destination)."""
+    out = check_destination(out, force=force, keep=keep)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -190,6 +213,7 @@ def write_repository(plan: RepoPlan, out: Path, *, force: bool = False) -> Path:
                 shutil.copyfile(item.copy_from, dest)
             else:
                 dest.write_text(item.text or "", encoding="utf-8")
+        (tmp / MARKER).write_text("a Triton model repository rendered by `trtspec deploy`\n", encoding="utf-8")
         old = None
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -54,7 +54,8 @@ class MedusaProposer(StatelessProposer):
         spec = ctx.options.get("medusa_choices")
         tree_choices = (choices_mod.parse(spec, field="medusa_choices") if spec is not None
                         else default_choices(Path(ctx.medusa), heads.num_heads))
-        choices_mod.validate(tree_choices, max_depth=heads.num_heads, field="medusa_choices")
+        choices_mod.validate(tree_choices, max_depth=heads.num_heads, max_rank=heads.shape.vocab_size,
+                             field="medusa_choices")
         return cls(heads, tree_choices)
 
     @torch.inference_mode()
