@@ -88,3 +88,11 @@ def test_generate_refuses_a_prompt_that_is_not_utf8(capsys):
     code, err = run(["generate", "--method", "ngram", "\udcff\udcfe"], capsys)  # how non-UTF-8 argv bytes arrive
     assert code == 2 and "PROMPT is not valid UTF-8" in err
     assert issubclass(ModelNotFoundError, UsageError)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{\x00}\x00", b"[1, 2]", b"{not json"])
+def test_config_json_that_is_not_a_utf8_object(checkpoint, tmp_path, content):
+    ckpt = copy(checkpoint, tmp_path)
+    (ckpt / "config.json").write_bytes(content)
+    with pytest.raises(ModelNotFoundError, match="config.json is not"):
+        resolve_model(ckpt)

@@ -123,10 +123,13 @@ def read_config(path: Path, *, field: str = "model") -> dict[str, Any]:
         raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is missing",
                                  hint="a Hugging Face checkpoint directory has a config.json")
     try:
-        return json.loads(cfg.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is not valid JSON ({exc})",
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is not valid UTF-8 JSON ({exc})",
                                  hint="re-export the checkpoint") from None
+    if not isinstance(config, dict):
+        raise ModelNotFoundError(f"{field}={str(path)!r}: {cfg} is not a JSON object", hint="re-export the checkpoint")
+    return config
 
 
 def check_pair(target: Path, draft: Path, *, allow_vocab_padding: bool = False) -> None:
