@@ -56,6 +56,32 @@ def first_error(server, tensors) -> tuple[str, float]:
         client.close()
 
 
+def outcome(server, tensors, model="tensorrt_llm") -> tuple[list[np.ndarray], str | None]:
+    """(output_ids of each response, None) until the final response, or ([...], the first error) at once; a
+    request without either within 60 s fails the test (queue.Empty)."""
+    import tritonclient.grpc as grpcclient
+
+    from tests.triton.nvidia_requests import _final, _inputs
+
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    outputs: list[np.ndarray] = []
+    try:
+        client.async_stream_infer(model, _inputs(tensors), enable_empty_final_response=True)
+        while True:
+            result, error = got.get(timeout=60)
+            if error is not None:
+                return outputs, str(error)
+            if result.get_response().outputs:
+                outputs.append(result.as_numpy("output_ids"))
+            if _final(result):
+                return outputs, None
+    finally:
+        client.stop_stream()
+        client.close()
+
+
 def test_megabyte_prompt_is_refused_before_tokenizing_and_the_server_keeps_serving(server):
     good(server)  # warm
     error, elapsed = first_error(server, text_request("a " * 500_000, 4))
@@ -92,4 +118,49 @@ def test_non_finite_sampling_inputs_are_refused_naming_the_input(server, name, v
     _, errors = stream_responses(server.grpc_url, "tensorrt_llm", token_request([5, 6, 7], 4, **{
         name: column(value, np.float32)}), ["output_ids"], timeout=60)
     assert errors and message in errors[0], errors
+    good(server)
+
+
+NAMES = ("input_ids", "input_lengths", "request_output_len", "beam_width", "temperature", "runtime_top_k",
+         "runtime_top_p", "num_draft_tokens", "end_id")
+
+
+def _tensor_strategy():
+    from hypothesis import strategies as st
+
+    dtypes = st.sampled_from([np.int32, np.int64, np.float32, np.bool_])
+    values = st.sampled_from([0, 1, 3, -1, 2**31 - 1, -(2**31), np.inf, np.nan, 1000])
+    shapes = st.sampled_from([(1, 1), (1, 3), (2, 1), (1,), (1, 1, 1)])
+    return st.fixed_dictionaries({}, optional={name: st.tuples(dtypes, values, shapes) for name in NAMES})
+
+
+def _build(mutations) -> dict[str, np.ndarray]:
+    from tests.triton.nvidia_requests import token_request
+
+    request = token_request([5, 6, 7], 4)
+    for name, (dtype, value, shape) in mutations.items():
+        if name == "input_ids" and shape == (1, 3):
+            request[name] = np.array([[5, 6, value if np.isfinite(value) else 0]]).astype(dtype)
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            request[name] = np.full(shape, value if np.isfinite(value) or dtype == np.float32 else 0).astype(dtype)
+    return request
+
+
+def test_random_bad_tensor_requests_are_answered_or_refused_naming_an_input(server):
+    """NVIDIA's tensorrt_llm inputs with random wrong dtypes, shapes and values: every request ends (no hang) with
+    either output ids or an error naming one of the inputs, and the server stays live."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(mutations=_tensor_strategy())
+    def check(mutations):
+        request = _build(mutations)
+        outputs, error = outcome(server, request)
+        if error is not None:
+            assert any(name in error for name in request), (mutations, error)
+        else:
+            assert outputs and outputs[-1].size > 0, mutations
+
+    check()
     good(server)
