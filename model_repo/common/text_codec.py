@@ -46,6 +46,12 @@ class TextCodec:
             return self._fast.get_vocab_size(with_added_tokens=True)
         return len(self._hf)
 
+    def vocab_tokens(self):
+        """The text of every vocabulary entry, added tokens included."""
+        if self._fast is not None:
+            return list(self._fast.get_vocab(with_added_tokens=True))
+        return list(self._hf.get_vocab())
+
     def encode(self, text, add_special_tokens=True):
         if self._fast is not None:
             return list(self._fast.encode(text, add_special_tokens=add_special_tokens).ids)

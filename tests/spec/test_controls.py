@@ -447,3 +447,15 @@ def test_draft_model_shapes_its_drafts_with_the_same_processors(engine, monkeypa
     blind = engine.generate(PROMPTS, sampling, SpecParams("draft_target", 4))
     assert [o.token_ids for o in blind] == [o.token_ids for o in informed]
     assert sum(o.stats.num_accepted_tokens for o in informed) > sum(o.stats.num_accepted_tokens for o in blind)
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "repetition_penalty", "presence_penalty",
+                                   "frequency_penalty"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_sampling_values_are_refused_naming_the_field(field, value):
+    from trtspec.errors import ConfigError
+    from trtspec.spec.params import SamplingParams
+
+    with pytest.raises(ConfigError) as info:
+        SamplingParams(**{field: value}).validate()
+    assert str(info.value).startswith(f"{field}=")

@@ -95,3 +95,38 @@ def test_serve_runs_until_interrupted_and_stops_cleanly(tmp_path, tokenized_pair
     assert proc.returncode == 0 and "tritonserver exited (0)" in out
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=2)
+
+
+def test_serve_dry_run_checks_what_a_start_would(tmp_path, tokenized_pair):
+    """--dry-run prints the command only when a real start would get past its checks: free ports, a readable
+    repository record whose models are there, the models asked for with --load-model, the binary."""
+    import json
+    import shutil
+    import socket
+
+    build = write_manifest(tmp_path / "build", trt_manifest("none", tokenized_pair[0]))
+    repo = tmp_path / "repo"
+    assert CliRunner().invoke(cli, ["deploy", "--backend", "tensorrtllm", "--build", str(build), "--out",
+                                    str(repo)]).exit_code == 0
+    ports = Ports.free()
+    base = ["serve", str(repo), "--dry-run", "--grpc-port", str(ports.grpc), "--http-port", str(ports.http),
+            "--metrics-port", str(ports.metrics), "--load-model", "preprocessing"]
+    proc = run_cli(*base)
+    assert proc.returncode == 0 and f"--grpc-port={ports.grpc}" in proc.stdout, proc.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", ports.http))
+        busy.listen()
+        proc = run_cli(*base)
+    assert proc.returncode == 2 and f"--http-port={ports.http}: the port is in use" in proc.stderr, proc.stderr
+    assert "tritonserver" not in proc.stdout
+    proc = run_cli(*base[:-1], "nosuchmodel")
+    assert proc.returncode == 2 and "--load-model nosuchmodel" in proc.stderr and not proc.stdout, proc.stderr
+    shutil.rmtree(repo / "postprocessing")
+    proc = run_cli(*base[:-2])
+    assert proc.returncode == 2 and "model postprocessing" in proc.stderr and not proc.stdout, proc.stderr
+    (repo / "trtspec-repo.json").write_text(json.dumps(["not", "an", "object"]))
+    proc = run_cli(*base)
+    assert proc.returncode == 2 and "is not a JSON object" in proc.stderr and not proc.stdout, proc.stderr
+    (repo / "trtspec-repo.json").write_text("{")
+    proc = run_cli(*base)
+    assert proc.returncode == 2 and "is not UTF-8 JSON" in proc.stderr and not proc.stdout, proc.stderr

@@ -57,16 +57,17 @@ def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
 @click.option("--startup-timeout", type=FiniteFloat(min=1.0), default=300.0, show_default=True, help="Seconds to wait for ready.")
 @click.option("--log-file", type=click.Path(path_type=Path), default=None,
               help="Write tritonserver's log here (default: a temporary file, shown on failure).")
-@click.option("--dry-run", is_flag=True, help="Print the tritonserver command and exit.")
+@click.option("--dry-run", is_flag=True, help="Check what a start would (repository, binary, free ports); print the tritonserver command and exit.")
 def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: str, load_models: tuple[str, ...],
           startup_timeout: float, log_file: Path | None, dry_run: bool) -> None:
     """Serve the Triton model repository REPO (rendered by `trtspec deploy`)."""
     from trtspec.doctor import find_tritonserver
     from trtspec.errors import ServerError, ToolNotFoundError
-    from trtspec.triton.server import Ports, TritonServer, is_bundled, plan_launch, read_repo_record
+    from trtspec.triton.server import Ports, TritonServer, check_repository, is_bundled, plan_launch, read_repo_record
 
     ports = Ports(grpc=grpc_port, http=http_port, metrics=metrics_port)
     record = read_repo_record(repo)
+    check_repository(repo, record, load_models or None)
     binary = find_tritonserver()
     if record.get("backend") == "tensorrtllm" and binary is not None and is_bundled(binary) and not load_models:
         raise ToolNotFoundError(
@@ -74,7 +75,8 @@ def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: s
             "which has no tensorrtllm backend",
             hint="run `trtspec serve` inside nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3, or pass "
                  "--load-model preprocessing --load-model postprocessing to serve only the Python models")
-    if dry_run:
+    if dry_run:  # what a real start checks first: the ports (the binary and the repository are checked above)
+        ports.check_free(host)
         plan = plan_launch(repo, ports=ports, binary=binary, load_models=load_models or None, host=host)
         if plan.note:
             click.echo(f"# {plan.note}")

@@ -62,8 +62,9 @@ class SamplingParams:
                 or self.min_tokens > 0 or bool(self.bad_words))
 
     def validate(self) -> SamplingParams:
-        if not self.temperature >= 0:
-            raise ConfigError("temperature", self.temperature, "must be >= 0", hint="use 0 for greedy, e.g. 0.8 to sample")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ConfigError("temperature", self.temperature, "must be a finite number >= 0",
+                              hint="use 0 for greedy, e.g. 0.8 to sample")
         if not 0 < self.top_p <= 1:
             raise ConfigError("top_p", self.top_p, "must be in (0, 1]", hint="use 1.0 to disable nucleus sampling")
         if self.top_k < 0:

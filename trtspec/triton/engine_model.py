@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -308,8 +309,10 @@ def _sampling(t: _Tensors, row: int, output_len: int, end_id: int | None, seed: 
     top_p = t.scalar("runtime_top_p", row, float)
     if top_k is not None and top_k < 0:
         raise RequestError(f"runtime_top_k={top_k} must be >= 0 (0 or unset: no top-k; 1: greedy)")
-    if temperature is not None and not temperature >= 0:
-        raise RequestError(f"temperature={temperature} must be >= 0")
+    if temperature is not None and not (temperature >= 0 and math.isfinite(temperature)):
+        raise RequestError(f"temperature={temperature} must be a finite number >= 0")
+    if top_p is not None and not math.isfinite(top_p):
+        raise RequestError(f"runtime_top_p={top_p} must be a finite number (<= 0 or unset: no top-p)")
     convert = getattr(engine_params, "trtllm_sampling_params", None)
     if convert is not None:
         supported = {k: v for k, v in controls.items() if SAMPLING_FEATURES[k] in features}

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtspec.errors import ServerError, ToolNotFoundError, UsageError
+from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
 
 POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
 PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
@@ -252,7 +252,28 @@ def read_repo_record(repo: Path) -> dict:
     path = Path(repo) / "trtspec-repo.json"
     if not Path(repo).is_dir():
         raise UsageError(f"model repository {repo} does not exist", hint="render one with `trtspec deploy`")
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(str(path), "unreadable", f"is not UTF-8 JSON ({exc})",
+                          hint="re-render the repository with `trtspec deploy --force`") from None
+    if not isinstance(record, dict):
+        raise ConfigError(str(path), type(record).__name__, "is not a JSON object",
+                          hint="re-render the repository with `trtspec deploy --force`")
+    return record
+
+
+def check_repository(repo: Path, record: dict, load_models: Sequence[str] | None = None) -> None:
+    """Refuse a repository tritonserver would fail to load: a model its record lists, or one asked for with
+    --load-model, without a `config.pbtxt`."""
+    wanted = list(load_models) if load_models else [str(m) for m in record.get("models", [])]
+    for name in wanted:
+        if not (Path(repo) / name / "config.pbtxt").is_file():
+            option = "--load-model" if load_models else "model"
+            raise UsageError(f"{option} {name}: {Path(repo) / name / 'config.pbtxt'} does not exist",
+                             hint="re-render the repository with `trtspec deploy --force`, or name a model it has")
 
 
 class TritonServer:

@@ -9,18 +9,56 @@ concatenated token ids of a batch row's words, row 1 the end offset of each word
 its weight; none: [batch, 0]); END_ID/PAD_ID default to the tokenizer's end and pad tokens (pad: end when it has
 none). Bad requests (an empty prompt, a non-positive output length, words and weights that do not pair up) get a
 Triton error response; an over-long prompt is refused by the engine model behind it, which knows its max_input_len.
+
+Work per request is bounded before anything is tokenized: a QUERY row longer than `max_query_bytes` UTF-8 bytes is
+refused unread (a prompt of N bytes has at least N / (longest token in bytes) tokens, so past
+max_input_len x longest token x NORMALIZER_SLACK bytes it cannot fit), and so is a word list (BAD_WORDS_DICT,
+STOP_WORDS_DICT, EMBEDDING_BIAS_WORDS) with more than MAX_WORDS words or more than `max_query_bytes` bytes in a row.
+max_input_len is read once at initialize from the sibling `tensorrt_llm` model of the repository: its
+`max_input_len` parameter (trtspec's torch flavour), else the `build_config.max_input_len` of the engine's config.json
+under its `gpt_model_path` (TensorRT-LLM engines); DEFAULT_MAX_INPUT_LEN when neither is there.
 """
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from text_codec import TextCodec
 
+DEFAULT_MAX_INPUT_LEN = 8192  # prompt tokens assumed when the engine model's max_input_len cannot be read
+NORMALIZER_SLACK = 4  # input bytes per token-text byte a normalizer may drop or fold (NFKC, stripped spaces)
+MAX_WORDS = 1024  # words per batch row in BAD_WORDS_DICT / STOP_WORDS_DICT / EMBEDDING_BIAS_WORDS
+
+
+def _pbtxt_parameter(text, key):
+    match = re.search(r'key:\s*"' + re.escape(key) + r'"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', text)
+    return match.group(1) if match else None
+
+
+def _max_input_len(args):
+    """The engine model's max_input_len (see the module docstring), or DEFAULT_MAX_INPUT_LEN."""
+    try:
+        config = Path(args["model_repository"]).resolve().parent / "tensorrt_llm" / "config.pbtxt"
+        text = config.read_text(encoding="utf-8")
+        value = _pbtxt_parameter(text, "max_input_len")
+        if value is None:
+            engine = _pbtxt_parameter(text, "gpt_model_path")
+            build = json.loads((Path(engine) / "config.json").read_text(encoding="utf-8"))["build_config"]
+            value = build["max_input_len"]
+        return max(1, int(value))
+    except (KeyError, OSError, TypeError, ValueError):
+        return DEFAULT_MAX_INPUT_LEN
+
 
 def _parameters(args):
     config = json.loads(args["model_config"])
     return {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+
+
+def _nbytes(value):
+    return len(value) if isinstance(value, bytes) else len(str(value).encode("utf-8"))
 
 
 def _text(value):
@@ -36,6 +74,9 @@ class TritonPythonModel:
         self.end_id = -1 if eos is None else int(eos)
         pad = self.tokenizer.pad_token_id
         self.pad_id = self.end_id if pad is None else int(pad)
+        longest = max((len(t.encode("utf-8")) for t in self.tokenizer.vocab_tokens()), default=1)
+        self.max_input_len = _max_input_len(args)
+        self.max_query_bytes = self.max_input_len * max(1, longest) * NORMALIZER_SLACK
 
     def execute(self, requests):
         responses = []
@@ -50,6 +91,12 @@ class TritonPythonModel:
         queries = self._input(request, "QUERY")  # [batch, 1] bytes
         output_len = self._input(request, "REQUEST_OUTPUT_LEN")  # [batch, 1]
         batch = queries.shape[0]
+        for row in queries.reshape(batch, -1):
+            if _nbytes(row[0]) > self.max_query_bytes:
+                raise ValueError(f"QUERY has {_nbytes(row[0])} bytes, more than a prompt of max_input_len "
+                                 f"{self.max_input_len} tokens can have ({self.max_query_bytes} bytes): shorten it")
+        for name in ("BAD_WORDS_DICT", "STOP_WORDS_DICT", "EMBEDDING_BIAS_WORDS"):
+            self._check_words(name, self._input(request, name), batch)
         ids = []
         for row in queries.reshape(batch, -1):
             text = _text(row[0])
@@ -73,6 +120,16 @@ class TritonPythonModel:
             pb_utils.Tensor("OUT_END_ID", self._id(request, "END_ID", self.end_id, batch)),
             pb_utils.Tensor("OUT_PAD_ID", self._id(request, "PAD_ID", self.pad_id, batch)),
         ])
+
+    def _check_words(self, name, words, batch):
+        if words is None:
+            return
+        for row in words.reshape(batch, -1):
+            if len(row) > MAX_WORDS:
+                raise ValueError(f"{name} has {len(row)} words in a row, more than {MAX_WORDS}")
+            size = sum(_nbytes(w) for w in row)
+            if size > self.max_query_bytes:
+                raise ValueError(f"{name} has {size} bytes in a row, more than {self.max_query_bytes}")
 
     @staticmethod
     def _input(request, name):

@@ -1,0 +1,75 @@
+"""A real `trtspec sweep` (in-process engine on the embedded tiny pair) killed with SIGKILL at seeded points and run
+again ends with the records of an uninterrupted run: the same ids, each case and calibration once, every line whole, and the same case
+contents apart from timings."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = ["sweep", "--model", "tiny", "--draft", "tiny-draft", "--method", "draft_target", "--k", "0-3", "--suite",
+        "code", "--num-prompts", "2", "--max-new-tokens", "8", "--calibration-batch-sizes", "1", "--threads", "1",
+        "--no-progress"]
+TIMING = re.compile(r"(_s$|per_s|per_cpu_s|overhead_share|time|elapsed|date|host|_at$)")
+
+
+def _sweep(out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "trtspec", *ARGS, "--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if not TIMING.search(k)}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]  # a torn line fails here
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("whole") / "r.jsonl"
+    proc = _sweep(out)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return _records(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sweep_killed_and_rerun_equals_an_uninterrupted_run(tmp_path, uninterrupted, seed):
+    out = tmp_path / "r.jsonl"
+    lines = random.Random(seed).randint(1, len(uninterrupted) - 1)  # kill once this many records are written
+    proc = _sweep(out)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and (
+                not out.exists() or out.read_text().count("\n") < lines):
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the sweep must be killed before it ends"
+    rerun = _sweep(out)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read()
+    got = _records(out)
+    # a `sweep` record starts each run that has work left (its started_at): the rerun may add one; cases and
+    # calibrations are written once each
+    ids = [r["id"] for r in got if r["kind"] != "sweep"]
+    assert len(ids) == len(set(ids)) and set(ids) == {r["id"] for r in uninterrupted if r["kind"] != "sweep"}
+    assert {r["id"] for r in got if r["kind"] == "sweep"} == {r["id"] for r in uninterrupted if r["kind"] == "sweep"}
+    want = {r["id"]: _strip(r) for r in uninterrupted if r["kind"] == "case"}
+    assert {r["id"]: _strip(r) for r in got if r["kind"] == "case"} == want
