@@ -3,7 +3,7 @@ tensors in, trtspec's reference engine, NVIDIA's tensorrt_llm tensors out.
 
 `model_repo/common/engine_shim.py` (each engine model's 1/model.py) hands `pb_utils` to `EngineModel`. This module
 keeps only what is Triton's: request parsing (`parse_request`, pure numpy: a bad request gets a Triton error naming the
-input and the limit, and the server keeps serving), response encoding (`_JobSink`, a `spec.serving.Sink`) and
+input and the limit, code INVALID_ARG (`triton_error`), and the server keeps serving), response encoding (`_JobSink`, a `spec.serving.Sink`) and
 metrics. The serving loop is `spec.serving.EngineLoop`. The model's `parameters` are an `EngineParams`.
 
 Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc, model_instance_state.cc):
@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.errors import RequestError, TrtspecError
+from trtspec.errors import OverloadedError, RequestError, TrtspecError, UsageError
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 
@@ -343,6 +343,17 @@ def _with_hint(exc: TrtspecError) -> str:
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
 
 
+def triton_error(pb: Any, error: BaseException) -> Any:
+    """The Triton error that answers a failed request, with its code: INVALID_ARG for bad input (a RequestError, a
+    parameter the engine refuses), UNAVAILABLE when the engine is full (OverloadedError), INTERNAL for the rest.
+    Clients see the code as gRPC INVALID_ARGUMENT / UNAVAILABLE / INTERNAL and HTTP 400 / 503 / 500; trtspec's
+    client raises RequestError (exit 2) for INVALID_ARGUMENT."""
+    code = ("INVALID_ARG" if isinstance(error, UsageError) else "UNAVAILABLE" if isinstance(error, OverloadedError)
+            else "INTERNAL")
+    message = _with_hint(error) if isinstance(error, TrtspecError) else str(error)
+    return pb.TritonError(message, getattr(pb.TritonError, code))
+
+
 class SpecMetrics:
     """Prometheus counters of speculation, via Triton's custom-metrics API (names follow vLLM's spec-decode ones)."""
 
@@ -398,7 +409,11 @@ class SpecMetrics:
 
 class _Reply:
     """Where a Triton request's responses go: its decoupled response sender (the last job to finish sends the final
-    flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set."""
+    flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set.
+
+    An error is the request's final response, also when other jobs of it still run: their later responses raise
+    ReplyClosed (so the serving loop aborts them), because nothing may follow an error on a gRPC stream in Triton's
+    triton_grpc_error mode (the error closed it; tritonserver 2.51 crashes on a later send)."""
 
     def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | None = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
@@ -408,13 +423,16 @@ class _Reply:
         self.arrival_ns = time.monotonic_ns()
         self.response: Any = None  # not decoupled: the response to return
         self.done = threading.Event()
+        self._closed = False
         self._lock = threading.Lock()
 
-    def send(self, response: Any, *, last_of_job: bool) -> None:
+    def send(self, response: Any, *, last_of_job: bool, failed: bool = False) -> None:
         with self._lock:
+            if self._closed:
+                raise ReplyClosed("the request has already ended (an error answered it)")
             if last_of_job:
                 self.pending -= 1
-            final = self.pending == 0
+            final = self._closed = self.pending == 0 or failed
         if self.sender is None:
             self.response = response
         else:
@@ -424,9 +442,18 @@ class _Reply:
             if self.on_done is not None:
                 self.on_done()
 
-    def error(self, message: str, *, last_of_job: bool = True) -> None:
-        self.send(self.model.pb.InferenceResponse(output_tensors=[], error=self.model.pb.TritonError(message)),
-                  last_of_job=last_of_job)
+    def error(self, error: BaseException) -> None:
+        """Answer the request with `error` (triton_error: its code and message) as its final response."""
+        pb = self.model.pb
+        try:
+            self.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error)), last_of_job=True,
+                      failed=True)
+        except ReplyClosed:  # an earlier error already answered it
+            pass
+
+
+class ReplyClosed(RuntimeError):
+    """A response for a Triton request that an error has already ended."""
 
 
 @dataclass
@@ -473,7 +500,7 @@ class _JobSink:
 
     def fail(self, error: BaseException) -> None:
         self.reply.model.metrics.finished("abort")
-        self.reply.error(_with_hint(error) if isinstance(error, TrtspecError) else str(error))
+        self.reply.error(error)
 
     def _response(self, ids: list[int], log_probs: list[float], delta: Any) -> Any:
         """One response in tensorrtllm_backend's shapes: output_ids [1, 1, len], sequence_length [1, 1], ..."""
@@ -550,14 +577,14 @@ class EngineModel:
                                    decoupled=self.decoupled, features=self.features)
         except RequestError as exc:
             reply = _Reply(self, request)
-            reply.error(str(exc))
+            reply.error(exc)
             return reply
         request_id = request.request_id() if callable(getattr(request, "request_id", None)) else ""
         if parsed.stop:
             reply = _Reply(self, request)
             if not request_id:
-                reply.error("stop=true stops the request with the same request id, but this request has none; send "
-                            "the id of the request to stop")
+                reply.error(RequestError("stop=true stops the request with the same request id, but this request "
+                                         "has none; send the id of the request to stop"))
                 return reply
             with self._ids_lock:
                 handles = self._by_request_id.pop(request_id, [])
@@ -574,8 +601,11 @@ class EngineModel:
             try:
                 handles.append(self.loop.submit_to(sink, job.prompt_ids, job.sampling, job.spec,
                                                    is_cancelled=cancelled))
-            except TrtspecError as exc:  # the loop is shut down
+            except TrtspecError as exc:  # the loop is shut down, or full: the error ends the request
                 sink.fail(exc)
+                for handle in handles:
+                    self.loop.cancel(handle)
+                break
         if request_id and not reply.done.is_set():
             with self._ids_lock:
                 self._by_request_id[request_id] = handles

@@ -15,6 +15,10 @@ target makes no progress or returns exactly the draft (end_id reached), or at a 
 tensorrtllm_backend's BLS and e2e_grpc_speculative_decoding_client.py). Batch 1, no streaming, no log probs; the
 acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration.
 
+Errors keep their Triton code: a bad request (its own checks, or a model it calls refusing it with INVALID_ARG) is
+answered INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400), a failure of a model it calls keeps that model's code, and a
+failed call itself is INTERNAL.
+
 Names follow this model's own config.pbtxt, which trtspec renders for one TensorRT-LLM release: `random_seed`/`seed`
 and `min_length`/`min_tokens` are spelled per release, alike in a release's BLS and tensorrt_llm. Self-contained:
 numpy only, so it also runs in NVIDIA's TensorRT-LLM container.
@@ -63,6 +67,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
+            error = None
             try:
                 answers = list(self._run(request)) if sender is None else self._run(request)
                 for answer in answers:
@@ -70,14 +75,19 @@ class TritonPythonModel:
                         sender.send(answer)
                     else:
                         responses.append(answer)
-            except (ValueError, pb_utils.TritonModelException) as exc:
+            except (ValueError, CallError, pb_utils.TritonModelException) as exc:
+                code = (exc.code if isinstance(exc, CallError) else pb_utils.TritonError.INVALID_ARG
+                        if isinstance(exc, ValueError) else pb_utils.TritonError.INTERNAL)
                 error = pb_utils.InferenceResponse(output_tensors=[],
-                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
-                if sender is not None:
-                    sender.send(error)
-                else:
+                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}", code))
+            # An error is the request's final response and nothing follows it: a gRPC stream in triton_grpc_error
+            # mode is closed by the error, and tritonserver 2.51 crashes on a later send to it.
+            if sender is None:
+                if error is not None:
                     responses.append(error)
-            if sender is not None:
+            elif error is not None:
+                sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None if self.decoupled else responses
 
@@ -199,6 +209,21 @@ class TritonPythonModel:
         return out["OUTPUT"].reshape(-1).astype(object)
 
 
+class CallError(Exception):
+    """A model this one called answered with an error: its message and its Triton error code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+def _raise_error(model, response):
+    """Raise the error of `model`'s response as a CallError with the same code (bad input stays INVALID_ARG)."""
+    error = response.error()
+    message = error.message()
+    raise CallError(message if message.startswith(f"{model}: ") else f"{model}: {message}", error.code())
+
+
 def _words(word_list):
     """Token sequences of batch row 0 of a [batch, 2, len] word-list tensor (ids, end offsets padded with -1)."""
     if word_list.ndim != 3 or word_list.shape[2] == 0:
@@ -216,7 +241,7 @@ def _exec(model, inputs, names):
     """One request to a non-decoupled model of this repository; its outputs `names` as arrays."""
     response = pb_utils.InferenceRequest(model_name=model, requested_output_names=names, inputs=inputs).exec()
     if response.has_error():
-        raise ValueError(response.error().message())  # the model's message names it (`preprocessing: ...`)
+        _raise_error(model, response)
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in names}
 
 
@@ -226,6 +251,6 @@ def _exec_stream(model, inputs, names):
                                         inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()])
     for response in request.exec(decoupled=True):  # works for both policies; responses arrive as they are sent
         if response.has_error():
-            raise ValueError(f"{model}: {response.error().message()}")
+            _raise_error(model, response)
         found = {name: pb_utils.get_output_tensor_by_name(response, name) for name in names}
         yield {name: tensor.as_numpy() for name, tensor in found.items() if tensor is not None}
