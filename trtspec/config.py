@@ -273,7 +273,7 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
     if not isinstance(data, dict):
         raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
                           hint="start from an example: `trtspec build --example tiny-torch > tiny-torch.yaml`")
-    _check_size(data, source)
+    _check_size(data, source, "a build config")
     try:
         return BuildSpec.model_validate(data)
     except ValidationError as exc:
@@ -286,10 +286,21 @@ def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None
     The file must be UTF-8 text of at most MAX_CONFIG_BYTES; every problem (unreadable, another encoding, bad YAML,
     nesting past MAX_CONFIG_DEPTH, anchors expanding past MAX_CONFIG_NODES values) is a ConfigError naming the file.
     """
+    path = Path(path)
+    data = load_yaml(path, what="a build config")
+    if isinstance(data, dict):
+        data = {**data, **(overrides or {})}
+        data = _anchor_paths(data, path.resolve().parent)
+    return parse_build_spec(data, source=str(path))
+
+
+def load_yaml(path: Path, *, what: str) -> Any:
+    """The YAML document of a config file (`what`: "a build config", "a sweep spec"), read as UTF-8 text of at most
+    MAX_CONFIG_BYTES. Every problem (unreadable, another encoding, bad YAML, a scalar YAML cannot construct, nesting
+    past MAX_CONFIG_DEPTH, anchors expanding past MAX_CONFIG_NODES values) is a ConfigError naming the file."""
     import yaml
 
-    path = Path(path)
-    text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what="a build config")
+    text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what=what)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -301,16 +312,13 @@ def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None
         raise ConfigError("config", str(path), f"is not valid YAML: {' '.join(str(exc).split())}",
                           hint="fix the YAML syntax") from None
     except RecursionError:
-        raise ConfigError("config", str(path), f"nests deeper than a build config can ({MAX_CONFIG_DEPTH} levels)",
-                          hint="a build config is a flat mapping with a few sections") from None
+        raise ConfigError("config", str(path), f"nests deeper than {what} can ({MAX_CONFIG_DEPTH} levels)",
+                          hint=f"{what} is a mapping with a few flat sections") from None
     except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot construct (2024-13-45, 10**5000)
         raise ConfigError("config", str(path), f"holds a value YAML cannot read ({' '.join(str(exc).split())[:120]})",
                           hint="quote the value if it is a string") from None
-    if isinstance(data, dict):
-        _check_size(data, str(path))
-        data = {**data, **(overrides or {})}
-        data = _anchor_paths(data, path.resolve().parent)
-    return parse_build_spec(data, source=str(path))
+    _check_size(data, str(path), what)
+    return data
 
 
 def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
@@ -340,7 +348,7 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
     return text
 
 
-def _check_size(data: Any, source: str) -> None:
+def _check_size(data: Any, source: str, what: str) -> None:
     """Refuse documents deeper than MAX_CONFIG_DEPTH or with more than MAX_CONFIG_NODES values (YAML aliases count
     once per use: that is how validation would walk them). Iterative: a deep document cannot overflow the stack."""
     stack, nodes = [(data, 1)], 0
@@ -348,11 +356,11 @@ def _check_size(data: Any, source: str) -> None:
         value, depth = stack.pop()
         nodes += 1
         if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(source, f"{depth} levels", f"nests deeper than a build config can ({MAX_CONFIG_DEPTH})",
-                              hint="a build config is a mapping with a few flat sections")
+            raise ConfigError(source, f"{depth} levels", f"nests deeper than {what} can ({MAX_CONFIG_DEPTH})",
+                              hint=f"{what} is a mapping with a few flat sections")
         if nodes > MAX_CONFIG_NODES:
-            raise ConfigError(source, f"> {MAX_CONFIG_NODES} values", "is far larger than a build config (YAML "
-                              "anchors and aliases expand on use)", hint="write the values out; drop the aliases")
+            raise ConfigError(source, f"> {MAX_CONFIG_NODES} values", f"is far larger than {what} (YAML anchors "
+                              "and aliases expand on use)", hint="write the values out; drop the aliases")
         if isinstance(value, dict):
             stack += [(v, depth + 1) for v in value.values()] + [(k, depth + 1) for k in value]
         elif isinstance(value, (list, tuple)):

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from trtspec.config import load_yaml
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
@@ -88,12 +88,7 @@ class SweepSpec(BaseModel):
     def from_yaml(cls, path: str | Path, **overrides: object) -> SweepSpec:
         """Read a YAML sweep config; `overrides` (explicit CLI flags, None = not given) win over the file."""
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError("config", str(path), "no such file", hint="pass a YAML sweep config or use flags only")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError("config", str(path), f"is not valid YAML ({exc})", hint="fix the YAML syntax") from None
+        data = load_yaml(path, what="a sweep spec") or {}
         if not isinstance(data, dict):
             raise ConfigError("config", str(path), "must be a YAML mapping", hint="e.g. `methods: [draft_target]`")
         data.update({k: v for k, v in overrides.items() if v is not None})
