@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.config import load_yaml
-from trtspec.errors import ConfigError, UsageError
+from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
@@ -35,6 +35,9 @@ CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth 
 LOOKAHEAD = "lookahead"
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
 ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram")
+MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
+MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
+INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
 
 
 class SweepSpec(BaseModel):
@@ -73,7 +76,8 @@ class SweepSpec(BaseModel):
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
     model_name: str | None = Field(None, description="Triton model to call; default tensorrt_llm (both flavours)")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="seconds one request to the server may take (triton)")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
+                             description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
     chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
     threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
@@ -136,6 +140,10 @@ class SweepSpec(BaseModel):
             _positive("threads", [self.threads])
         for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
             _positive(field, [getattr(self, field)])
+        if not 0 <= self.seed <= UINT64_MAX:
+            raise ConfigError("seed", shown(self.seed), f"must be within 0..{UINT64_MAX} (a uint64 seed)",
+                              hint="pick a seed such as 0")
+        self._check_grid_size()
         if self.via == "triton" and not self.url:
             raise ConfigError("url", self.url, "via triton needs the server's gRPC url",
                               hint="pass --url localhost:8001 (start one with `trtspec serve REPO`)")
@@ -170,6 +178,15 @@ class SweepSpec(BaseModel):
         if given and self.via != "engine":
             raise ConfigError(given[0], getattr(self, given[0]), "is applied by the in-process engine only",
                               hint="sweep via engine, or configure the served model instead")
+
+    def _check_grid_size(self) -> None:
+        """Refuse a grid of more than MAX_CASES cases, from an upper bound computed without listing them."""
+        variants = max(len(self.drafts), len(self.medusa) * len(self.trees), len(self.lookahead), 1)
+        per_point = 1 + len(self.methods) * variants * (len(set(self.k)) + len(set(self.adaptive)))
+        bound = len(self.suites) * len(self.temperatures) * len(self.concurrency) * per_point * self.repeats
+        if bound > MAX_CASES:
+            raise ConfigError("sweep", f"up to {bound} cases", f"is more than a sweep runs ({MAX_CASES} cases)",
+                              hint="sweep fewer values (k, methods, temperatures, suites, concurrency) or repeats")
 
     def cases(self) -> list[Case]:
         """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
@@ -300,8 +317,11 @@ def parse_int_list(text: str, field: str) -> list[int]:
     try:
         for part in _items(text, field, "0-8"):
             if "-" in part[1:]:
-                lo, hi = part.split("-", 1)
-                values.update(range(int(lo), int(hi) + 1))
+                lo, hi = (int(end) for end in part.split("-", 1))
+                if hi - lo >= MAX_RANGE:
+                    raise UsageError(f"--{field}={text!r}: the range {part} spans more than {MAX_RANGE} values",
+                                     hint=f"list fewer values, e.g. --{field} 0-8")
+                values.update(range(lo, hi + 1))
             else:
                 values.add(int(part))
     except ValueError:
@@ -328,11 +348,16 @@ def parse_str_list(text: str, field: str) -> list[str]:
 
 
 def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False) -> None:
+    """Every value finite and > 0 (>= 0 with allow_zero); integers at most INT32_MAX (counts the engine and
+    TensorRT-LLM hold as int32)."""
     if not values:
         raise ConfigError(field, values, "must not be empty", hint=f"give at least one value for {field}")
     for v in values:
-        if not math.isfinite(v):
+        if isinstance(v, float) and not math.isfinite(v):  # (an int is finite; float(10**400) would overflow)
             raise ConfigError(field, v, "must be a finite number", hint=f"fix {field} in the sweep config or flags")
         if v < 0 or (v == 0 and not allow_zero):
             raise ConfigError(field, v, "must be " + ("non-negative" if allow_zero else "positive"),
+                              hint=f"fix {field} in the sweep config or flags")
+        if isinstance(v, int) and v > INT32_MAX:
+            raise ConfigError(field, shown(v), f"must be at most {INT32_MAX}",
                               hint=f"fix {field} in the sweep config or flags")
