@@ -1,6 +1,6 @@
-"""Shared by the property tests of the CLI (tests/build/test_properties.py, tests/sweep/test_properties.py): run
-`trtspec` in-process under a time limit, check that a failure is a documented one-line error, and the hostile values
-hypothesis draws from."""
+"""Running `trtspec` in-process in tests: `cli` (the exit code), `run_cli` (exit code and output, under a time limit),
+`assert_clean_failure` (a failure is a documented one-line error), and the hypothesis settings and hostile values of
+the CLI property tests (tests/build/test_properties.py, tests/sweep/test_properties.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.function_s
 
 class Hang(BaseException):
     """Raised by the alarm when one run takes longer than its limit (BaseException: nothing may swallow it)."""
+
+
+def cli(*args: object) -> int:
+    """The exit code of `trtspec ARGS` run in-process (its output goes to the test's stdout and stderr)."""
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return int(exc.code)
+    return 0
 
 
 def run_cli(argv: list[str], *, limit: float = 60.0) -> tuple[int, str, str]:

@@ -8,6 +8,8 @@ import pytest
 
 from tests.triton.helpers import make_tokenizer, with_tokenizer
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -20,3 +22,19 @@ def tokenized_pair(random_pair, tokenizer_dir, tmp_path_factory) -> tuple[Path, 
     base = tmp_path_factory.mktemp("tokenized_pair")
     target, draft = random_pair
     return with_tokenizer(target, tokenizer_dir, base / "target"), with_tokenizer(draft, tokenizer_dir, base / "draft")
+
+
+@pytest.fixture(scope="module")
+def torch_bundle(tmp_path_factory) -> Path:
+    """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it;
+    one per module (each module's server renders its repository beside it)."""
+    from trtspec.build.execute import execute
+    from trtspec.build.plan import plan_build
+    from trtspec.build.preflight import run_preflight
+    from trtspec.config import load_build_spec
+
+    out = tmp_path_factory.mktemp("torch") / "bundle"
+    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
+    resolved = run_preflight(spec)
+    execute(plan_build(resolved), resolved, out, quiet=True)
+    return out

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import queue
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.triton.nvidia_requests import stream_responses, text_request
-from tests.triton.test_server_torch import bundle  # noqa: F401  (the module-scoped torch bundle fixture)
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
@@ -23,10 +21,10 @@ MAX_K = 6
 
 
 @pytest.fixture(scope="module")
-def server(bundle):  # noqa: F811
-    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, default_k=3, max_input_len=MAX_INPUT, max_output_len=64,
-                               decoupled=True, triton_max_batch_size=4)
-    repo = write_repository(plan_repository(spec), Path(bundle).parent / "repo-hardening")
+def server(torch_bundle):
+    spec = RepoSpec.from_build(torch_bundle, "torch", max_k=MAX_K, default_k=3, max_input_len=MAX_INPUT,
+                               max_output_len=64, decoupled=True, triton_max_batch_size=4)
+    repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo-hardening")
     with TritonServer(repo) as srv:
         yield srv
 
