@@ -247,7 +247,8 @@ class SpecEngine:
         draft_ks = [k for k, source in zip(ks, sources, strict=True) if k > 0 and source == DraftModelProposer.name]
         self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
-                                   overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
+                                   overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
+                                   max_k=max(ks))
         for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
@@ -262,7 +263,7 @@ class SpecEngine:
             if delta.finished:
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
-                self.k_policy.forget(request.request_id)
+                self.k_policy.forget(request.request_id, len(request.output_ids))
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
