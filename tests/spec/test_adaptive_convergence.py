@@ -199,3 +199,15 @@ def test_load_buckets_share_costs_between_neighbouring_batch_sizes():
     assert load_bucket(15) == load_bucket(16) == load_bucket(17) == 16
     assert load_bucket(14) != 16 and load_bucket(18) != 16
     assert load_bucket(0) == 1
+
+
+def test_an_injected_clock_times_the_step_instead_of_the_reported_seconds():
+    """A CPU engine times steps with cpu_clock (time-slicing by other processes is not the step's cost); here a
+    fake clock: 20 ms from choice to observation, while the engine reported 1 s of wall time."""
+    ticks = iter([10.0, 10.02])
+    policy = AdaptiveK(clock=lambda: next(ticks))
+    batch = [KRequest(0, "draft_target", 4, True, 1, True)]
+    k = max(policy.choose(batch))
+    policy.observe_step(rows=1, width=1 + k, target_s=1.0, draft_steps=k, draft_rows=1 if k else 0, draft_s=0.0,
+                        overhead_s=0.0, prefill_rows=0, max_k=k)
+    assert abs(policy.decode_seconds(1, k, True) - 0.02) < 1e-9

@@ -42,6 +42,10 @@ choices) or predicted within `explore_margin` of the best; a clearly worse neigh
 on measured arms (rate(K) is unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and
 then, which keeps the acceptance estimates fresh for when load drops or acceptance recovers.
 
+Clock: a CPU engine times steps in process CPU time while torch runs one thread (`cpu_clock`): on a CPU shared
+with other processes, wall time mostly measures them (at a load of 10 on 2 cores the measured cost of K = 2..7 at
+one request came out non-monotone), CPU time measures the step. Elsewhere the engine's synchronised wall time.
+
 Greedy outputs do not depend on k; a seeded sampled output does (k decides which random draws are made), so fixed k
 stays the reproducible mode.
 """
@@ -49,8 +53,9 @@ stays the reproducible mode.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +67,17 @@ METHOD_DECAY = 0.97  # forgetting per trial of a method's acceptance counts (rem
 REQUEST_DECAY = 0.9  # the same for one request's counts (~10 trials)
 PRIOR_TRIALS = 2.0  # weight of the method's estimate in a request's, in trials
 LENGTH_EMA = 0.1  # weight of the newest finished request in L
+
+
+def cpu_clock() -> float:
+    """Process CPU seconds while torch runs one intra-op thread, else wall seconds: the clock of a CPU engine.
+
+    With one thread a step's CPU time is its cost without the time other processes took the core (on an idle
+    machine the two agree); with several, CPU time would add up threads (and their spin-waits), so wall time.
+    """
+    import torch
+
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
 def low_quantile(values: Sequence[float]) -> float:
@@ -155,15 +171,19 @@ class AdaptiveK:
         stale_after: choices at a load level after which an arm's measurement is re-taken.
         explore_margin: a measured neighbour predicted at least this share of the best rate is explored.
         switch_margin: another K must be predicted this much better to replace the latest choice.
+        clock: times a step from `choose` to `observe_step` (e.g. `cpu_clock` on a CPU); None = the seconds the
+            engine reports (draft + target + host, synchronised on a GPU).
     """
 
     def __init__(self, *, prior_alpha: float = 0.6, step_costs: Mapping[int, Any] | None = None,
                  explore_every: int = 8, stale_after: int = 64, explore_margin: float = 0.9,
-                 switch_margin: float = 0.02) -> None:
+                 switch_margin: float = 0.02, clock: Callable[[], float] | None = None) -> None:
         self.prior_alpha = prior_alpha
         self.explore_every, self.stale_after = explore_every, stale_after
         self.explore_margin, self.switch_margin = explore_margin, switch_margin
         self.step_costs = dict(step_costs) if step_costs else None
+        self.clock = clock
+        self._step_start: float | None = None  # clock() when the current step's choice was made
         self.target_cost = OnlineLinearCost(2e-3, 2e-4)  # x = padded target tokens (rows x width); prior of lines
         self.draft_cost = OnlineLinearCost(1e-3, 1e-4)  # x = draft rows, per draft step; prior of lines
         self.overhead_s = 0.0  # EMA of host time per step; prior of lines
@@ -202,6 +222,8 @@ class AdaptiveK:
                      draft_s: float, overhead_s: float, prefill_rows: int, max_k: int) -> None:
         """One step's timings: `rows` requests, of which `prefill_rows` ran prompt passes; max_k = the step's cap."""
         seconds = target_s + draft_s + overhead_s
+        if self.clock is not None and self._step_start is not None:
+            seconds, self._step_start = self.clock() - self._step_start, None
         drafting = draft_rows > 0
         load = self._load(rows)
         arm = load.arms.setdefault((max_k, drafting), _Arm())
@@ -266,6 +288,8 @@ class AdaptiveK:
 
     def choose(self, batch: Sequence[KRequest]) -> list[int]:
         """Draft tokens per request this step: fixed requests keep their cap; adaptive ones share the best cap K."""
+        if self.clock is not None:
+            self._step_start = self.clock()
         adaptive_caps = [r.cap for r in batch if r.adaptive]
         if not adaptive_caps or max(adaptive_caps) == 0:
             return [r.cap for r in batch]

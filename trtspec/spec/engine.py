@@ -26,7 +26,7 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
-from trtspec.spec.adaptive import AdaptiveK, KRequest
+from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.logits_process import (
@@ -138,7 +138,8 @@ class SpecEngine:
             if resolve(m).proposer is not None
         }
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
-        self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
+        # draft lengths of requests with SpecParams(adaptive=True); a CPU engine's steps timed in CPU time
+        self.k_policy = k_policy or AdaptiveK(clock=cpu_clock if self.device.type == "cpu" else None)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
