@@ -26,7 +26,7 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
-from trtspec.spec.adaptive import AdaptiveK, KRequest
+from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.logits_process import (
@@ -138,7 +138,8 @@ class SpecEngine:
             if resolve(m).proposer is not None
         }
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
-        self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
+        # draft lengths of requests with SpecParams(adaptive=True); a CPU engine's steps timed in CPU time
+        self.k_policy = k_policy or AdaptiveK(clock=cpu_clock if self.device.type == "cpu" else None)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
@@ -247,7 +248,8 @@ class SpecEngine:
         draft_ks = [k for k, source in zip(ks, sources, strict=True) if k > 0 and source == DraftModelProposer.name]
         self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
-                                   overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
+                                   overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
+                                   max_k=max(ks))
         for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
@@ -262,7 +264,7 @@ class SpecEngine:
             if delta.finished:
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
-                self.k_policy.forget(request.request_id)
+                self.k_policy.forget(request.request_id, len(request.output_ids))
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
