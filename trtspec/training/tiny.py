@@ -8,7 +8,7 @@ Pipeline (deterministic for a given seed, interpreter and torch build):
                 target's own generations (greedy and sampled), which is what raises acceptance
   5. evaluate   validation loss of both; greedy per-token agreement alpha of the draft along the target's greedy
                 continuations of held-out prompts
-  6. save       fp16 safetensors + tokenizer + model card (README.md) per model
+  6. save       fp16 safetensors + tokenizer (with trtspec's chat template, trtspec/chat.py) + model card per model
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trtspec.chat import write_chat_template
 from trtspec.training.corpus import EOS, Corpus, stdlib_corpus
 
 
@@ -307,6 +308,7 @@ def train_pair(out_dir: Path, recipe: TinyRecipe, progress: Progress = _silent) 
         path.mkdir(parents=True, exist_ok=True)
         model.to(torch.float16).save_pretrained(path, safe_serialization=True)
         tokenizer.save_pretrained(path)
+        write_chat_template(path)  # OpenAI-style servers (NVIDIA Dynamo) require one
         model.to(torch.float32)
     (out_dir / "training-report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
