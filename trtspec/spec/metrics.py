@@ -16,6 +16,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+# The acceptance series every server exports (Triton's custom metrics, a Dynamo worker's /metrics), named after
+# vLLM's spec-decode metrics: key -> (metric name, kind, help). Counters are per ended request; `per_pos` carries a
+# `position` label and `requests` a `finish_reason` label.
+METRIC_PREFIX = "trtspec_spec_decode"
+SERIES: dict[str, tuple[str, str, str]] = {
+    "num_drafts": (f"{METRIC_PREFIX}_num_drafts", "counter", "Verified drafts (one per sequence per speculative step)"),
+    "num_draft_tokens": (f"{METRIC_PREFIX}_num_draft_tokens", "counter", "Draft tokens proposed"),
+    "num_accepted_tokens": (f"{METRIC_PREFIX}_num_accepted_tokens", "counter", "Draft tokens accepted by the verifier"),
+    "num_emitted_tokens": (f"{METRIC_PREFIX}_num_emitted_tokens", "counter",
+                           "Tokens emitted (accepted + recovered/bonus)"),
+    "per_pos": (f"{METRIC_PREFIX}_num_accepted_tokens_per_pos", "counter", "Accepted draft tokens by draft position"),
+    "requests": (f"{METRIC_PREFIX}_requests", "counter", "Ended requests by finish_reason (stop, length, abort)"),
+    "mean": (f"{METRIC_PREFIX}_mean_acceptance_length", "gauge", "1 + accepted / drafts, over all requests since start"),
+}
+
 
 @dataclass
 class AcceptanceStats:

@@ -54,10 +54,9 @@ from typing import Any
 import numpy as np
 
 from trtspec.errors import OverloadedError, RequestError, TrtspecError, UsageError
-from trtspec.spec.metrics import AcceptanceStats
+from trtspec.spec.metrics import SERIES, AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 
-METRIC_PREFIX = "trtspec_spec_decode"
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
 TIME_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 ACCEPTANCE_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts")
@@ -360,20 +359,9 @@ class SpecMetrics:
     def __init__(self, pb_utils: Any, labels: dict[str, str]) -> None:
         family = pb_utils.MetricFamily
         self._labels = labels
-
-        def counter(name: str, description: str) -> Any:
-            return family(name=f"{METRIC_PREFIX}_{name}", description=description, kind=family.COUNTER)
-
-        self._families = {
-            "num_drafts": counter("num_drafts", "Verified drafts (one per sequence per speculative step)"),
-            "num_draft_tokens": counter("num_draft_tokens", "Draft tokens proposed"),
-            "num_accepted_tokens": counter("num_accepted_tokens", "Draft tokens accepted by the verifier"),
-            "num_emitted_tokens": counter("num_emitted_tokens", "Tokens emitted (accepted + recovered/bonus)"),
-            "per_pos": counter("num_accepted_tokens_per_pos", "Accepted draft tokens by draft position"),
-            "requests": counter("requests", "Ended requests by finish_reason (stop, length, abort)"),
-            "mean": family(name=f"{METRIC_PREFIX}_mean_acceptance_length",
-                           description="1 + accepted / drafts, over all requests since start", kind=family.GAUGE),
-        }
+        self._families = {key: family(name=name, description=description,
+                                      kind=family.COUNTER if kind == "counter" else family.GAUGE)
+                          for key, (name, kind, description) in SERIES.items()}
         self._metrics = {name: fam.Metric(labels=labels) for name, fam in self._families.items()
                          if name not in ("per_pos", "requests")}
         self._by_label: dict[tuple[str, str], Any] = {}  # (family, label value) -> metric, made on first use
@@ -537,8 +525,6 @@ class EngineModel:
 
     def __init__(self, args: dict[str, Any], pb_utils: Any) -> None:
         from trtspec.models import read_config, resolve_model
-        from trtspec.spec.engine import SpecEngine
-        from trtspec.spec.scheduler import SchedulerConfig
         from trtspec.spec.serving import EngineLoop
 
         self.pb = pb_utils
@@ -546,11 +532,7 @@ class EngineModel:
         self.params = EngineParams.from_model_config(config)
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         params = self.params
-        options = {"lookahead": params.lookahead} if params.lookahead is not None else None
-        self.engine = SpecEngine.from_pretrained(
-            target=params.target, draft=params.draft, medusa=params.medusa, max_k=max(params.max_k, 1),
-            device=params.device, dtype=params.dtype, proposer_options=options,
-            scheduler=SchedulerConfig(max_queue_len=params.max_queue).validate())
+        self.engine = params.build_engine()
         vocab = read_config(resolve_model(params.target, field="target")).get("vocab_size")
         self.vocab_size = int(vocab) if vocab else None
         self.features = engine_features()

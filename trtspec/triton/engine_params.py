@@ -58,6 +58,18 @@ class EngineParams:
                               hint="redeploy with `trtspec deploy --backend torch`")
         return cls(**{name: _PARSE[known[name].type](name, text) for name, text in params.items()})
 
+    def build_engine(self) -> Any:
+        """The SpecEngine these parameters describe (imports torch; loads the checkpoints). Every server that runs
+        the reference engine (the Triton Python model, the Dynamo worker) builds it here."""
+        from trtspec.spec.engine import SpecEngine
+        from trtspec.spec.scheduler import SchedulerConfig
+
+        options = {"lookahead": self.lookahead} if self.lookahead is not None else None
+        return SpecEngine.from_pretrained(
+            target=self.target, draft=self.draft, medusa=self.medusa, max_k=max(self.max_k, 1), device=self.device,
+            dtype=self.dtype, proposer_options=options,
+            scheduler=SchedulerConfig(max_queue_len=self.max_queue).validate())
+
     @classmethod
     def from_model_config(cls, config: Mapping[str, Any]) -> EngineParams:
         """From the model config Triton passes to `initialize` (`json.loads(args["model_config"])`)."""
