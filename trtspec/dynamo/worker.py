@@ -58,6 +58,11 @@ class WorkerOptions:
     kv_events: bool = True  # publish KV events and worker load for the KV router and the planner
 
 
+def served_name(target: str) -> str:
+    """The OpenAI model name of a target: an embedded name as is (`tiny`), else its directory's name."""
+    return target if "/" not in target and not Path(target).is_dir() else Path(target).resolve().name
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineParams, WorkerOptions]:
     """`--target tiny --method draft_target --draft tiny-draft ...` (EngineParams' fields) plus WorkerOptions."""
     parser = argparse.ArgumentParser(prog="python -m trtspec.dynamo.worker",
@@ -119,7 +124,7 @@ def engine_class() -> type:
 
         def __init__(self, params: EngineParams, options: WorkerOptions, target: Path) -> None:
             self.params, self.options, self.target = params, options, target
-            self.name = options.served_model_name or (params.target if "/" not in params.target else target.name)
+            self.name = options.served_model_name or served_name(params.target)
             self.engine: Any = None
             self.loop: Any = None
             self.metrics = WorkerMetrics()

@@ -46,32 +46,44 @@ class Ports:
 
     def check_free(self, host: str = HOST) -> None:
         """Refuse ports another process listens on, naming the port and its owner (before anything starts)."""
-        for name, port in (("grpc", self.grpc), ("http", self.http), ("metrics", self.metrics)):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((host if host else "", port))
-                except OSError:
-                    owner = port_owner(port)
-                    who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
-                    raise UsageError(f"--{name}-port={port}: the port is in use by {who}",
-                                     hint=f"stop that process, or pick another port (--{name}-port)") from None
-        if len({self.grpc, self.http, self.metrics}) < 3:
-            raise UsageError(f"ports grpc={self.grpc} http={self.http} metrics={self.metrics} must differ",
-                             hint="give each endpoint its own port")
+        check_ports_free({"--grpc-port": self.grpc, "--http-port": self.http, "--metrics-port": self.metrics}, host)
 
     @classmethod
     def free(cls) -> Ports:
         """Three distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
-        socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(3)]
-        try:
-            for s in socks:
-                s.bind((HOST, 0))
-            grpc, http, metrics = (s.getsockname()[1] for s in socks)
-        finally:
-            for s in socks:
-                s.close()
+        grpc, http, metrics = free_ports(3)
         return cls(grpc=grpc, http=http, metrics=metrics)
+
+
+def check_ports_free(ports: dict[str, int], host: str = HOST) -> None:
+    """Refuse ports another process listens on, or one port given twice: UsageError naming the option (a key of
+    `ports`, e.g. `--http-port`), the port and its owner. Run before anything starts."""
+    for name, port in ports.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host if host else "", port))
+            except OSError:
+                owner = port_owner(port)
+                who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
+                option = name.split(" ", 1)[0]
+                raise UsageError(f"{name}={port}: the port is in use by {who}",
+                                 hint=f"stop that process, or pick another port ({option})") from None
+    if len(set(ports.values())) < len(ports):
+        raise UsageError(f"ports {' '.join(f'{k}={v}' for k, v in ports.items())} must differ",
+                         hint="give each endpoint its own port")
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass(frozen=True)
