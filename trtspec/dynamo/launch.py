@@ -33,6 +33,7 @@ from trtspec.dynamo.worker import DYNAMO_HINT, LOCAL_PLANES, WorkerOptions, serv
 from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.server import HOST, check_ports_free
+from trtspec.triton.supervise import group_members, kill_group_except
 
 POLL_INTERVAL_S = 0.25
 PROBE_TIMEOUT_S = 2.0
@@ -221,8 +222,6 @@ class DynamoDeployment:
 
     def worker_pids(self) -> dict[str, int]:
         """The worker processes themselves (the supervisors' children), for a kill test or a look with ps."""
-        from trtspec.triton.supervise import group_members
-
         out = {}
         for name, p in self.processes.items():
             members = [pid for pid in group_members(p.pid) if pid != p.pid]
@@ -251,10 +250,10 @@ class DynamoDeployment:
                 try:
                     codes[name] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    codes[name] = None
+                # whatever of its process group is left (past the timeout, or its supervisor was killed)
+                kill_group_except(proc.pid, keep=-1)
+                if codes[name] is None:
                     codes[name] = proc.wait()
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
