@@ -36,7 +36,7 @@ def dynamo_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-k", type=click.IntRange(1, 1024), default=8, show_default=True,
                      help="[--dynamo] Largest k the engine accepts."),
         click.option("--served-model-name", default=None, help="[--dynamo] OpenAI model name (default: the model's)."),
-        click.option("--system-port", type=click.IntRange(1, 65535 - 64), default=8081, show_default=True,
+        click.option("--system-port", type=click.IntRange(1, 32767), default=8081, show_default=True,
                      help="[--dynamo] First worker's health and /metrics port (worker i: +i)."),
         click.option("--router-mode", type=click.Choice(ROUTER_MODES), default="round-robin", show_default=True,
                      help="[--dynamo] How the frontend picks a worker."),

@@ -26,6 +26,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from trtspec.triton.supervise import group_members, kill_group_except
 POLL_INTERVAL_S = 0.25
 PROBE_TIMEOUT_S = 2.0
 STOP_MARGIN_S = 5.0
+MAX_SYSTEM_PORT = 32767  # Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16 ("expected i16 for key SYSTEM_PORT")
 ROUTER_MODES = ("round-robin", "random", "least-loaded", "kv")
 # Dynamo binds and advertises these on the machine's address unless told; local deployments stay on loopback.
 LOOPBACK_ENV = {"DYN_TCP_RPC_HOST": HOST, "DYN_EVENT_PLANE_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": HOST,
@@ -78,10 +80,11 @@ class DeploymentPlan:
         return "\n".join(lines)
 
 
-def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000, system_port: int = 8081,
+def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000, system_port: int | Sequence[int] = 8081,
                     router_mode: str = "round-robin", migration_limit: int = 3, threads: int | None = 1,
                     served_model_name: str | None = None, python: str | None = None) -> DeploymentPlan:
-    """The frontend and `workers` worker processes for `params` (pure: nothing is checked or started)."""
+    """The frontend and `workers` worker processes for `params` (pure: nothing is checked or started). Worker i
+    serves its health and metrics on `system_port + i` (or `system_port[i]` when a list is given)."""
     if workers < 1:
         raise UsageError(f"--dynamo={workers}: at least one worker", hint="e.g. --dynamo 2")
     if router_mode not in ROUTER_MODES:
@@ -99,7 +102,13 @@ def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000
     engine_args = [arg for key, value in params.to_parameters().items()
                    if value is not None and (key == "target" or value != defaults[key])
                    for arg in (f"--{key.replace('_', '-')}", str(value))]
-    ports = [system_port + i for i in range(workers)]
+    ports = [system_port + i for i in range(workers)] if isinstance(system_port, int) else list(system_port)
+    if len(ports) != workers:
+        raise UsageError(f"--system-port: {len(ports)} ports for {workers} workers", hint="give one port per worker")
+    if max(ports) > MAX_SYSTEM_PORT:
+        raise UsageError(f"--system-port={ports[0]}: worker ports up to {max(ports)}, but Dynamo 1.6.1 reads "
+                         f"DYN_SYSTEM_PORT as a 16-bit signed integer (at most {MAX_SYSTEM_PORT})",
+                         hint=f"pick a first port of at most {MAX_SYSTEM_PORT - workers + 1}")
     procs = [frontend]
     for i, port in enumerate(ports):
         argv = [python, "-m", "trtspec.dynamo.worker", *engine_args, "--served-model-name", name, *planes]
@@ -166,6 +175,7 @@ class DynamoDeployment:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         pending = {p.name: p for p in self.plan.processes}
+        workers = [p.name for p in self.plan.processes if p.name != "frontend"]
         while pending and time.monotonic() < deadline:
             for name, proc in list(pending.items()):
                 if self.processes[name].poll() is not None:
@@ -176,10 +186,11 @@ class DynamoDeployment:
             if "frontend" in self.failed:
                 raise ServerError(f"the Dynamo frontend {self.failed['frontend']}",
                                   hint="read the log above; `trtspec doctor` checks the installation")
+            if all(w in self.failed for w in workers):
+                break  # no worker left to wait for: the frontend will never list the model
             time.sleep(POLL_INTERVAL_S if pending else 0)
         for name in pending:
-            self.failed[name] = f"was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail(name)}"
-        workers = [p.name for p in self.plan.processes if p.name != "frontend"]
+            self.failed.setdefault(name, f"was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail(name)}")
         if "frontend" in pending or all(w in self.failed for w in workers):
             first = next(iter(self.failed.items()))
             raise ServerError(f"no Dynamo worker is serving: {first[0]} {first[1]}",

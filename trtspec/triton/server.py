@@ -74,12 +74,21 @@ def check_ports_free(ports: dict[str, int], host: str = HOST) -> None:
                          hint="give each endpoint its own port")
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+def free_ports(count: int, *, below: int | None = None) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1 (held open together while choosing, then released); with `below`,
+    ports under it (the kernel's ephemeral range starts at 32768: some servers take only smaller ones)."""
+    import random
+
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
-            s.bind((HOST, 0))
+        while len(socks) < count:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((HOST, 0 if below is None else random.randrange(10000, below)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
