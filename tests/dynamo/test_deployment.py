@@ -7,6 +7,7 @@ it (a worker is SIGKILLed, then everything is stopped).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -221,6 +222,8 @@ def test_sigkill_of_a_worker_hangs_no_request_and_the_survivor_keeps_serving(cli
     assert not any(t.is_alive() for t in threads), "a request hung after its worker was killed"
     for i, prompt in enumerate(prompts):
         assert results[i] == reference(prompt, n_tokens).text, (i, results[i])
+    frontend_log = re.sub(r"\x1b\[[0-9;]*m", "", (deployment.log_dir / "frontend.log").read_text(errors="replace"))
+    assert "migration.is_retry=true" in frontend_log  # they finished on the survivor, not by luck before the kill
     before = worker_counts(deployment)
     for prompt in PROMPTS:
         r = client.completions.create(model=deployment.plan.model, prompt=prompt, max_tokens=8, temperature=0)
