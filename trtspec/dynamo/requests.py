@@ -32,9 +32,12 @@ from trtspec.triton.engine_params import EngineParams
 
 ACCEPTANCE_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
                      "mean_acceptance_length", "acceptance_rate")
-# sampling options the reference engine does not have: field -> (what it is, the values that change nothing)
-REFUSED_SAMPLING = {"guided_decoding": ("guided decoding", (None,)), "best_of": ("best_of", (None, 1)),
-                    "n": ("several choices per request", (None, 1))}
+# sampling options the reference engine does not have: field -> (why, the values that change nothing, the fix)
+REFUSED_SAMPLING = {
+    "guided_decoding": ("the reference engine has no guided decoding", (None,), "leave it unset"),
+    "best_of": ("the reference engine samples one sequence per request", (None, 1), "leave it unset"),
+    "n": ("the reference engine returns one choice per request", (None, 1), "send n=1, or several requests"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,9 @@ def engine_request(request: Mapping[str, Any], params: EngineParams, *, max_cont
     sampling = dict(request.get("sampling_options") or {})
     stop = dict(request.get("stop_conditions") or {})
     output = dict(request.get("output_options") or {})
-    for key, (what, neutral) in REFUSED_SAMPLING.items():
+    for key, (why, neutral, fix) in REFUSED_SAMPLING.items():
         if sampling.get(key) not in neutral:
-            raise RequestError(f"{key}={sampling[key]!r}: the reference engine serves no {what}",
-                               hint=f"leave {key} unset" + (" (send several requests instead)" if key == "n" else ""))
+            raise RequestError(f"{key}={sampling[key]!r}: {why}", hint=fix)
     top_logprobs = output.get("logprobs")
     if top_logprobs not in (None, 0, False, True) and not (isinstance(top_logprobs, int) and top_logprobs <= 1):
         raise RequestError(f"top_logprobs={top_logprobs!r}: only the chosen token's log-prob is returned",
