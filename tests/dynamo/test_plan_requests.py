@@ -63,7 +63,6 @@ def test_usage_carries_acceptance_in_openai_fields():
     u = usage(9, 7, stats)
     assert u["total_tokens"] == 16
     assert u["completion_tokens_details"] == {"accepted_prediction_tokens": 4, "rejected_prediction_tokens": 4}
-    assert u["acceptance"]["num_drafts"] == 2 and u["acceptance"]["mean_acceptance_length"] == 3.0
     assert usage(1, 1, None)["completion_tokens_details"]["accepted_prediction_tokens"] == 0
 
 

@@ -16,7 +16,8 @@ Meanings (OpenAI's, as Dynamo forwards them):
 
 Acceptance reaches the client in OpenAI's own usage fields: `completion_tokens_details.accepted_prediction_tokens`
 (draft tokens the target accepted) and `rejected_prediction_tokens` (drafted and not accepted), as for OpenAI's
-Predicted Outputs; `acceptance` (this module's extra) carries the whole AcceptanceStats summary.
+Predicted Outputs. (Dynamo 1.6.1's frontend parses usage into OpenAI's typed struct: keys of its own would be dropped;
+the full series, per position, are on the worker's /metrics.)
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.triton.engine_params import EngineParams
 
-ACCEPTANCE_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
-                     "mean_acceptance_length", "acceptance_rate")
 # sampling options the reference engine does not have: field -> (why, the values that change nothing, the fix)
 REFUSED_SAMPLING = {
     "guided_decoding": ("the reference engine has no guided decoding", (None,), "leave it unset"),
@@ -102,9 +101,8 @@ def chunk(token_ids: list[int], *, log_probs: list[float] | None = None) -> dict
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats: AcceptanceStats | None) -> dict[str, Any]:
-    """OpenAI's usage, with the request's acceptance in completion_tokens_details and `acceptance`."""
+    """OpenAI's usage, with the request's acceptance in completion_tokens_details."""
     stats = stats or AcceptanceStats()
-    summary = stats.to_dict()
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -113,7 +111,6 @@ def usage(prompt_tokens: int, completion_tokens: int, stats: AcceptanceStats | N
             "accepted_prediction_tokens": stats.num_accepted_tokens,
             "rejected_prediction_tokens": stats.num_draft_tokens - stats.num_accepted_tokens,
         },
-        "acceptance": {key: summary[key] for key in ACCEPTANCE_FIELDS},
     }
 
 
