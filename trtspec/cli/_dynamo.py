@@ -77,7 +77,8 @@ def serve_dynamo(workers: int, *, http_port: int, startup_timeout: float, dry_ru
 
     def handler(signum: int, _frame: object) -> None:
         received.append(signum)
-        raise _Stopped
+        if len(received) == 1:  # later signals must not interrupt the stop
+            raise _Stopped
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
