@@ -157,12 +157,22 @@ def test_sixteen_concurrent_clients_are_served_by_both_workers(client, deploymen
 def test_bad_requests_get_an_error_and_the_deployment_keeps_serving(client, deployment, reference):
     import openai
 
+    from trtspec.dynamo.requests import annotations
+
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="x", max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="n=2"):
         client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4, n=2)
+    with pytest.raises(openai.BadRequestError, match="method"):
+        client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4,
+                                  extra_body={"nvext": {"annotations": annotations(method="eagle3")}})
     ok = client.completions.create(model=deployment.plan.model, prompt=PROMPTS[0], max_tokens=8, temperature=0)
     assert ok.choices[0].text == reference(PROMPTS[0], 8).text
+    plain = client.completions.create(model=deployment.plan.model, prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                      extra_body={"nvext": {"annotations": annotations(method="none")}})
+    assert plain.choices[0].text == ok.choices[0].text  # per-request speculation: same output, nothing drafted
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert plain.usage.completion_tokens_details.rejected_prediction_tokens == 0
 
 
 def test_a_worker_that_cannot_load_its_model_exits_with_an_error_and_the_others_keep_serving(

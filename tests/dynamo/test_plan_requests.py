@@ -10,7 +10,7 @@ import pytest
 
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT, check_dynamo, plan_deployment
 from trtspec.dynamo.metrics import WorkerMetrics
-from trtspec.dynamo.requests import engine_request, usage
+from trtspec.dynamo.requests import annotations, engine_request, usage
 from trtspec.dynamo.worker import parse_args, served_name
 from trtspec.errors import ConfigError, RequestError, ToolNotFoundError, UsageError
 from trtspec.spec.metrics import SERIES, AcceptanceStats
@@ -49,6 +49,16 @@ def test_openai_defaults_and_greedy():
 def test_refused_requests_name_the_field(parts, field):
     with pytest.raises(RequestError, match=field.replace("(", r"\(")):
         engine_request({**request(), **parts}, PARAMS)
+
+
+def test_annotations_choose_the_speculation_of_one_request():
+    notes = annotations(method="ngram", k=2, adaptive=True)
+    assert notes == ["trtspec:method=ngram", "trtspec:k=2", "trtspec:adaptive=true"]
+    spec = engine_request(request(annotations=["formatted_prompt", *notes]), PARAMS).spec  # Dynamo's own pass by
+    assert (spec.method, spec.k, spec.adaptive) == ("ngram", 2, True)
+    for bad in ("trtspec:k=two", "trtspec:depth=3", "trtspec:adaptive=maybe", "trtspec:method="):
+        with pytest.raises(RequestError, match="annotation"):
+            engine_request(request(annotations=[bad]), PARAMS)
 
 
 def test_out_of_range_values_are_refused_by_the_engines_own_validation():
