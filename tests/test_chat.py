@@ -5,8 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trtspec.chat import CHAT_TEMPLATE, TEMPLATE_FILE, chat_template_of, render, write_chat_template
-from trtspec.errors import ModelNotFoundError
+from trtspec.chat import (
+    CHAT_TEMPLATE,
+    MODEL_TEMPLATE,
+    TEMPLATE_FILE,
+    chat_prompt,
+    chat_template_of,
+    render,
+    write_chat_template,
+)
+from trtspec.errors import ConfigError, ModelNotFoundError
 from trtspec.models import embedded_path, resolve_model
 
 EMBEDDED = ("tiny", "tiny-draft")
@@ -61,3 +69,17 @@ def test_write_names_a_missing_or_bad_tokenizer_config(tmp_path):
     (tmp_path / "tokenizer_config.json").write_bytes(b"\xff{")
     with pytest.raises(ModelNotFoundError, match="not valid UTF-8 JSON"):
         write_chat_template(tmp_path)
+
+
+def test_chat_prompt_uses_the_models_template_or_a_given_one(tokenizer):
+    assert chat_prompt(tokenizer, "def f(", MODEL_TEMPLATE) == "def f("
+    assert chat_prompt(tokenizer, "def f(", "<{{ messages[0]['content'] }}>") == "<def f(>"
+
+
+def test_chat_prompt_without_a_template_names_the_fix():
+    class Bare:
+        chat_template = None
+
+    with pytest.raises(ConfigError, match="no chat template") as info:
+        chat_prompt(Bare(), "x", MODEL_TEMPLATE)
+    assert "add_chat_template.py" in (info.value.hint or "")

@@ -12,7 +12,9 @@ meaningful for a base model:
 So a chat of one user message renders to exactly that message's text, and its greedy chat completion equals the
 greedy text completion of the same text (tests/test_chat.py; the Dynamo acceptance test relies on it).
 `write_chat_template` is how the template gets there: `train_pair` calls it for freshly trained models and
-`scripts/add_chat_template.py` patches existing directories (idempotent). Pure Python: no torch, no transformers.
+`scripts/add_chat_template.py` patches existing directories (idempotent). `chat_prompt` is how a sweep with
+`chat_template` turns a suite's prompt into a chat (engine backend; the OpenAI backend sends it to
+/v1/chat/completions instead). Pure Python: no torch, no transformers (a tokenizer is passed in).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ModelNotFoundError
+from trtspec.errors import ConfigError, ModelNotFoundError
 
 # Jinja (Hugging Face `apply_chat_template`; minijinja in Dynamo's frontend). Whitespace control keeps it exact.
 CHAT_TEMPLATE = (
@@ -34,6 +36,7 @@ CHAT_TEMPLATE = (
     "{%- if message['role'] == 'assistant' %}{{ eos_token }}{% endif -%}"
     "{%- endfor -%}"
 )
+MODEL_TEMPLATE = "model"  # a sweep's `chat_template: model`: the model's own template (the server applies it too)
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"  # transformers >= 4.50 may save the template here instead; Dynamo reads the JSON
 
@@ -45,6 +48,17 @@ def render(messages: Sequence[dict[str, Any]], eos_token: str) -> str:
         text = str(message.get("content") or "")
         parts.append(text + (eos_token if message.get("role") == "assistant" else ""))
     return "\n".join(parts)
+
+
+def chat_prompt(tokenizer: Any, text: str, template: str) -> str:
+    """`text` as the user message of a one-turn chat, rendered by `template` (MODEL_TEMPLATE: the tokenizer's own,
+    which is what an OpenAI server applies to /v1/chat/completions)."""
+    if template == MODEL_TEMPLATE and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("chat_template", template, "the model's tokenizer has no chat template",
+                          hint="add one with `python scripts/add_chat_template.py MODEL_DIR`, or give a Jinja template")
+    messages = [{"role": "user", "content": text}]
+    return tokenizer.apply_chat_template(messages, chat_template=None if template == MODEL_TEMPLATE else template,
+                                         tokenize=False, add_generation_prompt=True)
 
 
 def write_chat_template(model_dir: Path, template: str = CHAT_TEMPLATE) -> bool:

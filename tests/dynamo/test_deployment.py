@@ -175,6 +175,28 @@ def test_bad_requests_get_an_error_and_the_deployment_keeps_serving(client, depl
     assert plain.usage.completion_tokens_details.rejected_prediction_tokens == 0
 
 
+@pytest.mark.parametrize("chat_template", [None, "model"], ids=["completions", "chat"])
+def test_sweep_via_openai_measures_acceptance_per_request_method_and_k(deployment, tmp_path, chat_template):
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.records import read_records
+    from trtspec.sweep.runner import run_sweep
+
+    spec = SweepSpec.build(via="openai", url=f"127.0.0.1:{deployment.plan.http_port}", methods=["draft_target", "ngram"],
+                           k=[0, 3], num_prompts=2, max_new_tokens=16, concurrency=[2], calibrate=False,
+                           chat_template=chat_template)
+    summary = run_sweep(spec, tmp_path / "results.jsonl", show_progress=False)
+    assert summary.errors == 0 and summary.ran == 3  # the k=0 baseline, draft_target k=3, ngram k=3
+    cases = {(r["params"]["method"], r["params"]["k"]): r for r in read_records(tmp_path / "results.jsonl")
+             if r["kind"] == "case"}
+    for record in cases.values():
+        assert record["status"] == "ok" and record["metrics"]["output_tokens"] == 2 * 16  # ignore_eos, as the engine
+        assert record["chat_template"] == chat_template and record["via_info"]["name"] == "openai"
+    base, draft = cases["none", 0]["metrics"]["stats"], cases["draft_target", 3]["metrics"]["stats"]
+    assert base["num_draft_tokens"] == 0 and base["mean_acceptance_length"] == 1.0
+    assert 0 < draft["num_accepted_tokens"] <= draft["num_draft_tokens"] and draft["source"] == "openai_usage"
+    assert draft["mean_acceptance_length"] > 1.5  # tiny-draft agrees with tiny on most tokens
+
+
 def test_a_worker_that_cannot_load_its_model_exits_with_an_error_and_the_others_keep_serving(
         client, deployment, reference, tmp_path):
     import shutil

@@ -25,11 +25,15 @@ from trtspec.methods import METHODS
 @click.option("--seed", type=SEED, help="Request i samples with seed + i.")
 @click.option("--repeats", type=click.IntRange(1, 1000), help="Measurement rounds over the whole grid (the report takes medians).")
 @click.option("--max-draft-len", type=click.IntRange(0, 1024), help="The engine's maximum k (tokens).")
-@click.option("--via", type=click.Choice(["engine", "triton"]),
-              help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC).")
-@click.option("--url", type=HOST_PORT, help="Triton gRPC url (via triton), e.g. localhost:8001.")
+@click.option("--via", type=click.Choice(["engine", "triton", "openai"]),
+              help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC); "
+                   "openai = an OpenAI endpoint such as `trtspec serve --dynamo N`.")
+@click.option("--url", type=HOST_PORT, help="Server host:port: Triton gRPC (via triton), e.g. localhost:8001; OpenAI "
+                                           "(via openai), e.g. localhost:8000.")
+@click.option("--chat-template", help="Prompts as one-turn chats: `model` (the model's own template) or a Jinja "
+                                      "template (via engine).")
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
-@click.option("--model-name", help="Triton model to call (default tensorrt_llm).")
+@click.option("--model-name", help="Served model to call (default: tensorrt_llm via triton, the model's name via openai).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.001),
               help="Seconds one request to the Triton server may take before it is cancelled (default 120).")

@@ -133,7 +133,7 @@ class EngineBackend:
             raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
                               hint=f"available here: {', '.join(engine.available_methods)}")
         for suite_name in spec.suites:
-            longest = max(len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+            longest = max(len(last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens))
                           for p in load_suite(suite_name, spec.num_prompts).prompts)
             need = longest + spec.max_new_tokens + spec.max_draft_len + 1
             if need > engine.max_context:
@@ -191,8 +191,8 @@ class EngineBackend:
         from trtspec.spec.params import SamplingParams, SpecParams
 
         engine = self._engine_of(spec, case)
-        # no chat template: base models get raw text
-        prompts = [last_tokens(encode_prompt(engine, p), case.prompt_tokens) for p in suite.prompts]
+        # chat_template None: base models get raw text
+        prompts = [last_tokens(encode_prompt(engine, p, spec.chat_template), case.prompt_tokens) for p in suite.prompts]
         method = case.method if case.method != BASELINE else "none"
         spec_params = SpecParams(method=method, k=case.k, adaptive=case.adaptive)
         samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
@@ -252,7 +252,7 @@ class EngineBackend:
                                                 max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype,
                                                 proposer_options=options)
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
-            warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0]), 32)
+            warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
             engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))
             self._engines[key] = engine
         return self._engines[key]
@@ -270,16 +270,21 @@ class EngineBackend:
         closed_loop(engine, [prompts[i % len(prompts)] for i in range(4)], samplings, spec, concurrency=4)
 
 
-def encode_prompt(engine: Any, text: str) -> list[int]:
-    """Token ids of a prompt; a model without a tokenizer (random test models) gets bytes modulo its vocabulary."""
+def encode_prompt(engine: Any, text: str, chat_template: str | None = None) -> list[int]:
+    """Token ids of a prompt (as a one-turn chat when `chat_template` is set: trtspec.chat.chat_prompt); a model
+    without a tokenizer (random test models) gets bytes modulo its vocabulary."""
     if engine.tokenizer is not None:
+        if chat_template is not None:
+            from trtspec.chat import chat_prompt
+
+            text = chat_prompt(engine.tokenizer, text, chat_template)
         return engine.encode(text)
     return [b % engine.vocab_size for b in text.encode("utf-8")]
 
 
 def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:
     """(mean prompt tokens, mean decode context = mean prompt tokens + half of max_new_tokens) of the sweep."""
-    lengths = [len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+    lengths = [len(last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens))
                for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
     prompt = max(1, round(statistics.fmean(lengths)))
     return prompt, max(8, prompt + spec.max_new_tokens // 2)

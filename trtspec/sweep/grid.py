@@ -70,16 +70,20 @@ class SweepSpec(BaseModel):
     calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
-    via: Literal["engine", "triton"] = Field("engine", validation_alias=AliasChoices("via", "backend"),
-                                             description="engine = in-process reference engine; triton = gRPC")
-    url: str | None = Field(None, description="Triton gRPC url (via triton), e.g. localhost:8001")
+    via: Literal["engine", "triton", "openai"] = Field(
+        "engine", validation_alias=AliasChoices("via", "backend"),
+        description="engine = in-process reference engine; triton = gRPC; openai = an OpenAI endpoint (Dynamo)")
+    url: str | None = Field(None, description="server url: Triton gRPC (via triton), e.g. localhost:8001; OpenAI "
+                            "(via openai), e.g. localhost:8000 for http://localhost:8000/v1")
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
-    model_name: str | None = Field(None, description="Triton model to call; default tensorrt_llm (both flavours)")
+    model_name: str | None = Field(None, description="served model to call; default tensorrt_llm (via triton, both "
+                                   "flavours), the model's served name (via openai: tiny for tiny)")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
                              description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
-    chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
+    chat_template: str | None = Field(None, description="prompts as one-turn chats: `model` = the model's own template "
+                                      "(trtspec.chat), or a Jinja template (via engine); None = raw text")
     threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
     device: str = "cpu"
     dtype: str = "float32"
@@ -147,6 +151,15 @@ class SweepSpec(BaseModel):
         if self.via == "triton" and not self.url:
             raise ConfigError("url", self.url, "via triton needs the server's gRPC url",
                               hint="pass --url localhost:8001 (start one with `trtspec serve REPO`)")
+        if self.via == "openai" and not self.url:
+            raise ConfigError("url", self.url, "via openai needs the server's host:port",
+                              hint="pass --url localhost:8000 (start one with `trtspec serve --dynamo 2`)")
+        if self.via != "engine" and self.chat_template not in (None, "model"):
+            raise ConfigError("chat_template", self.chat_template, f"via {self.via} the server applies its own template",
+                              hint="use chat_template: model (or none), or sweep via engine")
+        if self.via == "triton" and self.chat_template is not None:
+            raise ConfigError("chat_template", self.chat_template, "the Triton path sends token ids, not chats",
+                              hint="sweep via openai or engine for chat prompts")
         # Only the Triton server resolves models there; locally every name must resolve on disk.
         if self.via == "engine":
             target = resolve_model(self.model, field="model")

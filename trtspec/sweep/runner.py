@@ -90,6 +90,10 @@ def make_backend(spec: SweepSpec) -> Backend:
         from trtspec.sweep.backend_engine import EngineBackend
 
         return EngineBackend()
+    if spec.via == "openai":
+        from trtspec.sweep.backend_openai import OpenAIBackend
+
+        return OpenAIBackend()
     from trtspec.sweep.backend_triton import TritonBackend
 
     return TritonBackend()
