@@ -10,6 +10,8 @@ Sections (run all, or pick with --section):
   batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k = 1..8 vs
            adaptive k (output tokens/s median and spread over interleaved runs, per-request latency p50/p99), and
            the verdict: adaptive k within 5% of the best of the others at every concurrency
+  dynamo   `trtspec serve --dynamo N` with 1 and 2 workers under the same openai sweep (and aiperf when
+           `make aiperf` installed it): throughput and latency side by side
 
 Every section is a sweep (trtspec/sweep/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure, the transformers rows of the engine section, and writes the Markdown.
@@ -122,8 +124,59 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
     return benchmarks.lookahead_section(spec, benchmarks.measure(spec))
 
 
+def bench_dynamo(args: argparse.Namespace) -> Section:
+    """A Dynamo deployment of 1, then 2 workers; the same openai sweep against each (and aiperf when installed)."""
+    from trtspec.dynamo.launch import MAX_SYSTEM_PORT, DynamoDeployment, plan_deployment
+    from trtspec.triton.engine_params import EngineParams
+    from trtspec.triton.server import free_ports
+
+    by_workers, aiperf_rows, spec = {}, [], None
+    for workers in (1, 2):
+        http, *system = free_ports(1 + workers, below=MAX_SYSTEM_PORT)
+        params = EngineParams(target=args.model, draft=args.draft, method="draft_target", default_k=args.dynamo_k)
+        plan = plan_deployment(params, workers=workers, http_port=http, system_port=system, threads=args.threads)
+        with DynamoDeployment(plan) as deployment:
+            spec = benchmarks.dynamo_spec(url=f"127.0.0.1:{http}", model=args.model, k=args.dynamo_k,
+                                          concurrency=args.concurrency, max_new_tokens=args.batching_new_tokens,
+                                          min_requests=args.batching_min_requests)
+            by_workers[workers] = benchmarks.measure(spec)
+            if AIPERF.is_file():
+                aiperf_rows.append([f"{workers} worker(s):", aiperf_profile(plan, deployment, args)])
+    assert spec is not None
+    return benchmarks.dynamo_section(spec, by_workers, aiperf_rows)
+
+
+AIPERF = ROOT / ".venv-aiperf" / "bin" / "aiperf"  # `make aiperf` installs it apart (its pins clash with trtspec's)
+
+
+def aiperf_profile(plan, deployment, args: argparse.Namespace) -> str:
+    """A short `aiperf profile` against the frontend; its output token throughput and request latency p50."""
+    import json
+    import subprocess
+    import tempfile
+
+    from trtspec.models import resolve_model
+
+    concurrency = max(args.concurrency)
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(AIPERF), "profile", "--model", plan.model, "--url", f"http://127.0.0.1:{plan.http_port}",
+                "--endpoint-type", "completions", "--streaming", "--concurrency", str(concurrency),
+                "--request-count", str(2 * concurrency), "--synthetic-input-tokens-mean", "64",
+                "--output-tokens-mean", str(args.batching_new_tokens), "--extra-inputs", "ignore_eos:true",
+                "--tokenizer", str(resolve_model(args.model)), "--artifact-dir", tmp, "--ui-type", "none"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        found = sorted(Path(tmp).rglob("profile_export_aiperf.json"))
+        if proc.returncode != 0 or not found:
+            return f"aiperf failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+        data = json.loads(found[0].read_text())
+        tput = data.get("output_token_throughput", {}).get("avg")
+        latency = data.get("request_latency", {}).get("p50")
+        return f"c={concurrency}, {tput:.1f} output tokens/s, request latency p50 {latency:.0f} ms"
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
+    "dynamo": bench_dynamo,
 }
 
 
@@ -178,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched by prompt lookup")
     parser.add_argument("--repeats", type=int, default=1, help="runs over all prompts per configuration (median)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="batching: requests in flight")
+    parser.add_argument("--dynamo-k", type=int, default=4, help="dynamo: k of the draft_target rows")
     parser.add_argument("--fixed-ks", type=int, nargs="+", default=list(range(1, 9)),
                         help="batching: k of the fixed-k rows")
     parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")

@@ -243,6 +243,57 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
     )
 
 
+def dynamo_spec(*, url: str, model: str, k: int, concurrency: Sequence[int], max_new_tokens: int,
+                min_requests: int) -> SweepSpec:
+    """Via openai against a running deployment: plain decoding and draft_target k, at every concurrency."""
+    return SweepSpec.build(via="openai", url=url, model=model, methods=["draft_target"], k=[0, k], suites=[MIXED],
+                           concurrency=list(concurrency), num_prompts=2 * max(concurrency), num_requests=min_requests,
+                           waves=2, max_new_tokens=max_new_tokens, calibrate=False)
+
+
+def dynamo_section(spec: SweepSpec, by_workers: dict[int, Measured], aiperf: Sequence[list[str]] = ()) -> Section:
+    """Rows per (workers, configuration, concurrency): output tokens/s and latency, from the openai sweep records."""
+    rows, rates = [], {}
+    for workers, measured in by_workers.items():
+        for runs in _by_case(measured.records).values():
+            params, metrics = runs[0]["params"], runs[0]["metrics"]
+            name = "no speculation" if params["method"] == BASELINE else f"{params['method']} k={params['k']}"
+            rate = _median_rate(runs)
+            rates[workers, name, params["concurrency"]] = rate
+            stats, latencies = metrics["stats"], metrics["latencies_s"]
+            rows.append([str(workers), name, str(params["concurrency"]), f"{rate:.1f}",
+                         f"{1000 * percentile(latencies, 50):.0f}", f"{1000 * percentile(latencies, 99):.0f}",
+                         f"{stats['mean_acceptance_length']:.2f}" if stats["num_draft_tokens"] else "-"])
+    scaling = [f"{name} c={c}: {rate / rates[1, name, c]:.2f}x" for (w, name, c), rate in rates.items()
+               if w == 2 and (1, name, c) in rates]
+    notes = [f"`trtspec serve --dynamo N` (Dynamo {_dynamo_version()} frontend, round-robin, N trtspec workers with 1 "
+             f"torch thread each) on {spec.model} + tiny-draft; the load is `trtspec sweep --via openai`: a closed loop "
+             f"of `concurrency` clients, max(2 x concurrency, {spec.num_requests or spec.num_prompts}) requests per "
+             f"cell, held-out prompts, {spec.max_new_tokens} new tokens each, greedy, EOS ignored. Latency = request "
+             "sent to response received (p50/p99); mean acceptance length estimated from usage (drafted / k).",
+             "2 workers / 1 worker: " + "; ".join(scaling) + ". What limits it here: 2 CPU cores shared by the "
+             "frontend, the client threads and the workers (and by other jobs on this machine, so the same cell "
+             "varies by tens of percent between runs). A second worker can use the second core when at least two "
+             "requests are in flight; at concurrency 1 one request runs on one worker, so it cannot help.",
+             _machine() + "."]
+    if aiperf:
+        notes.append("aiperf (NVIDIA's benchmark client, from the package index) against the same frontend: "
+                     + "; ".join(" ".join(row) for row in aiperf) + ".")
+    return Section(title=f"NVIDIA Dynamo: 1 vs 2 workers behind the OpenAI frontend ({spec.model})",
+                   columns=["workers", "configuration", "concurrency", "output tokens/s", "latency p50 (ms)",
+                            "latency p99 (ms)", "mean acceptance length"],
+                   rows=rows, notes=notes)
+
+
+def _dynamo_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ai-dynamo")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
     ordered = sorted(values)
