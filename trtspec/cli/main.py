@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "deploy": "trtspec.cli.deploy:deploy",
     "doctor": "trtspec.cli.doctor:doctor",
     "generate": "trtspec.cli.generate:generate",
+    "k8s": "trtspec.cli.k8s:k8s",
     "models": "trtspec.cli.models:models",
     "report": "trtspec.cli.report:report",
     "serve": "trtspec.cli.serve:serve",
