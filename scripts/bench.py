@@ -161,8 +161,8 @@ def aiperf_profile(plan, deployment, args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [str(AIPERF), "profile", "--model", plan.model, "--url", f"http://127.0.0.1:{plan.http_port}",
                 "--endpoint-type", "completions", "--streaming", "--concurrency", str(concurrency),
-                "--request-count", str(2 * concurrency), "--synthetic-input-tokens-mean", "64",
-                "--output-tokens-mean", str(args.batching_new_tokens), "--extra-inputs", "ignore_eos:true",
+                "--request-count", str(2 * concurrency), "--isl", "64",
+                "--osl", str(args.batching_new_tokens), "--extra-inputs", "ignore_eos:true",
                 "--tokenizer", str(resolve_model(args.model)), "--artifact-dir", tmp, "--ui-type", "none"]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         found = sorted(Path(tmp).rglob("profile_export_aiperf.json"))
@@ -171,7 +171,9 @@ def aiperf_profile(plan, deployment, args: argparse.Namespace) -> str:
         data = json.loads(found[0].read_text())
         tput = data.get("output_token_throughput", {}).get("avg")
         latency = data.get("request_latency", {}).get("p50")
-        return f"c={concurrency}, {tput:.1f} output tokens/s, request latency p50 {latency:.0f} ms"
+        accepted = data.get("usage_accepted_prediction_tokens", {}).get("avg")  # aiperf reads trtspec's usage too
+        return (f"c={concurrency}, {tput:.1f} output tokens/s, request latency p50 {latency:.0f} ms"
+                + (f", {accepted:.1f} accepted draft tokens per request" if accepted is not None else ""))
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
