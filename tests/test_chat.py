@@ -83,3 +83,21 @@ def test_chat_prompt_without_a_template_names_the_fix():
     with pytest.raises(ConfigError, match="no chat template") as info:
         chat_prompt(Bare(), "x", MODEL_TEMPLATE)
     assert "add_chat_template.py" in (info.value.hint or "")
+
+
+def test_engine_sweep_applies_the_chat_template(tmp_path):
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.records import read_records
+    from trtspec.sweep.runner import run_sweep
+
+    digests = {}
+    for template in (None, MODEL_TEMPLATE, "{{ messages[0]['content'] }}\n\n\nclass Other:"):
+        spec = SweepSpec.build(methods=["none"], k=[0], num_prompts=1, max_new_tokens=8, calibrate=False, threads=1,
+                               chat_template=template)
+        out = tmp_path / f"{template is None}-{len(template or '')}.jsonl"
+        run_sweep(spec, out, show_progress=False)
+        (case,) = [r for r in read_records(out) if r["kind"] == "case"]
+        assert case["status"] == "ok" and case["chat_template"] == template
+        digests[template] = case["metrics"]["output_sha256"]
+    assert digests[None] == digests[MODEL_TEMPLATE]  # one user message renders to its own text
+    assert digests["{{ messages[0]['content'] }}\n\n\nclass Other:"] != digests[None]  # a template that changes the prompt shows
