@@ -100,3 +100,27 @@ def test_lookahead_section_rows_per_suite_and_overall():
     assert section.rows[3][:2] == ["W,N,G=7,5,7", "prose"] and section.rows[3][-1] == "NO"
     assert section.rows[-1][:5] == ["W,N,G=7,5,7", "all", "-", "55", "2.00"]
     assert len(section.rows) == 3 * 2 + 2
+
+
+def test_dynamo_section_puts_1_and_2_workers_side_by_side():
+    from trtspec.sweep import benchmarks
+
+    spec = benchmarks.dynamo_spec(url="127.0.0.1:8000", model="tiny", k=4, concurrency=[1, 4], max_new_tokens=8,
+                                  min_requests=6)
+    assert spec.via == "openai" and spec.k == [0, 4] and spec.methods == ["draft_target"]
+
+    def record(method, k, c, rate):
+        stats = {"num_draft_tokens": 8 if k else 0, "mean_acceptance_length": 2.5}
+        return {"params": {"method": method, "k": k, "concurrency": c},
+                "metrics": {"tokens_per_s": rate, "latencies_s": [0.1, 0.3], "stats": stats}}
+
+    runs = {w: benchmarks.Measured([record("none", 0, 4, 10.0 * w), record("draft_target", 4, 4, 15.0 * w)], None,
+                                   None) for w in (1, 2)}
+    section = benchmarks.dynamo_section(spec, runs, [["2 worker(s):", "c=4, 30.0 output tokens/s"]])
+    assert [row[:4] for row in section.rows] == [["1", "no speculation", "4", "10.0"],
+                                                 ["1", "draft_target k=4", "4", "15.0"],
+                                                 ["2", "no speculation", "4", "20.0"],
+                                                 ["2", "draft_target k=4", "4", "30.0"]]
+    assert section.rows[1][-1] == "2.50" and section.rows[0][-1] == "-"
+    assert "no speculation c=4: 2.00x; draft_target k=4 c=4: 2.00x" in section.notes[1]
+    assert "aiperf" in section.notes[-1]
