@@ -58,8 +58,8 @@ class EagleRecipe:
     prompt_len: int = 32
     gen_len: int = 96
     num_corpus_windows: int = 64  # plus corpus windows of prompt_len + gen_len tokens
-    eval_prompts: int = 24
-    eval_gen_len: int = 96
+    eval_prompts: int = 24  # held-out prompts, continued greedily to the training length (prompt_len + gen_len):
+    # ModelOpt caches its training-time-test attention masks by step, for one sequence length
     checkpoint_every: int = 20
     seed: int = 0
     stop_after: int | None = field(default=None, compare=False)  # stop (resumably) after this many steps: tests
@@ -302,7 +302,7 @@ def training_data(model: Any, target: Path, recipe: EagleRecipe, progress: Progr
         source = "random token-id prompts (the target has no tokenizer)"
     progress("prompts", 1, 1, f"{train_prompts.shape[0]} train / {eval_prompts.shape[0]} held-out prompts")
     generated = self_distillation_data(model, train_prompts, recipe.gen_len, gen, progress)  # [n, P + G]
-    evaluation = continue_with_target(model, eval_prompts, recipe.eval_gen_len, sample=False, gen=gen)
+    evaluation = continue_with_target(model, eval_prompts, recipe.gen_len, sample=False, gen=gen)
     return {"sequences": torch.cat([generated, windows]), "eval_sequences": evaluation, "source": source,
             "generated": generated.shape[0], "windows": windows.shape[0]}
 
