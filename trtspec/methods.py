@@ -99,6 +99,8 @@ METHODS: dict[str, MethodInfo] = {
         ),
         MethodInfo(
             name="eagle3",
+            # the reference engine's EAGLE-3 (trtspec train eagle); build configs write it as method eagle with
+            # eagle.eagle3: true (one EAGLE section; LLM-API decoding_type per target in build/plan.py)
             summary="EAGLE-3 drafter on the target's low/mid/high layer features: feature-level drafting, "
                     "static or dynamic trees",
             trtllm_build_mode=None,

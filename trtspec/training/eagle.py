@@ -126,7 +126,9 @@ def convert_with_modelopt(model: Any, taps: tuple[int, ...], recipe: EagleRecipe
                                 hint="pip install 'nvidia-modelopt>=0.40'") from None
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    with contextlib.redirect_stdout(sys.stderr):
+    # ModelOpt initialises the drafter from the global RNG: seed it (in a fork) so that a run is reproducible
+    with contextlib.redirect_stdout(sys.stderr), torch.random.fork_rng():
+        torch.manual_seed(recipe.seed + 1)
         model = mtsp.convert(model, [("eagle", eagle3_config(model.config, taps, recipe))])
     module = model.eagle_module
     # ModelOpt 0.47 builds the rotary embedding with a `device=` argument transformers 5.x no longer takes; it only
@@ -173,6 +175,12 @@ def _recipe_key(recipe: EagleRecipe) -> dict[str, Any]:
     key = asdict(recipe)
     key.pop("stop_after")
     return key
+
+
+def _data_key(recipe: EagleRecipe) -> dict[str, Any]:
+    """What the self-distillation data depends on (a re-run with other training settings reuses it)."""
+    return {k: getattr(recipe, k) for k in ("seed", "num_prompts", "prompt_len", "gen_len", "num_corpus_windows",
+                                            "eval_prompts")}
 
 
 def lr_at(step: int, total: int, peak: float) -> float:
@@ -321,8 +329,8 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
     taps = check_taps(recipe.taps, num_layers) if recipe.taps else default_taps(num_layers)
     data_file = state_dir / "data.pt"
     data = torch.load(data_file, weights_only=False) if data_file.is_file() else None
-    if data is None or data.get("recipe") != _recipe_key(recipe) or data.get("target") != name:
-        data = training_data(model, target, recipe, progress) | {"recipe": _recipe_key(recipe), "target": name}
+    if data is None or data.get("recipe") != _data_key(recipe) or data.get("target") != name:
+        data = training_data(model, target, recipe, progress) | {"recipe": _data_key(recipe), "target": name}
         save_checkpoint(data_file, data)
     else:
         progress("generate", 1, 1, "reused the saved self-distillation data")
