@@ -286,28 +286,14 @@ def complete_config(config: dict[str, Any], taps: tuple[int, ...], extra: dict[s
 
 
 def training_data(model: Any, target: Path, recipe: EagleRecipe, progress: Progress) -> dict[str, Any]:
-    """Self-distillation sequences [n, P + G] and held-out greedy continuations [m, P + G_eval], with their source."""
-    from transformers import AutoTokenizer
-
-    from trtspec.training.corpus import stdlib_corpus
-    from trtspec.training.medusa import continue_with_target, corpus_prompts, random_prompts, self_distillation_data
+    """Self-distillation sequences [n, P + G] and held-out greedy continuations [m, P + G], with their source."""
+    from trtspec.training.medusa import continue_with_target, distillation_prompts, self_distillation_data
 
     gen = torch.Generator().manual_seed(recipe.seed)
-    vocab = model.config.vocab_size
-    windows = torch.zeros(0, recipe.prompt_len + recipe.gen_len, dtype=torch.long)  # [w, P + G]
-    if (target / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(target)
-        corpus = stdlib_corpus()
-        train_prompts = corpus_prompts(tokenizer, corpus.train_files, recipe.num_prompts, recipe.prompt_len, gen)
-        if recipe.num_corpus_windows:
-            windows = corpus_prompts(tokenizer, corpus.train_files, recipe.num_corpus_windows,
-                                     recipe.prompt_len + recipe.gen_len, gen)
-        eval_prompts = corpus_prompts(tokenizer, corpus.heldout_files, recipe.eval_prompts, recipe.prompt_len, gen)
-        source = f"{corpus.source}: train files for prompts, held-out files (every 25th) for evaluation"
-    else:
-        train_prompts = random_prompts(vocab, recipe.num_prompts, recipe.prompt_len, gen)
-        eval_prompts = random_prompts(vocab, recipe.eval_prompts, recipe.prompt_len, gen)
-        source = "random token-id prompts (the target has no tokenizer)"
+    train_prompts, windows, eval_prompts, source = distillation_prompts(
+        target, model.config.vocab_size, num_prompts=recipe.num_prompts, prompt_len=recipe.prompt_len,
+        num_windows=recipe.num_corpus_windows, window_len=recipe.prompt_len + recipe.gen_len,
+        num_eval=recipe.eval_prompts, gen=gen)
     progress("prompts", 1, 1, f"{train_prompts.shape[0]} train / {eval_prompts.shape[0]} held-out prompts")
     generated = self_distillation_data(model, train_prompts, recipe.gen_len, gen, progress)  # [n, P + G]
     evaluation = continue_with_target(model, eval_prompts, recipe.gen_len, sample=False, gen=gen)
