@@ -1,11 +1,28 @@
-"""`trtspec train medusa`: Medusa heads for a frozen target (NVIDIA ModelOpt), exported in both layouts."""
+"""`trtspec train medusa | eagle`: Medusa heads / an EAGLE-3 drafter for a frozen target (NVIDIA ModelOpt)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+
+
+def _distillation_data(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The self-distillation data options both trainers share (training.medusa.distillation_prompts)."""
+    for option in reversed([
+        click.option("--prompts", "num_prompts", type=click.IntRange(1), default=64, show_default=True,
+                     help="Self-distillation sequences: corpus prompts the target continues itself (greedy and "
+                          "sampled)."),
+        click.option("--gen-len", type=click.IntRange(2), default=96, show_default=True,
+                     help="Tokens the target generates per self-distillation prompt."),
+        click.option("--corpus-windows", type=click.IntRange(0), default=64, show_default=True,
+                     help="Extra training-corpus windows (same length), labelled by the target's distributions."),
+    ]):
+        command = option(command)
+    return command
 
 
 @click.group()
@@ -25,12 +42,7 @@ def train() -> None:
               help="Sequences per step.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
               help="Peak AdamW learning rate.")
-@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=64, show_default=True,
-              help="Self-distillation sequences: corpus prompts the target continues itself (greedy and sampled).")
-@click.option("--gen-len", type=click.IntRange(2), default=96, show_default=True,
-              help="Tokens the target generates per self-distillation prompt.")
-@click.option("--corpus-windows", type=click.IntRange(0), default=64, show_default=True,
-              help="Extra training-corpus windows (same length), labelled by the target's distributions.")
+@_distillation_data
 @click.option("--max-draft-len", type=click.IntRange(1), default=63, show_default=True,
               help="Tree node budget written to the TensorRT-LLM checkpoint (max_draft_len).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
@@ -89,12 +101,7 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True, help="Sequences per step.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=2e-3, show_default=True,
               help="Peak AdamW learning rate.")
-@click.option("--prompts", "num_prompts", type=click.IntRange(1), default=64, show_default=True,
-              help="Self-distillation sequences: corpus prompts the target continues itself (greedy and sampled).")
-@click.option("--gen-len", type=click.IntRange(2), default=96, show_default=True,
-              help="Tokens the target generates per self-distillation prompt.")
-@click.option("--corpus-windows", type=click.IntRange(0), default=64, show_default=True,
-              help="Extra training-corpus windows (same length), labelled by the target's distributions.")
+@_distillation_data
 @click.option("--checkpoint-every", type=click.IntRange(1), default=20, show_default=True,
               help="Steps between resumable checkpoints (OUT/.trtspec-train/state.pt).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
