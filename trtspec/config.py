@@ -265,6 +265,8 @@ class BuildSpec(_Spec):
 
         if value not in METHODS:
             raise ValueError(f"unknown method; use one of: {', '.join(sorted(METHODS))}")
+        if value == "eagle3":  # the reference engine's name; a build has one EAGLE section for both generations
+            raise ValueError("builds name EAGLE-3 drafters as method: eagle with eagle.eagle3: true (and eagle.model)")
         return value
 
 

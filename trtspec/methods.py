@@ -34,6 +34,7 @@ class MethodInfo:
     proposer: str | None
     needs_draft_model: bool = False
     needs_medusa_heads: bool = False
+    needs_eagle_drafter: bool = False
     tree: bool = False
     # Lossless at temperature > 0 on the reference engine (exact rejection sampling).
     lossless_sampling: bool = True
@@ -95,6 +96,21 @@ METHODS: dict[str, MethodInfo] = {
             tree=True,
             engine_architectures=("LlamaForCausalLM",),
             target_features=("eagle_engine_flow",),
+        ),
+        MethodInfo(
+            name="eagle3",
+            # the reference engine's EAGLE-3 (trtspec train eagle); build configs write it as method eagle with
+            # eagle.eagle3: true (one EAGLE section; LLM-API decoding_type per target in build/plan.py)
+            summary="EAGLE-3 drafter on the target's low/mid/high layer features: feature-level drafting, "
+                    "static or dynamic trees",
+            trtllm_build_mode=None,
+            triton_decoding_mode="eagle",
+            llmapi_decoding_type="Eagle3",
+            proposer="eagle",
+            needs_eagle_drafter=True,
+            tree=True,
+            engine_architectures=("LlamaForCausalLM",),
+            target_features=("eagle3_llmapi",),
         ),
         MethodInfo(
             name="lookahead",

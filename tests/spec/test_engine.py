@@ -21,8 +21,9 @@ from trtspec.spec.proposers import runnable_methods
 from trtspec.spec.sampling import logits_to_probs
 
 PROMPTS_RANDOM = [[5, 9, 3, 7, 5, 9, 3, 2, 11], [4], [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8]]
-# methods this module's engines can run (target + draft); Medusa needs trained heads: tests/medusa covers it
-SPEC_METHODS = [m for m in runnable_methods() if m != "none" and not resolve(m).needs_medusa_heads]
+# methods this module's engines can run (target + draft); Medusa heads and EAGLE drafters: tests/medusa, tests/eagle
+SPEC_METHODS = [m for m in runnable_methods()
+                if m != "none" and not resolve(m).needs_medusa_heads and not resolve(m).needs_eagle_drafter]
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,7 @@ class SpecEngine:
     """Speculative decoding over a target LlamaModel with registered proposers (see module docstring)."""
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
-                 medusa: Path | None = None, max_num_seqs: int = 256,
+                 medusa: Path | None = None, eagle: Path | None = None, max_num_seqs: int = 256,
                  proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None,
                  k_policy: AdaptiveK | None = None) -> None:
         scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
@@ -129,14 +129,18 @@ class SpecEngine:
         self.max_context = self.cache.max_seq_len
         ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
                               medusa=medusa, options=dict(proposer_options or {}),
-                              hidden_size=target.config.hidden_size)
+                              hidden_size=target.config.hidden_size, eagle=eagle, target_config=target.config,
+                              target_embed=target.embed_tokens)
         self.available_methods = tuple(m for m in runnable_methods()
                                        if (draft is not None or not resolve(m).needs_draft_model)
-                                       and (medusa is not None or not resolve(m).needs_medusa_heads))
+                                       and (medusa is not None or not resolve(m).needs_medusa_heads)
+                                       and (eagle is not None or not resolve(m).needs_eagle_drafter))
         self.proposers: dict[str, Proposer] = {
             resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
             if resolve(m).proposer is not None
         }
+        # target layers whose input a proposer reads (EAGLE-3 taps), returned by every target forward
+        self.taps: tuple[int, ...] = next((p.target_taps for p in self.proposers.values() if hasattr(p, "target_taps")), ())
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
         # draft lengths of requests with SpecParams(adaptive=True); a CPU engine's steps timed in CPU time
         self.k_policy = k_policy or AdaptiveK(clock=cpu_clock if self.device.type == "cpu" else None)
@@ -147,7 +151,7 @@ class SpecEngine:
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
-                        *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
+                        *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
                         allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None,
                         scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
@@ -155,7 +159,7 @@ class SpecEngine:
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
         (IncompatibleModelsError naming both sizes); `allow_vocab_padding` accepts padding-only differences.
         """
-        from trtspec.models import check_pair, resolve_medusa, resolve_model
+        from trtspec.models import check_pair, resolve_eagle, resolve_medusa, resolve_model
 
         target_path = resolve_model(target, field="target")
         draft_path = resolve_model(draft, field="draft") if draft is not None else None
@@ -168,6 +172,7 @@ class SpecEngine:
             tokenizer=_load_tokenizer(target_path),
             max_k=max_k,
             medusa=medusa_path,
+            eagle=resolve_eagle(eagle) if eagle is not None else None,
             max_num_seqs=max_num_seqs,
             proposer_options=proposer_options,
             scheduler=scheduler,
@@ -222,7 +227,7 @@ class SpecEngine:
         input_ids, num_tokens, positions, tree_mask, num_pending = self._target_inputs(batch, drafts)
         t = time.perf_counter()
         out = forward_grouped(self.target, input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
-                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask, taps=self.taps)
         _synchronize(self.device)
         target_time = time.perf_counter() - t
         for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):  # aux branches: hand back, drop KV
@@ -240,7 +245,8 @@ class SpecEngine:
             verdicts.append(self._verify(request, draft, target_scores[-1]))
 
         # 5. commit: append tokens (cut at a stop), their log-probs, roll target and draft KV back, retire finished
-        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i])
+        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i],
+                               None if out.aux is None else out.aux[i])
                   for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
 
         # 6. observe: acceptance counts, the time split (shared step time is charged to every request in it), costs
@@ -430,7 +436,7 @@ class SpecEngine:
                             generator=request.generator)
 
     def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
-                target_scores: Tensor) -> RequestDelta:
+                target_scores: Tensor, aux: Tensor | None = None) -> RequestDelta:
         """Append the verdict's tokens (cut at a stop token, a completed stop word, max_new_tokens or the context)
         with their log-probs, and roll the KV caches back.
 
@@ -441,6 +447,7 @@ class SpecEngine:
         Args:
             hidden: [T, hidden] this request's target hidden states from the step's forward.
             target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
+            aux: [T, taps * hidden] the target's tapped layers (proposers with observe_target read them).
         """
         cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
         keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
@@ -451,6 +458,9 @@ class SpecEngine:
         if request.proposer is not None and request.proposer.needs_hidden_states:
             # the state that predicted the next token: the last accepted draft token's, else the last pending one's
             request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
+        if aux is not None and hasattr(request.proposer, "observe_target"):  # taps of the committed positions
+            rows = list(range(num_pending)) + [num_pending + k for k in keep]
+            request.proposer.observe_target(request.request_id, cached, aux[rows])
         new_ids: list[int] = []
         finish_reason = None
         for token in verdict.token_ids:
