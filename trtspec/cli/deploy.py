@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from trtspec.cli._types import PROBABILITY, FiniteFloat
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.repo import BACKENDS
 
@@ -42,9 +43,9 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--log-prompts", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="torch: log a sample of the prompts to DIR/prompts.jsonl (rotating JSONL; the input of `trtspec "
                    "train draft`). Off by default: prompts are user data, stored in clear text (docs/retrain.md).")
-@click.option("--log-sample-rate", type=click.FloatRange(0, 1), default=EngineParams.log_sample_rate, show_default=True,
+@click.option("--log-sample-rate", type=PROBABILITY, default=EngineParams.log_sample_rate, show_default=True,
               help="Share of requests whose prompt is logged (with --log-prompts).")
-@click.option("--log-max-mb", type=click.FloatRange(min=0, min_open=True, max=1e6), default=EngineParams.log_max_mb,
+@click.option("--log-max-mb", type=FiniteFloat(min=0.01, max=1e6), default=EngineParams.log_max_mb,
               show_default=True, help="MiB the prompt log's files may take together; the oldest are dropped.")
 @click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")

@@ -96,16 +96,13 @@ def config_with_parameter(path: Path, key: str, value: str, *, expect: EnginePar
     `expect` is the served model's EngineParams: the file must describe the same model (same target, draft and
     method), so a change is never written into another repository. The new text must parse as Triton's ModelConfig.
     """
-    from google.protobuf.json_format import MessageToDict
-
     from trtspec.triton.render import pbtxt_string, validate_model_config
 
     if not path.is_file():
         raise UsageError(f"--repo: {path} does not exist", hint="pass the repository directory the server runs")
     text = path.read_text(encoding="utf-8")
     pattern = re.compile(_PARAMETER.replace("{key}", re.escape(key)))
-    found = validate_model_config(text, source=str(path))
-    on_disk = EngineParams.from_model_config(MessageToDict(found, preserving_proto_field_name=True))
+    on_disk = config_params(path)
     served = (expect.target, expect.draft, expect.method)
     if (on_disk.target, on_disk.draft, on_disk.method) != served:
         raise UsageError(f"--repo: {path} describes target={on_disk.target!r} draft={on_disk.draft!r} method="
@@ -119,3 +116,13 @@ def config_with_parameter(path: Path, key: str, value: str, *, expect: EnginePar
     if parsed.parameters[key].string_value != value:  # the edit did what it says (a proof, not a hope)
         raise UsageError(f"--repo: could not set {key} in {path}", hint="re-render it with `trtspec deploy --force`")
     return path, new
+
+
+def config_params(path: Path) -> EngineParams:
+    """The EngineParams of a repository's `MODEL/config.pbtxt` (parsed as Triton's ModelConfig first)."""
+    from google.protobuf.json_format import MessageToDict
+
+    from trtspec.triton.render import validate_model_config
+
+    config = validate_model_config(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return EngineParams.from_model_config(MessageToDict(config, preserving_proto_field_name=True))
