@@ -118,11 +118,12 @@ def draft(target: str, draft: str, prompts: Path, out_dir: Path, steps: int, bat
     """
     from trtspec.cli._progress import stage_progress
     from trtspec.models import resolve_model
-    from trtspec.training.distill import distill_draft
+    from trtspec.training.distill import check_inputs, distill_draft
 
     recipe = DistillRecipe(steps=steps, batch_size=batch_size, lr=lr, gen_len=gen_len, max_prompt_len=max_prompt_len,
                            heldout_fraction=heldout_fraction, k=k, eval_new_tokens=eval_new_tokens, seed=seed)
     target_path, draft_path = resolve_model(target, field="target"), resolve_model(draft, field="draft")
+    check_inputs(target_path, draft_path, prompts, out_dir)  # bad input: one line, before the progress display
     with stage_progress(disable=as_json) as progress:
         report = distill_draft(target_path, draft_path, prompts, out_dir, recipe, progress=progress)
     if as_json:

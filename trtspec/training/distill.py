@@ -102,15 +102,12 @@ def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: D
         prompts: a prompt log directory (`trtspec deploy --log-prompts DIR`) or a JSONL file.
         out: where the distilled draft is written.
     """
-    from trtspec.models import check_pair
     from trtspec.spec.engine import SpecEngine
 
     recipe = (recipe or DistillRecipe()).validate()
     t0 = time.time()
     # 1. prompts (and every check) before any work
-    check_pair(target, draft)
-    check_out(out, inputs=[target, draft, prompts])
-    logged, skipped = read_prompt_log(prompts)
+    logged, skipped = check_inputs(target, draft, prompts, out)
     engine = SpecEngine.from_pretrained(target, draft, max_k=recipe.k)
     split = split_prompts(logged, engine.encode, engine.vocab_size, recipe)
     split = PromptSplit(split.train, split.heldout, split.num_logged, split.num_skipped + skipped)
@@ -152,6 +149,16 @@ def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: D
         raise
     shutil.rmtree(resume, ignore_errors=True)
     return report
+
+
+def check_inputs(target: Path, draft: Path, prompts: Path, out: Path) -> tuple[list[LoggedPrompt], int]:
+    """The checks before any work (the CLI runs them before its progress display): the pair shares a vocabulary
+    and tokenizer, OUT may be written, the log has a usable prompt. Returns read_prompt_log's result."""
+    from trtspec.models import check_pair
+
+    check_pair(target, draft)
+    check_out(out, inputs=[target, draft, prompts])
+    return read_prompt_log(prompts)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

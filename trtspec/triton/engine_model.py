@@ -36,6 +36,9 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   response answers it); a cancelled request ends with a final response holding what it generated so far, as
   TensorRT-LLM's executor answers a cancellation.
 
+With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (ops/prompt_log.py).
+A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
+
 Acceptance counters are also published as Prometheus metrics (`pb_utils.MetricFamily`). torch is imported only when
 the engine is built.
 """
