@@ -214,7 +214,7 @@ def train(student: Any, teacher: Any, sequences: list[list[int]], recipe: Distil
     import torch
     import torch.nn.functional as F
 
-    from trtspec.training.tiny import lr_at
+    from trtspec.training.tiny import lr_at, optimizer_step
 
     gen = torch.Generator().manual_seed(recipe.seed)
     opt = torch.optim.AdamW(student.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -237,10 +237,7 @@ def train(student: Any, teacher: Any, sequences: list[list[int]], recipe: Distil
         student_logp = F.log_softmax(student(input_ids=input_ids).logits, dim=-1)  # [B, T, vocab]
         kl = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="none").sum(-1)  # [B, T]
         loss = (kl * mask).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, student, loss)
         losses.append(loss.item())
         progress("train", step + 1, recipe.steps, f"kl {loss.item():.3f}")
         if (step + 1) % recipe.checkpoint_every == 0 or step + 1 == recipe.steps:
