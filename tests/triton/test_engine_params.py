@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trtspec.errors import ConfigError
@@ -28,11 +28,14 @@ def through_triton(params: EngineParams) -> EngineParams:
 @given(target=NAMES, draft=st.none() | NAMES, k=st.integers(0, 64), lookahead=st.none() | st.tuples(
     st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(), normalize=st.booleans(),
     timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
-    method=st.sampled_from(["draft_target", "none", "ngram"]))
-def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method):
+    method=st.sampled_from(["draft_target", "none", "ngram"]), log=st.none() | NAMES,
+    rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6))
+@settings(deadline=None)  # the first example imports protobuf; the shared CPUs make that slow
+def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method,
+                                         log, rate, max_mb):
     params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
                           exclude_input_in_output=exclude, normalize_log_probs=normalize, drain_timeout_s=timeout,
-                          device=device, max_queue=3)
+                          device=device, max_queue=3, log_prompts=log, log_sample_rate=rate, log_max_mb=max_mb)
     assert through_triton(params) == params
 
 
@@ -59,3 +62,17 @@ def test_bad_parameters_are_refused_by_name(params, message):
     with pytest.raises(ConfigError) as info:
         EngineParams.from_parameters(params)
     assert message in str(info.value)
+
+
+def test_a_version_directory_overrides_its_checkpoints(tmp_path):
+    """`trtspec rollout-draft` puts a draft inside version N+1 and names it in trtspec-version.json."""
+    from trtspec.triton.engine_params import VERSION_FILE
+
+    params = EngineParams(target="tiny", draft="tiny-draft", default_k=3)
+    assert params.for_version(tmp_path) == params  # no file: the model's parameters
+    (tmp_path / VERSION_FILE).write_text(json.dumps({"draft": "draft"}))
+    assert params.for_version(tmp_path) == EngineParams(target="tiny", draft=str(tmp_path / "draft"), default_k=3)
+    for bad in ('{"default_k": "2"}', '{"draft": ""}', "[1]", "not json"):
+        (tmp_path / VERSION_FILE).write_text(bad)
+        with pytest.raises(ConfigError, match=VERSION_FILE):
+            params.for_version(tmp_path)

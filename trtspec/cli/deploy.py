@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from trtspec.cli._types import PROBABILITY, FiniteFloat
+from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.repo import BACKENDS
 
 
@@ -38,11 +40,19 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--decoupled/--no-decoupled", default=False, show_default=True,
               help="NVIDIA's decoupled_mode for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming "
                    "(stream=true, generate_stream) needs it; unary gRPC infer and HTTP generate need it off.")
+@click.option("--log-prompts", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="torch: log a sample of the prompts to DIR/prompts.jsonl (rotating JSONL; the input of `trtspec "
+                   "train draft`). Off by default: prompts are user data, stored in clear text (docs/retrain.md).")
+@click.option("--log-sample-rate", type=PROBABILITY, default=EngineParams.log_sample_rate, show_default=True,
+              help="Share of requests whose prompt is logged (with --log-prompts).")
+@click.option("--log-max-mb", type=FiniteFloat(min=0.01, max=1e6), default=EngineParams.log_max_mb,
+              show_default=True, help="MiB the prompt log's files may take together; the oldest are dropped.")
 @click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
-           trtllm_version: str | None, decoupled: bool, force: bool, dry_run: bool) -> None:
+           trtllm_version: str | None, decoupled: bool, log_prompts: Path | None, log_sample_rate: float,
+           log_max_mb: float, force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -51,13 +61,18 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
                                max_k=max_k, device=device, lookahead=_lookahead(lookahead),
                                tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
-                               trtllm_version=trtllm_version, decoupled=decoupled)
+                               trtllm_version=trtllm_version, decoupled=decoupled,
+                               log_prompts=log_prompts.resolve() if log_prompts else None,
+                               log_sample_rate=log_sample_rate, log_max_mb=log_max_mb)
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
                f"({backend} flavour, method {spec.method}, TensorRT-LLM {spec.trtllm_version} contract, "
                f"{'decoupled' if spec.decoupled else 'not decoupled'}):")
     for rel in sorted(plan):
         click.echo(f"  {rel}")
+    if spec.log_prompts is not None:
+        click.echo(f"Prompt logging is on: {spec.log_sample_rate:g} of the prompts go to {spec.log_prompts}/prompts.jsonl "
+                   f"(at most {spec.log_max_mb:g} MiB, rotated); they are user data in clear text.")
     built_for = spec.build_trtllm_version
     if backend == "tensorrtllm" and built_for and built_for != spec.trtllm_version:
         click.echo(f"Note: the build was planned for TensorRT-LLM {built_for}; an engine loads only in the release "

@@ -140,6 +140,14 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def optimizer_step(opt: Any, model: Any, loss: torch.Tensor, max_norm: float = 1.0) -> None:
+    """One AdamW step on `loss`, gradients clipped to `max_norm` (every training loop of trtspec.training)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+
+
 def train_target(model: Any, stream: torch.Tensor, recipe: TinyRecipe, progress: Progress) -> list[float]:
     gen = torch.Generator().manual_seed(recipe.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.target_lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -151,10 +159,7 @@ def train_target(model: Any, stream: torch.Tensor, recipe: TinyRecipe, progress:
         batch = random_batches(stream, recipe.batch_size, recipe.seq_len, gen)  # [B, T+1]
         logits = model(input_ids=batch[:, :-1]).logits  # [B, T, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, model, loss)
         losses.append(loss.item())
         progress("target", step + 1, recipe.target_steps, f"loss {loss.item():.3f}")
     model.eval()
@@ -204,10 +209,7 @@ def distill_draft(draft: Any, target: Any, stream: torch.Tensor, generations: to
             target_logp = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)  # [B, T, vocab]
         draft_logp = F.log_softmax(draft(input_ids=batch).logits, dim=-1)  # [B, T, vocab]
         loss = F.kl_div(draft_logp.flatten(0, 1), target_logp.flatten(0, 1), log_target=True, reduction="batchmean")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, draft, loss)
         losses.append(loss.item())
         progress("draft", step + 1, recipe.draft_steps, f"kl {loss.item():.3f}")
     draft.eval()

@@ -281,6 +281,37 @@ class TritonClient:
             self._configs[model] = reply.get("config", {})
         return self._configs[model]
 
+    def load_model(self, model: str, config: Mapping[str, Any] | None = None) -> None:
+        """Load or reload `model` through Triton's model-control API (the server runs in explicit mode).
+
+        Args:
+            config: a whole model configuration (the JSON form of config.pbtxt) used instead of the repository's
+                config.pbtxt for this load (Triton's config override); None = the repository's own.
+        Triton loads the new instance while the old one keeps serving, and swaps them when it is ready; a failed
+        load leaves the running model as it was. Raises ServerError with Triton's reason.
+        """
+        import json
+
+        try:
+            self._client.load_model(model, config=None if config is None else json.dumps(config),
+                                    client_timeout=self.timeout_s)
+        except Exception as exc:  # InferenceServerException: explicit mode off, a bad config, a failed load
+            raise ServerError(f"loading {model!r} on {self.url} failed: {_message(exc)}",
+                              hint="the running model is unchanged; see the server log (the server must run in "
+                                   "explicit model-control mode, as `trtspec serve` starts it)") from None
+        finally:
+            self._configs.pop(model, None)  # read the new configuration on next use
+
+    def model_versions(self, model: str) -> dict[int, str]:
+        """Version -> state (READY, UNAVAILABLE, LOADING, ...) of `model` in the server's repository index."""
+        try:
+            index = self._client.get_model_repository_index(as_json=True, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"cannot read the repository index of {self.url}: {_message(exc)}",
+                              hint="is the server still up? see its log") from None
+        return {int(entry["version"]): entry.get("state", "") for entry in index.get("models", [])
+                if entry.get("name") == model and str(entry.get("version", "")).isdigit()}
+
     def model_parameters(self, model: str) -> dict[str, str]:
         """A served model's config.pbtxt `parameters`, as strings."""
         params = self.model_config(model).get("parameters", {})

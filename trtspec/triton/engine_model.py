@@ -36,6 +36,9 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   response answers it); a cancelled request ends with a final response holding what it generated so far, as
   TensorRT-LLM's executor answers a cancellation.
 
+With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (ops/prompt_log.py).
+A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
+
 Acceptance counters are also published as Prometheus metrics (`pb_utils.MetricFamily`). torch is imported only when
 the engine is built.
 """
@@ -49,11 +52,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trtspec.errors import OverloadedError, RequestError, TrtspecError, UsageError
+from trtspec.ops.prompt_log import PromptLog
 from trtspec.spec.metrics import SERIES, AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 
@@ -529,7 +534,9 @@ class EngineModel:
 
         self.pb = pb_utils
         config = json.loads(args["model_config"])
-        self.params = EngineParams.from_model_config(config)
+        # A version directory may bring its own checkpoints (a rolled-out draft: trtspec-version.json).
+        self.params = EngineParams.from_model_config(config).for_version(
+            Path(args.get("model_repository", ".")) / str(args.get("model_version", "1")))
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         params = self.params
         self.engine = params.build_engine()
@@ -540,6 +547,9 @@ class EngineModel:
                   "method": params.method}
         self.metrics = SpecMetrics(pb_utils, labels)
         self.loop = EngineLoop(self.engine)
+        self.prompt_log = None if params.log_prompts is None else PromptLog(
+            Path(params.log_prompts), sample_rate=params.log_sample_rate, max_mb=params.log_max_mb,
+            model=labels["model"], version=labels["version"])
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
 
@@ -574,6 +584,8 @@ class EngineModel:
                 self.loop.cancel(handle)
             reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
             return reply
+        if self.prompt_log is not None:
+            self._log_prompts(parsed)
         forget = (lambda: self._forget(request_id)) if request_id else None
         reply = _Reply(self, request, parsed, _requested_outputs(request), on_done=forget)
         cancelled = self._cancel_check(request, reply)
@@ -593,6 +605,14 @@ class EngineModel:
                 self._by_request_id[request_id] = handles
         return reply
 
+    def _log_prompts(self, parsed: ParsedRequest) -> None:
+        """Offer each batch row's prompt to the prompt log (sampled there); a failing log never fails a request."""
+        assert self.prompt_log is not None
+        for job in parsed.jobs:
+            if job.sequence_index == 0:
+                self.prompt_log.offer(job.prompt_ids, prompt=self.engine.decode(job.prompt_ids),
+                                      max_tokens=job.sampling.max_new_tokens, temperature=job.sampling.temperature)
+
     def _forget(self, request_id: str) -> None:
         with self._ids_lock:
             self._by_request_id.pop(request_id, None)
@@ -608,9 +628,18 @@ class EngineModel:
         return None if tensor is None else tensor.as_numpy()
 
     def close(self) -> None:
-        """Unload: running requests finish within drain_timeout_s, then the rest fail; metrics go last."""
+        """Unload: running requests finish within drain_timeout_s, then the rest fail. The metrics are kept."""
         self.loop.shutdown(drain=True, timeout=self.params.drain_timeout_s)
-        self.metrics.close()
+        if self.prompt_log is not None:
+            self.prompt_log.close()
+        # Not deleted: a reload of this version (`trtspec set-k`) loads the new instance before this one goes, and
+        # Triton hands both the same Prometheus series (same labels); deleting ours would free it under the new
+        # instance (tritonserver 2.51 crashes at its next increment). Kept, the counters run on without a reset;
+        # this stub process ends with the instance.
+        _RETIRED_METRICS.append(self.metrics)
+
+
+_RETIRED_METRICS: list[SpecMetrics] = []  # of unloaded instances: never deleted (see EngineModel.close)
 
 
 def _requested_outputs(request: Any) -> frozenset[str] | None:

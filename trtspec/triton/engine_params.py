@@ -8,11 +8,16 @@ does not parse is refused naming the parameter, the value and the fix. Pure Pyth
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ConfigError
+
+VERSION_FILE = "trtspec-version.json"  # per-version overrides in a model's version directory (see for_version)
+VERSION_FIELDS = ("target", "draft")  # the checkpoints a version may bring (tensorrt_llm_draft runs its draft as target)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,19 @@ class EngineParams:
     exclude_input_in_output: bool = False
     normalize_log_probs: bool = True
     drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
+    # Prompt logging (triton/prompt_log.py), off unless a directory is given: a sampled share of the prompts, in a
+    # size-bounded rotating JSONL, the input of `trtspec train draft`.
+    log_prompts: str | None = None  # directory of the log; None = no logging (the default)
+    log_sample_rate: float = 0.1  # share of requests whose prompt is logged, in [0, 1]
+    log_max_mb: float = 64.0  # the log's files together stay under this many MiB (rotated, oldest dropped)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.log_sample_rate <= 1.0:
+            raise ConfigError("parameter log_sample_rate", self.log_sample_rate, "must be in [0, 1]",
+                              hint="e.g. 0.1 logs one prompt in ten (--log-sample-rate)")
+        if not self.log_max_mb > 0 or self.log_max_mb == float("inf"):
+            raise ConfigError("parameter log_max_mb", self.log_max_mb, "must be a positive number of MiB",
+                              hint="e.g. 64 (--log-max-mb)")
 
     def to_parameters(self) -> dict[str, object]:
         """Triton `parameters` values (None = unset, not rendered); `render.pbtxt_parameters` writes them."""
@@ -74,6 +92,25 @@ class EngineParams:
     def from_model_config(cls, config: Mapping[str, Any]) -> EngineParams:
         """From the model config Triton passes to `initialize` (`json.loads(args["model_config"])`)."""
         return cls.from_parameters({k: v["string_value"] for k, v in config.get("parameters", {}).items()})
+
+    def for_version(self, version_dir: Path) -> EngineParams:
+        """These parameters with the overrides of one model version (`version_dir/trtspec-version.json`, written by
+        `trtspec rollout-draft`): Triton's parameters belong to the model, so what differs between its versions (a
+        retrained draft's checkpoint, kept inside the version directory) lives there. Relative paths are resolved
+        against `version_dir`; only the checkpoint fields (VERSION_FIELDS) may be overridden."""
+        path = Path(version_dir) / VERSION_FILE
+        if not path.is_file():
+            return self
+        try:
+            overrides = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(str(path), "unreadable", f"is not UTF-8 JSON ({exc})",
+                              hint="roll the version out again with `trtspec rollout-draft`") from None
+        if not isinstance(overrides, dict) or set(overrides) - set(VERSION_FIELDS) or not all(
+                isinstance(v, str) and v for v in overrides.values()):
+            raise ConfigError(str(path), overrides, f"must map some of {', '.join(VERSION_FIELDS)} to checkpoint paths",
+                              hint="roll the version out again with `trtspec rollout-draft`")
+        return replace(self, **{k: str(Path(version_dir) / v) for k, v in overrides.items()})
 
 
 def _typed(cast: Callable[[str], Any], expect: str) -> Callable[[str, str], Any]:

@@ -67,6 +67,10 @@ class RepoSpec:
     engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
     device: str = EngineParams.device
     dtype: str = EngineParams.dtype
+    # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; ops/prompt_log.py)
+    log_prompts: Path | None = None
+    log_sample_rate: float = EngineParams.log_sample_rate
+    log_max_mb: float = EngineParams.log_max_mb
     trtllm_version: str = DEFAULT_TARGET  # the TensorRT-LLM release whose Triton contract is rendered
     build_trtllm_version: str | None = None  # what the build planned for (None: the manifest does not say)
     # NVIDIA's decoupled_mode, for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming needs it; unary
@@ -133,6 +137,10 @@ class RepoSpec:
         if not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
+        if self.log_prompts is not None and self.backend != "torch":
+            raise ConfigError("log_prompts", str(self.log_prompts), "needs the torch flavour (the reference engine "
+                              "logs prompts; NVIDIA's C++ backend does not)", hint="deploy with --backend torch, or "
+                              "leave --log-prompts out")
         if self.backend == "torch":
             if info.proposer is None and self.method != "none":
                 raise UsageError(f"method {self.method!r} has no reference-engine proposer",
@@ -260,7 +268,9 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
     lookahead = tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None
     models = {"tensorrt_llm": EngineParams(
         target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
-        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead, **common)}  # type: ignore[arg-type]
+        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead,
+        log_prompts=str(spec.log_prompts) if spec.log_prompts is not None else None,
+        log_sample_rate=spec.log_sample_rate, log_max_mb=spec.log_max_mb, **common)}  # type: ignore[arg-type]
     if spec.has_draft_model:
         models["tensorrt_llm_draft"] = EngineParams(target=spec.models["draft"], method="none", default_k=0,
                                                     **common)  # type: ignore[arg-type]

@@ -216,7 +216,8 @@ def plan_launch(
     """The tritonserver command for `repo` (reads only the repository's trtspec-repo.json and locates the binary).
 
     Args:
-        load_models: explicit model control: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded).
+        load_models: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded); None = all (`--load-model=*`).
+            Either way the server runs in explicit model-control mode, so models can be reloaded while it serves.
         backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
         record: the repository's `trtspec-repo.json` content (read from `repo` when None).
     """
@@ -232,8 +233,9 @@ def plan_launch(
             f"--grpc-address={host}", f"--grpc-port={ports.grpc}",
             f"--metrics-address={host}", f"--metrics-port={ports.metrics}",
             "--allow-metrics=true", "--exit-timeout-secs=10", f"--log-verbose={log_verbose}"]
-    if load_models is not None:
-        argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
+    # Explicit model control always: every model of the repository (`*`) unless asked for some, and the
+    # model-control API (load with a config override, new versions) stays open: `trtspec set-k`, `rollout-draft`.
+    argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (["*"] if load_models is None else load_models))]
     env_prepend: dict[str, list[str]] = {}
     # The Python-backend stubs inherit this environment; without a UTF-8 locale their open()/read_text() default to
     # ASCII and fail on tokenizer files.
