@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trtspec.errors import ConfigError, UsageError
+from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
@@ -130,13 +130,21 @@ class SpecEngine:
         ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
                               medusa=medusa, options=dict(proposer_options or {}),
                               hidden_size=target.config.hidden_size)
-        self.available_methods = tuple(m for m in runnable_methods()
-                                       if (draft is not None or not resolve(m).needs_draft_model)
-                                       and (medusa is not None or not resolve(m).needs_medusa_heads))
-        self.proposers: dict[str, Proposer] = {
-            resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
-            if resolve(m).proposer is not None
-        }
+        loadable = [m for m in runnable_methods() if (draft is not None or not resolve(m).needs_draft_model)
+                    and (medusa is not None or not resolve(m).needs_medusa_heads)]
+        self.proposers: dict[str, Proposer] = {}
+        # methods whose proposer needs an optional package that is missing (suffix: arctic-inference); a request for
+        # one gets this error before anything runs, every other method still works
+        self.unavailable: dict[str, ToolNotFoundError] = {}
+        for m in loadable:
+            key = resolve(m).proposer
+            if key is None or key in self.proposers:
+                continue
+            try:
+                self.proposers[key] = PROPOSERS[key].create(ctx)
+            except ToolNotFoundError as exc:
+                self.unavailable[m] = exc
+        self.available_methods = tuple(m for m in loadable if m not in self.unavailable)
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
         self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
@@ -331,6 +339,8 @@ class SpecEngine:
         request.slot = self.cache.alloc()
         if request.proposer is not None:
             request.proposer.add_request(request.request_id)
+            if hasattr(request.proposer, "observe_prompt"):  # proposers that learn from whole requests (suffix)
+                request.proposer.observe_prompt(request.request_id, request.prompt_ids)
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
@@ -470,6 +480,8 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
+            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
+                request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
             self.scheduler.finish(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
@@ -490,6 +502,8 @@ class SpecEngine:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
+        if spec.method in self.unavailable:
+            raise self.unavailable[spec.method]
         sampling.validate()
         spec.validate(max_k=self.max_k, available=self.available_methods)
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)

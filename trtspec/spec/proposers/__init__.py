@@ -10,12 +10,14 @@ from trtspec.spec.proposers.draft_model import DraftModelProposer
 from trtspec.spec.proposers.lookahead import LookaheadProposer
 from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
+from trtspec.spec.proposers.suffix import SuffixConfig, SuffixProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
     LookaheadProposer.name: LookaheadProposer,
     MedusaProposer.name: MedusaProposer,
     NgramProposer.name: NgramProposer,
+    SuffixProposer.name: SuffixProposer,
 }
 
 
@@ -26,4 +28,5 @@ def runnable_methods() -> list[str]:
     return [m for m in engine_methods() if m == "none" or resolve(m).proposer in PROPOSERS]
 
 
-__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]
+__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "SuffixConfig",
+           "runnable_methods"]

@@ -119,6 +119,10 @@ class Proposer(Protocol):
     # Proposers whose drafts carry an AuxBranch also implement
     #     observe_auxiliary(request_id: int, argmax_ids: list[int]) -> None
     # which the engine calls once per forwarded branch, before `commit`.
+    # Proposers that learn from whole requests (suffix decoding's cross-request cache) also implement
+    #     observe_prompt(request_id: int, prompt_ids: list[int]) -> None   at admission, after add_request
+    #     observe_finish(request_id: int, token_ids: list[int]) -> None    the finished context, before free
+    # Proposers with host-only state that survives a recompute preemption implement preempt(request_id) -> None.
 
 
 class StatelessProposer:
