@@ -105,3 +105,42 @@ def test_report_says_where_suffix_wins_and_where_not(tmp_path, monkeypatch):
     assert "**Suffix decoding is recommended for:** code T=0 c=1." in text
     assert "prose T=0 c=1 (not suffix: ngram is faster)" in text and "temperature 1" in text
     assert all(r.variant != "suffix:warm" for r in recommend(load_results(out)))  # warm is traffic, not a setting
+
+
+def test_bench_suffix_section_rows_goals_and_docs_columns():
+    """docs/benchmarks.md's suffix section from synthetic sweep records: per-suite rows against each sweep's own
+    plain run, warm caches kept out of the goals, the columns the docs show."""
+    from tests.sweep.test_benchmarks import _docs_columns, _measured, _rec, _stats
+    from trtspec.sweep import benchmarks
+    from trtspec.sweep.benchmarks import Comparison
+
+    def measured(spec, rates, cpu_rates, accepted):
+        return _measured([_rec(c, 0, rates[(c.method, c.suffix_cache, c.adaptive)],
+                               tokens_per_cpu_s=cpu_rates[(c.method, c.suffix_cache, c.adaptive)],
+                               stats=_stats(drafts=4, drafted=8, accepted=accepted) if c.k else _stats())
+                          for c in spec.cases()])
+
+    sections = {}
+    for suite in ("code", "repetitive"):
+        specs = benchmarks.suffix_specs(model="tiny", draft="tiny-draft", suite=suite, num_prompts=2, prompt_tokens=64,
+                                        max_new_tokens=8, suffix_k=16, fixed_k=4, ngram_k=5, adaptive_max_k=8,
+                                        repeats=1, threads=1)
+        assert [(c.method, c.k, c.adaptive, c.suffix_cache) for spec in specs for c in spec.cases()] == [
+            ("none", 0, False, None), ("draft_target", 4, False, None), ("draft_target", 8, True, None),
+            ("none", 0, False, None), ("ngram", 5, False, None),
+            ("none", 0, False, None), ("suffix", 16, False, "cold"), ("suffix", 16, False, "warm")]
+        rates = {("none", None, False): 10.0, ("draft_target", None, False): 15.0, ("draft_target", None, True): 16.0,
+                 ("ngram", None, False): 14.0, ("suffix", "cold", False): 25.0, ("suffix", "warm", False): 60.0}
+        cpu = {key: rate * 2 for key, rate in rates.items()}
+        sections[suite] = [measured(spec, rates, cpu, 6) for spec in specs]
+    lookup = Comparison("transformers: prompt lookup k=8", [12.0], ["plain"], [24.0])
+    section = benchmarks.suffix_section(specs, sections, {"code": [lookup]})
+    assert section.columns == _docs_columns("Suffix decoding")
+    code = [row for row in section.rows if row[0] == "code"]
+    assert code[0][:5] == ["code", "engine: plain (k=0)", "10.0", "1.00x", "1.00x"]
+    assert code[4][:5] == ["code", "engine: suffix k=16 (cold cache)", "25.0", "2.50x", "2.50x"]
+    assert code[5][1:4] == ["engine: suffix k=16 (warm cache)", "60.0", "6.00x"] and code[5][-1] == "yes"
+    assert code[6] == ["code", "transformers: prompt lookup k=8", "12.0", "1.20x", "1.20x", "-", "-", "yes"]
+    notes = "\n".join(section.notes)
+    assert "Goal 1, best trtspec method (cold caches) >= 2.0x" in notes and "2.50x CPU time / 2.50x wall: met" in notes
+    assert "engine: suffix k=16 (cold cache) vs transformers: prompt lookup k=8: 2.08x CPU time / 2.08x wall" in notes

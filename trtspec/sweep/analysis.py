@@ -357,9 +357,9 @@ class Winner:
         if cold > 1.0 and cold >= other:
             return "use suffix"
         if warm > max(1.0, other):
-            return "suffix only where requests repeat (warm cache)"
+            return "suffix only where requests repeat: it wins with a warm cache"
         if max(cold, other) <= 1.0:
-            return "do not speculate (nothing beats plain decoding)"
+            return "do not speculate: nothing beats plain decoding"
         return f"not suffix: {self.best_other.variant} is faster" if self.best_other else "not suffix"
 
 
