@@ -2,8 +2,8 @@
 
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
-batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
-preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
+batch may mix draft_target, ngram, suffix, lookahead and plain decoding. Continuous batching (queues, token budget,
+admission, preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
 Every verified target row goes through the request's logits processors (logits_process.py) with its own context
 (committed tokens + its draft prefix), so penalties, bad words and min_tokens stay exact under speculation; stop
 words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.

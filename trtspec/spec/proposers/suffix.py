@@ -60,7 +60,8 @@ class SuffixConfig:
         """Raise ConfigError naming the field (`suffix.<name>`), the value and the fix."""
         if isinstance(self.max_tree_depth, bool) or not isinstance(self.max_tree_depth, int) \
                 or not 1 <= self.max_tree_depth <= MAX_TREE_DEPTH:
-            raise ConfigError("suffix.max_tree_depth", self.max_tree_depth, f"must be an integer in [1, {MAX_TREE_DEPTH}]",
+            raise ConfigError("suffix.max_tree_depth", self.max_tree_depth,
+                              f"must be an integer in [1, {MAX_TREE_DEPTH}]",
                               hint="e.g. 24 (vLLM's default); a longer match never drafts more than k tokens anyway")
         if isinstance(self.max_cached_requests, bool) or not isinstance(self.max_cached_requests, int) \
                 or not 0 <= self.max_cached_requests <= MAX_CACHED_REQUESTS:
@@ -71,7 +72,8 @@ class SuffixConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
                     or (low is not None and value <= low):
-                raise ConfigError(f"suffix.{name}", value, "must be a finite number" + (" > 0" if low is not None else ""),
+                problem = "must be a finite number" + (" > 0" if low is not None else "")
+                raise ConfigError(f"suffix.{name}", value, problem,
                                   hint="e.g. max_spec_factor 1.0 (a match of m tokens drafts up to m), offset 0")
         if isinstance(self.min_token_prob, bool) or not isinstance(self.min_token_prob, int | float) \
                 or not 0.0 <= self.min_token_prob <= 1.0:
