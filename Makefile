@@ -6,10 +6,11 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_suffix.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	bash scripts/install_suffix.sh $(PY)  # arctic-inference (method suffix), built against the torch just installed
 	@touch $(STAMP)
 
 install: $(STAMP)
