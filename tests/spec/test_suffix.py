@@ -21,9 +21,10 @@ from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, ProposeInput
-from trtspec.spec.proposers.suffix import SuffixConfig, SuffixProposer
+from trtspec.spec.proposers.suffix import SuffixProposer
 from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
+from trtspec.suffix_config import SuffixConfig
 from trtspec.sweep.prompts import shipped_suites
 
 

@@ -38,7 +38,7 @@ CONVERT_FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", 
 # Architectures trtspec's own HF -> TensorRT-LLM converter handles (used where TensorRT-LLM is not importable).
 OWN_CONVERTER_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM")
 # Config sections that belong to one method each (the section is named after its method).
-METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram")
+METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram", "suffix")
 DEFAULT_K = 4
 EAGLE_MAX_DRAFT_LEN, EAGLE_MAX_BATCH = 256, 512  # builder asserts (trtllm-specdec.md 2.3)
 

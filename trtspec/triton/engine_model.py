@@ -519,7 +519,8 @@ class EngineModel:
         self.params = EngineParams.from_model_config(config)
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         params = self.params
-        options = {"lookahead": params.lookahead} if params.lookahead is not None else None
+        options = {**({"lookahead": params.lookahead} if params.lookahead is not None else {}),
+                   **({"suffix": params.suffix} if params.suffix is not None else {})}
         self.engine = SpecEngine.from_pretrained(
             target=params.target, draft=params.draft, medusa=params.medusa, max_k=max(params.max_k, 1),
             device=params.device, dtype=params.dtype, proposer_options=options,

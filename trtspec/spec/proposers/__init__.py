@@ -10,7 +10,7 @@ from trtspec.spec.proposers.draft_model import DraftModelProposer
 from trtspec.spec.proposers.lookahead import LookaheadProposer
 from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
-from trtspec.spec.proposers.suffix import SuffixConfig, SuffixProposer
+from trtspec.spec.proposers.suffix import SuffixProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
@@ -28,5 +28,4 @@ def runnable_methods() -> list[str]:
     return [m for m in engine_methods() if m == "none" or resolve(m).proposer in PROPOSERS]
 
 
-__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "SuffixConfig",
-           "runnable_methods"]
+__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]

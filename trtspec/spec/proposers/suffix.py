@@ -26,79 +26,19 @@ cache until evicted. A preempted request keeps its trees (host state).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import torch
 
-from trtspec.errors import ConfigError, ToolNotFoundError
+from trtspec.errors import ToolNotFoundError
 from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.suffix_config import SuffixConfig
 
-ARCTIC_VERSION = "0.3.0"  # the release trtspec is tested with (pyproject: the `suffix` extra)
-INSTALL_HINT = (f"pip install 'arctic-inference=={ARCTIC_VERSION}' (or trtspec[suffix]); it builds a small C++20 "
-                "extension from source: with a compiler and cmake present, `pip install nanobind==2.9.2 setuptools "
-                f"grpcio-tools && pip install --no-build-isolation arctic-inference=={ARCTIC_VERSION}` avoids "
-                "downloading a second torch for the build")
-MAX_TREE_DEPTH = 1024  # longest suffix matched; memory and per-step work grow with it
-MAX_CACHED_REQUESTS = 2**31 - 1  # arctic-inference's limit (int32 sequence ids)
-
-
-@dataclass(frozen=True)
-class SuffixConfig:
-    """Suffix decoding knobs (vLLM's `suffix_decoding_*` names without the prefix; defaults are vLLM's)."""
-
-    max_tree_depth: int = 24  # longest context suffix matched, and the depth of every tree
-    max_cached_requests: int = 10_000  # outputs kept in the global tree (FIFO eviction); 0 = no cross-request cache
-    max_spec_factor: float = 1.0  # a match of m tokens drafts at most max_spec_factor * m + max_spec_offset tokens
-    max_spec_offset: float = 0.0
-    min_token_prob: float = 0.1  # nodes whose estimated probability (frequency share) is lower are not drafted
-    tree: bool = True  # a frequency-ordered token tree; False = the single most frequent path (a chain)
-
-    def validate(self) -> SuffixConfig:
-        """Raise ConfigError naming the field (`suffix.<name>`), the value and the fix."""
-        if isinstance(self.max_tree_depth, bool) or not isinstance(self.max_tree_depth, int) \
-                or not 1 <= self.max_tree_depth <= MAX_TREE_DEPTH:
-            raise ConfigError("suffix.max_tree_depth", self.max_tree_depth,
-                              f"must be an integer in [1, {MAX_TREE_DEPTH}]",
-                              hint="e.g. 24 (vLLM's default); a longer match never drafts more than k tokens anyway")
-        if isinstance(self.max_cached_requests, bool) or not isinstance(self.max_cached_requests, int) \
-                or not 0 <= self.max_cached_requests <= MAX_CACHED_REQUESTS:
-            raise ConfigError("suffix.max_cached_requests", self.max_cached_requests,
-                              f"must be an integer in [0, {MAX_CACHED_REQUESTS}] (the cache is always bounded)",
-                              hint="e.g. 10000; 0 turns the cross-request cache off")
-        for name, low in (("max_spec_factor", 0.0), ("max_spec_offset", None)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                    or (low is not None and value <= low):
-                problem = "must be a finite number" + (" > 0" if low is not None else "")
-                raise ConfigError(f"suffix.{name}", value, problem,
-                                  hint="e.g. max_spec_factor 1.0 (a match of m tokens drafts up to m), offset 0")
-        if isinstance(self.min_token_prob, bool) or not isinstance(self.min_token_prob, int | float) \
-                or not 0.0 <= self.min_token_prob <= 1.0:
-            raise ConfigError("suffix.min_token_prob", self.min_token_prob, "must be a probability in [0, 1]",
-                              hint="e.g. 0.1; higher drafts only the more certain continuations")
-        if not isinstance(self.tree, bool):
-            raise ConfigError("suffix.tree", self.tree, "must be true or false", hint="true drafts token trees")
-        return self
-
-    @classmethod
-    def from_options(cls, value: object) -> SuffixConfig:
-        """A SuffixConfig, a mapping of its fields (unknown keys refused), or None (the defaults); validated."""
-        if value is None:
-            return cls().validate()
-        if isinstance(value, SuffixConfig):
-            return value.validate()
-        if not isinstance(value, Mapping):
-            raise ConfigError("suffix", value, "must be a mapping of suffix decoding options",
-                              hint="e.g. {'max_cached_requests': 10000, 'max_spec_factor': 1.0}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(str(k) for k in value if k not in known)
-        if unknown:
-            raise ConfigError(f"suffix.{unknown[0]}", value[unknown[0]], "is not a suffix decoding option",
-                              hint=f"use {', '.join(sorted(known))}")
-        return replace(cls(), **dict(value)).validate()
+ARCTIC_VERSION = "0.3.0"  # the release trtspec is tested with (pyproject: the `suffix` extra; scripts/install_suffix.sh)
+# PyPI ships it as source only: pip compiles a C++20 extension, and its isolated build would first download torch>=2.10
+INSTALL_HINT = ("pip install 'setuptools>=70.1' wheel nanobind==2.9.2 ninja cmake && pip install "
+                f"--no-build-isolation arctic-inference=={ARCTIC_VERSION} (a C++ compiler is needed; builds against "
+                "the installed torch; in a checkout: bash scripts/install_suffix.sh PYTHON)")
 
 
 def load_arctic() -> Any:
