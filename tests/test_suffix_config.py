@@ -81,6 +81,40 @@ def test_build_config_section_errors_name_field_value_and_fix(section, message):
     assert str(info.value).startswith(message) and info.value.hint
 
 
+def test_bundle_records_the_options_the_served_engine_runs_with(random_pair, tmp_path):
+    import json
+
+    from tests.build.helpers import plan_of
+    from trtspec.build.bundle import load_bundle
+    from trtspec.triton.build_output import read_build_output
+
+    common = {"target": str(random_pair[0]), "backend": "torch", "engine": {"max_input_len": 64, "max_seq_len": 128}}
+    section = {"max_cached_requests": 500, "min_token_prob": 0.25, "tree": False}
+    for method, suffix, want in [("suffix", section, SuffixConfig(**section)), ("suffix", None, SuffixConfig()),
+                                 ("ngram", None, None)]:
+        _, plan = plan_of(method=method, **({"suffix": suffix} if suffix else {}), **common)
+        (write,) = [s for s in plan.steps if s.id == "write-bundle"]
+        bundle = tmp_path / method / str(bool(suffix))
+        (bundle / "target").mkdir(parents=True)
+        (bundle / "target" / "config.json").write_text("{}")
+        (bundle / "trtspec-bundle.json").write_text(write.content)
+        (bundle / "trtspec-manifest.json").write_text(json.dumps({"backend": "torch", "method": method}))
+        assert load_bundle(bundle).suffix == want and read_build_output(bundle).suffix == want
+
+
+def test_a_bundle_with_bad_options_is_refused_naming_the_file(tmp_path):
+    from trtspec.build.bundle import load_bundle
+    from trtspec.errors import ModelNotFoundError
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text("{}")
+    (tmp_path / "trtspec-bundle.json").write_text('{"format": "trtspec-bundle/1", "method": "suffix", '
+                                                  '"max_draft_len": 8, "target": "target", '
+                                                  '"suffix": {"max_spec_factor": -1}}')
+    with pytest.raises(ModelNotFoundError, match=r"trtspec-bundle.json: suffix.max_spec_factor=-1: must be a finite"):
+        load_bundle(tmp_path)
+
+
 def test_section_belongs_to_method_suffix(random_pair):
     from tests.build.helpers import spec_of
     from trtspec.build.preflight import run_preflight
