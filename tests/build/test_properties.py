@@ -214,15 +214,21 @@ def test_numeric_fields_succeed_exactly_inside_their_documented_range(field, val
     for part in field[:-1]:
         target = target.setdefault(part, {})
     target[field[-1]] = value
+    assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+
+
+def assert_plan_exactly_when_valid(doc: dict, expected: bool, what: object, tmp_path_factory) -> str:
+    """`trtspec build --dry-run` of `doc` plans (exit 0) when `expected`, else fails in one line (exit 2); stderr."""
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_bytes(dump(doc))
     code, out, err = run_cli(["build", str(path), "--dry-run", "--json"], limit=30)
     event(f"{'valid' if expected else 'invalid'} -> exit {code}")
     if expected:
-        assert code == 0, (field, value, err)
+        assert code == 0, (what, err)
     else:
-        assert code == 2, (field, value, code, out[:300])
+        assert code == 2, (what, code, out[:300])
         assert_clean_failure(code, err)
+    return err
 
 
 # The suffix section (method suffix, torch backend): SuffixConfig's ranges. Its integers are strict (no 4.0, no
@@ -243,16 +249,8 @@ SUFFIX_ORACLE = {
 def test_suffix_fields_succeed_exactly_inside_their_documented_range(field, value, tmp_path_factory):
     expected = SUFFIX_ORACLE[field](value)
     doc = {**json.loads(json.dumps(SUFFIX_BASE)), "suffix": {field: value}}
-    path = tmp_path_factory.mktemp("cfg") / "c.yaml"
-    path.write_bytes(dump(doc))
-    code, out, err = run_cli(["build", str(path), "--dry-run", "--json"], limit=30)
-    event(f"{'valid' if expected else 'invalid'} -> exit {code}")
-    if expected:
-        assert code == 0, (field, value, err)
-    else:
-        assert code == 2, (field, value, code, out[:300])
-        assert_clean_failure(code, err)
-        assert f"suffix.{field}=" in err
+    err = assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+    assert expected or f"suffix.{field}=" in err
 
 
 # --- command-line flags -------------------------------------------------------------------------------------------

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.triton.helpers import build_example
 from trtspec.cli.main import main
 from trtspec.suffix_config import SuffixConfig
 from trtspec.triton.client import TritonClient
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.server import TritonServer
 
-ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 48
 # prompts the embedded target has not been sent in this module before the warm-up test
 PROMPTS = ["def parse_header(line):", "class Cache:\n    def get(self, key):", "import json\nwith open(path) as f:"]
@@ -28,16 +28,7 @@ PROMPTS = ["def parse_header(line):", "class Cache:\n    def get(self, key):", "
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The torch bundle of build_configs/tiny-suffix.yaml (its `suffix:` section recorded in trtspec-bundle.json)."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("suffix") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-suffix.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
+    return build_example("tiny-suffix", tmp_path_factory.mktemp("suffix") / "bundle")
 
 
 def deploy(bundle: Path, out: Path, *flags: str) -> tuple[int, str]:

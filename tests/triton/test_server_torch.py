@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.triton.helpers import build_example
 from tests.triton.nvidia_requests import column, http_generate, stream_responses, text_request, token_request
 from trtspec.triton.client import TritonClient
 from trtspec.triton.render import write_repository
@@ -26,7 +27,6 @@ from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[2]
 K = 3
 MAX_K = 6
 MAX_TOKENS = 12
@@ -43,16 +43,7 @@ PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int3
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("torch") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
+    return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.triton.helpers import build_example
 from tests.triton.nvidia_requests import column, http_generate, text_request, token_request, unary
 from trtspec.errors import UsageError
 from trtspec.triton.client import TritonClient
@@ -24,7 +25,6 @@ from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[2]
 K = 4
 MAX_TOKENS = 16
 PROMPTS = ["def add(a, b):", "import os", "for i in range(3):"]
@@ -33,16 +33,7 @@ PROMPTS = ["def add(a, b):", "import os", "for i in range(3):"]
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The torch bundle of the embedded pair (build_configs/tiny-torch.yaml)."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("torch-unary") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
+    return build_example("tiny-torch", tmp_path_factory.mktemp("torch-unary") / "bundle")
 
 
 @pytest.fixture(scope="module")
