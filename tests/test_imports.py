@@ -6,6 +6,7 @@ import sys
 import pytest
 
 LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
+         "trtspec.suffix_config", "trtspec.config", "trtspec.triton.engine_params",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output",
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
+from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
 
 # Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
@@ -218,7 +219,7 @@ class BuildSpec(_Spec):
     backend: Literal["tensorrtllm", "torch"] = "tensorrtllm"
     target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
     draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
-    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, redrafter, none")
+    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, none")
     max_draft_len: int | None = Field(None, ge=0, le=COUNT_MAX, validation_alias=AliasChoices("max_draft_len", "k"),
                                       description="k: draft tokens per step (derived for lookahead/medusa/redrafter)")
     medusa: MedusaSpec | None = None
@@ -226,6 +227,9 @@ class BuildSpec(_Spec):
     eagle: EagleSpec | None = None
     redrafter: RedrafterSpec | None = None
     ngram: NgramSpec | None = None
+    suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
+                                        "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
+                                        "(vLLM's suffix_decoding_* options; trtspec.suffix_config)")
     engine: EngineSpec = EngineSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     gpu: GPUSpec = GPUSpec()
@@ -257,6 +261,12 @@ class BuildSpec(_Spec):
                               hint="set the target once: `trtllm: {version: ...}` or `trtllm_version: ...`")
         data["trtllm"] = {**section, "version": version}
         return data
+
+    @field_validator("suffix", mode="before")
+    @classmethod
+    def _suffix(cls, value: Any) -> SuffixConfig | None:
+        """The section through SuffixConfig's own checks (errors name `suffix.<field>`, the value and the fix)."""
+        return None if value is None else SuffixConfig.from_options(value)
 
     @field_validator("method")
     @classmethod

@@ -42,6 +42,9 @@ class MethodInfo:
     engine_architectures: tuple[str, ...] = ()
     # trtspec.targets FEATURES a TensorRT-LLM target must have to build and serve this method (engine flow + Triton).
     target_features: tuple[str, ...] = ()
+    # Why no supported TensorRT-LLM target can run this method (engine flow, Triton or LLM API); None = it can.
+    # `trtspec build` refuses backend tensorrtllm with this reason.
+    trtllm_unsupported: str | None = None
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -73,6 +76,23 @@ METHODS: dict[str, MethodInfo] = {
             llmapi_decoding_type="NGram",
             proposer="ngram",
             target_features=("draft_tokens_external",),
+        ),
+        MethodInfo(
+            name="suffix",
+            summary="suffix decoding: frequency-scored draft trees from suffix trees over the request and over earlier "
+                    "requests' outputs (a cross-request cache that learns from the traffic), no draft model",
+            trtllm_build_mode=None,
+            triton_decoding_mode="",
+            llmapi_decoding_type=None,
+            proposer="suffix",
+            tree=True,
+            trtllm_unsupported=(
+                "TensorRT-LLM has no suffix decoding in any supported target: trtllm-build has no speculative mode "
+                "for it, its LLM API's decoding types (MTP, Medusa, Eagle, Lookahead, NGram, DraftTarget, "
+                "UserProvided, AUTO) have none either (UserProvided takes a Python drafter object, which an "
+                "extra_llm_api_options file cannot carry), and a draft_tokens_external engine takes chains from the "
+                "caller, while the Triton tensorrtllm repository has no model that would keep the cross-request "
+                "suffix cache and draft for it"),
         ),
         MethodInfo(
             name="medusa",

@@ -37,9 +37,10 @@ SECTIONS = {
     "eagle": ["model", "num_layers", "max_non_leaves_per_layer", "choices", "eagle3"],
     "redrafter": ["drafter", "num_beams", "draft_len_per_beam", "greedy"],
     "ngram": ["max_matching_ngram_size"],
+    "suffix": ["max_tree_depth", "max_cached_requests", "max_spec_factor", "max_spec_offset", "min_token_prob", "tree"],
 }
 TOP = ["name", "backend", "target", "draft", "method", "max_draft_len", "k", "output", "trtllm_version"]
-METHODS = ["none", "draft_target", "ngram", "medusa", "eagle", "lookahead", "redrafter", "nonsense"]
+METHODS = ["none", "draft_target", "ngram", "medusa", "eagle", "lookahead", "redrafter", "suffix", "nonsense"]
 
 
 @st.composite
@@ -162,15 +163,43 @@ def test_numeric_fields_succeed_exactly_inside_their_documented_range(field, val
     for part in field[:-1]:
         target = target.setdefault(part, {})
     target[field[-1]] = value
+    assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+
+
+def assert_plan_exactly_when_valid(doc: dict, expected: bool, what: object, tmp_path_factory) -> str:
+    """`trtspec build --dry-run` of `doc` plans (exit 0) when `expected`, else fails in one line (exit 2); stderr."""
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_bytes(dump(doc))
     code, out, err = run_cli(["build", str(path), "--dry-run", "--json"], limit=30)
     event(f"{'valid' if expected else 'invalid'} -> exit {code}")
     if expected:
-        assert code == 0, (field, value, err)
+        assert code == 0, (what, err)
     else:
-        assert code == 2, (field, value, code, out[:300])
+        assert code == 2, (what, code, out[:300])
         assert_clean_failure(code, err)
+    return err
+
+
+# The suffix section (method suffix, torch backend): SuffixConfig's ranges. Its integers are strict (no 4.0, no
+# booleans): the section is checked by SuffixConfig itself, the same checks as the engine's proposer options.
+SUFFIX_BASE = {"target": "tiny", "method": "suffix", "backend": "torch", "max_draft_len": 8,
+               "engine": {"dtype": "float32", "max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256}}
+SUFFIX_ORACLE = {
+    "max_tree_depth": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
+    "max_cached_requests": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT32_MAX,
+    "max_spec_factor": lambda v: (f := _finite(v)) is not None and f > 0,
+    "max_spec_offset": lambda v: _finite(v) is not None,
+    "min_token_prob": lambda v: (f := _finite(v)) is not None and 0 <= f <= 1,
+}
+
+
+@settings(SETTINGS, max_examples=120)
+@given(field=st.sampled_from(sorted(SUFFIX_ORACLE)), value=NUMBERS | st.booleans())
+def test_suffix_fields_succeed_exactly_inside_their_documented_range(field, value, tmp_path_factory):
+    expected = SUFFIX_ORACLE[field](value)
+    doc = {**json.loads(json.dumps(SUFFIX_BASE)), "suffix": {field: value}}
+    err = assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+    assert expected or f"suffix.{field}=" in err
 
 
 # --- command-line flags -------------------------------------------------------------------------------------------

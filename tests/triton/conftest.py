@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.triton.helpers import make_tokenizer, with_tokenizer
+from tests.triton.helpers import build_example, make_tokenizer, with_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,13 +28,4 @@ def tokenized_pair(random_pair, tokenizer_dir, tmp_path_factory) -> tuple[Path, 
 def torch_bundle(tmp_path_factory) -> Path:
     """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it;
     one per module (each module's server renders its repository beside it)."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("torch") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
+    return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.cli._types import PROBABILITY, FiniteFloat
+from trtspec.cli._types import NAME_VALUE, PROBABILITY, FiniteFloat
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.repo import BACKENDS
 
@@ -34,6 +34,10 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
 @click.option("--lookahead", default=None, metavar="W,N,G",
               help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
+@click.option("--suffix", "suffix", type=NAME_VALUE, multiple=True,
+              help="torch, method suffix: one suffix decoding option NAME=VALUE, over the build's (repeatable): "
+                   "max_tree_depth, max_cached_requests (the cross-request cache's bound), max_spec_factor, "
+                   "max_spec_offset, min_token_prob, tree (true/false).")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
                    "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
@@ -51,8 +55,8 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
-           trtllm_version: str | None, decoupled: bool, log_prompts: Path | None, log_sample_rate: float,
-           log_max_mb: float, force: bool, dry_run: bool) -> None:
+           suffix: tuple[tuple[str, str], ...], trtllm_version: str | None, decoupled: bool,
+           log_prompts: Path | None, log_sample_rate: float, log_max_mb: float, force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -63,7 +67,7 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
                                tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
                                trtllm_version=trtllm_version, decoupled=decoupled,
                                log_prompts=log_prompts.resolve() if log_prompts else None,
-                               log_sample_rate=log_sample_rate, log_max_mb=log_max_mb)
+                               log_sample_rate=log_sample_rate, log_max_mb=log_max_mb, suffix=dict(suffix) or None)
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
                f"({backend} flavour, method {spec.method}, TensorRT-LLM {spec.trtllm_version} contract, "

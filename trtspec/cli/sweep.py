@@ -15,11 +15,15 @@ from trtspec.methods import METHODS
 @click.option("--method", "methods", help=f"Comma list of methods ({', '.join(sorted(METHODS))}).")
 @click.option("--k", "k", help="Draft lengths, e.g. 0-8 or 1,2,4 (k = 0 is plain decoding, always included).")
 @click.option("--temperature", "temperatures", help="Comma list of temperatures, e.g. 0,1.")
-@click.option("--suite", "suites", help="Comma list of shipped suites (code, prose, grounded) or JSONL paths.")
+@click.option("--suite", "suites",
+              help="Comma list of shipped suites (code, prose, grounded, repetitive) or JSONL paths.")
 @click.option("--concurrency", help="Comma list of requests in flight, e.g. 1,4.")
 @click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
 @click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
 @click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
+@click.option("--suffix-cache", "suffix_cache",
+              help="Suffix decoding cache states per suffix case: cold (emptied before the case), warm (the case's "
+                   "requests ran once before it), or cold,warm [default: both; via engine].")
 @click.option("--max-new-tokens", type=POSITIVE_COUNT, help="Tokens generated per request.")
 @click.option("--num-prompts", type=POSITIVE_COUNT, help="Prompts per suite (first N, in file order).")
 @click.option("--seed", type=SEED, help="Request i samples with seed + i.")
@@ -56,7 +60,8 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
              "suites": lambda v: parse_str_list(v, "suite"), "medusa": lambda v: parse_str_list(v, "medusa"),
              "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
              "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
-             "temperatures": lambda v: parse_float_list(v, "temperature")}
+             "temperatures": lambda v: parse_float_list(v, "temperature"),
+             "suffix_cache": lambda v: parse_str_list(v, "suffix-cache")}
     overrides = {name: (lists[name](value) if name in lists and value is not None else value)
                  for name, value in flags.items()}
     spec = SweepSpec.from_yaml(config, **overrides) if config else \

@@ -2,8 +2,8 @@
 
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
-batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
-preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
+batch may mix draft_target, ngram, suffix, lookahead and plain decoding. Continuous batching (queues, token budget,
+admission, preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
 Every verified target row goes through the request's logits processors (logits_process.py) with its own context
 (committed tokens + its draft prefix), so penalties, bad words and min_tokens stay exact under speculation; stop
 words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trtspec.errors import ConfigError, UsageError
+from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
@@ -131,14 +131,22 @@ class SpecEngine:
                               medusa=medusa, options=dict(proposer_options or {}),
                               hidden_size=target.config.hidden_size, eagle=eagle, target_config=target.config,
                               target_embed=target.embed_tokens)
-        self.available_methods = tuple(m for m in runnable_methods()
-                                       if (draft is not None or not resolve(m).needs_draft_model)
-                                       and (medusa is not None or not resolve(m).needs_medusa_heads)
-                                       and (eagle is not None or not resolve(m).needs_eagle_drafter))
-        self.proposers: dict[str, Proposer] = {
-            resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
-            if resolve(m).proposer is not None
-        }
+        loadable = [m for m in runnable_methods() if (draft is not None or not resolve(m).needs_draft_model)
+                    and (medusa is not None or not resolve(m).needs_medusa_heads)
+                    and (eagle is not None or not resolve(m).needs_eagle_drafter)]
+        self.proposers: dict[str, Proposer] = {}
+        # methods whose proposer needs an optional package that is missing (suffix: arctic-inference); a request for
+        # one gets this error before anything runs, every other method still works
+        self.unavailable: dict[str, ToolNotFoundError] = {}
+        for m in loadable:
+            key = resolve(m).proposer
+            if key is None or key in self.proposers:
+                continue
+            try:
+                self.proposers[key] = PROPOSERS[key].create(ctx)
+            except ToolNotFoundError as exc:
+                self.unavailable[m] = exc
+        self.available_methods = tuple(m for m in loadable if m not in self.unavailable)
         # target layers whose input a proposer reads (EAGLE-3 taps), returned by every target forward
         self.taps: tuple[int, ...] = next((p.target_taps for p in self.proposers.values() if hasattr(p, "target_taps")), ())
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
@@ -339,6 +347,8 @@ class SpecEngine:
         request.slot = self.cache.alloc()
         if request.proposer is not None:
             request.proposer.add_request(request.request_id)
+            if hasattr(request.proposer, "observe_prompt"):  # proposers that learn from whole requests (suffix)
+                request.proposer.observe_prompt(request.request_id, request.prompt_ids)
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
@@ -482,6 +492,8 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
+            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
+                request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
             self.scheduler.finish(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
@@ -502,6 +514,8 @@ class SpecEngine:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
+        if spec.method in self.unavailable:
+            raise self.unavailable[spec.method]
         sampling.validate()
         spec.validate(max_k=self.max_k, available=self.available_methods)
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)

@@ -1,7 +1,9 @@
 """Sweep via `engine`: the in-process reference SpecEngine (imports torch; loaded only for --via engine).
 
 One engine per model set (target + draft or Medusa heads, or a lookahead W,N,G) is loaded once and reused for every
-case that needs it; n-gram and plain cases reuse whichever engine is loaded. `closed_loop` keeps c requests in
+case that needs it; n-gram, suffix and plain cases reuse whichever engine is loaded. Suffix cases start from the
+cache state they name (grid.py): the engine's suffix cache is emptied before each, and for `warm` the case's requests
+run once, unmeasured, before the measured loop. `closed_loop` keeps c requests in
 flight through `add_request` / `step` (a finished request is replaced by the next prompt at once), so the target
 forward of each step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first
 case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its first.
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.methods import parse_lookahead
+from trtspec.methods import parse_lookahead, resolve
 from trtspec.sweep.grid import BASELINE, Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
@@ -123,12 +125,12 @@ class EngineBackend:
         from trtspec.errors import ConfigError
 
         engine = self._engine(spec, model_set)
-        from trtspec.methods import resolve
-
         relevant = [m for m in spec.methods if m != BASELINE
                     and (model_set.draft is not None or not resolve(m).needs_draft_model)
                     and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)]
         missing = [m for m in relevant if m not in engine.available_methods]
+        if missing and missing[0] in engine.unavailable:  # an optional package is missing (suffix: arctic-inference)
+            raise engine.unavailable[missing[0]]
         if missing:
             raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
                               hint=f"available here: {', '.join(engine.available_methods)}")
@@ -199,6 +201,10 @@ class EngineBackend:
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
         self._warm_up(engine, prompts, spec_params)
+        if case.suffix_cache is not None:  # suffix decoding: the cross-request cache starts as the case says
+            engine.proposers[resolve(method).proposer].reset()
+            if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
+                closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
         run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
         tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,

@@ -5,6 +5,11 @@ concurrency for one target model. Its id is a hash of its parameters, so a resul
 is plain decoding: it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every
 speedup divides by. Adaptive-k cases (the engine picks k per step, up to a cap) run beside the fixed-k ones.
 
+Suffix decoding keeps a cache of earlier requests' outputs, so its cases come in two cache states (via engine): `cold`
+(the cache is emptied before the case; it still learns from the case's own requests as they finish, in order) and
+`warm` (the case's requests ran once, unmeasured, just before: a repeat of the same traffic, like retries). The
+cache never carries over from one case to the next, so results do not depend on the order of the grid.
+
 `via` says how cases run: `engine` (the in-process reference engine) or `triton` (a served repository over gRPC).
 It is not the build/deploy `backend` (torch | tensorrtllm); sweep configs and results written when it was called
 `backend` still load (an alias here; records.py renames old keys when reading).
@@ -31,10 +36,12 @@ from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_no
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
+SUFFIX = "suffix"  # the suffix decoding proposer (methods.METHODS[...].proposer)
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
 LOOKAHEAD = "lookahead"
+SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
-ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram")
+ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache")
 MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
 MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
 INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
@@ -67,6 +74,9 @@ class SweepSpec(BaseModel):
     lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
                                  "nodes and stops at G x (N - 1), which verifies every candidate")
     max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
+    suffix_cache: list[Literal["cold", "warm"]] | None = Field(
+        None, description="suffix decoding cache states per suffix case: cold (emptied before the case) and/or warm "
+        "(the case's requests ran once before it); None = both (via engine)")
     calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
@@ -124,6 +134,9 @@ class SweepSpec(BaseModel):
         allowed = engine_methods() if self.via == "engine" or self.flavour == "torch" else None
         for name in self.methods:
             info = resolve(name)  # UnknownMethodError lists the valid names
+            if allowed is None and info.trtllm_unsupported:
+                raise ConfigError("methods", name, f"has no TensorRT-LLM form: {info.trtllm_unsupported}",
+                                  hint="sweep it via engine, or via triton on a torch-flavour repository")
             if allowed is not None and name not in allowed:
                 raise ConfigError("methods", name, "the reference engine has no proposer for this method",
                                   hint=f"the reference engine runs: {', '.join(allowed)}; "
@@ -184,6 +197,13 @@ class SweepSpec(BaseModel):
         if self.lookahead and LOOKAHEAD not in self.methods:
             raise ConfigError("lookahead", self.lookahead, "lookahead variants need method lookahead",
                               hint="add lookahead to methods, or drop lookahead")
+        if self.suffix_cache is not None:
+            if not self.suffix_cache:
+                raise ConfigError("suffix_cache", self.suffix_cache, "must not be empty",
+                                  hint="use cold, warm or cold,warm")
+            if not any(resolve(m).proposer == SUFFIX for m in self.methods):
+                raise ConfigError("suffix_cache", self.suffix_cache, "cache states need method suffix",
+                                  hint="add suffix to methods, or drop suffix_cache")
         if self.adaptive and all(m == BASELINE for m in self.methods):
             raise ConfigError("adaptive", self.adaptive, "adaptive k needs a speculative method",
                               hint="add a method such as draft_target, or drop adaptive")
@@ -245,6 +265,8 @@ class SweepSpec(BaseModel):
             return [{"lookahead": w} for w in self.lookahead] or [{}]
         if self.max_ngram is not None and info.proposer == "ngram":
             return [{"max_ngram": self.max_ngram}]
+        if info.proposer == SUFFIX and self.via == "engine":  # a served model's cache is the server's, as it stands
+            return [{"suffix_cache": state} for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
         return [{}]
 
     def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
@@ -284,6 +306,7 @@ class Case:
     adaptive: bool = False  # k is the cap of the engine's per-step choice
     num_requests: int | None = None  # requests (prompts reused round-robin); None = one per prompt
     prompt_tokens: int | None = None  # prompts cut to their last N tokens; None = whole
+    suffix_cache: str | None = None  # suffix decoding: cold | warm cache at the start (None: not suffix, or served)
 
     @property
     def case_id(self) -> str:
@@ -300,14 +323,14 @@ class Case:
         return out
 
     def label(self) -> str:
-        extra = self.draft or self.medusa or self.lookahead or ""
+        extra = self.draft or self.medusa or self.lookahead or self.suffix_cache or ""
         k = f"k<={self.k} adaptive" if self.adaptive else f"k={self.k}"
         label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} c={self.concurrency}"
         return label + (f" #{self.repeat}" if self.repeat else "")
 
 
 _LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
-                 "prompt_tokens": None}
+                 "prompt_tokens": None, "suffix_cache": None}
 
 
 def case_id(params: dict[str, object]) -> str:

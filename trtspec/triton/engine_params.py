@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ConfigError
+from trtspec.suffix_config import SuffixConfig
+
+SUFFIX_PREFIX = "suffix_"  # suffix decoding's options as Triton parameters: suffix_<SuffixConfig field>
 
 VERSION_FILE = "trtspec-version.json"  # per-version overrides in a model's version directory (see for_version)
 VERSION_FIELDS = ("target", "draft")  # the checkpoints a version may bring (tensorrt_llm_draft runs its draft as target)
@@ -41,6 +44,9 @@ class EngineParams:
     exclude_input_in_output: bool = False
     normalize_log_probs: bool = True
     drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
+    # method suffix: the served engine's suffix decoding options (its cross-request cache lives in the model and learns
+    # from every request it serves); rendered as suffix_max_cached_requests, suffix_min_token_prob, ...; None = unset
+    suffix: SuffixConfig | None = None
     # Prompt logging (triton/prompt_log.py), off unless a directory is given: a sampled share of the prompts, in a
     # size-bounded rotating JSONL, the input of `trtspec train draft`.
     log_prompts: str | None = None  # directory of the log; None = no logging (the default)
@@ -60,21 +66,29 @@ class EngineParams:
         values: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "suffix":
+                values |= {SUFFIX_PREFIX + k: v for k, v in value.to_strings().items()} if value is not None else {}
+                continue
             values[f.name] = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
         return values
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> EngineParams:
         """Parse Triton's string parameters (unknown keys are refused: they are typos or a newer trtspec's)."""
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(params) - set(known))
+        known = {f.name: f for f in fields(cls) if f.name != "suffix"}
+        suffix = {k.removeprefix(SUFFIX_PREFIX): v for k, v in params.items() if k.startswith(SUFFIX_PREFIX)}
+        unknown = sorted(set(params) - set(known) - {SUFFIX_PREFIX + k for k in suffix})
         if unknown:
             raise ConfigError(f"parameter {unknown[0]}", params[unknown[0]], "is not an engine parameter",
-                              hint=f"redeploy with this trtspec; known: {', '.join(known)}")
+                              hint=f"redeploy with this trtspec; known: {', '.join(known)}, "
+                                   f"{SUFFIX_PREFIX}<suffix decoding option>")
         if not params.get("target"):
             raise ConfigError("parameter target", params.get("target"), "is required",
                               hint="redeploy with `trtspec deploy --backend torch`")
-        return cls(**{name: _PARSE[known[name].type](name, text) for name, text in params.items()})
+        values = {name: _PARSE[known[name].type](name, text) for name, text in params.items() if name in known}
+        if suffix:
+            values["suffix"] = SuffixConfig.from_strings(suffix, field=f"parameter {SUFFIX_PREFIX}")
+        return cls(**values)
 
     def build_engine(self) -> Any:
         """The SpecEngine these parameters describe (imports torch; loads the checkpoints). Every server that runs
@@ -82,7 +96,8 @@ class EngineParams:
         from trtspec.spec.engine import SpecEngine
         from trtspec.spec.scheduler import SchedulerConfig
 
-        options = {"lookahead": self.lookahead} if self.lookahead is not None else None
+        options = {**({"lookahead": self.lookahead} if self.lookahead is not None else {}),
+                   **({"suffix": self.suffix} if self.suffix is not None else {})}
         return SpecEngine.from_pretrained(
             target=self.target, draft=self.draft, medusa=self.medusa, max_k=max(self.max_k, 1), device=self.device,
             dtype=self.dtype, proposer_options=options,

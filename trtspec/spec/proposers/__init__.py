@@ -11,6 +11,7 @@ from trtspec.spec.proposers.eagle import EagleProposer
 from trtspec.spec.proposers.lookahead import LookaheadProposer
 from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
+from trtspec.spec.proposers.suffix import SuffixProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
@@ -18,6 +19,7 @@ PROPOSERS: dict[str, type[Proposer]] = {
     LookaheadProposer.name: LookaheadProposer,
     MedusaProposer.name: MedusaProposer,
     NgramProposer.name: NgramProposer,
+    SuffixProposer.name: SuffixProposer,
 }
 
 

@@ -129,6 +129,10 @@ class Proposer(Protocol):
     #     observe_target(request_id: int, start: int, features: Tensor) -> None
     # which the engine calls before `commit` with the taps of the positions committed this step, [n, taps * hidden]
     # for positions start .. start + n - 1 (the uncached context tokens, then the accepted draft tokens).
+    # Proposers that learn from whole requests (suffix decoding's cross-request cache) also implement
+    #     observe_prompt(request_id: int, prompt_ids: list[int]) -> None   at admission, after add_request
+    #     observe_finish(request_id: int, token_ids: list[int]) -> None    the finished context, before free
+    # Proposers with host-only state that survives a recompute preemption implement preempt(request_id) -> None.
 
 
 class StatelessProposer:
