@@ -33,7 +33,6 @@ def through_triton(params: EngineParams) -> EngineParams:
     timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
     method=st.sampled_from(["draft_target", "none", "ngram", "suffix"]), suffix=st.none() | CONFIGS,
     log=st.none() | NAMES, rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6))
-@settings(deadline=None)  # the first example imports protobuf; the shared CPUs make that slow
 def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method,
                                          suffix, log, rate, max_mb):
     params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
