@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "trtspec.cli.doctor:doctor",
     "generate": "trtspec.cli.generate:generate",
     "models": "trtspec.cli.models:models",
+    "monitor": "trtspec.cli.monitor:monitor",
     "report": "trtspec.cli.report:report",
     "serve": "trtspec.cli.serve:serve",
     "sweep": "trtspec.cli.sweep:sweep",

@@ -56,8 +56,8 @@ import numpy as np
 from trtspec.errors import RequestError, TrtspecError
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.spec_metrics import SpecMetrics
 
-METRIC_PREFIX = "trtspec_spec_decode"
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
 TIME_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 ACCEPTANCE_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts")
@@ -343,59 +343,6 @@ def _with_hint(exc: TrtspecError) -> str:
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
 
 
-class SpecMetrics:
-    """Prometheus counters of speculation, via Triton's custom-metrics API (names follow vLLM's spec-decode ones)."""
-
-    def __init__(self, pb_utils: Any, labels: dict[str, str]) -> None:
-        family = pb_utils.MetricFamily
-        self._labels = labels
-
-        def counter(name: str, description: str) -> Any:
-            return family(name=f"{METRIC_PREFIX}_{name}", description=description, kind=family.COUNTER)
-
-        self._families = {
-            "num_drafts": counter("num_drafts", "Verified drafts (one per sequence per speculative step)"),
-            "num_draft_tokens": counter("num_draft_tokens", "Draft tokens proposed"),
-            "num_accepted_tokens": counter("num_accepted_tokens", "Draft tokens accepted by the verifier"),
-            "num_emitted_tokens": counter("num_emitted_tokens", "Tokens emitted (accepted + recovered/bonus)"),
-            "per_pos": counter("num_accepted_tokens_per_pos", "Accepted draft tokens by draft position"),
-            "requests": counter("requests", "Ended requests by finish_reason (stop, length, abort)"),
-            "mean": family(name=f"{METRIC_PREFIX}_mean_acceptance_length",
-                           description="1 + accepted / drafts, over all requests since start", kind=family.GAUGE),
-        }
-        self._metrics = {name: fam.Metric(labels=labels) for name, fam in self._families.items()
-                         if name not in ("per_pos", "requests")}
-        self._by_label: dict[tuple[str, str], Any] = {}  # (family, label value) -> metric, made on first use
-        self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
-        self._lock = threading.Lock()
-
-    def _labelled(self, family: str, key: str, value: str) -> Any:
-        if (family, value) not in self._by_label:
-            self._by_label[family, value] = self._families[family].Metric(labels={**self._labels, key: value})
-        return self._by_label[family, value]
-
-    def finished(self, finish_reason: str, stats: AcceptanceStats | None = None) -> None:
-        """Count one ended engine request; add its AcceptanceStats when it ran to the end."""
-        with self._lock:
-            self._labelled("requests", "finish_reason", finish_reason).increment(1)
-            if stats is None:
-                return
-            self._metrics["num_drafts"].increment(stats.num_drafts)
-            self._metrics["num_draft_tokens"].increment(stats.num_draft_tokens)
-            self._metrics["num_accepted_tokens"].increment(stats.num_accepted_tokens)
-            self._metrics["num_emitted_tokens"].increment(stats.num_emitted_tokens)
-            for pos, count in enumerate(stats.num_accepted_tokens_per_pos):
-                self._labelled("per_pos", "position", str(pos)).increment(count)
-            self._total.merge(stats)
-            self._metrics["mean"].set(self._total.mean_acceptance_length)
-
-    def close(self) -> None:
-        # Metrics must go before their families (the backend refuses the reverse order).
-        self._metrics.clear()
-        self._by_label.clear()
-        self._families.clear()
-
-
 class _Reply:
     """Where a Triton request's responses go: its decoupled response sender (the last job to finish sends the final
     flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set."""
@@ -464,12 +411,19 @@ class _JobSink:
             return
         # A cancelled request (a stop request, or its client went away) ends like any other, with what it generated
         # so far: TensorRT-LLM's executor answers cancelRequest with a final result, not an error.
-        model.metrics.finished(delta.finish_reason or "length", delta.stats)
+        model.metrics.finished(delta.finish_reason or "length", delta.stats, **self._timings(len(self.generated)))
         if parsed.streaming:
             self.reply.send(self._response(tokens, log_probs, delta), last_of_job=True)
             return
         ids = self.generated if job.exclude_input_in_output else job.prompt_ids + self.generated
         self.reply.send(self._response(ids, self.log_probs, delta), last_of_job=True)
+
+    def _timings(self, num_tokens: int) -> dict[str, float | None]:
+        """The request's latency and time per output token (seconds) for the latency histograms."""
+        end = self.last_token_ns or time.monotonic_ns()
+        per_token = ((self.last_token_ns - self.first_token_ns) / (num_tokens - 1) / 1e9
+                     if num_tokens > 1 and self.first_token_ns else None)
+        return {"latency_s": (end - self.reply.arrival_ns) / 1e9, "time_per_output_token_s": per_token}
 
     def fail(self, error: BaseException) -> None:
         self.reply.model.metrics.finished("abort")
@@ -529,7 +483,7 @@ class EngineModel:
         self.features = engine_features()
         labels = {"model": args.get("model_name", "tensorrt_llm"), "version": str(args.get("model_version", "1")),
                   "method": params.method}
-        self.metrics = SpecMetrics(pb_utils, labels)
+        self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k)
         self.loop = EngineLoop(self.engine)
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
