@@ -152,7 +152,7 @@ class Baseline(BaseModel):
     # from a sweep -----------------------------------------------------------------------------------------------
     @classmethod
     def from_results(cls, path: Path, *, method: str, k: int, max_k: int, temperature: float | None = None,
-                     suites: list[str] | None = None, draft: str | None = None) -> Baseline:
+                     suites: list[str] | None = None) -> Baseline:
         """The baseline of a sweep's results for one method (and draft) at one temperature.
 
         Raises UsageError (naming the value and what the file holds) when the results have no such cases, more than
@@ -166,12 +166,15 @@ class Baseline(BaseModel):
             raise UsageError(f"--baseline {path} is not a file", hint="give the results JSONL of `trtspec sweep`")
         results = load_results(path, timing="wall")
         records = latest_by_id(read_records(path), "case")
-        spec_rows = [r for r in results.rows if r.method == method and r.k > 0 and not r.params.get("adaptive")
-                     and (draft is None or Path(str(r.params.get("draft"))).name == Path(draft).name)]
+        spec_rows = [r for r in results.rows if r.method == method and r.k > 0 and not r.params.get("adaptive")]
         if not spec_rows:
             found = sorted({r.method for r in results.rows if r.k > 0})
             raise UsageError(f"--baseline {path} has no {method} cases with k > 0 (it has: {', '.join(found) or 'none'})",
                              hint=f"sweep the deployed method first: trtspec sweep --method {method} --k 0-{max_k}")
+        drafts = sorted({str(r.params.get("draft")) for r in spec_rows})
+        if len(drafts) > 1:
+            raise UsageError(f"--baseline {path} has {method} cases with several drafts ({', '.join(drafts)})",
+                             hint="give the results of a sweep with the deployed draft only")
         temps = sorted({float(r.params["temperature"]) for r in spec_rows})
         if temperature is None and len(temps) > 1:
             raise UsageError(f"--baseline {path} has temperatures {temps}; choose the served one",

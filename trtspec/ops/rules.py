@@ -115,7 +115,7 @@ def prometheus_rules(baseline: Baseline | None, *, alpha: float = DEFAULT_ALPHA)
 
 def _panel(panel_id: int, title: str, exprs: list[tuple[str, str]], y: int, x: int = 0, unit: str = "none") -> dict:
     return {"id": panel_id, "type": "timeseries", "title": title, "datasource": {"type": "prometheus",
-                                                                                 "uid": "${datasource}"},
+                                                                                 "uid": "$datasource"},
             "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
             "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
             "targets": [{"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
@@ -149,7 +149,7 @@ def grafana_dashboard(baseline: Baseline | None) -> str:
         "editable": True, "time": {"from": "now-1h", "to": "now"}, "refresh": "10s", "tags": ["trtspec"],
         "templating": {"list": [
             {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
-            {"name": "model", "type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            {"name": "model", "type": "query", "datasource": {"type": "prometheus", "uid": "$datasource"},
              "query": "label_values(trtspec:drafts_per_s:1m, model)", "includeAll": True, "multi": True,
              "current": {"text": "All", "value": "$__all"}, "refresh": 2},
             {"name": "price_per_hour", "type": "textbox", "label": "$ per device-hour", "query": "2.5",

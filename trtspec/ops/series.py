@@ -99,9 +99,10 @@ class TritonSeries:
                 if amount:
                     self._metric(key).increment(amount)
             for key, values in (per_pos or {}).items():
-                for pos, amount in enumerate(values):
+                for pos, amount in enumerate(values):  # a position at 0 is a series too (rates of it are 0)
+                    metric = self._metric(key, str(pos))
                     if amount:
-                        self._metric(key, str(pos)).increment(amount)
+                        metric.increment(amount)
 
     def finished(self, finish_reason: str) -> None:
         """Count one ended request."""
