@@ -8,7 +8,9 @@ import pytest
 LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output",
-         "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve"]
+         "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",
+         "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.ops.rules", "trtspec.ops.dashboard",
+         "trtspec.ops.series", "trtspec.triton.spec_metrics"]
 
 
 @pytest.mark.parametrize("module", LIGHT)

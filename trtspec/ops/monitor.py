@@ -68,17 +68,19 @@ class Monitor:
         self.drift_config = drift or DriftConfig()
         self.models = models
         self.detectors: dict[ModelId, CusumDetector] = {}
+        self.steps: dict[ModelId, WindowStats] = {}  # each model's increments of the latest scrape
         self._last: Sample | None = None
 
     def observe(self, sample: Sample) -> None:
         """Add one scrape: the ring, then each model's detector with the increments since the previous scrape."""
         self.ring.push(sample)
-        if self._last is not None and self.baseline is not None:
+        if self._last is not None:
             for model, counters in sample.models.items():
                 if not self._wanted(model):
                     continue
                 step = increments(model, counters, self._last.models.get(model), sample.time - self._last.time)
-                if step.num_drafts:
+                self.steps[model] = step
+                if step.num_drafts and self.baseline is not None:
                     self._detector(model).update(step.accepted_per_pos, step.rejections_per_pos)
         self._last = sample
 

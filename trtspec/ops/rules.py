@@ -24,8 +24,8 @@ from trtspec.ops.baseline import Baseline
 from trtspec.ops.drift import DEFAULT_ALPHA
 from trtspec.ops.series import name
 
-RULES_FILE = "observability/prometheus-rules.yml"
-DASHBOARD_FILE = "observability/grafana-dashboard.json"
+RULES_FILE = "trtspec-prometheus-rules.yml"  # at the root: Triton takes every directory for a model
+DASHBOARD_FILE = "trtspec-grafana-dashboard.json"
 BY = "model, version"
 MIN_TRIALS = 50  # per position over 5 minutes before the drift alert may fire
 WINDOWS = ("1m", "5m")
@@ -78,7 +78,7 @@ def baseline_rules(baseline: Baseline, alpha: float) -> tuple[list[dict[str, Any
         "(trtspec:conditional_acceptance:5m - on(position) group_left trtspec:baseline_conditional_acceptance) / "
         "sqrt(trtspec:baseline_conditional_variance / on(position) group_right trtspec:position_trials:5m)")})
     record.append({"record": "trtspec:speedup_vs_plain:5m",
-                   "expr": "trtspec:emitted_tokens_per_s:5m / on() group_left scalar(trtspec:baseline_plain_tokens_per_s)"})
+                   "expr": "trtspec:emitted_tokens_per_s:5m / scalar(trtspec:baseline_plain_tokens_per_s)"})
     z = NormalDist().inv_cdf(1 - alpha / max(len(tested), 1))
     alerts = [
         {"alert": "TrtspecAcceptanceDrift", "for": "2m",

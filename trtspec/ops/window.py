@@ -1,8 +1,10 @@
 """Windowed numbers from cumulative counters: a ring of scrapes, per-model increments, derived acceptance and speed.
 
 `Ring` keeps the scrapes of the last `window_s` seconds (plus one older, the window's start). `increments(a, b)`
-diffs two scrapes of one model with Prometheus' counter-reset rule: a counter that went down was reset (the model
-reloaded), so its increment is its new value. `WindowStats` is what a window holds, with the seed's numbers derived
+diffs two scrapes of one model with Prometheus' counter-reset rule, per model: when any of its series went down, the
+model reloaded and all of its series restarted at 0, so the increments are the new values. (A reload whose new counts
+all overtook the old ones between two scrapes cannot be seen; with 1 s scrapes and reloads that take seconds, it
+does not happen.) `WindowStats` is what a window holds, with the seed's numbers derived
 from it through the one definition of each formula (`trtspec.spec.metrics`).
 """
 
@@ -16,9 +18,18 @@ from trtspec.ops.series import PER_POSITION
 from trtspec.spec.metrics import acceptance_rate, conditional_acceptance, mean_acceptance_length
 
 
-def _delta(new: float, old: float) -> float:
-    """A counter's increment; a decrease means it was reset, so everything it holds now is new."""
-    return new - old if new >= old else new
+def _went_down(new: ModelCounters, old: ModelCounters) -> bool:
+    """Whether any series of the model is below its previous value: the model reloaded, and all of its series
+    restarted at 0 together."""
+    if any(v < old.counters.get(key, 0.0) for key, v in new.counters.items()):
+        return True
+    if any(v < old.requests.get(reason, 0.0) for reason, v in new.requests.items()):
+        return True
+    for key, values in new.per_pos.items():
+        before = old.per_pos.get(key, [])
+        if any(v < before[i] for i, v in enumerate(values) if i < len(before)):
+            return True
+    return any(h.count < old.histograms[key].count for key, h in new.histograms.items() if key in old.histograms)
 
 
 @dataclass
@@ -113,22 +124,21 @@ class WindowStats:
 def increments(model: ModelId, new: ModelCounters, old: ModelCounters | None, seconds: float) -> WindowStats:
     """The window between two scrapes of `model` (old None: the model appeared; everything it holds is new)."""
     old = old or ModelCounters()
-    out = WindowStats(model, seconds=seconds, k=new.k)
+    reset = _went_down(new, old)
+    if reset:  # everything the model holds now happened since it reloaded
+        old = ModelCounters()
+    out = WindowStats(model, seconds=seconds, k=new.k, resets=int(reset))
     for key, value in new.counters.items():
-        before = old.counters.get(key, 0.0)
-        out.resets += value < before
-        out.counts[key] = _delta(value, before)
+        out.counts[key] = value - old.counters.get(key, 0.0)
     for key in PER_POSITION:
         values, before = new.per_pos.get(key, []), old.per_pos.get(key, [])
-        out.per_pos[key] = [_delta(v, before[i] if i < len(before) else 0.0) for i, v in enumerate(values)]
-    out.requests = {r: _delta(v, old.requests.get(r, 0.0)) for r, v in new.requests.items()}
+        out.per_pos[key] = [v - (before[i] if i < len(before) else 0.0) for i, v in enumerate(values)]
+    out.requests = {r: v - old.requests.get(r, 0.0) for r, v in new.requests.items()}
     for key in HISTOGRAMS:
         hist = new.histograms.get(key)
         if hist is None:
             continue
         prev = old.histograms.get(key, Histogram())
-        if hist.count < prev.count:  # reset: the whole histogram is new
-            prev = Histogram()
         out.histograms[key] = Histogram({b: c - prev.buckets.get(b, 0.0) for b, c in hist.buckets.items()},
                                         hist.sum - prev.sum, hist.count - prev.count)
     return out
