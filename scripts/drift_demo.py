@@ -24,7 +24,6 @@ import json
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
