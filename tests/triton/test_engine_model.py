@@ -8,8 +8,8 @@ import pytest
 
 from trtspec.errors import RequestError
 from trtspec.triton.engine_model import engine_features, parse_request, word_lists
-from trtspec.triton.spec_metrics import SpecMetrics
 from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.spec_metrics import SpecMetrics
 
 PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
 VOCAB = 64
