@@ -9,7 +9,7 @@
 2. `trtspec deploy --backend torch --baseline RESULTS` (the baseline, rules and dashboard go into the repository),
 3. a real tritonserver; closed-loop traffic at --concurrency from the steady suite, then from the shifted suite,
    while the monitor scrapes every second (the same Monitor `trtspec monitor` runs),
-4. writes OUT/timeline.jsonl (one line per scrape), OUT/acceptance.png (per-position conditional acceptance over
+4. writes WORK/timeline.jsonl (one line per scrape), OUT/acceptance.png (per-position conditional acceptance over
    the window, baseline dashed, drift marked), OUT/dashboard-steady.txt and OUT/dashboard-shifted.txt (the dashboard
    as text) and prints when drift was flagged relative to the shift.
 False alarms: --false-alarm-runs N serves unshifted traffic N times for --false-alarm-minutes each and counts runs
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                      args.shifted)]
         ticks, counts = scenario(repo, phases, args, capture={"steady": args.out / "dashboard-steady.txt",
                                                               "shifted": args.out / "dashboard-shifted.txt"})
-        write_timeline(args.out / "timeline.jsonl", ticks)
+        write_timeline(args.work / "timeline.jsonl", ticks)
         shift_t = next((t.t for t in ticks if t.phase == "shifted"), None)
         alarm = next((t for t in ticks if t.report and t.report.drift and t.report.drift.drifted), None)
         plot(args.out / "acceptance.png", ticks, baseline, shift_t, alarm.t if alarm else None)
