@@ -151,17 +151,29 @@ def plot(path: Path, ticks: list, baseline: object, shift_t: float | None, alarm
     plt.close(fig)
 
 
+def dispersion(streams: list[tuple[list[float], list[float]]], baseline: object) -> list[float]:
+    """Pearson's dispersion per position over the recorded scrapes: sum (x - n p0)^2 / (n p0 (1 - p0)) / scrapes;
+    1 for independent trials at p0, larger when a scrape's trials are correlated (tokens of one request)."""
+    out = []
+    for i, p0 in enumerate(baseline.conditional_per_pos):  # type: ignore[attr-defined]
+        terms = [(acc[i] - (acc[i] + rej[i]) * p0) ** 2 / ((acc[i] + rej[i]) * p0 * (1 - p0))
+                 for acc, rej in streams if i < len(acc) and i < len(rej) and acc[i] + rej[i] > 0]
+        out.append(sum(terms) / len(terms) if terms and 0 < p0 < 1 else float("nan"))
+    return out
+
+
 def simulate(streams: list[tuple[list[float], list[float]]], baseline: object, runs: int, length: int,
-             block: int = 10, seed: int = 0) -> float:
+             block: int = 10, seed: int = 0, dispersion: float | None = None) -> float:
     """Fraction of bootstrapped `length`-scrape streams (blocks of `block` consecutive recorded scrapes) in which
-    the CUSUM alarmed, with the baseline's p0."""
+    the CUSUM alarmed, with the baseline's p0 (and the default dispersion unless given)."""
     from trtspec.ops.drift import CusumDetector, DriftConfig
 
     rng = random.Random(seed)
     alarms = 0
+    config = DriftConfig(horizon=length) if dispersion is None else DriftConfig(horizon=length, dispersion=dispersion)
     for _ in range(runs):
         det = CusumDetector(baseline.conditional_per_pos, baseline.trials_per_pos,  # type: ignore[attr-defined]
-                            DriftConfig(horizon=length))
+                            config)
         steps = 0
         while steps < length and not det.status().drifted:
             start = rng.randrange(0, max(len(streams) - block, 1))
@@ -232,9 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         if not streams:
             print("[demo] --simulate needs recorded unshifted streams (run --false-alarm-runs first)")
             return 1
-        rate = simulate(streams, baseline, args.simulate, length=600)
-        print(f"[demo] simulated false-alarm rate: {rate:.4f} of {args.simulate} bootstrapped 10-minute streams "
-              f"({len(streams)} recorded scrapes)")
+        phi = ", ".join(f"{x:.2f}" for x in dispersion(streams, baseline))
+        print(f"[demo] recorded unshifted scrapes: {len(streams)}; Pearson dispersion per position: {phi}")
+        for value in (1.0, None):
+            rate = simulate(streams, baseline, args.simulate, length=600, dispersion=value)
+            label = "default" if value is None else f"{value:g}"
+            print(f"[demo] simulated false-alarm rate (dispersion {label}): {rate:.4f} of {args.simulate} "
+                  f"bootstrapped 10-minute streams")
     return 0
 
 
