@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from trtspec.cli._types import FiniteFloat
+from trtspec.ops.drift import DEFAULT_ALPHA, DEFAULT_DISPERSION, DEFAULT_HORIZON, DEFAULT_SHIFT
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -54,12 +55,15 @@ class Duration(click.ParamType):
 @click.option("--price-per-hour", type=FiniteFloat(min=0.0), default=None,
               help="$ per device-hour, for the cost per 1M output tokens.")
 @click.option("--model", "models", multiple=True, help="Only this served model (repeatable; default: all).")
-@click.option("--false-alarm-rate", "alpha", type=FiniteFloat(min=1e-9, max=0.5), default=0.01, show_default=True,
+@click.option("--false-alarm-rate", "alpha", type=FiniteFloat(min=1e-9, max=0.5), default=DEFAULT_ALPHA, show_default=True,
               help="Drift test: probability of any false alarm over --horizon scrapes (independent trials).")
-@click.option("--horizon", type=click.IntRange(1, 10**9), default=600, show_default=True,
+@click.option("--horizon", type=click.IntRange(1, 10**9), default=DEFAULT_HORIZON, show_default=True,
               help="Drift test: scrapes the false-alarm rate covers (600 = 10 minutes at 1s).")
-@click.option("--shift", type=FiniteFloat(min=0.01, max=0.9), default=0.1, show_default=True,
+@click.option("--shift", type=FiniteFloat(min=0.01, max=0.9), default=DEFAULT_SHIFT, show_default=True,
               help="Drift test: the drop in per-position acceptance it is tuned to catch (absolute).")
+@click.option("--dispersion", type=FiniteFloat(min=1.0, max=100.0), default=DEFAULT_DISPERSION, show_default=True,
+              help="Drift test: how much the trials of one request count together (1 = independent tokens; "
+                   "docs/operations.md measures it).")
 @click.option("--once", is_flag=True, help="Collect one window, print it, exit.")
 @click.option("--duration", "duration_s", type=Duration(), default=None,
               help="Stop after this long (default: until Ctrl-C).")
@@ -69,7 +73,7 @@ class Duration(click.ParamType):
               help="Apply a recommended k change through Triton model control (trtspec.ops.control).")
 def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: float, interval_s: float,
             price_per_hour: float | None, models: tuple[str, ...], alpha: float, horizon: int, shift: float,
-            once: bool, duration_s: float | None, as_json: bool, apply: bool) -> None:
+            dispersion: float, once: bool, duration_s: float | None, as_json: bool, apply: bool) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
     plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
     from trtspec.errors import UsageError
@@ -87,7 +91,7 @@ def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: f
     applier = _applier() if apply else None  # refuse before anything runs
     scrape = scraper(url)
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
-                    drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift))
+                    drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
     state.observe(scrape())  # fails here, in one line, when the URL cannot be read
     stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
     if once:
