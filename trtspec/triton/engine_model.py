@@ -36,7 +36,8 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   response answers it); a cancelled request ends with a final response holding what it generated so far, as
   TensorRT-LLM's executor answers a cancellation.
 
-Acceptance counters are also published as Prometheus metrics (`pb_utils.MetricFamily`). torch is imported only when
+Acceptance counters, target forwards and latency histograms are published as Prometheus metrics (the series of
+`trtspec.ops.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
 the engine is built.
 """
 
