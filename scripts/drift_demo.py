@@ -47,7 +47,8 @@ def prepare(args: argparse.Namespace) -> Path:
         "model": "tiny", "methods": ["draft_target"], "drafts": ["tiny-draft"], "k": [0, args.k],
         "temperatures": [0.0], "suites": [args.steady_suite], "concurrency": [args.concurrency],
         "num_prompts": args.num_prompts, "max_new_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
-        "calibration_batch_sizes": [1, args.concurrency], "max_draft_len": args.k}))  # torch's threads, as served
+        # one torch thread: on a shared CPU, a multi-threaded sweep measures contention, not the models
+        "calibration_batch_sizes": [1, args.concurrency], "max_draft_len": args.k, "threads": 1}))
     sh("sweep", str(config), "--out", str(results), "--no-progress")
     repo = work / "repo"
     sh("deploy", "--backend", "torch", "--build", str(build), "--out", str(repo), "--k", str(args.k),

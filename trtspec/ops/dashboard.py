@@ -58,6 +58,9 @@ def model_panel(report: ModelReport) -> Any:
         rec = report.recommendation
         style = {"keep": "green", "no_data": "dim", "retrain_draft": "red"}.get(rec.action, "yellow")
         table.add_row("recommendation", f"[{style}]{rec.message}[/{style}]")
+    if report.speedup and report.mean_acceptance_length and report.speedup > 1.5 * report.mean_acceptance_length:
+        table.add_row("note", "the ratio to plain decoding exceeds what acceptance allows: the baseline's throughput "
+                              "was measured under other conditions (load, threads, hardware); re-sweep where it serves")
     if report.resets:
         table.add_row("note", f"{report.resets} counter reset(s) in the window (the model reloaded)")
     title = f"{report.model}  {report.method or ''}  k={_num(report.k, '{}')}  window {report.window_s:.0f}s"
