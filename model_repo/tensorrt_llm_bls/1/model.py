@@ -17,9 +17,10 @@ acceptance outputs (when declared and asked for with return_perf_metrics) count 
 
 Metrics: on the TensorRT-LLM flavour `trtspec deploy` puts `trtspec_series.py` (trtspec.ops.series) next to this
 file, and this model then publishes trtspec's speculation series (Triton custom metrics, labelled with this model's
-name): for its own draft-target loop every count (drafts, draft tokens, accepted and rejected per position, emitted
-tokens, target forwards), for requests the engine speculates itself the totals of the engine's perf outputs (draft
-and accepted tokens, emitted tokens; drafts only where the engine reports them), plus request latency. The torch
+name): for its own draft-target loop every count but target forwards (drafts, draft tokens, accepted and rejected
+per position, emitted tokens; a verifying call may run more than one forward), for requests the engine speculates
+itself the totals of the engine's perf outputs (draft and accepted tokens, emitted tokens; drafts only where the
+engine reports them), plus request latency. The torch
 flavour's engine models publish the series themselves, so there the file is absent and this model publishes none.
 
 Names follow this model's own config.pbtxt, which trtspec renders for one TensorRT-LLM release: `random_seed`/`seed`
@@ -200,15 +201,14 @@ class TritonPythonModel:
                 common[RENAMED.get(name, name)] = values[name].reshape(1, -1)
         limit = len(prompt) + int(scalar("max_tokens", 0))
         current, accepted, drafted, last = list(prompt), 0, 0, {}
-        drafts, forwards, accepted_per_pos, rejections_per_pos = 0, 0, [0] * k, [0] * k
+        drafts, accepted_per_pos, rejections_per_pos = 0, [0] * k, [0] * k
         while len(current) < limit:
             budget = min(k, limit - len(current) - 1)
             draft = self._generate(self.draft_model, current, budget, common)[0] if budget > 0 else []
             new, last = self._generate(self.target_model, current, len(draft) + 1, common, draft_ids=draft)
-            kept = min(max(len(new) - 1, 0), len(draft))
+            kept = _leading_matches(draft, new)  # the engine may go on past a rejection: compare, not count
             drafted += len(draft)
             accepted += kept
-            forwards += 1
             if draft:
                 drafts += 1
                 for pos in range(kept):
@@ -224,7 +224,7 @@ class TritonPythonModel:
         current = current[:limit]
         if self.series is not None:
             self.series.add({"num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
-                             "num_target_forwards": forwards, "num_emitted_tokens": len(current) - len(prompt)},
+                             "num_emitted_tokens": len(current) - len(prompt)},
                             {"num_accepted_tokens_per_pos": accepted_per_pos,
                              "num_rejections_per_pos": rejections_per_pos})
         shown = current[len(prompt):] if bool(scalar("exclude_input_in_output", False)) else current
@@ -261,6 +261,17 @@ class TritonPythonModel:
         out = _exec(POSTPROCESSING, [pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32)),
                                      pb_utils.Tensor("SEQUENCE_LENGTH", lengths.astype(np.int32))], ["OUTPUT"])
         return out["OUTPUT"].reshape(-1).astype(object)
+
+
+def _leading_matches(draft, tokens):
+    """Draft tokens the target kept: the leading ones its own tokens repeat (a rejected position gets the target's
+    recovered token, never the draft's, so the first difference is the first rejection)."""
+    kept = 0
+    for proposed, verified in zip(draft, tokens):
+        if proposed != verified:
+            break
+        kept += 1
+    return kept
 
 
 def _keep_totals(totals, key, response):
