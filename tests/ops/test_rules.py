@@ -104,7 +104,7 @@ def test_promtool_drift_alert_fires_after_a_drop_and_not_before(tmp_path, baseli
         "alert_rule_test": [
             {"eval_time": "19m", "alertname": "TrtspecAcceptanceDrift", "exp_alerts": []},  # steady: silent
             {"eval_time": "22m", "alertname": "TrtspecAcceptanceDrift", "exp_alerts": []},  # pending (for: 2m)
-            {"eval_time": "28m", "alertname": "TrtspecAcceptanceDrift", "exp_alerts": fired},
+            {"eval_time": "32m", "alertname": "TrtspecAcceptanceDrift", "exp_alerts": fired},
         ],
     }]}
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
