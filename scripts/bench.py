@@ -7,8 +7,13 @@ Sections (run all, or pick with --section):
   sweep    `trtspec sweep` on the same pair (draft_target + ngram, k = 0..8, temperature 0 and 1, code + grounded)
            and how close the cost model's predicted speedup comes to the measured one
   lookahead lookahead decoding on the embedded target alone: mean acceptance length per prompt suite, lossless check
-  batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k vs adaptive k
-           (output tokens/s, per-request latency p50/p99)
+  batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k = 1..8 vs
+           adaptive k (output tokens/s median and spread over interleaved runs, per-request latency p50/p99), and
+           the verdict: adaptive k within 5% of the best of the others at every concurrency
+  dynamo   `trtspec serve --dynamo N` with 1 and 2 workers under the same openai sweep (and aiperf when
+           `make aiperf` installed it): throughput and latency side by side
+  suffix   suffix decoding with a cold and a warm cache on code, prose, grounded and repetitive prompts at batch 1,
+           beside ngram, draft_target (fixed and adaptive k), transformers' prompt lookup and assisted generation
 
 Every section is a sweep (trtspec/sweep/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure, the transformers rows of the engine section, and writes the Markdown.
@@ -49,6 +54,24 @@ def bench_engine(args: argparse.Namespace) -> Section:
 
 def transformers_rows(args: argparse.Namespace, spec: SweepSpec) -> list[Comparison]:
     """transformers' greedy, assisted and prompt-lookup generation on the engine section's prompts (batch 1)."""
+    configs: dict[str, dict[str, object]] = {
+        "transformers: greedy": {},
+        "transformers: assisted (defaults: 20, confidence 0.4)": {"assistant_model": "draft"},
+        "transformers: assisted k=4 (constant)": {"assistant_model": "draft", "num_assistant_tokens": 4,
+                                                  "num_assistant_tokens_schedule": "constant",
+                                                  "assistant_confidence_threshold": 0.0},
+        **{f"transformers: prompt lookup k={k}": {"prompt_lookup_num_tokens": k,
+                                                  "max_matching_ngram_size": args.max_ngram} for k in (4, 8)},
+    }
+    return run_transformers(args, spec.suites[0], spec.num_prompts, spec.prompt_tokens, args.max_new_tokens,
+                            args.repeats, configs)
+
+
+def run_transformers(args: argparse.Namespace, suite: str, num_prompts: int, prompt_tokens: int | None,
+                     max_new_tokens: int, repeats: int, configs: dict[str, dict[str, object]]) -> list[Comparison]:
+    """transformers' `generate` (greedy, EOS ignored) per configuration on a suite's first prompts, batch 1, every
+    configuration in turn per prompt; wall and process-CPU tokens/s per round. `assistant_model: "draft"` = args.draft.
+    """
     import torch
     from rich.progress import track
     from transformers import AutoTokenizer, LlamaForCausalLM
@@ -64,19 +87,10 @@ def transformers_rows(args: argparse.Namespace, spec: SweepSpec) -> list[Compari
         model.generation_config.eos_token_id = None  # ignore EOS, as the engine rows do
         model.generation_config.pad_token_id = 0
     tokenizer = AutoTokenizer.from_pretrained(target_path)
-    prompts = [last_tokens(tokenizer.encode(text), spec.prompt_tokens)
-               for text in load_suite(spec.suites[0], spec.num_prompts).prompts]
-    configs: dict[str, dict[str, object]] = {
-        "transformers: greedy": {},
-        "transformers: assisted (defaults: 20, confidence 0.4)": {"assistant_model": draft},
-        "transformers: assisted k=4 (constant)": {"assistant_model": draft, "num_assistant_tokens": 4,
-                                                  "num_assistant_tokens_schedule": "constant",
-                                                  "assistant_confidence_threshold": 0.0},
-        **{f"transformers: prompt lookup k={k}": {"prompt_lookup_num_tokens": k,
-                                                  "max_matching_ngram_size": args.max_ngram} for k in (4, 8)},
-    }
+    prompts = [last_tokens(tokenizer.encode(text), prompt_tokens) for text in load_suite(suite, num_prompts).prompts]
+    configs = {name: {k: draft if v == "draft" else v for k, v in kwargs.items()} for name, kwargs in configs.items()}
 
-    def generate(prompt: list[int], max_new_tokens: int = args.max_new_tokens, **kwargs: object) -> list[int]:
+    def generate(prompt: list[int], max_new_tokens: int = max_new_tokens, **kwargs: object) -> list[int]:
         ids = torch.tensor([prompt])
         with torch.inference_mode():
             out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -85,17 +99,21 @@ def transformers_rows(args: argparse.Namespace, spec: SweepSpec) -> list[Compari
 
     generate(prompts[0], max_new_tokens=4)  # warm-up
     rows = []
-    seconds = {name: [0.0] * args.repeats for name in configs}
-    outputs: dict[str, list[list[list[int]]]] = {name: [[] for _ in range(args.repeats)] for name in configs}
-    steps = [(r, p) for r in range(args.repeats) for p in prompts]
-    for repeat, prompt in track(steps, description="transformers rows"):
+    seconds = {name: [0.0] * repeats for name in configs}
+    cpu_seconds = {name: [0.0] * repeats for name in configs}
+    outputs: dict[str, list[list[list[int]]]] = {name: [[] for _ in range(repeats)] for name in configs}
+    steps = [(r, p) for r in range(repeats) for p in prompts]
+    for repeat, prompt in track(steps, description=f"transformers rows ({suite})"):
         for name, kwargs in configs.items():  # every configuration in turn: load drift hits all alike
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             outputs[name][repeat].append(generate(prompt, **kwargs))
             seconds[name][repeat] += time.perf_counter() - start
+            cpu_seconds[name][repeat] += time.process_time() - cpu
     for name in configs:
-        rates = [sum(map(len, outputs[name][r])) / seconds[name][r] for r in range(args.repeats)]
-        rows.append(Comparison(name, rates, [output_digest(o) for o in outputs[name]]))
+        tokens = [sum(map(len, outputs[name][r])) for r in range(repeats)]
+        rows.append(Comparison(name, [t / s for t, s in zip(tokens, seconds[name], strict=True)],
+                               [output_digest(o) for o in outputs[name]],
+                               [t / s for t, s in zip(tokens, cpu_seconds[name], strict=True) if s > 0]))
     return rows
 
 
@@ -107,7 +125,7 @@ def bench_sweep(args: argparse.Namespace) -> Section:
 
 def bench_batching(args: argparse.Namespace) -> Section:
     spec = benchmarks.batching_spec(model=args.model, draft=args.draft, concurrency=args.concurrency,
-                                    fixed_k=args.fixed_k, adaptive_max_k=args.adaptive_max_k,
+                                    fixed_ks=args.fixed_ks, adaptive_max_k=args.adaptive_max_k,
                                     max_new_tokens=args.batching_new_tokens, prompt_tokens=args.batching_prompt_tokens,
                                     min_requests=args.batching_min_requests, repeats=args.batching_repeats,
                                     threads=args.threads)
@@ -121,8 +139,87 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
     return benchmarks.lookahead_section(spec, benchmarks.measure(spec))
 
 
+def bench_dynamo(args: argparse.Namespace) -> Section:
+    """A Dynamo deployment of 1, then 2 workers; the same openai sweep against each (and aiperf when installed)."""
+    from trtspec.dynamo.launch import MAX_SYSTEM_PORT, DynamoDeployment, plan_deployment
+    from trtspec.triton.engine_params import EngineParams
+    from trtspec.triton.server import free_ports
+
+    by_workers, aiperf_rows, spec = {}, [], None
+    for workers in (1, 2):
+        http, *system = free_ports(1 + workers, below=MAX_SYSTEM_PORT)
+        params = EngineParams(target=args.model, draft=args.draft, method="draft_target", default_k=args.dynamo_k)
+        plan = plan_deployment(params, workers=workers, http_port=http, system_port=system, threads=args.threads)
+        with DynamoDeployment(plan) as deployment:
+            spec = benchmarks.dynamo_spec(url=f"127.0.0.1:{http}", model=args.model, k=args.dynamo_k,
+                                          concurrency=args.concurrency, max_new_tokens=args.batching_new_tokens,
+                                          min_requests=args.batching_min_requests)
+            by_workers[workers] = benchmarks.measure(spec)
+            if AIPERF.is_file():
+                aiperf_rows.append([f"{workers} worker(s):", aiperf_profile(plan, deployment, args)])
+    assert spec is not None
+    return benchmarks.dynamo_section(spec, by_workers, aiperf_rows)
+
+
+AIPERF = ROOT / ".venv-aiperf" / "bin" / "aiperf"  # `make aiperf` installs it apart (its pins clash with trtspec's)
+
+
+def aiperf_profile(plan, deployment, args: argparse.Namespace) -> str:
+    """A short `aiperf profile` against the frontend; its output token throughput and request latency p50."""
+    import json
+    import subprocess
+    import tempfile
+
+    from trtspec.models import resolve_model
+
+    concurrency = max(args.concurrency)
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(AIPERF), "profile", "--model", plan.model, "--url", f"http://127.0.0.1:{plan.http_port}",
+                "--endpoint-type", "completions", "--streaming", "--concurrency", str(concurrency),
+                "--request-count", str(2 * concurrency), "--isl", "64",
+                "--osl", str(args.batching_new_tokens), "--extra-inputs", "ignore_eos:true",
+                "--tokenizer", str(resolve_model(args.model)), "--artifact-dir", tmp, "--ui-type", "none"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        found = sorted(Path(tmp).rglob("profile_export_aiperf.json"))
+        if proc.returncode != 0 or not found:
+            return f"aiperf failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+        data = json.loads(found[0].read_text())
+        tput = data.get("output_token_throughput", {}).get("avg")
+        latency = data.get("request_latency", {}).get("p50")
+        accepted = data.get("usage_accepted_prediction_tokens", {}).get("avg")  # aiperf reads trtspec's usage too
+        return (f"c={concurrency}, {tput:.1f} output tokens/s, request latency p50 {latency:.0f} ms"
+                + (f", {accepted:.1f} accepted draft tokens per request" if accepted is not None else ""))
+def bench_suffix(args: argparse.Namespace) -> Section:
+    """Per suite: the three sweeps (draft_target, ngram, suffix), then transformers' prompt lookup and assisted
+    generation on the same prompts, so that load drift hits one suite's rows alike."""
+    configs: dict[str, dict[str, object]] = {
+        f"transformers: prompt lookup k={args.suffix_lookup_k}": {"prompt_lookup_num_tokens": args.suffix_lookup_k,
+                                                                  "max_matching_ngram_size": args.max_ngram},
+        "transformers: assisted (defaults: 20, confidence 0.4)": {"assistant_model": "draft"},
+    }
+    all_specs, measured, comparisons = [], {}, {}
+    for suite in args.suffix_suites:
+        specs = benchmarks.suffix_specs(model=args.model, draft=args.draft, suite=suite,
+                                        num_prompts=args.suffix_prompts, prompt_tokens=args.suffix_prompt_tokens,
+                                        max_new_tokens=args.suffix_new_tokens, suffix_k=args.suffix_k,
+                                        fixed_k=args.suffix_draft_k, ngram_k=args.suffix_ngram_k,
+                                        adaptive_max_k=args.adaptive_max_k, repeats=args.suffix_repeats,
+                                        threads=args.threads)
+        all_specs += specs
+        measured[suite] = [benchmarks.measure(spec) for spec in specs]
+        comparisons[suite] = run_transformers(args, suite, args.suffix_prompts, args.suffix_prompt_tokens,
+                                              args.suffix_new_tokens, args.suffix_repeats, configs)
+    notes = [f"transformers rows: `generate()` on the same prompts, every configuration in turn per prompt; prompt "
+             f"lookup with max n-gram size {args.max_ngram}; assisted generation with tiny-draft and transformers' "
+             "defaults (up to 20 draft tokens, stop below confidence 0.4). Their speedups divide by the suite's "
+             "engine plain row (engine plain / transformers greedy is in the engine section)."]
+    return benchmarks.suffix_section(all_specs, measured, comparisons, notes)
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
+    "dynamo": bench_dynamo,
+    "suffix": bench_suffix,
 }
 
 
@@ -177,18 +274,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched by prompt lookup")
     parser.add_argument("--repeats", type=int, default=1, help="runs over all prompts per configuration (median)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="batching: requests in flight")
-    parser.add_argument("--fixed-k", type=int, default=4, help="batching: k of the fixed-k rows")
+    parser.add_argument("--dynamo-k", type=int, default=4, help="dynamo: k of the draft_target rows")
+    parser.add_argument("--fixed-ks", type=int, nargs="+", default=list(range(1, 9)),
+                        help="batching: k of the fixed-k rows")
     parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")
     parser.add_argument("--batching-new-tokens", type=int, default=32, help="batching: tokens generated per request")
     parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
     parser.add_argument("--batching-min-requests", type=int, default=6, help="batching: requests per cell at least")
-    parser.add_argument("--batching-repeats", type=int, default=1, help="batching: interleaved runs per cell")
+    parser.add_argument("--batching-repeats", type=int, default=3, help="batching: interleaved runs per cell (medians)")
     parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")
     parser.add_argument("--lookahead-prompts", type=int, default=8, help="lookahead: prompts per suite")
     parser.add_argument("--lookahead-new-tokens", type=int, default=48, help="lookahead: tokens per prompt")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
     parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")
+    parser.add_argument("--suffix-suites", nargs="+", default=list(benchmarks.SUFFIX_SUITES),
+                        help="suffix: prompt suites")
+    parser.add_argument("--suffix-prompts", type=int, default=16,
+                        help="suffix: prompts per suite (the cold cache learns from the earlier ones)")
+    parser.add_argument("--suffix-prompt-tokens", type=int, default=384, help="suffix: prompt length cap")
+    parser.add_argument("--suffix-new-tokens", type=int, default=64, help="suffix: tokens per request")
+    parser.add_argument("--suffix-k", type=int, default=16, help="suffix: k (draft tree nodes at most)")
+    parser.add_argument("--suffix-draft-k", type=int, default=4, help="suffix: k of the fixed draft_target rows")
+    parser.add_argument("--suffix-ngram-k", type=int, default=5, help="suffix: k of the ngram rows")
+    parser.add_argument("--suffix-lookup-k", type=int, default=8, help="suffix: transformers prompt lookup tokens")
+    parser.add_argument("--suffix-repeats", type=int, default=1, help="suffix: rounds per suite (medians)")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)

@@ -42,3 +42,27 @@ def test_vocab_mismatch_names_both_sizes(tmp_path):
     b = make_random_llama(tmp_path / "b", vocab=80)
     with pytest.raises(IncompatibleModelsError, match="64.*80"):
         check_pair(a, b)
+
+
+EMBEDDED_BUDGET_MIB = 56  # all embedded models together (they ship in the wheel); tiny-eagle brought it to ~48 MiB
+
+
+def test_embedded_models_fit_the_size_budget():
+    from trtspec.models import EMBEDDED, EMBEDDED_MODELS
+
+    sizes = {name: sum(f.stat().st_size for f in (EMBEDDED_MODELS / name).rglob("*") if f.is_file())
+             for name in EMBEDDED}
+    assert sum(sizes.values()) <= EMBEDDED_BUDGET_MIB * 2**20, sizes
+    assert sizes["tiny-eagle"] <= 10 * 2**20  # one fp16 decoder layer + fc + lm_head for a 384-wide target
+
+
+def test_embedded_eagle_drafter_resolves_and_fits_tiny():
+    from trtspec.models import is_eagle_drafter, resolve_eagle
+    from trtspec.spec.eagle_model import load_drafter
+    from trtspec.spec.model import LlamaModel
+
+    path = resolve_eagle("tiny-eagle")
+    assert is_eagle_drafter(path)
+    target = LlamaModel.from_pretrained(resolve_model("tiny"))
+    drafter, taps = load_drafter("tiny-eagle", target.config, target.embed_tokens)
+    assert taps == (1, 3, 5) and drafter.embed_tokens is target.embed_tokens

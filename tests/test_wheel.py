@@ -110,6 +110,20 @@ def test_installed_trtspec_is_the_wheel_with_its_data(venv, work):
     assert doctor["templates"]["ok"] and doctor["templates"]["detail"] == templates
 
 
+def test_wheel_declares_the_suffix_extra_and_runs_suffix(venv, work):
+    """`pip install 'trtspec[suffix]'` asks for arctic-inference (the dev extra does not: `make install` builds it
+    with scripts/install_suffix.sh), and the installed wheel runs method suffix with it (here: this environment's
+    arctic-inference, reached through the .pth) with the same greedy tokens as plain decoding."""
+    env_dir, env = venv
+    code = ("from importlib.metadata import requires; print('\\n'.join(r for r in requires('trtspec') "
+            "if 'arctic' in r))")
+    lines = run([str(env_dir / "bin" / "python"), "-c", code], cwd=work, env=env).stdout.split("\n")
+    assert [line.replace(" ", "") for line in lines if line] == ['arctic-inference==0.3.0;extra=="suffix"'], lines
+    out = {method: json.loads(run(["trtspec", "generate", "--json", "--method", method, "--max-new-tokens",
+                                   str(MAX_TOKENS), PROMPT], cwd=work, env=env).stdout) for method in ("none", "suffix")}
+    assert out["suffix"]["token_ids"] == out["none"]["token_ids"] and out["suffix"]["token_ids"]
+
+
 def test_wheel_builds_deploys_serves_and_answers(venv, work):
     env_dir, env = venv
     example = run(["trtspec", "build", "--example", "tiny-torch"], cwd=work, env=env).stdout

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
+from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
 
 # Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
@@ -218,7 +219,7 @@ class BuildSpec(_Spec):
     backend: Literal["tensorrtllm", "torch"] = "tensorrtllm"
     target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
     draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
-    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, redrafter, none")
+    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, none")
     max_draft_len: int | None = Field(None, ge=0, le=COUNT_MAX, validation_alias=AliasChoices("max_draft_len", "k"),
                                       description="k: draft tokens per step (derived for lookahead/medusa/redrafter)")
     medusa: MedusaSpec | None = None
@@ -226,6 +227,9 @@ class BuildSpec(_Spec):
     eagle: EagleSpec | None = None
     redrafter: RedrafterSpec | None = None
     ngram: NgramSpec | None = None
+    suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
+                                        "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
+                                        "(vLLM's suffix_decoding_* options; trtspec.suffix_config)")
     engine: EngineSpec = EngineSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     gpu: GPUSpec = GPUSpec()
@@ -258,6 +262,12 @@ class BuildSpec(_Spec):
         data["trtllm"] = {**section, "version": version}
         return data
 
+    @field_validator("suffix", mode="before")
+    @classmethod
+    def _suffix(cls, value: Any) -> SuffixConfig | None:
+        """The section through SuffixConfig's own checks (errors name `suffix.<field>`, the value and the fix)."""
+        return None if value is None else SuffixConfig.from_options(value)
+
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
@@ -265,6 +275,8 @@ class BuildSpec(_Spec):
 
         if value not in METHODS:
             raise ValueError(f"unknown method; use one of: {', '.join(sorted(METHODS))}")
+        if value == "eagle3":  # the reference engine's name; a build has one EAGLE section for both generations
+            raise ValueError("builds name EAGLE-3 drafters as method: eagle with eagle.eagle3: true (and eagle.model)")
         return value
 
 
@@ -273,7 +285,7 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
     if not isinstance(data, dict):
         raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
                           hint="start from an example: `trtspec build --example tiny-torch > tiny-torch.yaml`")
-    _check_size(data, source)
+    _check_size(data, source, "a build config")
     try:
         return BuildSpec.model_validate(data)
     except ValidationError as exc:
@@ -286,10 +298,21 @@ def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None
     The file must be UTF-8 text of at most MAX_CONFIG_BYTES; every problem (unreadable, another encoding, bad YAML,
     nesting past MAX_CONFIG_DEPTH, anchors expanding past MAX_CONFIG_NODES values) is a ConfigError naming the file.
     """
+    path = Path(path)
+    data = load_yaml(path, what="a build config")
+    if isinstance(data, dict):
+        data = {**data, **(overrides or {})}
+        data = _anchor_paths(data, path.resolve().parent)
+    return parse_build_spec(data, source=str(path))
+
+
+def load_yaml(path: Path, *, what: str) -> Any:
+    """The YAML document of a config file (`what`: "a build config", "a sweep spec"), read as UTF-8 text of at most
+    MAX_CONFIG_BYTES. Every problem (unreadable, another encoding, bad YAML, a scalar YAML cannot construct, nesting
+    past MAX_CONFIG_DEPTH, anchors expanding past MAX_CONFIG_NODES values) is a ConfigError naming the file."""
     import yaml
 
-    path = Path(path)
-    text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what="a build config")
+    text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what=what)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -301,16 +324,13 @@ def load_build_spec(path: str | Path, *, overrides: dict[str, Any] | None = None
         raise ConfigError("config", str(path), f"is not valid YAML: {' '.join(str(exc).split())}",
                           hint="fix the YAML syntax") from None
     except RecursionError:
-        raise ConfigError("config", str(path), f"nests deeper than a build config can ({MAX_CONFIG_DEPTH} levels)",
-                          hint="a build config is a flat mapping with a few sections") from None
+        raise ConfigError("config", str(path), f"nests deeper than {what} can ({MAX_CONFIG_DEPTH} levels)",
+                          hint=f"{what} is a mapping with a few flat sections") from None
     except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot construct (2024-13-45, 10**5000)
         raise ConfigError("config", str(path), f"holds a value YAML cannot read ({' '.join(str(exc).split())[:120]})",
                           hint="quote the value if it is a string") from None
-    if isinstance(data, dict):
-        _check_size(data, str(path))
-        data = {**data, **(overrides or {})}
-        data = _anchor_paths(data, path.resolve().parent)
-    return parse_build_spec(data, source=str(path))
+    _check_size(data, str(path), what)
+    return data
 
 
 def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
@@ -340,7 +360,7 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
     return text
 
 
-def _check_size(data: Any, source: str) -> None:
+def _check_size(data: Any, source: str, what: str) -> None:
     """Refuse documents deeper than MAX_CONFIG_DEPTH or with more than MAX_CONFIG_NODES values (YAML aliases count
     once per use: that is how validation would walk them). Iterative: a deep document cannot overflow the stack."""
     stack, nodes = [(data, 1)], 0
@@ -348,11 +368,11 @@ def _check_size(data: Any, source: str) -> None:
         value, depth = stack.pop()
         nodes += 1
         if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(source, f"{depth} levels", f"nests deeper than a build config can ({MAX_CONFIG_DEPTH})",
-                              hint="a build config is a mapping with a few flat sections")
+            raise ConfigError(source, f"{depth} levels", f"nests deeper than {what} can ({MAX_CONFIG_DEPTH})",
+                              hint=f"{what} is a mapping with a few flat sections")
         if nodes > MAX_CONFIG_NODES:
-            raise ConfigError(source, f"> {MAX_CONFIG_NODES} values", "is far larger than a build config (YAML "
-                              "anchors and aliases expand on use)", hint="write the values out; drop the aliases")
+            raise ConfigError(source, f"> {MAX_CONFIG_NODES} values", f"is far larger than {what} (YAML anchors "
+                              "and aliases expand on use)", hint="write the values out; drop the aliases")
         if isinstance(value, dict):
             stack += [(v, depth + 1) for v in value.values()] + [(k, depth + 1) for k in value]
         elif isinstance(value, (list, tuple)):

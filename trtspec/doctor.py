@@ -98,12 +98,22 @@ def check_gpus() -> Check:
 
 def check_embedded_models() -> list[Check]:
     from trtspec.errors import TrtspecError
-    from trtspec.models import EMBEDDED, embedded_path, is_medusa_heads, resolve_medusa, resolve_model
+    from trtspec.models import (
+        EMBEDDED,
+        embedded_path,
+        is_eagle_drafter,
+        is_medusa_heads,
+        resolve_eagle,
+        resolve_medusa,
+        resolve_model,
+    )
 
     out = []
     for name, desc in EMBEDDED.items():
         try:
-            path = resolve_medusa(name) if is_medusa_heads(embedded_path(name)) else resolve_model(name)
+            where = embedded_path(name)
+            path = (resolve_medusa(name) if is_medusa_heads(where) else resolve_eagle(name) if is_eagle_drafter(where)
+                    else resolve_model(name))
             out.append(Check(f"model {name}", True, f"{desc} ({path})"))
         except TrtspecError as exc:
             out.append(Check(f"model {name}", False, exc.message))

@@ -34,6 +34,7 @@ class MethodInfo:
     proposer: str | None
     needs_draft_model: bool = False
     needs_medusa_heads: bool = False
+    needs_eagle_drafter: bool = False
     tree: bool = False
     # Lossless at temperature > 0 on the reference engine (exact rejection sampling).
     lossless_sampling: bool = True
@@ -41,6 +42,9 @@ class MethodInfo:
     engine_architectures: tuple[str, ...] = ()
     # trtspec.targets FEATURES a TensorRT-LLM target must have to build and serve this method (engine flow + Triton).
     target_features: tuple[str, ...] = ()
+    # Why no supported TensorRT-LLM target can run this method (engine flow, Triton or LLM API); None = it can.
+    # `trtspec build` refuses backend tensorrtllm with this reason.
+    trtllm_unsupported: str | None = None
 
 
 METHODS: dict[str, MethodInfo] = {
@@ -74,6 +78,23 @@ METHODS: dict[str, MethodInfo] = {
             target_features=("draft_tokens_external",),
         ),
         MethodInfo(
+            name="suffix",
+            summary="suffix decoding: frequency-scored draft trees from suffix trees over the request and over earlier "
+                    "requests' outputs (a cross-request cache that learns from the traffic), no draft model",
+            trtllm_build_mode=None,
+            triton_decoding_mode="",
+            llmapi_decoding_type=None,
+            proposer="suffix",
+            tree=True,
+            trtllm_unsupported=(
+                "TensorRT-LLM has no suffix decoding in any supported target: trtllm-build has no speculative mode "
+                "for it, its LLM API's decoding types (MTP, Medusa, Eagle, Lookahead, NGram, DraftTarget, "
+                "UserProvided, AUTO) have none either (UserProvided takes a Python drafter object, which an "
+                "extra_llm_api_options file cannot carry), and a draft_tokens_external engine takes chains from the "
+                "caller, while the Triton tensorrtllm repository has no model that would keep the cross-request "
+                "suffix cache and draft for it"),
+        ),
+        MethodInfo(
             name="medusa",
             summary="Medusa heads on the target's last hidden state propose a token tree",
             trtllm_build_mode="medusa",
@@ -95,6 +116,21 @@ METHODS: dict[str, MethodInfo] = {
             tree=True,
             engine_architectures=("LlamaForCausalLM",),
             target_features=("eagle_engine_flow",),
+        ),
+        MethodInfo(
+            name="eagle3",
+            # the reference engine's EAGLE-3 (trtspec train eagle); build configs write it as method eagle with
+            # eagle.eagle3: true (one EAGLE section; LLM-API decoding_type per target in build/plan.py)
+            summary="EAGLE-3 drafter on the target's low/mid/high layer features: feature-level drafting, "
+                    "static or dynamic trees",
+            trtllm_build_mode=None,
+            triton_decoding_mode="eagle",
+            llmapi_decoding_type="Eagle3",
+            proposer="eagle",
+            needs_eagle_drafter=True,
+            tree=True,
+            engine_architectures=("LlamaForCausalLM",),
+            target_features=("eagle3_llmapi",),
         ),
         MethodInfo(
             name="lookahead",

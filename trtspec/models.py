@@ -20,7 +20,10 @@ EMBEDDED = {
     "tiny": "target (Llama, 12M parameters) trained on the Python standard library",
     "tiny-draft": "draft (Llama, 1.7M parameters) distilled from tiny",
     "tiny-medusa": "Medusa heads for tiny (HF Medusa layout, fp16), trained by `trtspec train medusa`",
+    "tiny-eagle": "EAGLE-3 drafter for tiny (HF LlamaForCausalLMEagle3 layout, fp16), trained by `trtspec train eagle`",
 }
+# EAGLE-3 drafter architectures, as ModelOpt exports them and vLLM / SGLang register them
+EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -97,6 +100,37 @@ def is_medusa_heads(path: Path) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     return "medusa_num_heads" in config or config.get("architecture") == "MedusaForCausalLM"
+
+
+def is_eagle_drafter(path: Path) -> bool:
+    """True for an EAGLE-3 drafter directory (HF layout: config.json naming an EAGLE-3 Llama architecture)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and any(a in EAGLE3_ARCHITECTURES for a in config.get("architectures") or [])
+
+
+def resolve_eagle(name_or_path: str | Path, *, field: str = "eagle") -> Path:
+    """An EAGLE-3 drafter directory for an embedded name (`tiny-eagle`) or a local path, with complete weights.
+
+    Raises ModelNotFoundError naming the path when it does not exist, holds no EAGLE-3 config, or no weights.
+    """
+    text = str(name_or_path)
+    path = embedded_path(text) if text in EMBEDDED else Path(text).expanduser()
+    if not path.is_dir():
+        raise ModelNotFoundError(f"{field}={text!r}: no embedded drafter of that name and no directory at {path}",
+                                 hint="use tiny-eagle, or train one with `trtspec train eagle --out DIR`")
+    if not is_eagle_drafter(path):
+        raise ModelNotFoundError(
+            f"{field}={text!r}: {path / 'config.json'} does not name an EAGLE-3 architecture "
+            f"({' or '.join(EAGLE3_ARCHITECTURES)})", hint="train a drafter with `trtspec train eagle --out DIR`")
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise ModelNotFoundError(f"{field}={text!r}: {weights} is missing",
+                                 hint="an EAGLE-3 drafter directory holds config.json and model.safetensors")
+    check_safetensors(weights, field=field)
+    return path
 
 
 def resolve_medusa(name_or_path: str | Path, *, field: str = "medusa") -> Path:

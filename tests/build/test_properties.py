@@ -8,74 +8,23 @@ an exit code from docs/guarantees.md.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
-import signal
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from trtspec.cli.main import main
+from tests.cli_checks import INT32_MAX, SETTINGS, SPECIAL_FLOATS, VALUES, assert_clean_failure, run_cli
 
-INT32_MAX = 2**31 - 1
 BUILD_EXIT_CODES = {0, 2, 3}  # ok, bad input (incl. click usage errors), TensorRT-LLM needed (docs/guarantees.md)
-SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                           HealthCheck.too_slow], derandomize=True)
-
-
-class Hang(BaseException):
-    """Raised by the alarm when one run takes longer than its limit (BaseException: nothing may swallow it)."""
-
-
-def run_cli(argv: list[str], *, limit: float = 60.0) -> tuple[int, str, str]:
-    """`trtspec ARGV` in-process: (exit code, stdout, stderr). Exceptions other than SystemExit propagate."""
-    out, err = io.StringIO(), io.StringIO()
-
-    def alarm(*_: object) -> None:
-        raise Hang(f"trtspec {argv} ran past {limit} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(argv)
-                code = 0
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    return code, out.getvalue(), err.getvalue()
-
-
-def assert_clean_failure(code: int, err: str) -> None:
-    """A failure is one `Error:` line and at most one `Hint:` line (click usage errors: its usage lines first)."""
-    assert code in BUILD_EXIT_CODES - {0}, (code, err)
-    assert "Traceback" not in err and "Error: " in err, err
-    lines = err[err.index("Error: "):].rstrip("\n").split("\n")
-    assert len(lines) <= 2 and all(line.startswith("Hint: ") for line in lines[1:]), err
-    assert len(lines[0]) < 2000, lines[0][:300]
 
 
 # --- strategies -------------------------------------------------------------------------------------------------
 
-SPECIAL_FLOATS = st.sampled_from([math.inf, -math.inf, math.nan, 0.0, -0.0, 1e308, 5e-324])
-SCALARS = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(-(2**70), 2**70), st.sampled_from([0, 1, -1, INT32_MAX, INT32_MAX + 1, 10**12, 10**40]),
-    st.floats(allow_nan=True, allow_infinity=True), SPECIAL_FLOATS,
-    st.text(max_size=40), st.sampled_from(["tiny", "tiny-draft", "tiny-medusa", "", "\0", "x" * 300, "../..",
-                                           "mc_sim_7b_63", "/etc/passwd", "float16", "fp8", "auto", "0.19.0"]),
-)  # fmt: skip
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=4), max_leaves=12)
 SECTIONS = {
     "engine": ["dtype", "quantization", "tp_size", "pp_size", "draft_tp_size", "max_batch_size", "max_input_len",
                "max_seq_len", "max_num_tokens", "max_beam_width", "logits_dtype", "use_paged_context_fmha",
@@ -88,9 +37,10 @@ SECTIONS = {
     "eagle": ["model", "num_layers", "max_non_leaves_per_layer", "choices", "eagle3"],
     "redrafter": ["drafter", "num_beams", "draft_len_per_beam", "greedy"],
     "ngram": ["max_matching_ngram_size"],
+    "suffix": ["max_tree_depth", "max_cached_requests", "max_spec_factor", "max_spec_offset", "min_token_prob", "tree"],
 }
 TOP = ["name", "backend", "target", "draft", "method", "max_draft_len", "k", "output", "trtllm_version"]
-METHODS = ["none", "draft_target", "ngram", "medusa", "eagle", "lookahead", "redrafter", "nonsense"]
+METHODS = ["none", "draft_target", "ngram", "medusa", "eagle", "lookahead", "redrafter", "suffix", "nonsense"]
 
 
 @st.composite
@@ -213,15 +163,43 @@ def test_numeric_fields_succeed_exactly_inside_their_documented_range(field, val
     for part in field[:-1]:
         target = target.setdefault(part, {})
     target[field[-1]] = value
+    assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+
+
+def assert_plan_exactly_when_valid(doc: dict, expected: bool, what: object, tmp_path_factory) -> str:
+    """`trtspec build --dry-run` of `doc` plans (exit 0) when `expected`, else fails in one line (exit 2); stderr."""
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_bytes(dump(doc))
     code, out, err = run_cli(["build", str(path), "--dry-run", "--json"], limit=30)
     event(f"{'valid' if expected else 'invalid'} -> exit {code}")
     if expected:
-        assert code == 0, (field, value, err)
+        assert code == 0, (what, err)
     else:
-        assert code == 2, (field, value, code, out[:300])
+        assert code == 2, (what, code, out[:300])
         assert_clean_failure(code, err)
+    return err
+
+
+# The suffix section (method suffix, torch backend): SuffixConfig's ranges. Its integers are strict (no 4.0, no
+# booleans): the section is checked by SuffixConfig itself, the same checks as the engine's proposer options.
+SUFFIX_BASE = {"target": "tiny", "method": "suffix", "backend": "torch", "max_draft_len": 8,
+               "engine": {"dtype": "float32", "max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256}}
+SUFFIX_ORACLE = {
+    "max_tree_depth": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
+    "max_cached_requests": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT32_MAX,
+    "max_spec_factor": lambda v: (f := _finite(v)) is not None and f > 0,
+    "max_spec_offset": lambda v: _finite(v) is not None,
+    "min_token_prob": lambda v: (f := _finite(v)) is not None and 0 <= f <= 1,
+}
+
+
+@settings(SETTINGS, max_examples=120)
+@given(field=st.sampled_from(sorted(SUFFIX_ORACLE)), value=NUMBERS | st.booleans())
+def test_suffix_fields_succeed_exactly_inside_their_documented_range(field, value, tmp_path_factory):
+    expected = SUFFIX_ORACLE[field](value)
+    doc = {**json.loads(json.dumps(SUFFIX_BASE)), "suffix": {field: value}}
+    err = assert_plan_exactly_when_valid(doc, expected, (field, value), tmp_path_factory)
+    assert expected or f"suffix.{field}=" in err
 
 
 # --- command-line flags -------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.build.helpers import write_config
-from trtspec.cli.main import main
+from tests.cli_checks import cli
 
 HOSTILE = ["o;touch PWNED;#", "o $(touch PWNED)", "o `touch PWNED`", "o'\"; touch PWNED; echo '", "o\ntouch PWNED",
            "o && touch PWNED", "o|touch PWNED", "o\\'$HOME*", "-o"]
@@ -23,14 +23,6 @@ import os, sys
 with open(os.environ["RECORD"], "ab") as fh:
     fh.write(b"\\0".join(os.fsencode(a) for a in [os.getcwd(), *sys.argv[1:]]) + b"\\0\\n")
 """
-
-
-def cli(*args: object) -> int:
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        return int(exc.code)
-    return 0
 
 
 def paste(line: str, shell: str, tmp_path: Path, tools: list[str]) -> list[list[str]]:

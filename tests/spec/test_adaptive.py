@@ -23,7 +23,7 @@ def teach(policy: AdaptiveK, rows: int, step_s, alpha_accepted: tuple[int, int],
     for i in range(steps):
         k = i % 9
         policy.observe_step(rows=rows, width=1 + k, target_s=step_s(k), draft_steps=k, draft_rows=rows if k else 0,
-                            draft_s=0.0, overhead_s=0.0, decode_only=True, max_k=k)
+                            draft_s=0.0, overhead_s=0.0, prefill_rows=0, max_k=k)
         policy.observe_draft(0, "draft_target", alpha_accepted[1], alpha_accepted[0])
 
 
@@ -65,7 +65,7 @@ def test_adaptive_greedy_equals_transformers(random_pair, near_draft, hf_target)
     for spec in specs:
         outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=24), spec)
         assert [o.token_ids for o in outs] == reference, spec
-    assert engine.k_policy.by_rows  # the engine fed its step timings to the policy
+    assert engine.k_policy.loads and engine.k_policy.request_tokens == 24  # the engine fed timings and lengths
 
 
 def test_forward_grouped_equals_one_pass(random_pair):

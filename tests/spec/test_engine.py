@@ -19,10 +19,12 @@ from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import runnable_methods
 from trtspec.spec.sampling import logits_to_probs
+from trtspec.sweep.prompts import shipped_suites
 
 PROMPTS_RANDOM = [[5, 9, 3, 7, 5, 9, 3, 2, 11], [4], [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8]]
-# methods this module's engines can run (target + draft); Medusa needs trained heads: tests/medusa covers it
-SPEC_METHODS = [m for m in runnable_methods() if m != "none" and not resolve(m).needs_medusa_heads]
+# methods this module's engines can run (target + draft); Medusa heads and EAGLE drafters: tests/medusa, tests/eagle
+SPEC_METHODS = [m for m in runnable_methods()
+                if m != "none" and not resolve(m).needs_medusa_heads and not resolve(m).needs_eagle_drafter]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def test_embedded_pair_greedy_equals_transformers_on_held_out_prompts(embedded_p
     hf = LlamaForCausalLM.from_pretrained(embedded_pair[0], dtype=torch.float32).eval()
     engine = SpecEngine.from_pretrained(*embedded_pair, max_k=8)
     prompts = []
-    for suite in ("code", "prose", "grounded"):
+    for suite in shipped_suites():  # code, prose, grounded, repetitive
         with open(PROMPTS / f"{suite}.jsonl") as f:
             prompts.append(engine.encode(json.loads(f.readline())["prompt"])[-64:])
     reference = [hf_greedy(hf, p, 24) for p in prompts]

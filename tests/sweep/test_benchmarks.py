@@ -56,26 +56,32 @@ def test_engine_section_medians_lossless_check_and_comparison_rows():
     assert "a comparison note" in section.notes and any("transformers: greedy at 30.0" in n for n in section.notes)
 
 
-def test_batching_section_rows_per_concurrency_and_typical_run():
-    spec = benchmarks.batching_spec(model="tiny", draft="tiny-draft", concurrency=[1, 4], fixed_k=4,
+def test_batching_section_rows_per_concurrency_typical_run_and_verdict():
+    spec = benchmarks.batching_spec(model="tiny", draft="tiny-draft", concurrency=[1, 4], fixed_ks=[2, 4],
                                     adaptive_max_k=8, max_new_tokens=8, prompt_tokens=32, min_requests=6, repeats=3,
                                     threads=1)
     assert {c.concurrency: c.num_requests for c in spec.cases()} == {1: 6, 4: None}  # 8 = 2 x max(c) prompts
+    assert [(c.k, c.adaptive, c.repeat) for c in spec.cases()[:5]] == [(0, False, 0), (2, False, 0), (4, False, 0),
+                                                                       (8, True, 0), (0, False, 0)]  # interleaved
     records = []
     for c in spec.cases():
-        rate = {0: 100.0, 1: 90.0, 2: 80.0}[c.repeat] * (0.5 if c.adaptive else 1.0)
+        rate = {0: 100.0, 1: 90.0, 2: 80.0}[c.repeat]
+        rate *= {0: 1.0, 2: 1.2, 4: 1.1}[c.k] if not c.adaptive else (1.0 if c.concurrency == 1 else 1.16)
         latencies = [0.1 * (c.repeat + 1)] * 5 + [0.9]
-        records.append(_rec(c, c.repeat, rate, latencies_s=latencies,
+        records.append(_rec(c, c.repeat, rate, latencies_s=latencies, tokens_per_cpu_s=rate / 2,
                             stats=_stats(drafts=5, drafted=15, forwards=10) if c.k else _stats()))
     section = benchmarks.batching_section(spec, _measured(records), min_requests=6)
     assert section.columns == _docs_columns("Continuous batching")
-    assert [r[:2] for r in section.rows] == [["no speculation", "1"], ["fixed k=4 (draft_target)", "1"],
-                                             ["adaptive k<=8 (draft_target)", "1"], ["no speculation", "4"],
-                                             ["fixed k=4 (draft_target)", "4"], ["adaptive k<=8 (draft_target)", "4"]]
-    # median 90 tokens/s; the round nearest the median (round 1) gives the latencies: p50 200 ms, p99 900 ms
-    assert section.rows[0][2:7] == ["90.0", "80-100", "200", "900", "0.00"]
-    assert section.rows[1][6] == "1.50" and section.rows[2][2] == "45.0"
-    assert "c=1: adaptive / best of the others = 0.50 (more than 5% worse)" in section.notes[2]
+    assert [r[:2] for r in section.rows[:4]] == [["no speculation", "1"], ["fixed k=2 (draft_target)", "1"],
+                                                 ["fixed k=4 (draft_target)", "1"], ["adaptive k<=8 (draft_target)", "1"]]
+    # median 90 tokens/s, spread (100 - 80) / 90; the round nearest the median (round 1) gives the latencies
+    assert section.rows[0][2:10] == ["90.0", "80-100", "22%", "45.0", "0.83", "200", "900", "0.00"]
+    assert section.rows[1][6] == "1.00" and section.rows[1][-1] == "best"  # fixed k=2 is the best other row
+    assert section.rows[3][-1] == "FAIL" and section.rows[7][-1] == "PASS"  # 90 / 108 at c=1; 104.4 / 108 at c=4
+    assert section.notes[0].startswith("Verdict (adaptive k >= 0.95 x the best")
+    assert "c=1: adaptive / best (fixed k=2) = 0.83 CPU, 0.83 wall: FAIL" in section.notes[0]
+    assert "c=4: adaptive / best (fixed k=2) = 0.97 CPU, 0.97 wall: PASS" in section.notes[0]
+    assert "judged on tokens per CPU second" in section.notes[0] and "FAIL." in section.notes[0]
 
 
 def test_lookahead_section_rows_per_suite_and_overall():
@@ -94,3 +100,27 @@ def test_lookahead_section_rows_per_suite_and_overall():
     assert section.rows[3][:2] == ["W,N,G=7,5,7", "prose"] and section.rows[3][-1] == "NO"
     assert section.rows[-1][:5] == ["W,N,G=7,5,7", "all", "-", "55", "2.00"]
     assert len(section.rows) == 3 * 2 + 2
+
+
+def test_dynamo_section_puts_1_and_2_workers_side_by_side():
+    from trtspec.sweep import benchmarks
+
+    spec = benchmarks.dynamo_spec(url="127.0.0.1:8000", model="tiny", k=4, concurrency=[1, 4], max_new_tokens=8,
+                                  min_requests=6)
+    assert spec.via == "openai" and spec.k == [0, 4] and spec.methods == ["draft_target"]
+
+    def record(method, k, c, rate):
+        stats = {"num_draft_tokens": 8 if k else 0, "mean_acceptance_length": 2.5}
+        return {"params": {"method": method, "k": k, "concurrency": c},
+                "metrics": {"tokens_per_s": rate, "latencies_s": [0.1, 0.3], "stats": stats}}
+
+    runs = {w: benchmarks.Measured([record("none", 0, 4, 10.0 * w), record("draft_target", 4, 4, 15.0 * w)], None,
+                                   None) for w in (1, 2)}
+    section = benchmarks.dynamo_section(spec, runs, [["2 worker(s):", "c=4, 30.0 output tokens/s"]])
+    assert [row[:4] for row in section.rows] == [["1", "no speculation", "4", "10.0"],
+                                                 ["1", "draft_target k=4", "4", "15.0"],
+                                                 ["2", "no speculation", "4", "20.0"],
+                                                 ["2", "draft_target k=4", "4", "30.0"]]
+    assert section.rows[1][-1] == "2.50" and section.rows[0][-1] == "-"
+    assert "no speculation c=4: 2.00x; draft_target k=4 c=4: 2.00x" in section.notes[1]
+    assert "aiperf" in section.notes[-1]

@@ -83,8 +83,8 @@ def test_engine_backend_closed_loop_options(random_pair, tmp_path):
         assert m["num_requests"] == max(3, 2 * c) == len(m["latencies_s"]) and all(t > 0 for t in m["latencies_s"])
         assert m["output_tokens"] == 6 * m["num_requests"]
         assert m["output_sha256"] == plain[c], rec["label"]  # speculation is lossless at temperature 0
-        if rec["params"]["k"]:
-            assert m["stats"]["num_drafts"] > 0
+        if rec["params"]["k"] and not rec["params"].get("adaptive"):  # adaptive k may find that drafting does
+            assert m["stats"]["num_drafts"] > 0  # not pay (random models accept almost nothing) and not draft
 
 
 def test_lookahead_variants_get_their_own_engine(random_pair):

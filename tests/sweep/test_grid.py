@@ -57,6 +57,9 @@ def test_yaml_with_flag_overrides(tmp_path, spec_kwargs):
     ({"via": "triton"}, ConfigError, "url"),
     ({"backend": "triton"}, ConfigError, "url"),  # the pre-`via` name is an alias
     ({"via": "carrier-pigeon"}, ConfigError, "via"),
+    ({"via": "openai"}, ConfigError, "url"),
+    ({"via": "openai", "url": "localhost:8000", "chat_template": "{{ messages }}"}, ConfigError, "chat_template"),
+    ({"via": "triton", "url": "localhost:8001", "chat_template": "model"}, ConfigError, "chat_template"),
     ({"backend": "carrier-pigeon"}, ConfigError, "backend"),
     ({"timeout_s": 0}, ConfigError, "timeout_s"),
     ({"bogus_field": 1}, ConfigError, "bogus_field"),

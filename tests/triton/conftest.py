@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.triton.helpers import make_tokenizer, with_tokenizer
+from tests.triton.helpers import build_example, make_tokenizer, with_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +22,10 @@ def tokenized_pair(random_pair, tokenizer_dir, tmp_path_factory) -> tuple[Path, 
     base = tmp_path_factory.mktemp("tokenized_pair")
     target, draft = random_pair
     return with_tokenizer(target, tokenizer_dir, base / "target"), with_tokenizer(draft, tokenizer_dir, base / "draft")
+
+
+@pytest.fixture(scope="module")
+def torch_bundle(tmp_path_factory) -> Path:
+    """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it;
+    one per module (each module's server renders its repository beside it)."""
+    return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle")

@@ -111,7 +111,8 @@ def unary(url: str, model: str, tensors: dict[str, np.ndarray], outputs: list[st
 
 
 def http_generate(http_url: str, model: str, body: dict, *, stream: bool = False) -> list[dict]:
-    """POST to the generate (or generate_stream) endpoint; the JSON object(s) it answers."""
+    """POST to the generate (or generate_stream) endpoint; the JSON object(s) it answers, or, when it answers with
+    an HTTP error, [{"error": body, "status": code}]."""
     path = "generate_stream" if stream else "generate"
     request = urllib.request.Request(f"{http_url}/v2/models/{model}/{path}", data=json.dumps(body).encode(),
                                      method="POST")
@@ -119,7 +120,7 @@ def http_generate(http_url: str, model: str, body: dict, *, stream: bool = False
         with urllib.request.urlopen(request, timeout=120) as response:
             text = response.read().decode()
     except urllib.error.HTTPError as exc:
-        return [{"error": exc.read().decode()}]
+        return [{"error": exc.read().decode(), "status": exc.code}]
     if not stream:
         return [json.loads(text)]
     return [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]

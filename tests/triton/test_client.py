@@ -2,7 +2,9 @@
 
 The served models are the counting test double (tests/triton/doubles/counting_lm) with tensorrt_llm's tensor names:
 `counting_target` decoupled (answers through a stream), `counting_draft` not, and `counting_slow` decoupled and
-3 s slow, to check the client's timeout and that it cancels the request it gives up on.
+3 s slow, to check the client's timeout and that it cancels the request it gives up on. `refusing_*` answer every
+request with a bad-input error (INVALID_ARG) and `failing_*` with an internal one, through a stream and unary, to
+check which error the client raises.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.triton.helpers import counting_model
-from trtspec.errors import ServerError
+from trtspec.errors import RequestError, ServerError
 from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.prompts import PromptSuite
@@ -47,6 +49,9 @@ def server(base):
             **_model("counting_new", decoupled=False, role="target", input_log=base / "inputs.log", version="1.2.1"),
             **_model("counting_slow", decoupled=True, role="target", delay_s=SLOW_S,
                      cancel_log=base / "cancelled.log")}
+    for kind, code in (("refusing", "INVALID_ARG"), ("failing", "INTERNAL")):
+        for policy in ("stream", "unary"):
+            plan |= _model(f"{kind}_{policy}", decoupled=policy == "stream", error=f"{kind} it", error_code=code)
     with TritonServer(write_repository(plan, base / "repo")) as srv:
         yield srv
 
@@ -101,8 +106,6 @@ def test_target_verifies_draft_input_ids_through_the_stream(server):
 
 def test_errors_name_the_model_and_timeout_cancels_the_request(server, base):
     with TritonClient(server.grpc_url, model="counting_target", timeout_s=1.0) as client:
-        with pytest.raises(ServerError, match="counting_draft: .*input_lengths"):  # the server's refusal, unary
-            client.infer("counting_draft", {"input_ids": np.array([[3]], dtype=np.int32)}, ["output_ids"])
         start = time.monotonic()
         with pytest.raises(ServerError, match=r"counting_slow: no final response within timeout_s=1 s") as exc:
             client.infer("counting_slow", request([3], 2), ["output_ids"])
@@ -117,6 +120,37 @@ def test_errors_name_the_model_and_timeout_cancels_the_request(server, base):
         # and the client still works
         out = client.infer("counting_target", request([5], 3), ["output_ids"])
     assert out["output_ids"].reshape(-1).tolist() == [5, *counting(5, 3)]
+
+
+@pytest.mark.parametrize("policy", ["stream", "unary"])
+def test_a_refused_request_is_a_request_error_and_a_failed_one_a_server_error(server, policy):
+    """The served model's error code decides: INVALID_ARG (bad input) -> RequestError (exit 2) with the server's
+    message, anything else -> ServerError (exit 1); over a gRPC stream as over a unary call."""
+    with TritonClient(server.grpc_url, model="counting_target") as client:
+        with pytest.raises(RequestError, match=f"^refusing_{policy}: refusing it$") as exc:
+            client.infer(f"refusing_{policy}", request([3], 2), ["output_ids"])
+        assert exc.value.exit_code == 2 and "bad input" in exc.value.hint
+        with pytest.raises(ServerError, match=f"^failing_{policy}: failing it$") as exc:
+            client.infer(f"failing_{policy}", request([3], 2), ["output_ids"])
+        assert exc.value.exit_code == 1
+        assert client.infer("counting_target", request([5], 1), ["output_ids"])["output_ids"].size  # still serving
+
+
+@pytest.mark.parametrize("model", ["counting_target", "counting_draft"])
+def test_inputs_the_model_cannot_take_are_request_errors_naming_the_input(server, model):
+    """Checked against the model's config before sending (a stream would carry Triton's refusal without a code)."""
+    with TritonClient(server.grpc_url, model=model) as client:
+        with pytest.raises(RequestError, match=f"{model}: required input.* input_lengths"):
+            client.infer(model, {"input_ids": np.array([[3]], dtype=np.int32),
+                                 "request_output_len": np.array([[2]], dtype=np.int32)}, ["output_ids"])
+        with pytest.raises(RequestError, match=f"{model}: input 'input_ids' is numpy int64 \\(INT64\\); the model "
+                                               "takes INT32"):
+            client.infer(model, {**request([3], 2), "input_ids": np.array([[3]], dtype=np.int64)}, ["output_ids"])
+        with pytest.raises(RequestError, match=f"{model}: 'nope' is not one of its inputs"):
+            client.infer(model, {**request([3], 2), "nope": np.array([[1]], dtype=np.int32)}, ["output_ids"])
+    if model == "counting_draft":  # a shape Triton refuses: INVALID_ARGUMENT on a unary call
+        with TritonClient(server.grpc_url, model=model) as client, pytest.raises(RequestError, match="input_ids"):
+            client.infer(model, {**request([3], 2), "input_ids": np.array([[[3]]], dtype=np.int32)}, ["output_ids"])
 
 
 def test_unknown_model_and_unreachable_server_are_server_errors(server):

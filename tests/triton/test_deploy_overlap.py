@@ -6,16 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.build.helpers import write_config
-from trtspec.cli.main import main
+from tests.cli_checks import cli
 from trtspec.triton.render import MARKER, check_destination
-
-
-def cli(*args: object) -> int:
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        return int(exc.code)
-    return 0
 
 
 @pytest.fixture()

@@ -1,13 +1,21 @@
-"""The torch flavour's engine models: request parsing (NVIDIA's tensorrt_llm tensors -> engine jobs) and metrics,
-without a server (fake pb_utils)."""
+"""The torch flavour's engine models: request parsing (NVIDIA's tensorrt_llm tensors -> engine jobs), error codes,
+replies and metrics, without a server (fake pb_utils). tests/triton/test_server_hardening.py checks the codes on a
+real tritonserver."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trtspec.errors import RequestError
-from trtspec.triton.engine_model import engine_features, parse_request, word_lists
+from trtspec.errors import ConfigError, OverloadedError, RequestError, ServerError
+from trtspec.triton.engine_model import (
+    ReplyClosed,
+    _Reply,
+    engine_features,
+    parse_request,
+    triton_error,
+    word_lists,
+)
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.spec_metrics import SpecMetrics
 
@@ -191,8 +199,74 @@ class FakeFamily:
         return metric
 
 
+class FakeTritonError:
+    INTERNAL, INVALID_ARG, UNAVAILABLE = "INTERNAL", "INVALID_ARG", "UNAVAILABLE"
+
+    def __init__(self, message, code="INTERNAL"):
+        self.message, self.code = message, code
+
+
+class FakeResponse:
+    def __init__(self, output_tensors, error=None):
+        self.output_tensors, self.error = output_tensors, error
+
+
 class FakePb:
     MetricFamily = FakeFamily
+    TritonError = FakeTritonError
+    InferenceResponse = FakeResponse
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+
+@pytest.mark.parametrize("error, code", [
+    (RequestError("temperature=inf must be a finite number >= 0"), "INVALID_ARG"),
+    (ConfigError("k", 9, "must be <= max_k=6", hint="send at most 6"), "INVALID_ARG"),  # a parameter the engine refuses
+    (OverloadedError("engine overloaded", hint="retry later"), "UNAVAILABLE"),
+    (ServerError("the serving loop is shut down"), "INTERNAL"),
+    (RuntimeError("CUDA error"), "INTERNAL"),
+])  # fmt: skip
+def test_triton_error_codes_bad_input_as_invalid_arg_and_the_rest_as_failures(error, code):
+    answer = triton_error(FakePb, error)
+    assert answer.code == code
+    assert answer.message.startswith(str(error)) and (getattr(error, "hint", None) or "") in answer.message  # + hint
+
+
+class FakeSender:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, response=None, flags=0):
+        self.sent.append((response, flags))
+
+
+class FakeRequest:
+    def __init__(self):
+        self.sender = FakeSender()
+
+    def get_response_sender(self):
+        return self.sender
+
+
+class FakeModel:
+    pb, decoupled = FakePb, True
+
+
+def test_an_error_is_the_final_response_and_nothing_follows_it():
+    """A batch of 2 rows is 2 jobs: when one fails, its error ends the request (FINAL) and the other job's later
+    responses are refused, so the serving loop aborts it (a strict-mode gRPC stream is closed by the error)."""
+    request = FakeRequest()
+    reply = _Reply(FakeModel(), request, parse_request(tensors(input_ids=[[5, 6, 7], [5, 6, 8]],
+                                                               input_lengths=[3, 3], request_output_len=[4, 4]),
+                                                       PARAMS, VOCAB))
+    assert reply.pending == 2
+    reply.send(FakeResponse(["tokens"]), last_of_job=False)
+    reply.error(OverloadedError("engine overloaded"))
+    assert [flags for _, flags in request.sender.sent] == [0, 1] and reply.done.is_set()
+    assert request.sender.sent[-1][0].error.code == "UNAVAILABLE"
+    with pytest.raises(ReplyClosed):
+        reply.send(FakeResponse(["more"]), last_of_job=True)
+    reply.error(RuntimeError("a second failure"))  # already answered: dropped, not raised
+    assert len(request.sender.sent) == 2
 
 
 def test_metrics_accumulate_requests_and_positions():

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.test_suffix_config import CONFIGS
 from trtspec.errors import ConfigError
+from trtspec.suffix_config import SuffixConfig
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import pbtxt_parameters, validate_model_config
 
@@ -25,15 +27,30 @@ def through_triton(params: EngineParams) -> EngineParams:
     return EngineParams.from_model_config(json.loads(json.dumps(config)))
 
 
+@settings(deadline=None)  # protobuf parsing on a shared machine: some examples take longer than 200 ms
 @given(target=NAMES, draft=st.none() | NAMES, k=st.integers(0, 64), lookahead=st.none() | st.tuples(
     st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(), normalize=st.booleans(),
     timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
-    method=st.sampled_from(["draft_target", "none", "ngram"]))
-def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method):
+    method=st.sampled_from(["draft_target", "none", "ngram", "suffix"]), suffix=st.none() | CONFIGS,
+    log=st.none() | NAMES, rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6))
+def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method,
+                                         suffix, log, rate, max_mb):
     params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
                           exclude_input_in_output=exclude, normalize_log_probs=normalize, drain_timeout_s=timeout,
-                          device=device, max_queue=3)
+                          device=device, max_queue=3, suffix=suffix, log_prompts=log, log_sample_rate=rate,
+                          log_max_mb=max_mb)
     assert through_triton(params) == params
+
+
+def test_suffix_options_are_rendered_one_parameter_each():
+    params = EngineParams(target="tiny", method="suffix", suffix=SuffixConfig(max_cached_requests=7, tree=False))
+    rendered = params.to_parameters()
+    assert rendered["suffix_max_cached_requests"] == "7" and rendered["suffix_tree"] == "false"
+    assert rendered["suffix_min_token_prob"] == "0.1" and "suffix" not in rendered
+    assert not [k for k in EngineParams(target="tiny").to_parameters() if k.startswith("suffix")]  # unset: none
+    # a repository written by hand may set only some: the rest are the defaults
+    partial = EngineParams.from_parameters({"target": "tiny", "method": "suffix", "suffix_max_spec_factor": "2.5"})
+    assert partial.suffix == SuffixConfig(max_spec_factor=2.5)
 
 
 def test_defaults_are_defined_once():
@@ -54,8 +71,26 @@ def test_defaults_are_defined_once():
     ({"target": "tiny", "lookahead": "4,4"}, "parameter lookahead='4,4': is not three integers"),
     ({"target": "tiny", "max_batch": "4"}, "parameter max_batch='4': is not an engine parameter"),
     ({"method": "ngram"}, "parameter target=None: is required"),
+    ({"target": "tiny", "suffix_max_cached_requests": "lots"},
+     "parameter suffix_max_cached_requests='lots': is not an integer"),
+    ({"target": "tiny", "suffix_min_token_prob": "1.5"}, "parameter suffix_min_token_prob=1.5: must be a probability"),
+    ({"target": "tiny", "suffix_cache": "9"}, "parameter suffix_cache='9': is not a suffix decoding option"),
 ])  # fmt: skip
 def test_bad_parameters_are_refused_by_name(params, message):
     with pytest.raises(ConfigError) as info:
         EngineParams.from_parameters(params)
     assert message in str(info.value)
+
+
+def test_a_version_directory_overrides_its_checkpoints(tmp_path):
+    """`trtspec rollout-draft` puts a draft inside version N+1 and names it in trtspec-version.json."""
+    from trtspec.triton.engine_params import VERSION_FILE
+
+    params = EngineParams(target="tiny", draft="tiny-draft", default_k=3)
+    assert params.for_version(tmp_path) == params  # no file: the model's parameters
+    (tmp_path / VERSION_FILE).write_text(json.dumps({"draft": "draft"}))
+    assert params.for_version(tmp_path) == EngineParams(target="tiny", draft=str(tmp_path / "draft"), default_k=3)
+    for bad in ('{"default_k": "2"}', '{"draft": ""}', "[1]", "not json"):
+        (tmp_path / VERSION_FILE).write_text(bad)
+        with pytest.raises(ConfigError, match=VERSION_FILE):
+            params.for_version(tmp_path)

@@ -1,18 +1,23 @@
 """A real tritonserver (CPU) serving the torch-flavour repository of the embedded pair, asked with hostile requests:
 an over-long prompt or word list is refused before it is tokenized (fast, naming QUERY / the word input and the
-limit), non-finite sampling values are refused naming the input, and the server keeps serving good requests."""
+limit), non-finite sampling values are refused naming the input, and the server keeps serving good requests.
+
+Error codes end to end: a request the served models refuse is Triton's INVALID_ARG, so `trtspec generate --url`
+exits 2 with the server's message on one line (unary or streamed, through the ensemble, the engine model or the
+BLS's own checks), NVIDIA's clients still read the message (a plain gRPC stream; HTTP 400), and a model that fails
+(`tensorrt_llm_failing`, the counting double answering every request with an INTERNAL error) makes it exit 1."""
 
 from __future__ import annotations
 
 import queue
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.triton.nvidia_requests import stream_responses, text_request
-from tests.triton.test_server_torch import bundle  # noqa: F401  (the module-scoped torch bundle fixture)
+from tests.cli_checks import assert_clean_failure, run_cli
+from tests.triton.helpers import counting_model
+from tests.triton.nvidia_requests import http_generate, stream_responses, text_request
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
@@ -23,10 +28,11 @@ MAX_K = 6
 
 
 @pytest.fixture(scope="module")
-def server(bundle):  # noqa: F811
-    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, default_k=3, max_input_len=MAX_INPUT, max_output_len=64,
-                               decoupled=True, triton_max_batch_size=4)
-    repo = write_repository(plan_repository(spec), Path(bundle).parent / "repo-hardening")
+def server(torch_bundle):
+    spec = RepoSpec.from_build(torch_bundle, "torch", max_k=MAX_K, default_k=3, max_input_len=MAX_INPUT,
+                               max_output_len=64, decoupled=True, triton_max_batch_size=4)
+    plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
+    repo = write_repository(plan, torch_bundle.parent / "repo-hardening")
     with TritonServer(repo) as srv:
         yield srv
 
@@ -163,4 +169,38 @@ def test_random_bad_tensor_requests_are_answered_or_refused_naming_an_input(serv
             assert outputs and outputs[-1].size > 0, mutations
 
     check()
+    good(server)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-new-tokens", "1000"], "request_output_len=1000 must be in [1, max_output_len=64]"),  # ensemble
+    (["--max-new-tokens", "1000", "--stream"], "request_output_len=1000 must be in [1, max_output_len=64]"),
+    (["--model", "tensorrt_llm", "--max-new-tokens", "1000"], "request_output_len=1000 must be in [1, max_output_len"),
+    (["--model", "tensorrt_llm", "--k", "9", "--max-new-tokens", "4"], "num_draft_tokens (k)=9"),  # past max_k 6
+    (["--model", "tensorrt_llm_bls", "--stream", "--k", "2"], "streaming is not supported with draft-target"),
+])  # fmt: skip
+def test_generate_url_exits_2_with_the_servers_message_for_a_request_it_refuses(server, flags, message):
+    code, out, err = run_cli(["generate", "--url", server.grpc_url, *flags, "def add(a, b):"], limit=120)
+    assert code == 2, (code, out, err)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert message in err and "bad input" in err, err
+    good(server)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_generate_url_exits_1_when_the_model_fails(server, stream):
+    argv = ["generate", "--url", server.grpc_url, "--model", "tensorrt_llm_failing", "--max-new-tokens", "4"]
+    code, out, err = run_cli([*argv, *(["--stream"] if stream else []), "def add(a, b):"], limit=120)
+    assert code == 1, (code, out, err)
+    assert_clean_failure(code, err, frozenset({1}))
+    assert "tensorrt_llm_failing: the engine failed" in err and "bad input" not in err, err
+    good(server)
+
+
+def test_nvidias_clients_still_read_the_message_of_a_refused_request(server):
+    """end_to_end_grpc_client.py reads the error of a plain stream; the HTTP generate endpoint answers 400."""
+    _, errors = stream_responses(server.grpc_url, "ensemble", text_request("x = 1", 1000), ["text_output"], timeout=60)
+    assert errors and "request_output_len=1000 must be in [1, max_output_len=64]" in errors[0], errors
+    (answer,) = http_generate(server.http_url, "ensemble", {"text_input": "x = 1", "max_tokens": 1000})
+    assert answer["status"] == 400 and "request_output_len=1000" in answer["error"], answer
     good(server)

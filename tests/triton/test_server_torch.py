@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,7 +25,6 @@ from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[2]
 K = 3
 MAX_K = 6
 MAX_TOKENS = 12
@@ -41,25 +39,10 @@ PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int3
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("torch") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def server(bundle):
-    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, default_k=K, max_input_len=64, max_output_len=MAX_OUTPUT,
-                               decoupled=True, triton_max_batch_size=MAX_BATCH)
-    repo = write_repository(plan_repository(spec), bundle.parent / "repo")
+def server(torch_bundle):
+    spec = RepoSpec.from_build(torch_bundle, "torch", max_k=MAX_K, default_k=K, max_input_len=64,
+                               max_output_len=MAX_OUTPUT, decoupled=True, triton_max_batch_size=MAX_BATCH)
+    repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
     with TritonServer(repo) as srv:
         yield srv
 

@@ -11,8 +11,6 @@ perf outputs; the HTTP generate quick start answers on the ensemble and the BLS;
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -24,32 +22,17 @@ from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[2]
 K = 4
 MAX_TOKENS = 16
 PROMPTS = ["def add(a, b):", "import os", "for i in range(3):"]
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """The torch bundle of the embedded pair (build_configs/tiny-torch.yaml)."""
-    from trtspec.build.execute import execute
-    from trtspec.build.plan import plan_build
-    from trtspec.build.preflight import run_preflight
-    from trtspec.config import load_build_spec
-
-    out = tmp_path_factory.mktemp("torch-unary") / "bundle"
-    spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(out)})
-    resolved = run_preflight(spec)
-    execute(plan_build(resolved), resolved, out, quiet=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def server(bundle):
-    spec = RepoSpec.from_build(bundle, "torch", max_input_len=64, max_output_len=64)  # not decoupled: the default
+def server(torch_bundle):
+    # not decoupled: the default
+    spec = RepoSpec.from_build(torch_bundle, "torch", max_input_len=64, max_output_len=64)
     assert not spec.decoupled
-    repo = write_repository(plan_repository(spec), bundle.parent / "repo")
+    repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
     with TritonServer(repo) as srv:
         yield srv
 

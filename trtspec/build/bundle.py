@@ -6,7 +6,7 @@ A bundle is a directory:
       target/                  HF checkpoint of the target (config.json, *.safetensors, tokenizer files)
       draft/                   HF checkpoint of the draft (draft_target only)
       medusa/                  Medusa heads directory (medusa only; FasterDecoding or ModelOpt layout)
-      trtspec-bundle.json      spec settings: method, max_draft_len (k), choices, lookahead, ngram, dtype, ...
+      trtspec-bundle.json      spec settings: method, max_draft_len (k), choices, lookahead, ngram, suffix, dtype, ...
       trtspec-manifest.json    how it was built (config, versions, hashes, steps)
 
 `load_bundle(path)` returns a BundleInfo with absolute paths and settings, ready for
@@ -22,7 +22,8 @@ from typing import Any
 
 from trtspec.build.manifest import MANIFEST
 from trtspec.build.plan import BUNDLE_FILE
-from trtspec.errors import ModelNotFoundError
+from trtspec.errors import ConfigError, ModelNotFoundError
+from trtspec.suffix_config import SuffixConfig
 
 BUNDLE_FORMAT = "trtspec-bundle/1"
 
@@ -40,6 +41,7 @@ class BundleInfo:
     choices: list[list[int]] | None = None  # Medusa tree, list-of-paths form
     lookahead: tuple[int, int, int] | None = None  # (W, N, G)
     ngram: dict[str, Any] | None = None     # {"max_matching_ngram_size": n}
+    suffix: SuffixConfig | None = None      # method suffix: the options the served engine runs with
     dtype: str = "float32"
     max_batch_size: int = 1
     max_seq_len: int = 2048
@@ -75,12 +77,17 @@ def load_bundle(path: str | Path) -> BundleInfo:
     manifest_file = root / MANIFEST
     manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
     lookahead = settings.get("lookahead")
+    try:
+        suffix = SuffixConfig.from_options(settings["suffix"]) if settings.get("suffix") is not None else None
+    except ConfigError as exc:
+        raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file}: {exc}",
+                                 hint="rebuild the bundle with this trtspec version") from None
     target = sub("target")
     if target is None:
         raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file} names no target model",
                                  hint="rebuild the bundle with `trtspec build CONFIG`")
     return BundleInfo(root=root, method=settings["method"], max_draft_len=int(settings["max_draft_len"]),
                       target=target, draft=sub("draft"), medusa=sub("medusa"), choices=settings.get("choices"),
-                      lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"),
+                      lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"), suffix=suffix,
                       dtype=settings.get("dtype", "float32"), max_batch_size=settings.get("max_batch_size", 1),
                       max_seq_len=settings.get("max_seq_len", 2048), manifest=manifest)

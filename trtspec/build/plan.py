@@ -25,6 +25,7 @@ from trtspec import choices as tree_choices
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.errors import BuildError
+from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, diff_llm_api, load_target, nearest_target
 
 TRTLLM = "tensorrt_llm"
@@ -378,6 +379,8 @@ def bundle_settings(r: Resolved) -> dict[str, Any]:
         "choices": r.choices,
         "lookahead": list(r.lookahead) if r.lookahead else None,
         "ngram": r.spec.ngram.model_dump() if r.spec.ngram else None,
+        # method suffix: the options in force (the config's section, else the defaults), as the served model reads them
+        "suffix": asdict(SuffixConfig.from_options(r.spec.suffix)) if r.method.name == "suffix" else None,
         "dtype": r.spec.engine.dtype,
         "max_batch_size": r.spec.engine.max_batch_size,
         "max_seq_len": r.spec.engine.max_seq_len,

@@ -38,7 +38,7 @@ CONVERT_FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", 
 # Architectures trtspec's own HF -> TensorRT-LLM converter handles (used where TensorRT-LLM is not importable).
 OWN_CONVERTER_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM")
 # Config sections that belong to one method each (the section is named after its method).
-METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram")
+METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram", "suffix")
 DEFAULT_K = 4
 EAGLE_MAX_DRAFT_LEN, EAGLE_MAX_BATCH = 256, 512  # builder asserts (trtllm-specdec.md 2.3)
 
@@ -112,6 +112,9 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
 
 
 def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
+    if spec.backend == "tensorrtllm" and method.trtllm_unsupported:
+        raise ConfigError("method", method.name, f"cannot be built for TensorRT-LLM: {method.trtllm_unsupported}",
+                          hint="use backend: torch (Triton's Python backend serves the reference engine, which runs it)")
     if spec.backend == "torch" and method.proposer is None and method.name != "none":
         from trtspec.methods import engine_methods
 
@@ -362,7 +365,7 @@ def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
 
 DRAFT_LEN_RULES = {"none": _rule_none, "draft_target": _rule_external, "ngram": _rule_external,
                    "medusa": _rule_medusa, "eagle": _rule_eagle, "lookahead": _rule_lookahead,
-                   "redrafter": _rule_redrafter}
+                   "redrafter": _rule_redrafter, "suffix": _rule_external}  # suffix: torch backend only (k cap)
 
 
 # --- engine flags ---------------------------------------------------------------------------------------------------

@@ -55,3 +55,20 @@ class HostPort(click.ParamType):
 
 
 HOST_PORT = HostPort()
+
+
+class NameValue(click.ParamType):
+    """NAME=VALUE (a repeatable option's one setting): the pair, checked later by what the name configures."""
+
+    name = "name=value"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not name.strip() or not text.strip():
+            self.fail(f"{value!r} is not NAME=VALUE (e.g. max_cached_requests=1000)", param, ctx)
+        return name.strip(), text.strip()
+
+
+NAME_VALUE = NameValue()

@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from trtspec.cli._types import FiniteFloat
+from trtspec.cli._types import NAME_VALUE, PROBABILITY, FiniteFloat
+from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.repo import BACKENDS
 
 
@@ -35,6 +36,10 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
 @click.option("--lookahead", default=None, metavar="W,N,G",
               help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
+@click.option("--suffix", "suffix", type=NAME_VALUE, multiple=True,
+              help="torch, method suffix: one suffix decoding option NAME=VALUE, over the build's (repeatable): "
+                   "max_tree_depth, max_cached_requests (the cross-request cache's bound), max_spec_factor, "
+                   "max_spec_offset, min_token_prob, tree (true/false).")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
                    "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
@@ -48,12 +53,21 @@ from trtspec.triton.repo import BACKENDS
               help="Which temperature of --baseline the server runs at (needed when the sweep has several).")
 @click.option("--baseline-suite", "baseline_suites", default=None,
               help="Comma list of --baseline's prompt suites to use (default: all of them).")
+@click.option("--log-prompts", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="torch: log a sample of the prompts to DIR/prompts.jsonl (rotating JSONL; the input of `trtspec "
+                   "train draft`). Off by default: prompts are user data, stored in clear text (docs/retrain.md).")
+@click.option("--log-sample-rate", type=PROBABILITY, default=EngineParams.log_sample_rate, show_default=True,
+              help="Share of requests whose prompt is logged (with --log-prompts).")
+@click.option("--log-max-mb", type=FiniteFloat(min=0.01, max=1e6), default=EngineParams.log_max_mb,
+              show_default=True, help="MiB the prompt log's files may take together; the oldest are dropped.")
 @click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
-           trtllm_version: str | None, decoupled: bool, baseline_path: Path | None, baseline_temperature: float | None,
-           baseline_suites: str | None, force: bool, dry_run: bool) -> None:
+           suffix: tuple[tuple[str, str], ...], trtllm_version: str | None, decoupled: bool,
+           log_prompts: Path | None, log_sample_rate: float, log_max_mb: float,
+           baseline_path: Path | None, baseline_temperature: float | None, baseline_suites: str | None,
+           force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -62,7 +76,9 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
                                max_k=max_k, device=device, lookahead=_lookahead(lookahead),
                                tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
-                               trtllm_version=trtllm_version, decoupled=decoupled)
+                               trtllm_version=trtllm_version, decoupled=decoupled,
+                               log_prompts=log_prompts.resolve() if log_prompts else None,
+                               log_sample_rate=log_sample_rate, log_max_mb=log_max_mb, suffix=dict(suffix) or None)
     if baseline_path is not None:
         spec = replace(spec, baseline=_baseline(spec, baseline_path, baseline_temperature, baseline_suites))
     plan = plan_repository(spec)
@@ -71,6 +87,9 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
                f"{'decoupled' if spec.decoupled else 'not decoupled'}):")
     for rel in sorted(plan):
         click.echo(f"  {rel}")
+    if spec.log_prompts is not None:
+        click.echo(f"Prompt logging is on: {spec.log_sample_rate:g} of the prompts go to {spec.log_prompts}/prompts.jsonl "
+                   f"(at most {spec.log_max_mb:g} MiB, rotated); they are user data in clear text.")
     built_for = spec.build_trtllm_version
     if backend == "tensorrtllm" and built_for and built_for != spec.trtllm_version:
         click.echo(f"Note: the build was planned for TensorRT-LLM {built_for}; an engine loads only in the release "

@@ -68,9 +68,12 @@ class _MethodChoice(click.Choice):
                    "flavour) or tensorrt_llm_bls (draft-target through the draft model)].")
 @click.option("--medusa", default="tiny-medusa", show_default=True,
               help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
+@click.option("--eagle", default="tiny-eagle", show_default=True,
+              help="EAGLE-3 drafter for --method eagle3: embedded name or directory (HF EAGLE-3 layout).")
 @click.option("--choices", "medusa_choices", default=None,
-              help="Medusa tree for --method medusa: preset (mc_sim_7b_63), JSON/YAML file or text, or '{0}, {0, 0}' "
-                   "[default: the heads' tuned tree, else mc_sim_7b_63 cut to the heads].")
+              help="Static tree for --method medusa / eagle3: preset (mc_sim_7b_63), JSON/YAML file or text, or "
+                   "'{0}, {0, 0}' [default: medusa: the heads' tuned tree, else mc_sim_7b_63 cut to the heads; "
+                   "eagle3: a dynamic tree (EAGLE-2, top-4 per node, 6 levels)].")
 @click.option("--typical", is_flag=True,
               help="LOSSY: Medusa typical acceptance for tree drafts at temperature > 0 (accepts more tokens, but the "
                    "output no longer follows the target distribution). Default: exact recursive rejection sampling.")
@@ -89,7 +92,7 @@ class _MethodChoice(click.Choice):
               help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
 def generate(prompt: str, url: str | None, model: str | None, stream: bool, draft: str, method: str, k: int | None,
-             medusa: str, medusa_choices: str | None, typical: bool, temperature: float, top_k: int, top_p: float,
+             medusa: str, eagle: str, medusa_choices: str | None, typical: bool, temperature: float, top_k: int, top_p: float,
              max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
              lookahead: str, as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
@@ -127,8 +130,9 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
         max_k = max(max_k, k)
     spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
-                       dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa,
-                       proposer_options={"lookahead": (window, ngram, verification_set), **_tree_options(medusa_choices)})
+                       dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa, eagle=eagle,
+                       proposer_options={"lookahead": (window, ngram, verification_set),
+                                         **_tree_options(medusa_choices, method)})
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -138,7 +142,7 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
 
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
               on_text: Any = None, proposer_options: dict[str, object] | None = None,
-              medusa: str | None = None) -> dict[str, Any]:
+              medusa: str | None = None, eagle: str | None = None) -> dict[str, Any]:
     """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
 
     Args:
@@ -153,7 +157,8 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
 
     check_device(device, field="--device")
     engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
-                                        medusa if info.needs_medusa_heads else None, max_k=max_k, device=device,
+                                        medusa if info.needs_medusa_heads else None,
+                                        eagle=eagle if info.needs_eagle_drafter else None, max_k=max_k, device=device,
                                         dtype=dtype, proposer_options=proposer_options)
     token_ids: list[int] = []
     final = None
@@ -169,8 +174,8 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
             "lossless": spec.acceptance == "exact", **final.stats.to_dict()}
 
 
-def _tree_options(medusa_choices: str | None) -> dict[str, object]:
-    return {} if medusa_choices is None else {"medusa_choices": medusa_choices}
+def _tree_options(choices: str | None, method: str = "medusa") -> dict[str, object]:
+    return {} if choices is None else {"eagle_choices" if method == "eagle3" else "medusa_choices": choices}
 
 
 def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: Any, stream: bool,

@@ -1,4 +1,5 @@
-"""`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C.
+"""`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C (or, with --dynamo N, a local NVIDIA
+Dynamo deployment: cli/_dynamo.py).
 
 SIGINT, SIGTERM and SIGHUP stop it cleanly, also while the models are still loading; if `trtspec serve` itself is
 killed (SIGKILL), the supervisor stops tritonserver and removes its temporary directory (trtspec/triton/supervise.py).
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from trtspec.cli._dynamo import dynamo_options, serve_dynamo
 from trtspec.cli._types import FiniteFloat
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
 
 
 @click.command()
-@click.argument("repo", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("repo", type=click.Path(path_type=Path, exists=True, file_okay=False), required=False)
 @click.option("--grpc-port", type=click.IntRange(1, 65535), default=8001, show_default=True, help="gRPC port.")
 @click.option("--http-port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=8002, show_default=True,
@@ -58,9 +60,26 @@ def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
 @click.option("--log-file", type=click.Path(path_type=Path), default=None,
               help="Write tritonserver's log here (default: a temporary file, shown on failure).")
 @click.option("--dry-run", is_flag=True, help="Check what a start would (repository, binary, free ports); print the tritonserver command and exit.")
-def serve(repo: Path, grpc_port: int, http_port: int, metrics_port: int, host: str, load_models: tuple[str, ...],
-          startup_timeout: float, log_file: Path | None, dry_run: bool) -> None:
-    """Serve the Triton model repository REPO (rendered by `trtspec deploy`)."""
+@click.option("--dynamo", "dynamo_workers", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="Instead of Triton: NVIDIA Dynamo's OpenAI frontend (--http-port) and N trtspec workers.")
+@dynamo_options
+def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, host: str,
+          load_models: tuple[str, ...], startup_timeout: float, log_file: Path | None, dry_run: bool,
+          dynamo_workers: int | None, **dynamo: object) -> None:
+    """Serve the Triton model repository REPO (rendered by `trtspec deploy`), or, with --dynamo N, the reference
+    engine as N NVIDIA Dynamo workers behind Dynamo's OpenAI-compatible frontend (docs/dynamo.md)."""
+    from trtspec.errors import UsageError
+
+    if dynamo_workers is not None:
+        if repo is not None:
+            raise UsageError(f"REPO={str(repo)!r} and --dynamo: a Dynamo deployment serves --model, not a Triton "
+                             "repository", hint="drop REPO (choose the engine with --model/--draft/--method/--k)")
+        serve_dynamo(dynamo_workers, http_port=http_port, startup_timeout=startup_timeout, dry_run=dry_run,
+                     **dynamo)  # type: ignore[arg-type]
+        return
+    if repo is None:
+        raise UsageError("REPO is missing: the Triton model repository to serve",
+                         hint="render one with `trtspec deploy`, or serve with NVIDIA Dynamo: --dynamo N")
     from trtspec.doctor import find_tritonserver
     from trtspec.errors import ServerError, ToolNotFoundError
     from trtspec.triton.server import Ports, TritonServer, check_repository, is_bundled, plan_launch, read_repo_record

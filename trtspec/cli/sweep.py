@@ -15,21 +15,29 @@ from trtspec.methods import METHODS
 @click.option("--method", "methods", help=f"Comma list of methods ({', '.join(sorted(METHODS))}).")
 @click.option("--k", "k", help="Draft lengths, e.g. 0-8 or 1,2,4 (k = 0 is plain decoding, always included).")
 @click.option("--temperature", "temperatures", help="Comma list of temperatures, e.g. 0,1.")
-@click.option("--suite", "suites", help="Comma list of shipped suites (code, prose, grounded) or JSONL paths.")
+@click.option("--suite", "suites",
+              help="Comma list of shipped suites (code, prose, grounded, repetitive) or JSONL paths.")
 @click.option("--concurrency", help="Comma list of requests in flight, e.g. 1,4.")
 @click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
 @click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
 @click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
+@click.option("--suffix-cache", "suffix_cache",
+              help="Suffix decoding cache states per suffix case: cold (emptied before the case), warm (the case's "
+                   "requests ran once before it), or cold,warm [default: both; via engine].")
 @click.option("--max-new-tokens", type=POSITIVE_COUNT, help="Tokens generated per request.")
 @click.option("--num-prompts", type=POSITIVE_COUNT, help="Prompts per suite (first N, in file order).")
 @click.option("--seed", type=SEED, help="Request i samples with seed + i.")
 @click.option("--repeats", type=click.IntRange(1, 1000), help="Measurement rounds over the whole grid (the report takes medians).")
 @click.option("--max-draft-len", type=click.IntRange(0, 1024), help="The engine's maximum k (tokens).")
-@click.option("--via", type=click.Choice(["engine", "triton"]),
-              help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC).")
-@click.option("--url", type=HOST_PORT, help="Triton gRPC url (via triton), e.g. localhost:8001.")
+@click.option("--via", type=click.Choice(["engine", "triton", "openai"]),
+              help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC); "
+                   "openai = an OpenAI endpoint such as `trtspec serve --dynamo N`.")
+@click.option("--url", type=HOST_PORT, help="Server host:port: Triton gRPC (via triton), e.g. localhost:8001; OpenAI "
+                                           "(via openai), e.g. localhost:8000.")
+@click.option("--chat-template", help="Prompts as one-turn chats: `model` (the model's own template) or a Jinja "
+                                      "template (via engine).")
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
-@click.option("--model-name", help="Triton model to call (default tensorrt_llm).")
+@click.option("--model-name", help="Served model to call (default: tensorrt_llm via triton, the model's name via openai).")
 @click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.001),
               help="Seconds one request to the Triton server may take before it is cancelled (default 120).")
@@ -52,7 +60,8 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
              "suites": lambda v: parse_str_list(v, "suite"), "medusa": lambda v: parse_str_list(v, "medusa"),
              "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
              "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
-             "temperatures": lambda v: parse_float_list(v, "temperature")}
+             "temperatures": lambda v: parse_float_list(v, "temperature"),
+             "suffix_cache": lambda v: parse_str_list(v, "suffix-cache")}
     overrides = {name: (lists[name](value) if name in lists and value is not None else value)
                  for name, value in flags.items()}
     spec = SweepSpec.from_yaml(config, **overrides) if config else \

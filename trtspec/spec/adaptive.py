@@ -1,29 +1,97 @@
-"""Adaptive speculation: choose each step's draft lengths from acceptance estimates, the batch, and step costs.
+"""Adaptive speculation: each step's draft cap K from measured step costs, measured admission costs and acceptance.
 
-For a candidate draft cap K, every adaptive request drafts k_i = min(K, its cap) and emits on average
-E_i(k_i) = (1 - alpha_i^(k_i + 1)) / (1 - alpha_i) tokens (Leviathan et al.; alpha_i = the request's per-token
-acceptance estimate, an EMA over its verified drafts, starting from its method's running estimate). One step costs
-    T_target(rows x width) + K * T_draft_step(draft rows) + host overhead
-where width = the widest row (rows are right-padded: one long row makes short rows' drafts nearly free). The policy
-picks the K with the highest predicted output tokens per second; K = 0 (plain decoding) is always a candidate, and
-wins at large batches where every draft token costs target compute. Greedy outputs do not depend on k; a seeded
-sampled output does (k decides which random draws are made), so fixed k stays the reproducible mode.
+Objective: the engine's long-run output tokens per second, at the current load level (running requests, bucketed by
+`load_bucket`). Under a cap K every adaptive request drafts k_i = min(K, its cap), and
+    rate(K) = T(K) / S(K)
+    T(K) = sum_i E(alpha_i, k_i)             tokens per step; E(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha)
+    S(K) = D(K) + a(K > 0) * T(K) / L        seconds per step
+  alpha_i  request i's per-token acceptance: its own forgotten counts of accepted tokens and trials (a rejection
+           ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials;
+  D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host): a low quantile
+           (`low_quantile`) of the last WINDOW decode steps that ran with exactly that K (with or without a draft
+           model). Noise on a shared CPU is one-sided (another process only ever adds time), so a low quantile, the
+           minimum while few steps were seen, is robust where a mean or even a median of two is not;
+  a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
+           prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
+           the same low quantile over the last admission steps;
+  L        MEASURED output tokens per finished request, so T(K) / L admissions fall on each step.
+K = 0 (plain decoding) is always a candidate; near-ties go to the smaller K, and the last choice at a load level is
+kept unless another K is predicted `switch_margin` better (hysteresis: flapping desynchronises the batch).
+Steps with prefill rows use the same choice as a decode step of the same batch: their prompt passes cost the same
+whatever K is (sunk), and dividing by a sunk cost would make large K look free.
 
-Costs: per decode batch size, an online least-squares line of the whole measured step time (target + draft + host
-overhead, which also grows with k) against K, fitted on the engine's own decode steps with forgetting; its prior
-comes from global fits of target forward time vs padded tokens and draft step time vs rows. Measured
-`trtspec.sweep.costmodel.StepCosts` replace the prior when given (duck-typed: trtspec.sweep is never imported).
-Every `explore_every`-th step at a batch size tries a neighbouring K, so the line stays identified and a noisy
-measurement (shared CPUs) cannot lock the policy into a bad K.
+Why measured (root cause of issue 15, "adaptive does not back off at concurrency 16"). The previous policy predicted
+D(K) from one least-squares line in K per batch size, chose by the step's own tokens/seconds, and ignored admissions:
+  1. the line's slope was its prior's whenever the data sat at one or two K (fixed-k traffic, or a policy that had
+     settled): a least-squares line through a cloud at one x takes its slope from the two prior pseudo-points, and
+     the prior came from a global line of target time vs padded tokens fitted mostly on small batches, where a
+     forward costs nearly the same for 1 or 9 tokens. At batch 16 a draft token costs target compute;
+  2. a step that admitted requests was judged by its own ratio, so its prompt passes (independent of K) diluted the
+     cost of drafting and K went up to max k exactly on those steps (and a prefill-only step counted no draft cost);
+  3. speculation's admission tax was not in the objective: on the embedded pair at concurrency 16 an admitted request
+     cost ~16 ms of prompt passes under plain decoding (16 prompts in one forward) but 22-33 ms when speculating (the
+     draft's prompt pass; requests finish at different steps, so admissions come in small split batches), while a
+     decode step at K = 2..4 was within noise of K = 0 per token. That tax decides batch 16.
+Now every number that decides is measured where it is used; the line (prior: the global fits, or a sweep's measured
+`trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
+measured, shifted to pass through the nearest measured arm of the same load.
+
+Exploration (cheap): every `explore_every`-th choice at a load level tries a neighbour of the best K (alternating
+up / down) when that neighbour is unmeasured (fewer than MIN_SAMPLES steps), stale (not measured in `stale_after`
+choices) or predicted within `explore_margin` of the best; a clearly worse neighbour is re-measured only when stale. So the policy hill-climbs
+on measured arms (rate(K) is unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and
+then, which keeps the acceptance estimates fresh for when load drops or acceptance recovers.
+
+Clock: a CPU engine times steps in process CPU time while torch runs one thread (`cpu_clock`): on a CPU shared
+with other processes, wall time mostly measures them (at a load of 10 on 2 cores the measured cost of K = 2..7 at
+one request came out non-monotone), CPU time measures the step. Elsewhere the engine's synchronised wall time.
+
+Greedy outputs do not depend on k; a seeded sampled output does (k decides which random draws are made), so fixed k
+stays the reproducible mode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
+
+WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
+MIN_SAMPLES = 3  # an arm with fewer steps is explored like an unmeasured one (one unlucky step must not bury it)
+METHOD_DECAY = 0.97  # forgetting per trial of a method's acceptance counts (remembers ~30 trials)
+REQUEST_DECAY = 0.9  # the same for one request's counts (~10 trials)
+PRIOR_TRIALS = 2.0  # weight of the method's estimate in a request's, in trials
+LENGTH_EMA = 0.1  # weight of the newest finished request in L
+
+
+def cpu_clock() -> float:
+    """Process CPU seconds while torch runs one intra-op thread, else wall seconds: the clock of a CPU engine.
+
+    With one thread a step's CPU time is its cost without the time other processes took the core (on an idle
+    machine the two agree); with several, CPU time would add up threads (and their spin-waits), so wall time.
+    """
+    import torch
+
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
+
+
+def low_quantile(values: Sequence[float]) -> float:
+    """The 25th percentile (nearest rank, rounded down) of a non-empty sample: the minimum of up to 4 values."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def load_bucket(rows: int) -> int:
+    """Running requests -> the load level whose costs they share: exact up to 8, then four levels per doubling
+    (10, 11, 13, 16, 19, 23, 27, 32, ...), so 15-17 running requests use the costs measured at 16."""
+    if rows <= 8:
+        return max(rows, 1)
+    return round(8 * 2 ** (round(4 * math.log2(rows / 8)) / 4))
 
 
 class OnlineLinearCost:
@@ -68,97 +136,210 @@ class KRequest:
     uses_draft_model: bool  # drafting runs draft-model forwards (costs per draft step)
 
 
+def _window() -> deque:
+    return deque(maxlen=WINDOW)
+
+
+@dataclass
+class _Arm:
+    """The latest steps at one (load, K, draft model ran) arm."""
+
+    decode: deque[float] = field(default_factory=_window)  # seconds of decode steps
+    mixed: deque[tuple[float, int]] = field(default_factory=_window)  # (seconds, admitted) of admitting steps
+    last: int = 0  # the load level's choice count at the latest observation
+
+
+@dataclass
+class _Load:
+    """What the policy knows at one load level."""
+
+    choices: int = 0
+    best: int | None = None  # the latest exploiting choice (hysteresis)
+    arms: dict[tuple[int, bool], _Arm] = field(default_factory=dict)  # (K, draft model ran) -> its steps
+    lines: dict[bool, OnlineLinearCost] = field(default_factory=dict)  # draft model ran -> seconds vs K (priors)
+    admission: dict[bool, deque[float]] = field(default_factory=dict)  # speculated -> seconds per admitted request
+
+
 class AdaptiveK:
-    """Per-step draft lengths from acceptance EMAs and a step-cost model (see module docstring).
+    """Per-step draft cap from measured costs and acceptance estimates (see module docstring).
 
     Args:
         prior_alpha: acceptance assumed for a method before any of its drafts were verified.
-        ema: weight of the newest draft in a request's acceptance estimate.
-        step_costs: optional {batch size: trtspec.sweep.costmodel.StepCosts} measured by a sweep; replaces the
-            online target / draft cost fits (the nearest measured batch size is used).
+        step_costs: optional {batch size: trtspec.sweep.costmodel.StepCosts} measured by a sweep; the prior of arms
+            not measured yet (the nearest measured batch size is used).
+        explore_every: every n-th choice at a load level may try a neighbouring K (0 = never explore).
+        stale_after: choices at a load level after which an arm's measurement is re-taken.
+        explore_margin: a measured neighbour predicted at least this share of the best rate is explored.
+        switch_margin: another K must be predicted this much better to replace the latest choice.
+        clock: times a step from `choose` to `observe_step` (e.g. `cpu_clock` on a CPU); None = the seconds the
+            engine reports (draft + target + host, synchronised on a GPU).
     """
 
-    def __init__(self, *, prior_alpha: float = 0.6, ema: float = 0.2,
-                 step_costs: Mapping[int, Any] | None = None, explore_every: int = 8) -> None:
-        self.prior_alpha, self.ema = prior_alpha, ema
-        self.target_cost = OnlineLinearCost(2e-3, 2e-4)  # x = padded target tokens (rows x width)
-        self.draft_cost = OnlineLinearCost(1e-3, 1e-4)  # x = draft rows, per draft step
-        self.overhead_s = 0.0  # EMA of host time per step
-        self.by_rows: dict[int, OnlineLinearCost] = {}  # +-decode rows (+ when drafting) -> step seconds vs K
-        self.explore_every = explore_every
-        self._steps: dict[int, int] = {}  # decode rows -> choices made
+    def __init__(self, *, prior_alpha: float = 0.6, step_costs: Mapping[int, Any] | None = None,
+                 explore_every: int = 8, stale_after: int = 64, explore_margin: float = 0.9,
+                 switch_margin: float = 0.02, clock: Callable[[], float] | None = None) -> None:
+        self.prior_alpha = prior_alpha
+        self.explore_every, self.stale_after = explore_every, stale_after
+        self.explore_margin, self.switch_margin = explore_margin, switch_margin
         self.step_costs = dict(step_costs) if step_costs else None
-        self._request: dict[int, list[float]] = {}  # request id -> [accepted EMA, trials EMA]
-        self._method: dict[str, list[float]] = {}
+        self.clock = clock
+        self._step_start: float | None = None  # clock() when the current step's choice was made
+        self.target_cost = OnlineLinearCost(2e-3, 2e-4)  # x = padded target tokens (rows x width); prior of lines
+        self.draft_cost = OnlineLinearCost(1e-3, 1e-4)  # x = draft rows, per draft step; prior of lines
+        self.overhead_s = 0.0  # EMA of host time per step; prior of lines
+        self.loads: dict[int, _Load] = {}  # load_bucket(running requests) -> costs measured there
+        self.request_tokens: float | None = None  # L: EMA of output tokens per finished request
+        self._admission: dict[bool, deque[float]] = {}  # speculated -> seconds per admitted request, all loads
+        self._request: dict[int, list[float]] = {}  # request id -> forgotten [accepted, trials]
+        self._method: dict[str, list[float]] = {}  # method -> forgotten [accepted, trials]
 
-    # -- estimates -----------------------------------------------------------------------------------------------
+    # -- acceptance ----------------------------------------------------------------------------------------------
     def alpha(self, request_id: int, method: str) -> float:
-        accepted, trials = self._request.get(request_id) or self._method.get(method) or (self.prior_alpha, 1.0)
-        return accepted / trials if trials > 0 else self.prior_alpha
+        """The request's per-token acceptance: its counts shrunk towards its method's estimate."""
+        accepted, trials = self._method.get(method, (0.0, 0.0))
+        prior = accepted / trials if trials > 0 else self.prior_alpha
+        accepted, trials = self._request.get(request_id, (0.0, 0.0))
+        return (accepted + PRIOR_TRIALS * prior) / (trials + PRIOR_TRIALS)
 
     def observe_draft(self, request_id: int, method: str, num_draft_tokens: int, num_accepted: int) -> None:
         """One verified draft: num_accepted Bernoulli successes, then a failure unless all were accepted."""
         trials = num_accepted + (num_accepted < num_draft_tokens)
-        for key, table in ((request_id, self._request), (method, self._method)):
-            if key not in table:
-                table[key] = list(self._method.get(method) or (self.prior_alpha, 1.0))  # type: ignore[arg-type]
-            acc = table[key]
-            acc[0] = (1 - self.ema) * acc[0] + self.ema * num_accepted
-            acc[1] = (1 - self.ema) * acc[1] + self.ema * trials
+        for table, key, decay in ((self._request, request_id, REQUEST_DECAY), (self._method, method, METHOD_DECAY)):
+            acc = table.setdefault(key, [0.0, 0.0])  # type: ignore[arg-type]
+            forget = decay**trials  # memory counted in trials: a long draft is not worth more than its trials
+            acc[0] = forget * acc[0] + num_accepted
+            acc[1] = forget * acc[1] + trials
 
+    def forget(self, request_id: int, output_tokens: int | None = None) -> None:
+        """A request left; `output_tokens` when it finished (not aborted) updates L."""
+        self._request.pop(request_id, None)
+        if output_tokens:
+            old = self.request_tokens
+            self.request_tokens = output_tokens if old is None else (1 - LENGTH_EMA) * old + LENGTH_EMA * output_tokens
+
+    # -- costs ---------------------------------------------------------------------------------------------------
     def observe_step(self, *, rows: int, width: int, target_s: float, draft_steps: int, draft_rows: int,
-                     draft_s: float, overhead_s: float, decode_only: bool, max_k: int) -> None:
-        """One step's timings. decode_only: no row prefilled (every row had one uncached token)."""
-        if decode_only:
-            self._line(rows, draft_rows > 0).observe(max_k, target_s + draft_s + overhead_s)
+                     draft_s: float, overhead_s: float, prefill_rows: int, max_k: int) -> None:
+        """One step's timings: `rows` requests, of which `prefill_rows` ran prompt passes; max_k = the step's cap."""
+        seconds = target_s + draft_s + overhead_s
+        if self.clock is not None and self._step_start is not None:
+            seconds, self._step_start = self.clock() - self._step_start, None
+        drafting = draft_rows > 0
+        load = self._load(rows)
+        arm = load.arms.setdefault((max_k, drafting), _Arm())
+        arm.last = load.choices
+        if prefill_rows == 0:  # a decode step: a direct observation of D at (load, K)
+            arm.decode.append(seconds)
+            self._line(load, rows, drafting).observe(max_k, seconds)
             self.target_cost.observe(rows * width, target_s)
+        else:
+            # admissions: what the step cost beyond a decode step of as many rows (a new row drafts and is verified
+            # like the others), learned only where that decode step was measured directly (else D and a would
+            # feed each other)
+            if arm.decode:
+                excess = max(0.0, seconds - low_quantile(arm.decode)) / prefill_rows
+                for table in (load.admission, self._admission):
+                    table.setdefault(max_k > 0, _window()).append(excess)
+            arm.mixed.append((seconds, prefill_rows))
         if draft_steps > 0 and draft_rows > 0:
             self.draft_cost.observe(draft_rows, draft_s / draft_steps)
         self.overhead_s = 0.8 * self.overhead_s + 0.2 * overhead_s if self.overhead_s else overhead_s
 
-    def forget(self, request_id: int) -> None:
-        self._request.pop(request_id, None)
+    def decode_seconds(self, rows: int, k: int, drafting: bool) -> float:
+        """D(K): the arm's steps (`_arm_seconds`), else the load's line shifted through its nearest measured arm."""
+        drafting = drafting and k > 0
+        load = self._load(rows)
+        arm = load.arms.get((k, drafting))
+        if arm is not None and (arm.decode or arm.mixed):
+            return self._arm_seconds(rows, k, arm)
+        line = self._line(load, rows, drafting)
+        measured = [(abs(j - k), j, a) for (j, d), a in load.arms.items() if d == drafting and (a.decode or a.mixed)]
+        if not measured:
+            return line(k)
+        _, j, nearest = min(measured, key=lambda m: m[:2])
+        return max(0.0, self._arm_seconds(rows, j, nearest) + line(k) - line(j))
+
+    def _arm_seconds(self, rows: int, k: int, arm: _Arm) -> float:
+        """Low quantile of the arm's decode steps and of its admitting steps less their admissions."""
+        per_admission = self.admission_seconds(rows, k > 0)
+        return low_quantile([*arm.decode, *(max(0.0, s - n * per_admission) for s, n in arm.mixed)])
+
+    def admission_seconds(self, rows: int, speculated: bool) -> float:
+        """a(s): seconds per admitted request at this load, else over all loads, from at least MIN_SAMPLES admitting
+        steps; until then the other kind's (so no difference is charged before both were measured), else 0."""
+        load = self._load(rows)
+        for table, key in ((load.admission, speculated), (self._admission, speculated),
+                           (load.admission, not speculated), (self._admission, not speculated)):
+            if len(table.get(key, ())) >= MIN_SAMPLES:
+                return low_quantile(table[key])
+        return 0.0
 
     # -- choice --------------------------------------------------------------------------------------------------
+    def predicted_rate(self, batch: Sequence[KRequest], cap: int, alphas: Sequence[float] | None = None) -> float:
+        """rate(K) of the module docstring for this batch under adaptive cap `cap`: tokens per second."""
+        alphas = alphas if alphas is not None else [self.alpha(r.request_id, r.method) for r in batch]
+        ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
+        tokens = sum(expected_tokens(a, k) for a, k in zip(alphas, ks, strict=True))
+        step_k, drafting = self._arm_key(batch, ks)
+        seconds = self.decode_seconds(len(batch), step_k, drafting)
+        if self.request_tokens:
+            seconds += self.admission_seconds(len(batch), step_k > 0) * tokens / self.request_tokens
+        return tokens / seconds if seconds > 0 else math.inf
+
     def choose(self, batch: Sequence[KRequest]) -> list[int]:
         """Draft tokens per request this step: fixed requests keep their cap; adaptive ones share the best cap K."""
+        if self.clock is not None:
+            self._step_start = self.clock()
         adaptive_caps = [r.cap for r in batch if r.adaptive]
         if not adaptive_caps or max(adaptive_caps) == 0:
             return [r.cap for r in batch]
-        alphas = [self.alpha(r.request_id, r.method) for r in batch]
-        best_k, best_rate = 0, -1.0
         top = max(adaptive_caps)
-        for cap in range(top + 1):
+        alphas = [self.alpha(r.request_id, r.method) for r in batch]
+        rates = [self.predicted_rate(batch, cap, alphas) for cap in range(top + 1)]
+        best = 0
+        for cap in range(1, top + 1):
+            if rates[cap] > rates[best] * 1.0001:  # near-ties go to the smaller K
+                best = cap
+        load = self._load(len(batch))
+        if load.best is not None and load.best <= top and rates[load.best] * (1 + self.switch_margin) >= rates[best]:
+            best = load.best  # hysteresis
+        load.best = best
+        load.choices += 1
+        k = best
+        if self.explore_every and load.choices % self.explore_every == 0:
+            k = self._explore(load, batch, best, rates)
+        return [min(k, r.cap) if r.adaptive else r.cap for r in batch]
+
+    def settled_k(self, rows: int) -> int | None:
+        """The latest exploiting choice at the load level of `rows` running requests (None before any)."""
+        return self._load(rows).best
+
+    def _explore(self, load: _Load, batch: Sequence[KRequest], best: int, rates: list[float]) -> int:
+        """A neighbour of `best` that is unmeasured, stale or close to it; else `best`."""
+        up_first = (load.choices // self.explore_every) % 2 == 1 or best == 0
+        for cap in ((best + 1, best - 1) if up_first else (best - 1, best + 1)):
+            if not 0 <= cap < len(rates):
+                continue
             ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
-            tokens = sum(expected_tokens(a, k) for a, k in zip(alphas, ks, strict=True))
-            rate = tokens / self.step_seconds(batch, ks)
-            if rate > best_rate * 1.0001:  # ties go to the smaller k
-                best_k, best_rate = cap, rate
-        rows = sum(r.pending == 1 for r in batch)
-        n = self._steps[rows] = self._steps.get(rows, 0) + 1
-        if self.explore_every and n % self.explore_every == 0:  # try a neighbour (alternating up / down)
-            best_k = min(top, best_k + 1) if (n // self.explore_every) % 2 or best_k == 0 else best_k - 1
-        return [min(best_k, r.cap) if r.adaptive else r.cap for r in batch]
+            arm = load.arms.get(self._arm_key(batch, ks))
+            stale = (arm is None or len(arm.decode) + len(arm.mixed) < MIN_SAMPLES
+                     or load.choices - arm.last >= self.stale_after)
+            if stale or rates[cap] >= self.explore_margin * rates[best]:
+                return cap
+        return best
 
-    def step_seconds(self, batch: Sequence[KRequest], ks: Sequence[int]) -> float:
-        """Predicted seconds of one step with draft lengths `ks`.
+    @staticmethod
+    def _arm_key(batch: Sequence[KRequest], ks: Sequence[int]) -> tuple[int, bool]:
+        """(the step's cap, whether a draft model runs) for draft lengths `ks`."""
+        step_k = max(ks, default=0)
+        return step_k, step_k > 0 and any(r.uses_draft_model and k > 0 for r, k in zip(batch, ks, strict=True))
 
-        Prefilling rows run as their own forward (model.forward_grouped), so they add a cost that does not depend on
-        the decode rows' k; the decode rows' part is their batch size's measured line in K.
-        """
-        decode = [(r, k) for r, k in zip(batch, ks, strict=True) if r.pending == 1]
-        prefill = [r.pending + k for r, k in zip(batch, ks, strict=True) if r.pending > 1]
-        prefill_s = self.target_cost(len(prefill) * max(prefill)) if prefill else 0.0
-        if not decode:
-            return prefill_s + self.overhead_s
-        max_k = max(k for _, k in decode)
-        drafting = any(r.uses_draft_model and k > 0 for r, k in decode)
-        return self._line(len(decode), drafting)(max_k) + prefill_s
+    def _load(self, rows: int) -> _Load:
+        return self.loads.setdefault(load_bucket(rows), _Load())
 
-    def _line(self, rows: int, drafting: bool) -> OnlineLinearCost:
-        """Step seconds vs K at `rows` decode rows, created with a prior from the global fits (or a sweep's costs)."""
-        key = rows if drafting else -rows  # a draft model adds a per-step cost: separate lines
-        if key not in self.by_rows:
+    def _line(self, load: _Load, rows: int, drafting: bool) -> OnlineLinearCost:
+        """Decode-step seconds vs K at this load, with a prior from the global fits (or a sweep's costs)."""
+        if drafting not in load.lines:
             if self.step_costs is not None:  # a sweep's StepCosts at the nearest measured batch size
                 costs = self.step_costs[min(self.step_costs, key=lambda b: abs(b - rows))]
                 fixed = costs.target(1)
@@ -167,5 +348,5 @@ class AdaptiveK:
                 target_fixed, target_slope = self.target_cost.coefficients()
                 fixed = target_fixed + target_slope * rows
                 slope = target_slope * rows + (self.draft_cost(rows) if drafting else 0.0)
-            self.by_rows[key] = OnlineLinearCost(fixed + self.overhead_s, slope, prior_x=8.0, prior_weight=0.3)
-        return self.by_rows[key]
+            load.lines[drafting] = OnlineLinearCost(fixed + self.overhead_s, slope, prior_x=8.0, prior_weight=0.3)
+        return load.lines[drafting]

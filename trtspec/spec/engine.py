@@ -2,8 +2,8 @@
 
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
-batch may mix draft_target, ngram, lookahead and plain decoding. Continuous batching (queues, token budget, admission,
-preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
+batch may mix draft_target, ngram, suffix, lookahead and plain decoding. Continuous batching (queues, token budget,
+admission, preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
 Every verified target row goes through the request's logits processors (logits_process.py) with its own context
 (committed tokens + its draft prefix), so penalties, bad words and min_tokens stay exact under speculation; stop
 words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.
@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trtspec.errors import ConfigError, UsageError
+from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
-from trtspec.spec.adaptive import AdaptiveK, KRequest
+from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.logits_process import (
@@ -114,7 +114,7 @@ class SpecEngine:
     """Speculative decoding over a target LlamaModel with registered proposers (see module docstring)."""
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
-                 medusa: Path | None = None, max_num_seqs: int = 256,
+                 medusa: Path | None = None, eagle: Path | None = None, max_num_seqs: int = 256,
                  proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None,
                  k_policy: AdaptiveK | None = None) -> None:
         scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
@@ -129,16 +129,29 @@ class SpecEngine:
         self.max_context = self.cache.max_seq_len
         ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
                               medusa=medusa, options=dict(proposer_options or {}),
-                              hidden_size=target.config.hidden_size)
-        self.available_methods = tuple(m for m in runnable_methods()
-                                       if (draft is not None or not resolve(m).needs_draft_model)
-                                       and (medusa is not None or not resolve(m).needs_medusa_heads))
-        self.proposers: dict[str, Proposer] = {
-            resolve(m).proposer: PROPOSERS[resolve(m).proposer].create(ctx) for m in self.available_methods
-            if resolve(m).proposer is not None
-        }
+                              hidden_size=target.config.hidden_size, eagle=eagle, target_config=target.config,
+                              target_embed=target.embed_tokens)
+        loadable = [m for m in runnable_methods() if (draft is not None or not resolve(m).needs_draft_model)
+                    and (medusa is not None or not resolve(m).needs_medusa_heads)
+                    and (eagle is not None or not resolve(m).needs_eagle_drafter)]
+        self.proposers: dict[str, Proposer] = {}
+        # methods whose proposer needs an optional package that is missing (suffix: arctic-inference); a request for
+        # one gets this error before anything runs, every other method still works
+        self.unavailable: dict[str, ToolNotFoundError] = {}
+        for m in loadable:
+            key = resolve(m).proposer
+            if key is None or key in self.proposers:
+                continue
+            try:
+                self.proposers[key] = PROPOSERS[key].create(ctx)
+            except ToolNotFoundError as exc:
+                self.unavailable[m] = exc
+        self.available_methods = tuple(m for m in loadable if m not in self.unavailable)
+        # target layers whose input a proposer reads (EAGLE-3 taps), returned by every target forward
+        self.taps: tuple[int, ...] = next((p.target_taps for p in self.proposers.values() if hasattr(p, "target_taps")), ())
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
-        self.k_policy = k_policy or AdaptiveK()  # draft lengths of requests with SpecParams(adaptive=True)
+        # draft lengths of requests with SpecParams(adaptive=True); a CPU engine's steps timed in CPU time
+        self.k_policy = k_policy or AdaptiveK(clock=cpu_clock if self.device.type == "cpu" else None)
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
@@ -146,7 +159,7 @@ class SpecEngine:
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
-                        *, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
+                        *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
                         allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None,
                         scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
@@ -154,7 +167,7 @@ class SpecEngine:
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
         (IncompatibleModelsError naming both sizes); `allow_vocab_padding` accepts padding-only differences.
         """
-        from trtspec.models import check_pair, resolve_medusa, resolve_model
+        from trtspec.models import check_pair, resolve_eagle, resolve_medusa, resolve_model
 
         target_path = resolve_model(target, field="target")
         draft_path = resolve_model(draft, field="draft") if draft is not None else None
@@ -167,6 +180,7 @@ class SpecEngine:
             tokenizer=_load_tokenizer(target_path),
             max_k=max_k,
             medusa=medusa_path,
+            eagle=resolve_eagle(eagle) if eagle is not None else None,
             max_num_seqs=max_num_seqs,
             proposer_options=proposer_options,
             scheduler=scheduler,
@@ -221,7 +235,7 @@ class SpecEngine:
         input_ids, num_tokens, positions, tree_mask, num_pending = self._target_inputs(batch, drafts)
         t = time.perf_counter()
         out = forward_grouped(self.target, input_ids, self.cache, torch.tensor([r.slot for r in batch], device=self.device),
-                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+                              num_tokens=num_tokens, positions=positions, tree_mask=tree_mask, taps=self.taps)
         _synchronize(self.device)
         target_time = time.perf_counter() - t
         for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):  # aux branches: hand back, drop KV
@@ -239,7 +253,8 @@ class SpecEngine:
             verdicts.append(self._verify(request, draft, target_scores[-1]))
 
         # 5. commit: append tokens (cut at a stop), their log-probs, roll target and draft KV back, retire finished
-        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i])
+        deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i],
+                               None if out.aux is None else out.aux[i])
                   for i, (request, verdict) in enumerate(zip(batch, verdicts, strict=True))]
 
         # 6. observe: acceptance counts, the time split (shared step time is charged to every request in it), costs
@@ -247,7 +262,8 @@ class SpecEngine:
         draft_ks = [k for k, source in zip(ks, sources, strict=True) if k > 0 and source == DraftModelProposer.name]
         self.k_policy.observe_step(rows=len(batch), width=input_ids.shape[1], target_s=target_time,
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
-                                   overhead_s=overhead_time, decode_only=max(num_pending) == 1, max_k=max(ks))
+                                   overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
+                                   max_k=max(ks))
         for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
@@ -262,7 +278,7 @@ class SpecEngine:
             if delta.finished:
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
-                self.k_policy.forget(request.request_id)
+                self.k_policy.forget(request.request_id, len(request.output_ids))
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
@@ -331,6 +347,8 @@ class SpecEngine:
         request.slot = self.cache.alloc()
         if request.proposer is not None:
             request.proposer.add_request(request.request_id)
+            if hasattr(request.proposer, "observe_prompt"):  # proposers that learn from whole requests (suffix)
+                request.proposer.observe_prompt(request.request_id, request.prompt_ids)
 
     def _step_k(self, request: _Request) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
@@ -428,7 +446,7 @@ class SpecEngine:
                             generator=request.generator)
 
     def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
-                target_scores: Tensor) -> RequestDelta:
+                target_scores: Tensor, aux: Tensor | None = None) -> RequestDelta:
         """Append the verdict's tokens (cut at a stop token, a completed stop word, max_new_tokens or the context)
         with their log-probs, and roll the KV caches back.
 
@@ -439,6 +457,7 @@ class SpecEngine:
         Args:
             hidden: [T, hidden] this request's target hidden states from the step's forward.
             target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
+            aux: [T, taps * hidden] the target's tapped layers (proposers with observe_target read them).
         """
         cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
         keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
@@ -449,6 +468,9 @@ class SpecEngine:
         if request.proposer is not None and request.proposer.needs_hidden_states:
             # the state that predicted the next token: the last accepted draft token's, else the last pending one's
             request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
+        if aux is not None and hasattr(request.proposer, "observe_target"):  # taps of the committed positions
+            rows = list(range(num_pending)) + [num_pending + k for k in keep]
+            request.proposer.observe_target(request.request_id, cached, aux[rows])
         new_ids: list[int] = []
         finish_reason = None
         for token in verdict.token_ids:
@@ -470,6 +492,8 @@ class SpecEngine:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
+            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
+                request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
             self.scheduler.finish(request)
         elif request.proposer is not None:
             request.proposer.commit(request.request_id, request.token_ids)
@@ -490,6 +514,8 @@ class SpecEngine:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
+        if spec.method in self.unavailable:
+            raise self.unavailable[spec.method]
         sampling.validate()
         spec.validate(max_k=self.max_k, available=self.available_methods)
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+# The Prometheus series every server exports from these stats are named once in trtspec/ops/series.py.
+
 
 @dataclass
 class AcceptanceStats:

@@ -157,6 +157,8 @@ class KVCache:
 class ModelOutput:
     logits: Tensor  # [batch, T, vocab]
     hidden: Tensor  # [batch, T, hidden] after the final norm
+    # [batch, T, len(taps) * hidden] the residual stream entering each tapped layer (EAGLE-3 features); None w/o taps
+    aux: Tensor | None = None
 
 
 class RMSNorm(nn.Module):
@@ -194,15 +196,21 @@ class Block(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor, write: _CacheWrite,
-                attn_mask: Tensor) -> Tensor:
+                attn_mask: Tensor | None) -> Tensor:
         """
         Args:
             x: [batch, T, hidden]; cos, sin: [batch, T, head_dim]
             cache_k, cache_v: this layer's cache [slots, max_seq_len, kv_heads, head_dim] (written in place)
-            attn_mask: [batch, 1, T, ctx] bool, True = may attend
+            attn_mask: [batch, 1, T, ctx] bool, True = may attend (None: one query that sees the whole context)
         """
-        c, (batch, T, _) = self.c, x.shape
-        h = self.input_layernorm(x)  # [batch, T, hidden]
+        x = x + self.attend(self.input_layernorm(x), cos, sin, cache_k, cache_v, write, attn_mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def attend(self, h: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor, write: _CacheWrite,
+               attn_mask: Tensor | None) -> Tensor:
+        """Self-attention of the normalised input h [batch, T, qkv_proj.in_features] over the slot caches (the new
+        keys/values are appended first); returns o_proj's output [batch, T, hidden]."""
+        c, (batch, T, _) = self.c, h.shape
         qkv = self.qkv_proj(h).view(batch, T, c.num_heads + 2 * c.num_kv_heads, c.head_dim)
         q, k, v = qkv.split([c.num_heads, c.num_kv_heads, c.num_kv_heads], dim=2)  # [batch, T, (kv_)heads, head_dim]
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [batch, T, 1, head_dim]
@@ -222,10 +230,12 @@ class Block(nn.Module):
             values = cache_v[write.row_slots, : write.ctx].transpose(1, 2)  # [batch, kv_heads, ctx, head_dim]
         out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.to(q.dtype), values.to(q.dtype),
                                              attn_mask=attn_mask, enable_gqa=True)  # [batch, heads, T, head_dim]
-        x = x + self.o_proj(out.transpose(1, 2).reshape(batch, T, c.num_heads * c.head_dim))
-        h = self.post_attention_layernorm(x)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, T, c.num_heads * c.head_dim))
+
+    def mlp(self, h: Tensor) -> Tensor:
+        """SwiGLU of the normalised input h [batch, T, hidden]."""
         gate, up = self.gate_up_proj(h).chunk(2, dim=-1)  # [batch, T, intermediate] each
-        return x + self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate) * up)
 
 
 @dataclass
@@ -277,7 +287,8 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: Tensor, cache: KVCache, slots: Tensor, *, num_tokens: Tensor | None = None,
-                positions: Tensor | None = None, tree_mask: Tensor | None = None) -> ModelOutput:
+                positions: Tensor | None = None, tree_mask: Tensor | None = None,
+                taps: tuple[int, ...] = ()) -> ModelOutput:
         """Run new tokens of `batch` sequences against their cache slots and append them to the cache.
 
         Args:
@@ -288,56 +299,92 @@ class LlamaModel(nn.Module):
             positions: [batch, T] RoPE positions; default cache length + offset (tree drafts pass depths).
             tree_mask: [batch, T, T] bool, tree_mask[b, i, j] = new token i may attend to new token j; default causal.
                 Every new token always sees the whole cached prefix.
+            taps: layer indices whose input (the residual stream after the layers before it; 0 = the embeddings)
+                is returned in `aux`, concatenated in this order: vLLM's `eagle_aux_hidden_state_layer_ids`.
         Returns:
-            ModelOutput(logits [batch, T, vocab], hidden [batch, T, hidden]); padded positions hold garbage.
+            ModelOutput(logits [batch, T, vocab], hidden [batch, T, hidden], aux [batch, T, len(taps) * hidden]);
+            padded positions hold garbage.
         """
-        batch, T = input_ids.shape
-        device = input_ids.device
-        if num_tokens is None:
-            num_tokens = torch.full((batch,), T, dtype=torch.long, device=device)  # [batch]
-        prefix = cache.lengths[slots]  # [batch] tokens already cached per row
-        if int((prefix + num_tokens).max()) > cache.max_seq_len:
-            raise ConfigError("context", int((prefix + num_tokens).max()),
-                              f"exceeds the model's context of {cache.max_seq_len} tokens",
-                              hint="use a shorter prompt or fewer max_new_tokens")
-        offsets = torch.arange(T, device=device)  # [T]
-        cache_pos = prefix[:, None] + offsets[None, :]  # [batch, T]
-        if positions is None:
-            positions = cache_pos
-        valid = offsets[None, :] < num_tokens[:, None]  # [batch, T]
-        ctx = int((prefix + num_tokens).max())
-        write = _CacheWrite(valid=valid, slots=slots[:, None].expand(batch, T)[valid], cols=cache_pos[valid],
-                            row_slots=slots, ctx=ctx,
-                            single=(int(slots[0]), int(prefix[0]), int(num_tokens[0])) if batch == 1 else None)
-        if batch == 1 and T == 1:
-            attn_mask = None  # one query that sees the whole cached prefix and itself
-        else:
-            attn_mask = _attention_mask(prefix, num_tokens, valid, ctx, tree_mask)  # [batch, 1, T, ctx]
-
-        freqs = positions[..., None].float() * self.inv_freq  # [batch, T, head_dim / 2]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [batch, T, head_dim]
         x = self.embed_tokens(input_ids)  # [batch, T, hidden]
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        step = prepare_step(cache, slots, input_ids.shape, self.inv_freq, x.dtype, num_tokens=num_tokens,
+                            positions=positions, tree_mask=tree_mask)
+        tapped: dict[int, Tensor] = {}  # layer index -> [batch, T, hidden] its input
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache.key[i], cache.value[i], write, attn_mask)
+            if i in taps:
+                tapped[i] = x
+            x = layer(x, step.cos, step.sin, cache.key[i], cache.value[i], step.write, step.attn_mask)
         hidden = self.norm(x)  # [batch, T, hidden]
-        cache.lengths[slots] = prefix + num_tokens
-        return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden)
+        step.commit(cache, slots)
+        aux = torch.cat([tapped[t] for t in taps], dim=-1) if taps else None
+        return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden, aux=aux)
+
+
+@dataclass
+class StepInputs:
+    """What every layer of one forward shares: where the new keys go, the attention mask and the RoPE angles."""
+
+    write: _CacheWrite
+    attn_mask: Tensor | None  # [batch, 1, T, ctx] bool; None = one query that sees its whole context
+    cos: Tensor  # [batch, T, head_dim]
+    sin: Tensor  # [batch, T, head_dim]
+    new_lengths: Tensor  # [batch] cache lengths after the forward
+
+    def commit(self, cache: KVCache, slots: Tensor) -> None:
+        """Grow the slots by the tokens this forward appended."""
+        cache.lengths[slots] = self.new_lengths
+
+
+def prepare_step(cache: KVCache, slots: Tensor, shape: torch.Size | tuple[int, int], inv_freq: Tensor,
+                 dtype: torch.dtype, *, num_tokens: Tensor | None = None, positions: Tensor | None = None,
+                 tree_mask: Tensor | None = None, attn_mask: Tensor | None = None) -> StepInputs:
+    """The shared setup of a forward over `shape` = (batch, T) new tokens (args as in `LlamaModel.forward`).
+
+    `attn_mask` [batch, 1, T, ctx] replaces the default mask (the cached prefix + tree_mask/causal among the new
+    tokens) when a caller needs a new token to skip cached entries (EAGLE's tree drafting keeps sibling branches in
+    the draft cache).
+    """
+    batch, T = shape
+    device = slots.device
+    if num_tokens is None:
+        num_tokens = torch.full((batch,), T, dtype=torch.long, device=device)  # [batch]
+    prefix = cache.lengths[slots]  # [batch] tokens already cached per row
+    if int((prefix + num_tokens).max()) > cache.max_seq_len:
+        raise ConfigError("context", int((prefix + num_tokens).max()),
+                          f"exceeds the model's context of {cache.max_seq_len} tokens",
+                          hint="use a shorter prompt or fewer max_new_tokens")
+    offsets = torch.arange(T, device=device)  # [T]
+    cache_pos = prefix[:, None] + offsets[None, :]  # [batch, T]
+    if positions is None:
+        positions = cache_pos
+    valid = offsets[None, :] < num_tokens[:, None]  # [batch, T]
+    ctx = int((prefix + num_tokens).max())
+    write = _CacheWrite(valid=valid, slots=slots[:, None].expand(batch, T)[valid], cols=cache_pos[valid],
+                        row_slots=slots, ctx=ctx,
+                        single=(int(slots[0]), int(prefix[0]), int(num_tokens[0])) if batch == 1 else None)
+    if attn_mask is None and not (batch == 1 and T == 1):  # one query sees the whole cached prefix and itself
+        attn_mask = _attention_mask(prefix, num_tokens, valid, ctx, tree_mask)  # [batch, 1, T, ctx]
+    freqs = positions[..., None].float() * inv_freq  # [batch, T, head_dim / 2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [batch, T, head_dim]
+    return StepInputs(write=write, attn_mask=attn_mask, cos=emb.cos().to(dtype), sin=emb.sin().to(dtype),
+                      new_lengths=prefix + num_tokens)
 
 
 def forward_grouped(model: LlamaModel, input_ids: Tensor, cache: KVCache, slots: Tensor, *, num_tokens: Tensor,
-                    positions: Tensor | None = None, tree_mask: Tensor | None = None) -> ModelOutput:
+                    positions: Tensor | None = None, tree_mask: Tensor | None = None,
+                    taps: tuple[int, ...] = ()) -> ModelOutput:
     """`model(...)` over right-padded rows, split into a long-row and a short-row forward when one pass would mostly
     compute padding (a prompt being prefilled next to many one-token decode rows pads every row to the prompt).
 
     Rows are independent, so the result equals one pass (up to float summation order). Args as in
-    `LlamaModel.forward`; num_tokens is required. Returns logits [batch, T, vocab] and hidden [batch, T, hidden].
+    `LlamaModel.forward`; num_tokens is required. Returns logits [batch, T, vocab], hidden [batch, T, hidden] and
+    aux [batch, T, len(taps) * hidden] (None without taps).
     """
     batch, width = input_ids.shape
     lengths = num_tokens.tolist()
     short = [i for i, n in enumerate(lengths) if n * 4 <= width]  # rows using at most a quarter of the width
     if not short or len(short) == batch:
-        return model(input_ids, cache, slots, num_tokens=num_tokens, positions=positions, tree_mask=tree_mask)
+        return model(input_ids, cache, slots, num_tokens=num_tokens, positions=positions, tree_mask=tree_mask,
+                     taps=taps)
     long = [i for i in range(batch) if i not in set(short)]
     outputs = []
     for rows in (long, short):
@@ -345,14 +392,17 @@ def forward_grouped(model: LlamaModel, input_ids: Tensor, cache: KVCache, slots:
         idx = torch.tensor(rows, device=input_ids.device)
         outputs.append((idx, w, model(input_ids[idx, :w], cache, slots[idx], num_tokens=num_tokens[idx],
                                       positions=None if positions is None else positions[idx, :w],
-                                      tree_mask=None if tree_mask is None else tree_mask[idx, :w, :w])))
+                                      tree_mask=None if tree_mask is None else tree_mask[idx, :w, :w], taps=taps)))
     first = outputs[0][2]
     logits = first.logits.new_zeros(batch, width, first.logits.shape[-1])  # [batch, T, vocab]
     hidden = first.hidden.new_zeros(batch, width, first.hidden.shape[-1])  # [batch, T, hidden]
+    aux = None if first.aux is None else first.aux.new_zeros(batch, width, first.aux.shape[-1])  # [batch, T, A]
     for idx, w, out in outputs:
         logits[idx, :w] = out.logits
         hidden[idx, :w] = out.hidden
-    return ModelOutput(logits=logits, hidden=hidden)
+        if aux is not None:
+            aux[idx, :w] = out.aux
+    return ModelOutput(logits=logits, hidden=hidden, aux=aux)
 
 
 def _rope_inv_freq(config: LlamaConfig) -> Tensor:

@@ -120,7 +120,8 @@ class SpecParams:
             raise ConfigError("method", self.method, "the reference engine has no proposer for it",
                               hint=f"use one of: {', '.join(engine_methods())}")
         if available is not None and self.method not in available:
-            need = "a draft model (draft=...)" if info.needs_draft_model else "Medusa heads (medusa=...)"
+            need = ("a draft model (draft=...)" if info.needs_draft_model else "an EAGLE-3 drafter (eagle=...)"
+                    if info.needs_eagle_drafter else "Medusa heads (medusa=...)")
             raise ConfigError("method", self.method, f"needs {need}, which this engine was not loaded with",
                               hint=f"load the engine with it, or use one of: {', '.join(available)}")
         if self.acceptance not in ("exact", "typical_lossy"):

@@ -65,8 +65,10 @@ class CaseRow:
 
     @property
     def variant(self) -> str:
-        """method plus its draft / heads / lookahead W,N,G (and `adaptive`), the unit a recommendation picks."""
-        extra = self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
+        """method plus its draft / heads / lookahead W,N,G / suffix cache state (and `adaptive`), the unit a
+        recommendation picks."""
+        extra = (self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
+                 or self.params.get("suffix_cache"))
         variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
         return variant + (" adaptive" if self.params.get("adaptive") else "")
 
@@ -333,6 +335,56 @@ def _miss_reason(row: CaseRow, base: CaseRow | None, costs: costmodel.StepCosts)
 
 
 @dataclass(frozen=True)
+class Winner:
+    """Per suite, temperature and concurrency: the fastest measured configuration, and suffix decoding's place."""
+
+    suite: str
+    temperature: float
+    concurrency: int
+    best: CaseRow | None  # the fastest speculative case (fixed or adaptive k), None when none ran
+    suffix_cold: CaseRow | None  # the fastest suffix case with a cold cache (None: no suffix cases)
+    suffix_warm: CaseRow | None
+    best_other: CaseRow | None  # the fastest case of another method
+
+    @property
+    def verdict(self) -> str:
+        """Whether to use suffix decoding here, from the cold cache (warm = the same traffic repeated)."""
+        cold = (self.suffix_cold.measured_speedup or 0.0) if self.suffix_cold else None
+        other = (self.best_other.measured_speedup or 0.0) if self.best_other else 0.0
+        warm = (self.suffix_warm.measured_speedup or 0.0) if self.suffix_warm else 0.0
+        if cold is None:
+            return ""
+        if cold > 1.0 and cold >= other:
+            return "use suffix"
+        if warm > max(1.0, other):
+            return "suffix only where requests repeat: it wins with a warm cache"
+        if max(cold, other) <= 1.0:
+            return "do not speculate: nothing beats plain decoding"
+        return f"not suffix: {self.best_other.variant} is faster" if self.best_other else "not suffix"
+
+
+def winners(results: Results) -> list[Winner]:
+    """The fastest measured configuration per (suite, temperature, concurrency), with the best suffix cases."""
+    groups: dict[tuple[str, float, int], list[CaseRow]] = defaultdict(list)
+    for r in results.rows:
+        if r.k > 0 and r.measured_speedup is not None:
+            groups[(r.suite, float(r.params["temperature"]), int(r.params["concurrency"]))].append(r)
+    out = []
+    for (suite, temperature, concurrency), rows in sorted(groups.items()):
+        suffix = [r for r in rows if resolve(r.method).proposer == "suffix"]
+        out.append(Winner(suite, temperature, concurrency, _fastest(rows),
+                          _fastest([r for r in suffix if r.params.get("suffix_cache") != "warm"]),
+                          _fastest([r for r in suffix if r.params.get("suffix_cache") == "warm"]),
+                          _fastest([r for r in rows if r not in suffix])))
+    return out
+
+
+def _fastest(rows: list[CaseRow]) -> CaseRow | None:
+    return max(rows, key=lambda r: r.measured_speedup or 0.0, default=None)
+
+
+
+@dataclass(frozen=True)
 class Recommendation:
     temperature: float
     batch_size: int
@@ -364,7 +416,9 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
         rows = [r for r in results.rows if float(r.params["temperature"]) == temperature]
         by_variant: dict[str, list[CaseRow]] = defaultdict(list)
         for r in rows:
-            if r.k > 0 and not r.params.get("adaptive"):  # a recommendation is a fixed k per batch size
+            # a recommendation is a fixed k per batch size; a warm suffix cache is a traffic condition (the same
+            # requests again), not a setting, so suffix is judged by its cold cases
+            if r.k > 0 and not r.params.get("adaptive") and r.params.get("suffix_cache") != "warm":
                 by_variant[r.variant].append(r)
         base_rows = [r for r in rows if r.k == 0]
         plans: dict[str, list[Recommendation]] = {}

@@ -1,7 +1,9 @@
 """Sweep via `engine`: the in-process reference SpecEngine (imports torch; loaded only for --via engine).
 
 One engine per model set (target + draft or Medusa heads, or a lookahead W,N,G) is loaded once and reused for every
-case that needs it; n-gram and plain cases reuse whichever engine is loaded. `closed_loop` keeps c requests in
+case that needs it; n-gram, suffix and plain cases reuse whichever engine is loaded. Suffix cases start from the
+cache state they name (grid.py): the engine's suffix cache is emptied before each, and for `warm` the case's requests
+run once, unmeasured, before the measured loop. `closed_loop` keeps c requests in
 flight through `add_request` / `step` (a finished request is replaced by the next prompt at once), so the target
 forward of each step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first
 case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its first.
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.methods import parse_lookahead
+from trtspec.methods import parse_lookahead, resolve
 from trtspec.sweep.grid import BASELINE, Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
@@ -123,17 +125,17 @@ class EngineBackend:
         from trtspec.errors import ConfigError
 
         engine = self._engine(spec, model_set)
-        from trtspec.methods import resolve
-
         relevant = [m for m in spec.methods if m != BASELINE
                     and (model_set.draft is not None or not resolve(m).needs_draft_model)
                     and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)]
         missing = [m for m in relevant if m not in engine.available_methods]
+        if missing and missing[0] in engine.unavailable:  # an optional package is missing (suffix: arctic-inference)
+            raise engine.unavailable[missing[0]]
         if missing:
             raise ConfigError("methods", missing[0], "this engine build has no proposer for it",
                               hint=f"available here: {', '.join(engine.available_methods)}")
         for suite_name in spec.suites:
-            longest = max(len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+            longest = max(len(last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens))
                           for p in load_suite(suite_name, spec.num_prompts).prompts)
             need = longest + spec.max_new_tokens + spec.max_draft_len + 1
             if need > engine.max_context:
@@ -191,14 +193,18 @@ class EngineBackend:
         from trtspec.spec.params import SamplingParams, SpecParams
 
         engine = self._engine_of(spec, case)
-        # no chat template: base models get raw text
-        prompts = [last_tokens(encode_prompt(engine, p), case.prompt_tokens) for p in suite.prompts]
+        # chat_template None: base models get raw text
+        prompts = [last_tokens(encode_prompt(engine, p, spec.chat_template), case.prompt_tokens) for p in suite.prompts]
         method = case.method if case.method != BASELINE else "none"
         spec_params = SpecParams(method=method, k=case.k, adaptive=case.adaptive)
         samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
         self._warm_up(engine, prompts, spec_params)
+        if case.suffix_cache is not None:  # suffix decoding: the cross-request cache starts as the case says
+            engine.proposers[resolve(method).proposer].reset()
+            if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
+                closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
         run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
         tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,
@@ -252,7 +258,7 @@ class EngineBackend:
                                                 max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype,
                                                 proposer_options=options)
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
-            warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0]), 32)
+            warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
             engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))
             self._engines[key] = engine
         return self._engines[key]
@@ -270,16 +276,21 @@ class EngineBackend:
         closed_loop(engine, [prompts[i % len(prompts)] for i in range(4)], samplings, spec, concurrency=4)
 
 
-def encode_prompt(engine: Any, text: str) -> list[int]:
-    """Token ids of a prompt; a model without a tokenizer (random test models) gets bytes modulo its vocabulary."""
+def encode_prompt(engine: Any, text: str, chat_template: str | None = None) -> list[int]:
+    """Token ids of a prompt (as a one-turn chat when `chat_template` is set: trtspec.chat.chat_prompt); a model
+    without a tokenizer (random test models) gets bytes modulo its vocabulary."""
     if engine.tokenizer is not None:
+        if chat_template is not None:
+            from trtspec.chat import chat_prompt
+
+            text = chat_prompt(engine.tokenizer, text, chat_template)
         return engine.encode(text)
     return [b % engine.vocab_size for b in text.encode("utf-8")]
 
 
 def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:
     """(mean prompt tokens, mean decode context = mean prompt tokens + half of max_new_tokens) of the sweep."""
-    lengths = [len(last_tokens(encode_prompt(engine, p), spec.prompt_tokens))
+    lengths = [len(last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens))
                for s in spec.suites for p in load_suite(s, spec.num_prompts).prompts]
     prompt = max(1, round(statistics.fmean(lengths)))
     return prompt, max(8, prompt + spec.max_new_tokens // 2)

@@ -3,8 +3,11 @@ engine backend's closed loop), and a table made from its case records. No torch 
 
   engine     batch 1 (concurrency 1) on a code/prose/grounded mix: plain decoding, draft_target and ngram at k = 1..max
   batching   a closed loop at each concurrency: no speculation vs fixed k vs adaptive k (tokens/s, latency p50/p99)
+             and the verdict of issue 15: adaptive k >= 0.95 x the best of the others
   lookahead  lookahead W,N,G variants, each suite's prompts as one continuous batch, k = G x (N - 1) (the full trie)
   sweep      the accept-rate sweep and the cost model's check (best k per configuration, predicted vs measured)
+  suffix     suffix decoding with a cold and a warm cache, per suite at batch 1, beside n-gram, draft_target and
+             adaptive k (and transformers' prompt lookup and assisted generation, from the caller)
 
 What a sweep cannot measure (transformers' generate, as comparison rows) comes from the caller as `Comparison`s;
 writing the sections into the Markdown file is the caller's too (scripts/bench.py).
@@ -49,6 +52,7 @@ class Comparison:
     name: str
     tokens_per_s: list[float]
     output_sha256: list[str]  # records.output_digest of the round's outputs, request order
+    cpu_tokens_per_s: list[float] = field(default_factory=list)  # per process CPU second, when measured
 
 
 @dataclass
@@ -137,15 +141,40 @@ def engine_section(spec: SweepSpec, measured: Measured, comparisons: Sequence[Co
 # batching: closed loop at several concurrencies
 
 
-def batching_spec(*, model: str, draft: str, concurrency: Sequence[int], fixed_k: int, adaptive_max_k: int,
-                  max_new_tokens: int, prompt_tokens: int, min_requests: int, repeats: int, threads: int) -> SweepSpec:
-    """max(2 x concurrency, min_requests) requests per case over 2 x max(concurrency) mixed prompts."""
-    return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target"], k=[0, fixed_k],
+def batching_spec(*, model: str, draft: str, concurrency: Sequence[int], fixed_ks: Sequence[int],
+                  adaptive_max_k: int, max_new_tokens: int, prompt_tokens: int, min_requests: int, repeats: int,
+                  threads: int) -> SweepSpec:
+    """At each concurrency: no speculation, every fixed k in `fixed_ks` and adaptive k, max(2 x concurrency,
+    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` interleaved
+    rounds (grid.SweepSpec.cases), so a burst of load from other processes hits one run of many rows."""
+    return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target"], k=[0, *fixed_ks],
                            adaptive=[adaptive_max_k], suites=[MIXED], concurrency=list(concurrency),
                            num_prompts=2 * max(concurrency), num_requests=min_requests, waves=2,
                            prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                           max_draft_len=max(8, fixed_k, adaptive_max_k), repeats=repeats, threads=threads,
+                           max_draft_len=max(8, *fixed_ks, adaptive_max_k), repeats=repeats, threads=threads,
                            calibrate=False)
+
+
+ADAPTIVE_MARGIN = 0.95  # issue 15: adaptive k >= 0.95 x the best of no speculation and every fixed k
+
+
+@dataclass
+class BatchingVerdict:
+    """Adaptive k against the best other configuration at one concurrency, on wall and on CPU time."""
+
+    concurrency: int
+    best: str  # the best other configuration on the judged clock
+    wall_ratio: float  # adaptive median / the best other median, wall tokens/s
+    cpu_ratio: float  # the same on tokens per CPU second
+    clock: str  # "cpu" (one torch thread: time-slicing by other processes is not the engine's cost) or "wall"
+
+    @property
+    def passed(self) -> bool:
+        return (self.cpu_ratio if self.clock == "cpu" else self.wall_ratio) >= ADAPTIVE_MARGIN
+
+    def line(self) -> str:
+        return (f"c={self.concurrency}: adaptive / best ({self.best}) = {self.cpu_ratio:.2f} CPU, "
+                f"{self.wall_ratio:.2f} wall: {'PASS' if self.passed else 'FAIL'}")
 
 
 def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) -> Section:
@@ -159,47 +188,113 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
         else:
             name = f"fixed k={params['k']} ({params['method']})"
         by_concurrency.setdefault(params["concurrency"], []).append((name, runs))
-    rows, checks = [], []
+    rows, verdicts = [], []
+    clock = "cpu" if spec.threads == 1 else "wall"  # what the verdict judges (see BatchingVerdict)
     for c, modes in by_concurrency.items():
         plain = modes[0][1][0]["metrics"]["output_sha256"]  # the baseline runs first
-        rates = {}
+        wall = {name: _median_rate(runs) for name, runs in modes}
+        cpu = {name: statistics.median(r["metrics"].get("tokens_per_cpu_s", 0.0) for r in runs) for name, runs in modes}
+        adaptive = next(n for n in wall if n.startswith("adaptive"))
+        judged = cpu if clock == "cpu" else wall
+        best = max((n for n in judged if n != adaptive), key=judged.__getitem__)
+        best_wall = max(rate for n, rate in wall.items() if n != adaptive)
+        best_cpu = max(rate for n, rate in cpu.items() if n != adaptive)
+        verdict = BatchingVerdict(c, best.split(" (")[0], wall[adaptive] / best_wall,
+                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock)
+        verdicts.append(verdict)
         for name, runs in modes:
             spread = [r["metrics"]["tokens_per_s"] for r in runs]
-            rates[name] = statistics.median(spread)
-            typical = min(runs, key=lambda r: abs(r["metrics"]["tokens_per_s"] - rates[name]))
+            typical = min(runs, key=lambda r: abs(r["metrics"]["tokens_per_s"] - wall[name]))
             latencies, stats = typical["metrics"]["latencies_s"], typical["metrics"]["stats"]
             drafted = stats["num_draft_tokens"] / max(stats["num_target_forwards"], 1)
-            rows.append([name, str(c), f"{rates[name]:.1f}", f"{min(spread):.0f}-{max(spread):.0f}",
-                         f"{1000 * percentile(latencies, 50):.0f}", f"{1000 * percentile(latencies, 99):.0f}",
-                         f"{drafted:.2f}", _yes(r["metrics"]["output_sha256"] == plain for r in runs)])
-        adaptive = next(n for n in rates if n.startswith("adaptive"))
-        best_other = max(rate for n, rate in rates.items() if n != adaptive)
-        checks.append(f"c={c}: adaptive / best of the others = {rates[adaptive] / best_other:.2f}"
-                      + ("" if rates[adaptive] >= 0.95 * best_other else " (more than 5% worse)"))
+            mark = ("PASS" if verdict.passed else "FAIL") if name == adaptive else ("best" if name == best else "")
+            rows.append([name, str(c), f"{wall[name]:.1f}", f"{min(spread):.0f}-{max(spread):.0f}",
+                         f"{100 * (max(spread) - min(spread)) / wall[name]:.0f}%", f"{cpu[name]:.1f}",
+                         f"{judged[name] / judged[best]:.2f}", f"{1000 * percentile(latencies, 50):.0f}",
+                         f"{1000 * percentile(latencies, 99):.0f}", f"{drafted:.2f}",
+                         _yes(r["metrics"]["output_sha256"] == plain for r in runs), mark])
+    passed = all(v.passed for v in verdicts)
     return Section(
         title=f"Continuous batching: no speculation vs fixed k vs adaptive k ({spec.model} + {spec.drafts[0]})",
-        columns=["configuration", "concurrency", "output tokens/s", "min-max over runs", "latency p50 (ms)",
-                 "latency p99 (ms)", "draft tokens / step", "same tokens as plain"],
+        columns=["configuration", "concurrency", "output tokens/s", "min-max over runs", "spread",
+                 "tokens per CPU s", "vs best", "latency p50 (ms)", "latency p99 (ms)", "draft tokens / step",
+                 "same tokens as plain", "verdict"],
         rows=rows,
         notes=[
+            f"Verdict (adaptive k >= {ADAPTIVE_MARGIN:.2f} x the best of no speculation and every fixed k, medians, "
+            f"judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}): "
+            + "; ".join(v.line() for v in verdicts) + (". PASS." if passed else ". FAIL.")
+            + (" With one torch thread, CPU seconds are the engine's own work: on this shared machine wall time "
+               "also counts the time other processes held the cores (see the spread column)." if clock == "cpu"
+               else ""),
             f"Closed loop: `concurrency` requests in flight, a new one submitted when one finishes, "
             f"max(2 x concurrency, {min_requests}) requests per cell; held-out prompts (last "
             f"{spec.prompt_tokens} tokens), {spec.max_new_tokens} new tokens each, greedy, EOS ignored. "
-            f"Output tokens/s = all output tokens / wall time (median of {spec.repeats} interleaved runs); "
+            f"Output tokens/s = all output tokens / wall time, median of {spec.repeats} interleaved runs (the whole "
+            "grid runs once per round); spread = (max - min) / median over those runs; tokens per CPU s = the same "
+            "tokens per process CPU second (with one torch thread this ignores time-slicing by other processes, so "
+            "it is the steadier comparison on a shared machine); vs best = median / the best non-adaptive median on "
+            "the judged clock; "
             "latency = submit to last token of each request (p50/p99 over the requests of the median run).",
-            "Adaptive k: each step the engine picks one draft cap K in [0, max k] maximising predicted tokens/s from "
-            "per-request acceptance EMAs and online fits of its own step costs (trtspec/spec/adaptive.py); "
-            "draft tokens / step = drafted tokens per target forward per request.",
-            "Check (adaptive within 5% of the better of the others): " + "; ".join(checks) + "."
-            + ("" if all("worse" not in c for c in checks) else
-               " Where adaptive trails: it learns acceptance and step costs online and spends every 8th step on a "
-               "neighbouring K (exploration), so when the best choice sits at an edge (K = 0 at high concurrency, "
-               "where every draft token costs target compute, or a fixed k that happens to be optimal) it pays a few "
-               "percent for staying adaptive; and the min-max column shows how much the same configuration varies "
-               "between runs on this shared machine, which is often more than 5%."),
+            "Adaptive k: each step the engine picks one draft cap K in [0, max k] maximising predicted output "
+            "tokens/s from per-request acceptance estimates, decode-step costs measured per load level and K, and "
+            "the measured cost of admitting a request with and without speculation (trtspec/spec/adaptive.py); it "
+            "learns from every step the engine runs, the fixed-k rows' included. Draft tokens / step = drafted "
+            "tokens per target forward per request.",
             _machine() + ".",
         ],
     )
+
+
+def dynamo_spec(*, url: str, model: str, k: int, concurrency: Sequence[int], max_new_tokens: int,
+                min_requests: int) -> SweepSpec:
+    """Via openai against a running deployment: plain decoding and draft_target k, at every concurrency."""
+    return SweepSpec.build(via="openai", url=url, model=model, methods=["draft_target"], k=[0, k], suites=[MIXED],
+                           concurrency=list(concurrency), num_prompts=2 * max(concurrency), num_requests=min_requests,
+                           waves=2, max_new_tokens=max_new_tokens, calibrate=False)
+
+
+def dynamo_section(spec: SweepSpec, by_workers: dict[int, Measured], aiperf: Sequence[list[str]] = ()) -> Section:
+    """Rows per (workers, configuration, concurrency): output tokens/s and latency, from the openai sweep records."""
+    rows, rates = [], {}
+    for workers, measured in by_workers.items():
+        for runs in _by_case(measured.records).values():
+            params, metrics = runs[0]["params"], runs[0]["metrics"]
+            name = "no speculation" if params["method"] == BASELINE else f"{params['method']} k={params['k']}"
+            rate = _median_rate(runs)
+            rates[workers, name, params["concurrency"]] = rate
+            stats, latencies = metrics["stats"], metrics["latencies_s"]
+            rows.append([str(workers), name, str(params["concurrency"]), f"{rate:.1f}",
+                         f"{1000 * percentile(latencies, 50):.0f}", f"{1000 * percentile(latencies, 99):.0f}",
+                         f"{stats['mean_acceptance_length']:.2f}" if stats["num_draft_tokens"] else "-"])
+    scaling = [f"{name} c={c}: {rate / rates[1, name, c]:.2f}x" for (w, name, c), rate in rates.items()
+               if w == 2 and (1, name, c) in rates]
+    notes = [f"`trtspec serve --dynamo N` (Dynamo {_dynamo_version()} frontend, round-robin, N trtspec workers with 1 "
+             f"torch thread each) on {spec.model} + tiny-draft; the load is `trtspec sweep --via openai`: a closed loop "
+             f"of `concurrency` clients, max(2 x concurrency, {spec.num_requests or spec.num_prompts}) requests per "
+             f"cell, held-out prompts, {spec.max_new_tokens} new tokens each, greedy, EOS ignored. Latency = request "
+             "sent to response received (p50/p99); mean acceptance length estimated from usage (drafted / k).",
+             "2 workers / 1 worker: " + "; ".join(scaling) + ". What limits it here: 2 CPU cores shared by the "
+             "frontend, the client threads and the workers (and by other jobs on this machine, so the same cell "
+             "varies by tens of percent between runs). A second worker can use the second core when at least two "
+             "requests are in flight; at concurrency 1 one request runs on one worker, so it cannot help.",
+             _machine() + "."]
+    if aiperf:
+        notes.append("aiperf (NVIDIA's benchmark client, from the package index) against the same frontend: "
+                     + "; ".join(" ".join(row) for row in aiperf) + ".")
+    return Section(title=f"NVIDIA Dynamo: 1 vs 2 workers behind the OpenAI frontend ({spec.model})",
+                   columns=["workers", "configuration", "concurrency", "output tokens/s", "latency p50 (ms)",
+                            "latency p99 (ms)", "mean acceptance length"],
+                   rows=rows, notes=notes)
+
+
+def _dynamo_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ai-dynamo")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -315,6 +410,120 @@ def sweep_section(spec: SweepSpec, measured: Measured) -> Section:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# suffix decoding: cold vs warm cache, per suite, batch 1
+
+SUFFIX_SUITES = ("code", "prose", "grounded", "repetitive")
+
+
+def suffix_specs(*, model: str, draft: str, suite: str, num_prompts: int, prompt_tokens: int, max_new_tokens: int,
+                 suffix_k: int, fixed_k: int, ngram_k: int, adaptive_max_k: int, repeats: int,
+                 threads: int) -> list[SweepSpec]:
+    """One suite's sweeps at batch 1, each with its own plain baseline (k lists are per sweep): draft_target at a
+    fixed k and adaptive, ngram at its k, suffix at its k with a cold and a warm cache."""
+    common = dict(model=model, suites=[suite], concurrency=[1], num_prompts=num_prompts, prompt_tokens=prompt_tokens,
+                  max_new_tokens=max_new_tokens, repeats=repeats, threads=threads, calibrate=False)
+    return [SweepSpec.build(**common, drafts=[draft], methods=["draft_target"], k=[0, fixed_k],
+                            adaptive=[adaptive_max_k], max_draft_len=max(fixed_k, adaptive_max_k)),
+            SweepSpec.build(**common, drafts=[], methods=["ngram"], k=[0, ngram_k], max_draft_len=ngram_k),
+            SweepSpec.build(**common, drafts=[], methods=["suffix"], k=[0, suffix_k], max_draft_len=suffix_k)]
+
+
+def suffix_section(specs: Sequence[SweepSpec], measured: dict[str, list[Measured]],
+                   comparisons: dict[str, Sequence[Comparison]], comparison_notes: Sequence[str] = ()) -> Section:
+    """Rows per suite: the engine's plain decoding (median of the sweeps' baselines), every speculative case against
+    its own sweep's baseline, then the comparisons against the suite's engine plain; notes check the goals."""
+    rows: list[list[str]] = []
+    # suite -> (configuration, wall speedup, cpu speedup): the fastest by CPU time (steadier on a shared machine),
+    # warm suffix caches left out (a warm cache is repeated traffic, not a setting)
+    best: dict[str, tuple[str, float, float]] = {}
+    rates: dict[str, dict[str, tuple[float, float]]] = {}  # suite -> configuration -> (wall, cpu) tokens/s
+    for suite, parts in measured.items():
+        plain_wall, plain_cpu, plain_digest, cases = [], [], None, []
+        for part in parts:
+            groups = list(_by_case(part.records).values())
+            base = next(runs for runs in groups if runs[0]["params"]["method"] == BASELINE)
+            plain_wall.append(_median_rate(base))
+            plain_cpu.append(_median_cpu_rate(base))
+            plain_digest = plain_digest or base[0]["metrics"]["output_sha256"]
+            cases += [(runs, _median_rate(base), _median_cpu_rate(base), base[0]["metrics"]["output_sha256"])
+                      for runs in groups if runs[0]["params"]["method"] != BASELINE]
+        wall, cpu = statistics.median(plain_wall), statistics.median(plain_cpu)
+        rates[suite] = {"engine: plain": (wall, cpu)}
+        rows.append([suite, "engine: plain (k=0)", f"{wall:.1f}", "1.00x", "1.00x", "-", "1.00", "yes"])
+        for runs, base_wall, base_cpu, digest in cases:
+            name, stats = _suffix_row_name(runs[0]["params"]), runs[0]["metrics"]["stats"]
+            rate, cpu_rate = _median_rate(runs), _median_cpu_rate(runs)
+            rates[suite][name] = (rate, cpu_rate)
+            speedup, cpu_speedup = rate / base_wall, cpu_rate / base_cpu if base_cpu else 0.0
+            if runs[0]["params"].get("suffix_cache") != "warm" and cpu_speedup > best.get(suite, ("", 0.0, 0.0))[2]:
+                best[suite] = (name, speedup, cpu_speedup)
+            rows.append([suite, name, f"{rate:.1f}", f"{speedup:.2f}x", f"{cpu_speedup:.2f}x",
+                         f"{stats['mean_acceptance_length']:.2f}" if stats["num_drafts"] else "-",
+                         f"{stats['tokens_per_target_forward']:.2f}",
+                         _yes(r["metrics"]["output_sha256"] == digest == plain_digest for r in runs)])
+        for other in comparisons.get(suite, ()):
+            rate = statistics.median(other.tokens_per_s)
+            cpu_rate = statistics.median(other.cpu_tokens_per_s) if other.cpu_tokens_per_s else None
+            rates[suite][other.name] = (rate, cpu_rate or 0.0)
+            rows.append([suite, other.name, f"{rate:.1f}", f"{rate / wall:.2f}x",
+                         f"{cpu_rate / cpu:.2f}x" if cpu_rate and cpu else "-", "-", "-",
+                         _yes(digest == plain_digest for digest in other.output_sha256)])
+    spec = specs[0]
+    notes = [
+        f"Batch 1 (one request at a time), greedy, EOS ignored: the first {spec.num_prompts} prompts of each suite "
+        f"(last {spec.prompt_tokens} tokens), {spec.max_new_tokens} new tokens each, {spec.repeats} round(s) "
+        "(medians). Engine rows are `trtspec sweep` cases: per suite, one sweep for draft_target (fixed and adaptive "
+        "k), one for ngram, one for suffix, each with its own plain run; a row's speedup is against its own sweep's "
+        "plain run, the 'engine: plain' row is their median. Speedup (CPU time) divides tokens per process CPU "
+        "second, which other processes on this shared machine do not inflate; speedup (wall) is what a user waits.",
+        "Suffix cache: **cold** = emptied before the case; it still learns from the case's own requests as they "
+        "finish (request i can draft from the outputs of requests 0..i-1), which is how a fresh server warms up. "
+        "**warm** = the same requests ran once just before (retries, regenerations, a repeated template). "
+        "Defaults otherwise (vLLM's): max_tree_depth 24, max_cached_requests 10000, max_spec_factor 1, "
+        "min_token_prob 0.1, tree drafts; k caps the draft's nodes.",
+        *comparison_notes,
+    ]
+    def verdict(wall_x: float, cpu_x: float, goal: float) -> str:
+        return ("met" if min(wall_x, cpu_x) >= goal else "met in one timing only" if max(wall_x, cpu_x) >= goal
+                else "not met")
+
+    if "repetitive" in best:
+        name, wall_x, cpu_x = best["repetitive"]
+        notes.append(f"Goal 1, best trtspec method (cold caches) >= 2.0x plain decoding on the repetitive suite at "
+                     f"batch 1: {name} at {cpu_x:.2f}x CPU time / {wall_x:.2f}x wall: "
+                     f"{verdict(wall_x, cpu_x, 2.0)}.")
+    lookup = next((n for n in rates.get("code", {}) if "prompt lookup" in n), None)
+    if "code" in best and lookup:
+        name = best["code"][0]
+        (wall, cpu), (lookup_wall, lookup_cpu) = rates["code"][name], rates["code"][lookup]
+        wall_x, cpu_x = wall / lookup_wall, cpu / lookup_cpu if lookup_cpu else 0.0
+        notes.append(f"Goal 2, best trtspec method (cold caches) >= 1.3x transformers prompt lookup on code at batch "
+                     f"1: {name} vs {lookup}: {cpu_x:.2f}x CPU time / {wall_x:.2f}x wall "
+                     f"({cpu:.1f} vs {lookup_cpu:.1f} tokens per CPU second): {verdict(wall_x, cpu_x, 1.3)}.")
+    winners = [f"{suite}: {name} ({cpu_x:.2f}x CPU time, {wall_x:.2f}x wall)"
+               for suite, (name, wall_x, cpu_x) in best.items()]
+    notes += ["Fastest engine configuration per suite, warm caches left out: " + "; ".join(winners) + ".",
+              "The embedded target is a 12M-parameter model trained on the CPython standard library: at temperature 0 "
+              "it soon repeats itself (loops of the same lines), and those loops recur across prompts, which is "
+              "exactly what the cross-request cache learns; larger models repeat less on prose and more on code, "
+              "tool calls and templates. Where suffix decoding does not pay (temperature 1, free-form prose), see "
+              "the sweep report's 'Where each method wins' (`trtspec sweep --method ngram,suffix --temperature 0,1`).",
+              _machine() + f", Python {platform.python_version()}."]
+    return Section(
+        title=f"Suffix decoding: cold vs warm cache, per suite, batch 1 ({spec.model} + {specs[0].drafts[0]})",
+        columns=["suite", "configuration", "tokens/s", "speedup (wall)", "speedup (CPU time)",
+                 "mean acceptance length", "tokens / target forward", "same tokens as plain"],
+        rows=rows, notes=notes)
+
+
+def _suffix_row_name(params: dict[str, Any]) -> str:
+    if params.get("adaptive"):
+        return f"engine: adaptive k<={params['k']} ({params['method']})"
+    cache = f" ({params['suffix_cache']} cache)" if params.get("suffix_cache") else ""
+    return f"engine: {params['method']} k={params['k']}{cache}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # helpers
 
 
@@ -329,6 +538,10 @@ def _by_case(records: list[Record]) -> dict[tuple, list[Record]]:
 
 def _median_rate(runs: list[Record]) -> float:
     return statistics.median(r["metrics"]["tokens_per_s"] for r in runs)
+
+
+def _median_cpu_rate(runs: list[Record]) -> float:
+    return statistics.median(r["metrics"].get("tokens_per_cpu_s", 0.0) for r in runs)
 
 
 def _yes(same: Any) -> str:

@@ -5,6 +5,11 @@ concurrency for one target model. Its id is a hash of its parameters, so a resul
 is plain decoding: it is enumerated once per (suite, temperature, concurrency) as method `none`, the baseline every
 speedup divides by. Adaptive-k cases (the engine picks k per step, up to a cap) run beside the fixed-k ones.
 
+Suffix decoding keeps a cache of earlier requests' outputs, so its cases come in two cache states (via engine): `cold`
+(the cache is emptied before the case; it still learns from the case's own requests as they finish, in order) and
+`warm` (the case's requests ran once, unmeasured, just before: a repeat of the same traffic, like retries). The
+cache never carries over from one case to the next, so results do not depend on the order of the grid.
+
 `via` says how cases run: `engine` (the in-process reference engine) or `triton` (a served repository over gRPC).
 It is not the build/deploy `backend` (torch | tensorrtllm); sweep configs and results written when it was called
 `backend` still load (an alias here; records.py renames old keys when reading).
@@ -23,18 +28,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from trtspec.errors import ConfigError, UsageError
+from trtspec.config import load_yaml
+from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
+SUFFIX = "suffix"  # the suffix decoding proposer (methods.METHODS[...].proposer)
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
 LOOKAHEAD = "lookahead"
+SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
-ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram")
+ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache")
+MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
+MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
+INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
 
 
 class SweepSpec(BaseModel):
@@ -64,18 +74,26 @@ class SweepSpec(BaseModel):
     lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
                                  "nodes and stops at G x (N - 1), which verifies every candidate")
     max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
+    suffix_cache: list[Literal["cold", "warm"]] | None = Field(
+        None, description="suffix decoding cache states per suffix case: cold (emptied before the case) and/or warm "
+        "(the case's requests ran once before it); None = both (via engine)")
     calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
-    via: Literal["engine", "triton"] = Field("engine", validation_alias=AliasChoices("via", "backend"),
-                                             description="engine = in-process reference engine; triton = gRPC")
-    url: str | None = Field(None, description="Triton gRPC url (via triton), e.g. localhost:8001")
+    via: Literal["engine", "triton", "openai"] = Field(
+        "engine", validation_alias=AliasChoices("via", "backend"),
+        description="engine = in-process reference engine; triton = gRPC; openai = an OpenAI endpoint (Dynamo)")
+    url: str | None = Field(None, description="server url: Triton gRPC (via triton), e.g. localhost:8001; OpenAI "
+                            "(via openai), e.g. localhost:8000 for http://localhost:8000/v1")
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
-    model_name: str | None = Field(None, description="Triton model to call; default tensorrt_llm (both flavours)")
+    model_name: str | None = Field(None, description="served model to call; default tensorrt_llm (via triton, both "
+                                   "flavours), the model's served name (via openai: tiny for tiny)")
     draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="seconds one request to the server may take (triton)")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
+                             description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
-    chat_template: str | None = Field(None, description="chat template applied to prompts; None for base models")
+    chat_template: str | None = Field(None, description="prompts as one-turn chats: `model` = the model's own template "
+                                      "(trtspec.chat), or a Jinja template (via engine); None = raw text")
     threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
     device: str = "cpu"
     dtype: str = "float32"
@@ -88,12 +106,7 @@ class SweepSpec(BaseModel):
     def from_yaml(cls, path: str | Path, **overrides: object) -> SweepSpec:
         """Read a YAML sweep config; `overrides` (explicit CLI flags, None = not given) win over the file."""
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError("config", str(path), "no such file", hint="pass a YAML sweep config or use flags only")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError("config", str(path), f"is not valid YAML ({exc})", hint="fix the YAML syntax") from None
+        data = load_yaml(path, what="a sweep spec") or {}
         if not isinstance(data, dict):
             raise ConfigError("config", str(path), "must be a YAML mapping", hint="e.g. `methods: [draft_target]`")
         data.update({k: v for k, v in overrides.items() if v is not None})
@@ -121,6 +134,9 @@ class SweepSpec(BaseModel):
         allowed = engine_methods() if self.via == "engine" or self.flavour == "torch" else None
         for name in self.methods:
             info = resolve(name)  # UnknownMethodError lists the valid names
+            if allowed is None and info.trtllm_unsupported:
+                raise ConfigError("methods", name, f"has no TensorRT-LLM form: {info.trtllm_unsupported}",
+                                  hint="sweep it via engine, or via triton on a torch-flavour repository")
             if allowed is not None and name not in allowed:
                 raise ConfigError("methods", name, "the reference engine has no proposer for this method",
                                   hint=f"the reference engine runs: {', '.join(allowed)}; "
@@ -141,9 +157,22 @@ class SweepSpec(BaseModel):
             _positive("threads", [self.threads])
         for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
             _positive(field, [getattr(self, field)])
+        if not 0 <= self.seed <= UINT64_MAX:
+            raise ConfigError("seed", shown(self.seed), f"must be within 0..{UINT64_MAX} (a uint64 seed)",
+                              hint="pick a seed such as 0")
+        self._check_grid_size()
         if self.via == "triton" and not self.url:
             raise ConfigError("url", self.url, "via triton needs the server's gRPC url",
                               hint="pass --url localhost:8001 (start one with `trtspec serve REPO`)")
+        if self.via == "openai" and not self.url:
+            raise ConfigError("url", self.url, "via openai needs the server's host:port",
+                              hint="pass --url localhost:8000 (start one with `trtspec serve --dynamo 2`)")
+        if self.via != "engine" and self.chat_template not in (None, "model"):
+            raise ConfigError("chat_template", self.chat_template, f"via {self.via} the server applies its own template",
+                              hint="use chat_template: model (or none), or sweep via engine")
+        if self.via == "triton" and self.chat_template is not None:
+            raise ConfigError("chat_template", self.chat_template, "the Triton path sends token ids, not chats",
+                              hint="sweep via openai or engine for chat prompts")
         # Only the Triton server resolves models there; locally every name must resolve on disk.
         if self.via == "engine":
             target = resolve_model(self.model, field="model")
@@ -168,6 +197,13 @@ class SweepSpec(BaseModel):
         if self.lookahead and LOOKAHEAD not in self.methods:
             raise ConfigError("lookahead", self.lookahead, "lookahead variants need method lookahead",
                               hint="add lookahead to methods, or drop lookahead")
+        if self.suffix_cache is not None:
+            if not self.suffix_cache:
+                raise ConfigError("suffix_cache", self.suffix_cache, "must not be empty",
+                                  hint="use cold, warm or cold,warm")
+            if not any(resolve(m).proposer == SUFFIX for m in self.methods):
+                raise ConfigError("suffix_cache", self.suffix_cache, "cache states need method suffix",
+                                  hint="add suffix to methods, or drop suffix_cache")
         if self.adaptive and all(m == BASELINE for m in self.methods):
             raise ConfigError("adaptive", self.adaptive, "adaptive k needs a speculative method",
                               hint="add a method such as draft_target, or drop adaptive")
@@ -175,6 +211,15 @@ class SweepSpec(BaseModel):
         if given and self.via != "engine":
             raise ConfigError(given[0], getattr(self, given[0]), "is applied by the in-process engine only",
                               hint="sweep via engine, or configure the served model instead")
+
+    def _check_grid_size(self) -> None:
+        """Refuse a grid of more than MAX_CASES cases, from an upper bound computed without listing them."""
+        variants = max(len(self.drafts), len(self.medusa) * len(self.trees), len(self.lookahead), 1)
+        per_point = 1 + len(self.methods) * variants * (len(set(self.k)) + len(set(self.adaptive)))
+        bound = len(self.suites) * len(self.temperatures) * len(self.concurrency) * per_point * self.repeats
+        if bound > MAX_CASES:
+            raise ConfigError("sweep", f"up to {bound} cases", f"is more than a sweep runs ({MAX_CASES} cases)",
+                              hint="sweep fewer values (k, methods, temperatures, suites, concurrency) or repeats")
 
     def cases(self) -> list[Case]:
         """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
@@ -220,6 +265,8 @@ class SweepSpec(BaseModel):
             return [{"lookahead": w} for w in self.lookahead] or [{}]
         if self.max_ngram is not None and info.proposer == "ngram":
             return [{"max_ngram": self.max_ngram}]
+        if info.proposer == SUFFIX and self.via == "engine":  # a served model's cache is the server's, as it stands
+            return [{"suffix_cache": state} for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
         return [{}]
 
     def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
@@ -259,6 +306,7 @@ class Case:
     adaptive: bool = False  # k is the cap of the engine's per-step choice
     num_requests: int | None = None  # requests (prompts reused round-robin); None = one per prompt
     prompt_tokens: int | None = None  # prompts cut to their last N tokens; None = whole
+    suffix_cache: str | None = None  # suffix decoding: cold | warm cache at the start (None: not suffix, or served)
 
     @property
     def case_id(self) -> str:
@@ -275,14 +323,14 @@ class Case:
         return out
 
     def label(self) -> str:
-        extra = self.draft or self.medusa or self.lookahead or ""
+        extra = self.draft or self.medusa or self.lookahead or self.suffix_cache or ""
         k = f"k<={self.k} adaptive" if self.adaptive else f"k={self.k}"
         label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} c={self.concurrency}"
         return label + (f" #{self.repeat}" if self.repeat else "")
 
 
 _LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
-                 "prompt_tokens": None}
+                 "prompt_tokens": None, "suffix_cache": None}
 
 
 def case_id(params: dict[str, object]) -> str:
@@ -305,8 +353,11 @@ def parse_int_list(text: str, field: str) -> list[int]:
     try:
         for part in _items(text, field, "0-8"):
             if "-" in part[1:]:
-                lo, hi = part.split("-", 1)
-                values.update(range(int(lo), int(hi) + 1))
+                lo, hi = (int(end) for end in part.split("-", 1))
+                if hi - lo >= MAX_RANGE:
+                    raise UsageError(f"--{field}={text!r}: the range {part} spans more than {MAX_RANGE} values",
+                                     hint=f"list fewer values, e.g. --{field} 0-8")
+                values.update(range(lo, hi + 1))
             else:
                 values.add(int(part))
     except ValueError:
@@ -333,11 +384,16 @@ def parse_str_list(text: str, field: str) -> list[str]:
 
 
 def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False) -> None:
+    """Every value finite and > 0 (>= 0 with allow_zero); integers at most INT32_MAX (counts the engine and
+    TensorRT-LLM hold as int32)."""
     if not values:
         raise ConfigError(field, values, "must not be empty", hint=f"give at least one value for {field}")
     for v in values:
-        if not math.isfinite(v):
+        if isinstance(v, float) and not math.isfinite(v):  # (an int is finite; float(10**400) would overflow)
             raise ConfigError(field, v, "must be a finite number", hint=f"fix {field} in the sweep config or flags")
         if v < 0 or (v == 0 and not allow_zero):
             raise ConfigError(field, v, "must be " + ("non-negative" if allow_zero else "positive"),
+                              hint=f"fix {field} in the sweep config or flags")
+        if isinstance(v, int) and v > INT32_MAX:
+            raise ConfigError(field, shown(v), f"must be at most {INT32_MAX}",
                               hint=f"fix {field} in the sweep config or flags")

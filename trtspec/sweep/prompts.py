@@ -1,7 +1,9 @@
 """Prompt suites for sweeps: the shipped held-out suites and user JSONL files. Pure Python (no torch).
 
-A suite is named either by a shipped name (`code`, `prose`, `grounded`: files in `trtspec/assets/prompts/`) or by a
-path to a JSONL file with one `{"prompt": "..."}` object per line (extra keys are kept as metadata). Suites joined
+A suite is named either by a shipped name (`code`, `prose`, `grounded`: held-out CPython files; `repetitive`: the
+multi-turn edits, tool-call logs, templated answers and retries that suffix decoding is for, written by
+scripts/make_repetitive_suite.py; files in `trtspec/assets/prompts/`) or by a path to a JSONL file with one
+`{"prompt": "..."}` object per line (extra keys are kept as metadata). Suites joined
 with `+` (`code+prose+grounded`) are one mixed suite, taken round-robin: code[0], prose[0], grounded[0], code[1], ...
 Malformed files raise ConfigError naming the file, the line and the fix, before any model is loaded.
 """

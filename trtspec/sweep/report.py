@@ -14,7 +14,7 @@ from typing import Any
 
 from trtspec.errors import ConfigError, UsageError
 from trtspec.sweep import costmodel
-from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend
+from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
 
 
 @dataclass
@@ -158,6 +158,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
         out += markdown_table(["case", "error", "hint"],
                               [(e.get("label", e["id"]), f"{e['error']['type']}: {e['error']['message']}",
                                 e["error"].get("hint") or "") for e in results.errors])
+    out += _winners_section(results)
     out += _recommendation_section(recs, price, results.timing)
     out += _projection_section(results, recs, gpus)
     if plots:
@@ -212,6 +213,48 @@ def _cost_model_section(results: Results) -> list[str]:
                               [(f"{r.variant} k={r.k} T={r.params['temperature']:g} {r.suite} "
                                 f"c={r.params['concurrency']}", _fmt(r.measured_speedup, ".2f", "x"),
                                 _fmt(r.predicted_speedup, ".2f", "x"), r.miss_reason) for r in misses])
+    return out
+
+
+def _winners_section(results: Results) -> list[str]:
+    """Measured: the fastest configuration per suite, temperature and concurrency; with suffix cases, where suffix
+    decoding wins and where it does not."""
+    rows = winners(results)
+    if not rows:
+        return []
+    has_suffix = any(w.suffix_cold or w.suffix_warm for w in rows)
+    out = ["## Where each method wins (measured)", ""]
+
+    def case(row: Any) -> str:
+        return "-" if row is None else f"{row.variant} k={row.k} ({_fmt(row.measured_speedup, '.2f', 'x')})"
+
+    header = ["suite", "T", "conc", "fastest", "fastest other than suffix" if has_suffix else "runner-up"]
+    table = []
+    for w in rows:
+        line: list[object] = [w.suite, f"{w.temperature:g}", w.concurrency, case(w.best)]
+        if has_suffix:
+            line += [case(w.best_other), case(w.suffix_cold), case(w.suffix_warm), w.verdict]
+        else:
+            line += [case(w.best_other)]
+        table.append(line)
+    if has_suffix:
+        header += ["suffix, cold cache", "suffix, warm cache", "verdict"]
+    out += markdown_table(header, table)
+    if has_suffix:
+        use = [f"{w.suite} T={w.temperature:g} c={w.concurrency}" for w in rows if w.verdict == "use suffix"]
+        other = [f"{w.suite} T={w.temperature:g} c={w.concurrency} ({w.verdict})" for w in rows
+                 if w.verdict and w.verdict != "use suffix"]
+        out += [f"**Suffix decoding is recommended for:** {', '.join(use) or 'none of the measured cases'}.",
+                "",
+                f"**Not recommended for:** {'; '.join(other) or 'none of the measured cases'}.",
+                "",
+                "Speedups are measured against plain decoding of the same suite, temperature and concurrency. "
+                "Cold: the suffix cache was emptied before the case and learned only from the case's own requests "
+                "as they finished; warm: the same requests had run once just before (retries, repeated templates). "
+                "The verdict follows the cold cache. Suffix drafts are copies of text seen before, so they pay where "
+                "the output repeats the prompt or earlier outputs (code, edits, templates, retries) and at "
+                "temperature 0; sampled (temperature 1) and free-form (prose) continuations rarely repeat, and the "
+                "rejected draft tokens then cost target compute for nothing.", ""]
     return out
 
 

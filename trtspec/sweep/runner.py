@@ -90,6 +90,10 @@ def make_backend(spec: SweepSpec) -> Backend:
         from trtspec.sweep.backend_engine import EngineBackend
 
         return EngineBackend()
+    if spec.via == "openai":
+        from trtspec.sweep.backend_openai import OpenAIBackend
+
+        return OpenAIBackend()
     from trtspec.sweep.backend_triton import TritonBackend
 
     return TritonBackend()
@@ -152,7 +156,8 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
         "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
         "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree,
-                 **{name: case.params()[name] for name in ("adaptive", "lookahead") if name in case.params()}},
+                 **{name: case.params()[name] for name in ("adaptive", "lookahead", "suffix_cache")
+                    if name in case.params()}},
         "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),
     }

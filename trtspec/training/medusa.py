@@ -86,6 +86,30 @@ def corpus_prompts(tokenizer: Any, files: list[Path], num: int, length: int, gen
     raise ValueError(f"too few corpus files with {length} tokens for {num} prompts")
 
 
+def distillation_prompts(target: Path, vocab_size: int, *, num_prompts: int, prompt_len: int, num_windows: int,
+                         window_len: int, num_eval: int, gen: torch.Generator
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """Training prompts [n, P], corpus windows [w, window_len] and held-out prompts [m, P] for self-distillation,
+    with a description of their source: stdlib corpus windows (train / held-out files) when the target has a
+    tokenizer, random token ids otherwise (no windows)."""
+    from transformers import AutoTokenizer
+
+    from trtspec.training.corpus import stdlib_corpus
+
+    windows = torch.zeros(0, window_len, dtype=torch.long)  # [w, window_len]
+    if not (target / "tokenizer.json").is_file():
+        return (random_prompts(vocab_size, num_prompts, prompt_len, gen), windows,
+                random_prompts(vocab_size, num_eval, prompt_len, gen),
+                "random token-id prompts (the target has no tokenizer)")
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    corpus = stdlib_corpus()
+    train = corpus_prompts(tokenizer, corpus.train_files, num_prompts, prompt_len, gen)
+    if num_windows:
+        windows = corpus_prompts(tokenizer, corpus.train_files, num_windows, window_len, gen)
+    held_out = corpus_prompts(tokenizer, corpus.heldout_files, num_eval, prompt_len, gen)
+    return train, windows, held_out, f"{corpus.source}: train files for prompts, held-out files (every 25th) for evaluation"
+
+
 def random_prompts(vocab_size: int, num: int, length: int, gen: torch.Generator) -> torch.Tensor:
     """Random token ids, for targets without a tokenizer (test models).  # [num, length]"""
     return torch.randint(0, vocab_size, (num, length), generator=gen)
@@ -276,30 +300,17 @@ def heads_from_modelopt(model: Any, shape: MedusaShape) -> MedusaHeads:
 def train_medusa(target: Path, out_dir: Path, recipe: MedusaRecipe, *, base_model_name: str | None = None,
                  trtllm_dir: Path | None = None, progress: Progress = _silent) -> dict[str, Any]:
     """Run the pipeline: HF Medusa heads in `out_dir` (+ TensorRT-LLM checkpoint in `trtllm_dir`). Returns the report."""
-    from transformers import AutoTokenizer, LlamaForCausalLM
-
-    from trtspec.training.corpus import stdlib_corpus
+    from transformers import LlamaForCausalLM
 
     t0 = time.time()
     timings: dict[str, float] = {}
     model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
     gen = torch.Generator().manual_seed(recipe.seed)
-    has_tokenizer = (target / "tokenizer.json").is_file()
-    windows = torch.zeros(0, recipe.prompt_len + recipe.gen_len, dtype=torch.long)  # [w, P + G]
-    if has_tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(target)
-        corpus = stdlib_corpus()
-        train_prompts = corpus_prompts(tokenizer, corpus.train_files, recipe.num_prompts, recipe.prompt_len, gen)
-        if recipe.num_corpus_windows:
-            windows = corpus_prompts(tokenizer, corpus.train_files, recipe.num_corpus_windows,
-                                     recipe.prompt_len + recipe.gen_len, gen)
-        eval_prompts = corpus_prompts(tokenizer, corpus.heldout_files, recipe.eval_prompts, recipe.prompt_len, gen)
-        data_source = f"{corpus.source}: train files for prompts, held-out files (every 25th) for evaluation"
-    else:
-        train_prompts = random_prompts(vocab, recipe.num_prompts, recipe.prompt_len, gen)
-        eval_prompts = random_prompts(vocab, recipe.eval_prompts, recipe.prompt_len, gen)
-        data_source = "random token-id prompts (the target has no tokenizer)"
+    train_prompts, windows, eval_prompts, data_source = distillation_prompts(
+        target, vocab, num_prompts=recipe.num_prompts, prompt_len=recipe.prompt_len,
+        num_windows=recipe.num_corpus_windows, window_len=recipe.prompt_len + recipe.gen_len,
+        num_eval=recipe.eval_prompts, gen=gen)
     progress("prompts", 1, 1, f"{train_prompts.shape[0]} train / {eval_prompts.shape[0]} held-out prompts")
 
     t = time.time()

@@ -8,7 +8,7 @@ Pipeline (deterministic for a given seed, interpreter and torch build):
                 target's own generations (greedy and sampled), which is what raises acceptance
   5. evaluate   validation loss of both; greedy per-token agreement alpha of the draft along the target's greedy
                 continuations of held-out prompts
-  6. save       fp16 safetensors + tokenizer + model card (README.md) per model
+  6. save       fp16 safetensors + tokenizer (with trtspec's chat template, trtspec/chat.py) + model card per model
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trtspec.chat import write_chat_template
 from trtspec.training.corpus import EOS, Corpus, stdlib_corpus
 
 
@@ -139,6 +140,14 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 30) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def optimizer_step(opt: Any, model: Any, loss: torch.Tensor, max_norm: float = 1.0) -> None:
+    """One AdamW step on `loss`, gradients clipped to `max_norm` (every training loop of trtspec.training)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+
+
 def train_target(model: Any, stream: torch.Tensor, recipe: TinyRecipe, progress: Progress) -> list[float]:
     gen = torch.Generator().manual_seed(recipe.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.target_lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -150,10 +159,7 @@ def train_target(model: Any, stream: torch.Tensor, recipe: TinyRecipe, progress:
         batch = random_batches(stream, recipe.batch_size, recipe.seq_len, gen)  # [B, T+1]
         logits = model(input_ids=batch[:, :-1]).logits  # [B, T, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, model, loss)
         losses.append(loss.item())
         progress("target", step + 1, recipe.target_steps, f"loss {loss.item():.3f}")
     model.eval()
@@ -203,10 +209,7 @@ def distill_draft(draft: Any, target: Any, stream: torch.Tensor, generations: to
             target_logp = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)  # [B, T, vocab]
         draft_logp = F.log_softmax(draft(input_ids=batch).logits, dim=-1)  # [B, T, vocab]
         loss = F.kl_div(draft_logp.flatten(0, 1), target_logp.flatten(0, 1), log_target=True, reduction="batchmean")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, draft, loss)
         losses.append(loss.item())
         progress("draft", step + 1, recipe.draft_steps, f"kl {loss.item():.3f}")
     draft.eval()
@@ -307,6 +310,7 @@ def train_pair(out_dir: Path, recipe: TinyRecipe, progress: Progress = _silent) 
         path.mkdir(parents=True, exist_ok=True)
         model.to(torch.float16).save_pretrained(path, safe_serialization=True)
         tokenizer.save_pretrained(path)
+        write_chat_template(path)  # OpenAI-style servers (NVIDIA Dynamo) require one
         model.to(torch.float32)
     (out_dir / "training-report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

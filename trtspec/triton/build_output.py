@@ -20,6 +20,7 @@ from typing import Any
 
 from trtspec.errors import UsageError
 from trtspec.methods import resolve
+from trtspec.suffix_config import SuffixConfig
 
 MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
 
@@ -59,6 +60,7 @@ class BuildOutput:
     models: dict[str, str] = field(default_factory=dict)  # torch bundle: role -> checkpoint directory
     choices: list[list[int]] | None = None
     lookahead: tuple[int, int, int] | None = None
+    suffix: SuffixConfig | None = None  # torch bundle of method suffix: its options
     max_batch_size: int = 8
     max_input_len: int = 1024
     max_seq_len: int = 2048
@@ -141,6 +143,7 @@ def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput
     return BuildOutput(
         root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
         max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,
+        suffix=bundle.suffix,
         **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len},
     )  # fmt: skip
 

@@ -14,7 +14,11 @@ responses into Chunks: they ask for the generated part alone (exclude_input_in_o
 the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target, or the torch flavour's engine
 models); a text prompt to an engine model goes through the repository's `preprocessing` and `postprocessing`
 models. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
-is abandoned by its reader is stopped with its request cancelled. Used by the CLI, the sweep and scripts.
+is abandoned by its reader is stopped with its request cancelled. A request the server refuses as bad input (Triton's
+INVALID_ARG: a served model's own check, or Triton's check of dtypes and shapes) raises RequestError (exit 2) with
+the server's message; any other failure raises ServerError (exit 1). Streams ask for Triton's `triton_grpc_error`
+mode so that an error ends the stream with its gRPC status (a stream response alone carries only the message).
+Used by the CLI, the sweep and scripts.
 TensorRT-LLM renamed two request inputs after 0.19.0 (`random_seed` -> `seed`, `min_length` -> `min_tokens`); an
 input is sent under whichever spelling the served model declares (read from its config), so one caller works
 against every release. tritonclient is imported when a client is created, not at module import.
@@ -30,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
+from trtspec.errors import ConfigError, RequestError, ServerError, ToolNotFoundError, UsageError
 from trtspec.spec.metrics import mean_acceptance_length  # data only, no torch
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds one request may take, sending to final response
@@ -56,6 +60,11 @@ _INPUT_NAMES = {
 # The request inputs TensorRT-LLM renamed after 0.19.0 (tensorrtllm_backend c2e65b8): old name -> new name.
 RENAMED_INPUTS = {"random_seed": "seed", "min_length": "min_tokens"}
 _OTHER_SPELLING = {**RENAMED_INPUTS, **{new: old for old, new in RENAMED_INPUTS.items()}}
+# Triton's INVALID_ARG as tritonclient reports it: a bad request, not a failure of the server
+BAD_REQUEST_STATUS = "StatusCode.INVALID_ARGUMENT"
+# gRPC stream headers: `triton_grpc_error` makes an error end the stream with its gRPC status (tritonserver 2.51 has
+# it; a server without it sends the error message alone, which reads as a ServerError)
+STRICT_STREAM = {"triton_grpc_error": "true"}
 _DTYPES: dict[str, type] = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "seed": np.uint64, "stream": np.bool_,
                             "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32,
@@ -218,7 +227,8 @@ class TritonClient:
             does not stream (its final response carries the full sequence and the counters). Read a streamed
             request with responses().
         Raises:
-            ServerError: the request failed, or took longer than timeout_s.
+            RequestError: the server refused the request as bad input (INVALID_ARG); the message is the server's.
+            ServerError: the request failed otherwise, or took longer than timeout_s.
         """
         merged: dict[str, np.ndarray] = {}
         for arrays in self.responses(model, inputs, outputs):
@@ -233,14 +243,20 @@ class TritonClient:
         stopped with the request cancelled when the request ends, fails, times out, or the caller stops reading.
         """
         declared = self.input_names(model)
-        tensors = [self._tensor(declared_name(name, declared), array) for name, array in inputs.items()]
+        tensors = [self._tensor(model, declared_name(name, declared), array) for name, array in inputs.items()]
+        sent = {tensor.name() for tensor in tensors}
+        missing = sorted(i["name"] for i in self.model_config(model).get("input", [])
+                         if not i.get("optional", False) and i["name"] not in sent)
+        if missing:
+            raise RequestError(f"{model}: required input(s) {', '.join(missing)} missing from the request",
+                               hint="send every input the model does not mark optional (see its config.pbtxt)")
         requested = None if outputs is None else [self._grpc.InferRequestedOutput(name) for name in outputs]
         if not self.is_decoupled(model):
             try:
                 result = self._client.infer(model, tensors, outputs=requested, client_timeout=self.timeout_s)
             except Exception as exc:  # InferenceServerException: the model's error, or the deadline
-                raise ServerError(f"{model}: {_message(exc)}", hint="see the server log; a request slower than "
-                                  f"timeout_s={self.timeout_s:g} s needs a larger timeout") from None
+                raise _request_failed(model, exc, hint="see the server log; a request slower than "
+                                      f"timeout_s={self.timeout_s:g} s needs a larger timeout") from None
             yield _arrays(result, outputs)
             return
         yield from self._stream(model, tensors, requested, outputs)
@@ -264,6 +280,37 @@ class TritonClient:
                                   hint=f"is the server up (`trtspec serve REPO`) and {model!r} loaded?") from None
             self._configs[model] = reply.get("config", {})
         return self._configs[model]
+
+    def load_model(self, model: str, config: Mapping[str, Any] | None = None) -> None:
+        """Load or reload `model` through Triton's model-control API (the server runs in explicit mode).
+
+        Args:
+            config: a whole model configuration (the JSON form of config.pbtxt) used instead of the repository's
+                config.pbtxt for this load (Triton's config override); None = the repository's own.
+        Triton loads the new instance while the old one keeps serving, and swaps them when it is ready; a failed
+        load leaves the running model as it was. Raises ServerError with Triton's reason.
+        """
+        import json
+
+        try:
+            self._client.load_model(model, config=None if config is None else json.dumps(config),
+                                    client_timeout=self.timeout_s)
+        except Exception as exc:  # InferenceServerException: explicit mode off, a bad config, a failed load
+            raise ServerError(f"loading {model!r} on {self.url} failed: {_message(exc)}",
+                              hint="the running model is unchanged; see the server log (the server must run in "
+                                   "explicit model-control mode, as `trtspec serve` starts it)") from None
+        finally:
+            self._configs.pop(model, None)  # read the new configuration on next use
+
+    def model_versions(self, model: str) -> dict[int, str]:
+        """Version -> state (READY, UNAVAILABLE, LOADING, ...) of `model` in the server's repository index."""
+        try:
+            index = self._client.get_model_repository_index(as_json=True, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"cannot read the repository index of {self.url}: {_message(exc)}",
+                              hint="is the server still up? see its log") from None
+        return {int(entry["version"]): entry.get("state", "") for entry in index.get("models", [])
+                if entry.get("name") == model and str(entry.get("version", "")).isdigit()}
 
     def model_parameters(self, model: str) -> dict[str, str]:
         """A served model's config.pbtxt `parameters`, as strings."""
@@ -319,12 +366,20 @@ class TritonClient:
             inputs[name] = np.array([[value]], dtype=_DTYPES[key])  # [1, 1]
         return inputs
 
-    def _tensor(self, name: str, array: np.ndarray) -> Any:
+    def _tensor(self, model: str, name: str, array: np.ndarray) -> Any:
+        """`array` as the request input `name` of `model`, or RequestError when the model declares no such input or
+        another dtype (checked here because Triton answers those on a gRPC stream without a status code)."""
         array = np.asarray(array)
         dtype = self._triton_dtype(array.dtype)
-        if dtype is None:
-            raise UsageError(f"input {name!r}: numpy dtype {array.dtype} has no Triton type",
-                             hint="send int32/int64/uint64/float32/bool arrays, or object arrays of bytes")
+        declared = {i["name"]: i for i in self.model_config(model).get("input", [])}
+        if name not in declared:
+            raise RequestError(f"{model}: {name!r} is not one of its inputs ({', '.join(sorted(declared))})",
+                               hint="leave it out, or ask a model that declares it")
+        want = str(declared[name].get("data_type", "")).removeprefix("TYPE_").replace("STRING", "BYTES")
+        if dtype != want:
+            raise RequestError(f"{model}: input {name!r} is numpy {array.dtype} ({dtype or 'no Triton type'}); the "
+                               f"model takes {want}", hint=f"send {name} as a {want} array (object arrays of bytes "
+                               "are BYTES)")
         tensor = self._grpc.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         return tensor
@@ -334,7 +389,7 @@ class TritonClient:
         """One request on a fresh gRPC stream: yields each response that has outputs, until the final flag."""
         results: queue.Queue[tuple[Any, Any]] = queue.Queue()
         client = self._grpc.InferenceServerClient(url=self.url)  # one stream per client object; requests may overlap
-        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.start_stream(callback=lambda result, error: results.put((result, error)), headers=STRICT_STREAM)
         deadline = time.monotonic() + self.timeout_s
         try:
             client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
@@ -346,7 +401,7 @@ class TritonClient:
                                       "cancelled)", hint="the server may be overloaded or the request long; raise "
                                       "timeout_s (`trtspec sweep --timeout SECONDS`)") from None
                 if error is not None:
-                    raise ServerError(f"{model}: {_message(error)}", hint="see the server log for details")
+                    raise _request_failed(model, error, hint="see the server log for details")
                 response = result.get_response()
                 if response.outputs:
                     yield _arrays(result, outputs)
@@ -396,6 +451,21 @@ def _chunk(arrays: Mapping[str, np.ndarray]) -> Chunk:
         raw = text_out.reshape(-1)[0]
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
     return Chunk(text=text, token_ids=token_ids, perf=perf_values(arrays))
+
+
+def _request_failed(model: str, exc: BaseException, *, hint: str) -> RequestError | ServerError:
+    """The error for a failed request: RequestError when the server refused it as bad input, else ServerError."""
+    message = _message(exc)
+    message = message if message.startswith(f"{model}: ") else f"{model}: {message}"
+    if _status(exc) == BAD_REQUEST_STATUS:
+        return RequestError(message, hint="the server refused the request as bad input: fix the value it names")
+    return ServerError(message, hint=hint)
+
+
+def _status(exc: BaseException) -> str | None:
+    """The gRPC status of a tritonclient error (e.g. "StatusCode.INVALID_ARGUMENT"), None when it has none."""
+    status = getattr(exc, "status", None)
+    return status() if callable(status) else None
 
 
 def _message(exc: BaseException) -> str:

@@ -3,7 +3,7 @@ tensors in, trtspec's reference engine, NVIDIA's tensorrt_llm tensors out.
 
 `model_repo/common/engine_shim.py` (each engine model's 1/model.py) hands `pb_utils` to `EngineModel`. This module
 keeps only what is Triton's: request parsing (`parse_request`, pure numpy: a bad request gets a Triton error naming the
-input and the limit, and the server keeps serving), response encoding (`_JobSink`, a `spec.serving.Sink`) and
+input and the limit, code INVALID_ARG (`triton_error`), and the server keeps serving), response encoding (`_JobSink`, a `spec.serving.Sink`) and
 metrics. The serving loop is `spec.serving.EngineLoop`. The model's `parameters` are an `EngineParams`.
 
 Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc, model_instance_state.cc):
@@ -36,6 +36,9 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   response answers it); a cancelled request ends with a final response holding what it generated so far, as
   TensorRT-LLM's executor answers a cancellation.
 
+With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (ops/prompt_log.py).
+A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
+
 Acceptance counters, target forwards and latency histograms are published as Prometheus metrics (the series of
 `trtspec.ops.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
 the engine is built.
@@ -50,11 +53,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trtspec.errors import RequestError, TrtspecError
+from trtspec.errors import OverloadedError, RequestError, TrtspecError, UsageError
+from trtspec.ops.prompt_log import PromptLog
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.spec_metrics import SpecMetrics
@@ -344,9 +349,24 @@ def _with_hint(exc: TrtspecError) -> str:
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
 
 
+def triton_error(pb: Any, error: BaseException) -> Any:
+    """The Triton error that answers a failed request, with its code: INVALID_ARG for bad input (a RequestError, a
+    parameter the engine refuses), UNAVAILABLE when the engine is full (OverloadedError), INTERNAL for the rest.
+    Clients see the code as gRPC INVALID_ARGUMENT / UNAVAILABLE / INTERNAL and HTTP 400 / 503 / 500; trtspec's
+    client raises RequestError (exit 2) for INVALID_ARGUMENT."""
+    code = ("INVALID_ARG" if isinstance(error, UsageError) else "UNAVAILABLE" if isinstance(error, OverloadedError)
+            else "INTERNAL")
+    message = _with_hint(error) if isinstance(error, TrtspecError) else str(error)
+    return pb.TritonError(message, getattr(pb.TritonError, code))
+
+
 class _Reply:
     """Where a Triton request's responses go: its decoupled response sender (the last job to finish sends the final
-    flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set."""
+    flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set.
+
+    An error is the request's final response, also when other jobs of it still run: their later responses raise
+    ReplyClosed (so the serving loop aborts them), because nothing may follow an error on a gRPC stream in Triton's
+    triton_grpc_error mode (the error closed it; tritonserver 2.51 crashes on a later send)."""
 
     def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | None = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
@@ -356,13 +376,16 @@ class _Reply:
         self.arrival_ns = time.monotonic_ns()
         self.response: Any = None  # not decoupled: the response to return
         self.done = threading.Event()
+        self._closed = False
         self._lock = threading.Lock()
 
-    def send(self, response: Any, *, last_of_job: bool) -> None:
+    def send(self, response: Any, *, last_of_job: bool, failed: bool = False) -> None:
         with self._lock:
+            if self._closed:
+                raise ReplyClosed("the request has already ended (an error answered it)")
             if last_of_job:
                 self.pending -= 1
-            final = self.pending == 0
+            final = self._closed = self.pending == 0 or failed
         if self.sender is None:
             self.response = response
         else:
@@ -372,9 +395,18 @@ class _Reply:
             if self.on_done is not None:
                 self.on_done()
 
-    def error(self, message: str, *, last_of_job: bool = True) -> None:
-        self.send(self.model.pb.InferenceResponse(output_tensors=[], error=self.model.pb.TritonError(message)),
-                  last_of_job=last_of_job)
+    def error(self, error: BaseException) -> None:
+        """Answer the request with `error` (triton_error: its code and message) as its final response."""
+        pb = self.model.pb
+        try:
+            self.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error)), last_of_job=True,
+                      failed=True)
+        except ReplyClosed:  # an earlier error already answered it
+            pass
+
+
+class ReplyClosed(RuntimeError):
+    """A response for a Triton request that an error has already ended."""
 
 
 @dataclass
@@ -428,7 +460,7 @@ class _JobSink:
 
     def fail(self, error: BaseException) -> None:
         self.reply.model.metrics.finished("abort")
-        self.reply.error(_with_hint(error) if isinstance(error, TrtspecError) else str(error))
+        self.reply.error(error)
 
     def _response(self, ids: list[int], log_probs: list[float], delta: Any) -> Any:
         """One response in tensorrtllm_backend's shapes: output_ids [1, 1, len], sequence_length [1, 1], ..."""
@@ -465,20 +497,16 @@ class EngineModel:
 
     def __init__(self, args: dict[str, Any], pb_utils: Any) -> None:
         from trtspec.models import read_config, resolve_model
-        from trtspec.spec.engine import SpecEngine
-        from trtspec.spec.scheduler import SchedulerConfig
         from trtspec.spec.serving import EngineLoop
 
         self.pb = pb_utils
         config = json.loads(args["model_config"])
-        self.params = EngineParams.from_model_config(config)
+        # A version directory may bring its own checkpoints (a rolled-out draft: trtspec-version.json).
+        self.params = EngineParams.from_model_config(config).for_version(
+            Path(args.get("model_repository", ".")) / str(args.get("model_version", "1")))
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         params = self.params
-        options = {"lookahead": params.lookahead} if params.lookahead is not None else None
-        self.engine = SpecEngine.from_pretrained(
-            target=params.target, draft=params.draft, medusa=params.medusa, max_k=max(params.max_k, 1),
-            device=params.device, dtype=params.dtype, proposer_options=options,
-            scheduler=SchedulerConfig(max_queue_len=params.max_queue).validate())
+        self.engine = params.build_engine()
         vocab = read_config(resolve_model(params.target, field="target")).get("vocab_size")
         self.vocab_size = int(vocab) if vocab else None
         self.features = engine_features()
@@ -486,6 +514,9 @@ class EngineModel:
                   "method": params.method}
         self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k)
         self.loop = EngineLoop(self.engine)
+        self.prompt_log = None if params.log_prompts is None else PromptLog(
+            Path(params.log_prompts), sample_rate=params.log_sample_rate, max_mb=params.log_max_mb,
+            model=labels["model"], version=labels["version"])
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
 
@@ -505,14 +536,14 @@ class EngineModel:
                                    decoupled=self.decoupled, features=self.features)
         except RequestError as exc:
             reply = _Reply(self, request)
-            reply.error(str(exc))
+            reply.error(exc)
             return reply
         request_id = request.request_id() if callable(getattr(request, "request_id", None)) else ""
         if parsed.stop:
             reply = _Reply(self, request)
             if not request_id:
-                reply.error("stop=true stops the request with the same request id, but this request has none; send "
-                            "the id of the request to stop")
+                reply.error(RequestError("stop=true stops the request with the same request id, but this request "
+                                         "has none; send the id of the request to stop"))
                 return reply
             with self._ids_lock:
                 handles = self._by_request_id.pop(request_id, [])
@@ -520,6 +551,8 @@ class EngineModel:
                 self.loop.cancel(handle)
             reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
             return reply
+        if self.prompt_log is not None:
+            self._log_prompts(parsed)
         forget = (lambda: self._forget(request_id)) if request_id else None
         reply = _Reply(self, request, parsed, _requested_outputs(request), on_done=forget)
         cancelled = self._cancel_check(request, reply)
@@ -529,12 +562,23 @@ class EngineModel:
             try:
                 handles.append(self.loop.submit_to(sink, job.prompt_ids, job.sampling, job.spec,
                                                    is_cancelled=cancelled))
-            except TrtspecError as exc:  # the loop is shut down
+            except TrtspecError as exc:  # the loop is shut down, or full: the error ends the request
                 sink.fail(exc)
+                for handle in handles:
+                    self.loop.cancel(handle)
+                break
         if request_id and not reply.done.is_set():
             with self._ids_lock:
                 self._by_request_id[request_id] = handles
         return reply
+
+    def _log_prompts(self, parsed: ParsedRequest) -> None:
+        """Offer each batch row's prompt to the prompt log (sampled there); a failing log never fails a request."""
+        assert self.prompt_log is not None
+        for job in parsed.jobs:
+            if job.sequence_index == 0:
+                self.prompt_log.offer(job.prompt_ids, prompt=self.engine.decode(job.prompt_ids),
+                                      max_tokens=job.sampling.max_new_tokens, temperature=job.sampling.temperature)
 
     def _forget(self, request_id: str) -> None:
         with self._ids_lock:
@@ -551,9 +595,18 @@ class EngineModel:
         return None if tensor is None else tensor.as_numpy()
 
     def close(self) -> None:
-        """Unload: running requests finish within drain_timeout_s, then the rest fail; metrics go last."""
+        """Unload: running requests finish within drain_timeout_s, then the rest fail. The metrics are kept."""
         self.loop.shutdown(drain=True, timeout=self.params.drain_timeout_s)
-        self.metrics.close()
+        if self.prompt_log is not None:
+            self.prompt_log.close()
+        # Not deleted: a reload of this version (`trtspec set-k`) loads the new instance before this one goes, and
+        # Triton hands both the same Prometheus series (same labels); deleting ours would free it under the new
+        # instance (tritonserver 2.51 crashes at its next increment). Kept, the counters run on without a reset;
+        # this stub process ends with the instance.
+        _RETIRED_METRICS.append(self.metrics)
+
+
+_RETIRED_METRICS: list[SpecMetrics] = []  # of unloaded instances: never deleted (see EngineModel.close)
 
 
 def _requested_outputs(request: Any) -> frozenset[str] | None:

@@ -23,6 +23,7 @@ from trtspec.methods import lookahead_max_draft_len, resolve
 from trtspec.ops import rules as observability
 from trtspec.ops import series
 from trtspec.ops.baseline import BASELINE_FILE, Baseline
+from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
 from trtspec.triton import contract
 from trtspec.triton.build_output import EngineInfo, read_build_output
@@ -71,6 +72,11 @@ class RepoSpec:
     engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
     device: str = EngineParams.device
     dtype: str = EngineParams.dtype
+    # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; ops/prompt_log.py)
+    log_prompts: Path | None = None
+    log_sample_rate: float = EngineParams.log_sample_rate
+    log_max_mb: float = EngineParams.log_max_mb
+    suffix: SuffixConfig | None = None  # method suffix: the served engine's options (None: the defaults)
     trtllm_version: str = DEFAULT_TARGET  # the TensorRT-LLM release whose Triton contract is rendered
     build_trtllm_version: str | None = None  # what the build planned for (None: the manifest does not say)
     # NVIDIA's decoupled_mode, for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming needs it; unary
@@ -122,13 +128,16 @@ class RepoSpec:
         }  # fmt: skip
         if backend == "torch":
             spec = cls(tokenizer_dir=Path(build.models["target"]), models=build.models, dtype=build.dtype,
-                       max_k=max(build.max_draft_len, 1), **common)
+                       max_k=max(build.max_draft_len, 1), suffix=build.suffix, **common)
         else:
             from trtspec.models import resolve_model
 
             tokenizer = overrides.get("tokenizer_dir") or resolve_model(build.target_model, field="target")
             spec = cls(tokenizer_dir=Path(tokenizer), engines=build.engines,
                        enable_kv_cache_reuse=build.enable_kv_cache_reuse, **common)
+        if isinstance(overrides.get("suffix"), dict):  # --suffix NAME=VALUE settings, over the build's options
+            given = {**(spec.suffix or SuffixConfig()).to_strings(), **overrides["suffix"]}
+            overrides["suffix"] = SuffixConfig.from_strings(given, field="--suffix ")
         spec = replace(spec, **{k: v for k, v in overrides.items() if v is not None})
         spec.check()
         return spec
@@ -140,6 +149,13 @@ class RepoSpec:
         if not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
+        if self.log_prompts is not None and self.backend != "torch":
+            raise ConfigError("log_prompts", str(self.log_prompts), "needs the torch flavour (the reference engine "
+                              "logs prompts; NVIDIA's C++ backend does not)", hint="deploy with --backend torch, or "
+                              "leave --log-prompts out")
+        if self.suffix is not None and self.method != "suffix":
+            raise ConfigError("suffix", "set", f"configures method suffix, but the build's method is {self.method}",
+                              hint="drop --suffix, or build with method: suffix")
         if self.backend == "torch":
             if info.proposer is None and self.method != "none":
                 raise UsageError(f"method {self.method!r} has no reference-engine proposer",
@@ -270,9 +286,13 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
     common = {"device": spec.device, "dtype": spec.dtype, "max_input_len": spec.max_input_len,
               "max_output_len": spec.max_output_len, "max_queue": spec.engine_max_queue, "max_k": spec.max_k}
     lookahead = tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None
+    # method suffix: every option written out (the defaults where the build set none), so config.pbtxt says them all
+    suffix = SuffixConfig.from_options(spec.suffix) if spec.method == "suffix" else None
     models = {"tensorrt_llm": EngineParams(
         target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
-        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead, **common)}  # type: ignore[arg-type]
+        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead, suffix=suffix,
+        log_prompts=str(spec.log_prompts) if spec.log_prompts is not None else None,
+        log_sample_rate=spec.log_sample_rate, log_max_mb=spec.log_max_mb, **common)}  # type: ignore[arg-type]
     if spec.has_draft_model:
         models["tensorrt_llm_draft"] = EngineParams(target=spec.models["draft"], method="none", default_k=0,
                                                     **common)  # type: ignore[arg-type]

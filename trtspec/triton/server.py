@@ -46,32 +46,53 @@ class Ports:
 
     def check_free(self, host: str = HOST) -> None:
         """Refuse ports another process listens on, naming the port and its owner (before anything starts)."""
-        for name, port in (("grpc", self.grpc), ("http", self.http), ("metrics", self.metrics)):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((host if host else "", port))
-                except OSError:
-                    owner = port_owner(port)
-                    who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
-                    raise UsageError(f"--{name}-port={port}: the port is in use by {who}",
-                                     hint=f"stop that process, or pick another port (--{name}-port)") from None
-        if len({self.grpc, self.http, self.metrics}) < 3:
-            raise UsageError(f"ports grpc={self.grpc} http={self.http} metrics={self.metrics} must differ",
-                             hint="give each endpoint its own port")
+        check_ports_free({"--grpc-port": self.grpc, "--http-port": self.http, "--metrics-port": self.metrics}, host)
 
     @classmethod
     def free(cls) -> Ports:
         """Three distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
-        socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(3)]
-        try:
-            for s in socks:
-                s.bind((HOST, 0))
-            grpc, http, metrics = (s.getsockname()[1] for s in socks)
-        finally:
-            for s in socks:
-                s.close()
+        grpc, http, metrics = free_ports(3)
         return cls(grpc=grpc, http=http, metrics=metrics)
+
+
+def check_ports_free(ports: dict[str, int], host: str = HOST) -> None:
+    """Refuse ports another process listens on, or one port given twice: UsageError naming the option (a key of
+    `ports`, e.g. `--http-port`), the port and its owner. Run before anything starts."""
+    for name, port in ports.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host if host else "", port))
+            except OSError:
+                owner = port_owner(port)
+                who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
+                option = name.split(" ", 1)[0]
+                raise UsageError(f"{name}={port}: the port is in use by {who}",
+                                 hint=f"stop that process, or pick another port ({option})") from None
+    if len(set(ports.values())) < len(ports):
+        raise UsageError(f"ports {' '.join(f'{k}={v}' for k, v in ports.items())} must differ",
+                         hint="give each endpoint its own port")
+
+
+def free_ports(count: int, *, below: int | None = None) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1 (held open together while choosing, then released); with `below`,
+    ports under it (the kernel's ephemeral range starts at 32768: some servers take only smaller ones)."""
+    import random
+
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < count:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((HOST, 0 if below is None else random.randrange(10000, below)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass(frozen=True)
@@ -195,7 +216,8 @@ def plan_launch(
     """The tritonserver command for `repo` (reads only the repository's trtspec-repo.json and locates the binary).
 
     Args:
-        load_models: explicit model control: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded).
+        load_models: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded); None = all (`--load-model=*`).
+            Either way the server runs in explicit model-control mode, so models can be reloaded while it serves.
         backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
         record: the repository's `trtspec-repo.json` content (read from `repo` when None).
     """
@@ -211,8 +233,9 @@ def plan_launch(
             f"--grpc-address={host}", f"--grpc-port={ports.grpc}",
             f"--metrics-address={host}", f"--metrics-port={ports.metrics}",
             "--allow-metrics=true", "--exit-timeout-secs=10", f"--log-verbose={log_verbose}"]
-    if load_models is not None:
-        argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
+    # Explicit model control always: every model of the repository (`*`) unless asked for some, and the
+    # model-control API (load with a config override, new versions) stays open: `trtspec set-k`, `rollout-draft`.
+    argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (["*"] if load_models is None else load_models))]
     env_prepend: dict[str, list[str]] = {}
     # The Python-backend stubs inherit this environment; without a UTF-8 locale their open()/read_text() default to
     # ASCII and fail on tokenizer files.

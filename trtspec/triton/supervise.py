@@ -3,7 +3,7 @@
 `python -m trtspec.triton.supervise --workdir DIR --stop-timeout S -- ARGV...` runs ARGV (tritonserver) as its
 child, in the process group the launcher gave it (its own session). It guarantees, whatever happens to the launcher:
 - the launcher dies, even by SIGKILL: Linux delivers SIGTERM here (`PR_SET_PDEATHSIG`), and the supervisor stops the
-  server as if asked to;
+  server as if asked to; the supervisor itself dies (SIGKILL): Linux delivers SIGTERM to the server the same way;
 - SIGTERM, SIGINT or SIGHUP: forwarded to tritonserver as SIGTERM (Triton drains in-flight requests); whatever of the
   process group is still running after the stop timeout (tritonserver, its backend stubs) is killed;
 - the work directory (prepared backends, the default log) is removed once the server is gone.
@@ -75,7 +75,8 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
     if os.getppid() != parent:
         stop_requested = True
     # 2. run the server; forward a stop request once, then escalate after the timeout
-    child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL)
+    # the server stops with its supervisor too, even when the supervisor is SIGKILLed
+    child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, preexec_fn=set_parent_death_signal)
     deadline = None
     while child.poll() is None:
         if stop_requested and deadline is None:

@@ -7,8 +7,9 @@ preprocessing): QUERY [batch, 1] -> INPUT_ID [batch, max_len] right-padded with 
 concatenated token ids of a batch row's words, row 1 the end offset of each word, padded with -1; no words:
 [batch, 2, 0]); EMBEDDING_BIAS_WORDS/WEIGHTS [batch, words] -> EMBEDDING_BIAS [batch, vocab] (each word's tokens get
 its weight; none: [batch, 0]); END_ID/PAD_ID default to the tokenizer's end and pad tokens (pad: end when it has
-none). Bad requests (an empty prompt, a non-positive output length, words and weights that do not pair up) get a
-Triton error response; an over-long prompt is refused by the engine model behind it, which knows its max_input_len.
+none). Bad requests (an empty prompt, text that is not UTF-8, a non-positive output length, words and weights that
+do not pair up) get a Triton error response with code INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400); an over-long
+prompt is refused by the engine model behind it, which knows its max_input_len. Other failures stay INTERNAL.
 
 Work per request is bounded before anything is tokenized: a QUERY row longer than `max_query_bytes` UTF-8 bytes is
 refused unread (a prompt of N bytes has at least N / (longest token in bytes) tokens, so past
@@ -83,8 +84,9 @@ class TritonPythonModel:
         for request in requests:
             try:
                 responses.append(self._tokenize(request))
-            except ValueError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}")))
+            except ValueError as exc:  # bad input (UnicodeDecodeError included): INVALID_ARG
+                error = pb_utils.TritonError(f"preprocessing: {exc}", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
         return responses
 
     def _tokenize(self, request):

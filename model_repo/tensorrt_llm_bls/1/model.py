@@ -20,8 +20,12 @@ file, and this model then publishes trtspec's speculation series (Triton custom 
 name): for its own draft-target loop every count but target forwards (drafts, draft tokens, accepted and rejected
 per position, emitted tokens; a verifying call may run more than one forward), for requests the engine speculates
 itself the totals of the engine's perf outputs (draft and accepted tokens, emitted tokens; drafts only where the
-engine reports them), plus request latency. The torch
-flavour's engine models publish the series themselves, so there the file is absent and this model publishes none.
+engine reports them), plus request latency. The torch flavour's engine models publish the series themselves, so
+there the file is absent and this model publishes none.
+
+Errors keep their Triton code: a bad request (its own checks, or a model it calls refusing it with INVALID_ARG) is
+answered INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400), a failure of a model it calls keeps that model's code, and a
+failed call itself is INTERNAL.
 
 Names follow this model's own config.pbtxt, which trtspec renders for one TensorRT-LLM release: `random_seed`/`seed`
 and `min_length`/`min_tokens` are spelled per release, alike in a release's BLS and tensorrt_llm. Self-contained:
@@ -93,6 +97,7 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
             started, reason = time.monotonic(), "abort"
+            error = None
             try:
                 answers = list(self._run(request)) if sender is None else self._run(request)
                 for answer in answers:
@@ -101,14 +106,19 @@ class TritonPythonModel:
                     else:
                         responses.append(answer)
                 reason = "length"
-            except (ValueError, pb_utils.TritonModelException) as exc:
+            except (ValueError, CallError, pb_utils.TritonModelException) as exc:
+                code = (exc.code if isinstance(exc, CallError) else pb_utils.TritonError.INVALID_ARG
+                        if isinstance(exc, ValueError) else pb_utils.TritonError.INTERNAL)
                 error = pb_utils.InferenceResponse(output_tensors=[],
-                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
-                if sender is not None:
-                    sender.send(error)
-                else:
+                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}", code))
+            # An error is the request's final response and nothing follows it: a gRPC stream in triton_grpc_error
+            # mode is closed by the error, and tritonserver 2.51 crashes on a later send to it.
+            if sender is None:
+                if error is not None:
                     responses.append(error)
-            if sender is not None:
+            elif error is not None:
+                sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if self.series is not None:
                 self.series.finished(reason)
@@ -283,6 +293,21 @@ def _keep_totals(totals, key, response):
             seen[name] = max(seen.get(name, 0), int(response[name].reshape(-1)[0]))
 
 
+class CallError(Exception):
+    """A model this one called answered with an error: its message and its Triton error code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+def _raise_error(model, response):
+    """Raise the error of `model`'s response as a CallError with the same code (bad input stays INVALID_ARG)."""
+    error = response.error()
+    message = error.message()
+    raise CallError(message if message.startswith(f"{model}: ") else f"{model}: {message}", error.code())
+
+
 def _words(word_list):
     """Token sequences of batch row 0 of a [batch, 2, len] word-list tensor (ids, end offsets padded with -1)."""
     if word_list.ndim != 3 or word_list.shape[2] == 0:
@@ -300,7 +325,7 @@ def _exec(model, inputs, names):
     """One request to a non-decoupled model of this repository; its outputs `names` as arrays."""
     response = pb_utils.InferenceRequest(model_name=model, requested_output_names=names, inputs=inputs).exec()
     if response.has_error():
-        raise ValueError(response.error().message())  # the model's message names it (`preprocessing: ...`)
+        _raise_error(model, response)
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in names}
 
 
@@ -310,6 +335,6 @@ def _exec_stream(model, inputs, names):
                                         inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()])
     for response in request.exec(decoupled=True):  # works for both policies; responses arrive as they are sent
         if response.has_error():
-            raise ValueError(f"{model}: {response.error().message()}")
+            _raise_error(model, response)
         found = {name: pb_utils.get_output_tensor_by_name(response, name) for name in names}
         yield {name: tensor.as_numpy() for name, tensor in found.items() if tensor is not None}

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.proposers.draft_model import DraftModelProposer
+from trtspec.spec.proposers.eagle import EagleProposer
 from trtspec.spec.proposers.lookahead import LookaheadProposer
 from trtspec.spec.proposers.medusa import MedusaProposer
 from trtspec.spec.proposers.ngram import NgramProposer
+from trtspec.spec.proposers.suffix import SuffixProposer
 
 PROPOSERS: dict[str, type[Proposer]] = {
     DraftModelProposer.name: DraftModelProposer,
+    EagleProposer.name: EagleProposer,
     LookaheadProposer.name: LookaheadProposer,
     MedusaProposer.name: MedusaProposer,
     NgramProposer.name: NgramProposer,
+    SuffixProposer.name: SuffixProposer,
 }
 
 

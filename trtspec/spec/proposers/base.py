@@ -16,8 +16,10 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from trtspec.spec.logits_process import LogitsControls
-    from trtspec.spec.model import LlamaModel
+    from trtspec.spec.model import LlamaConfig, LlamaModel
     from trtspec.spec.params import SamplingParams
 
 
@@ -93,6 +95,9 @@ class ProposerContext:
     medusa: Path | None = None
     options: dict[str, object] = field(default_factory=dict)  # proposer-specific knobs, e.g. {"max_ngram": 3}
     hidden_size: int | None = None  # target hidden size (Medusa heads must match it)
+    eagle: Path | None = None  # EAGLE-3 drafter directory
+    target_config: LlamaConfig | None = None  # the target's shape (an EAGLE drafter is checked against it)
+    target_embed: nn.Embedding | None = None  # the target's embeddings, shared with an EAGLE drafter (vLLM does too)
 
 
 class Proposer(Protocol):
@@ -119,6 +124,15 @@ class Proposer(Protocol):
     # Proposers whose drafts carry an AuxBranch also implement
     #     observe_auxiliary(request_id: int, argmax_ids: list[int]) -> None
     # which the engine calls once per forwarded branch, before `commit`.
+    # Proposers that read the target's intermediate layers (EAGLE-3) have `target_taps: tuple[int, ...]` (the layers
+    # whose input the target forward returns, LlamaModel.forward(taps=...)) and implement
+    #     observe_target(request_id: int, start: int, features: Tensor) -> None
+    # which the engine calls before `commit` with the taps of the positions committed this step, [n, taps * hidden]
+    # for positions start .. start + n - 1 (the uncached context tokens, then the accepted draft tokens).
+    # Proposers that learn from whole requests (suffix decoding's cross-request cache) also implement
+    #     observe_prompt(request_id: int, prompt_ids: list[int]) -> None   at admission, after add_request
+    #     observe_finish(request_id: int, token_ids: list[int]) -> None    the finished context, before free
+    # Proposers with host-only state that survives a recompute preemption implement preempt(request_id) -> None.
 
 
 class StatelessProposer:

@@ -5,7 +5,9 @@ matches its own next tokens) and adds one token; as the draft (role=draft) it ma
 Like tensorrt_llm, output_ids and sequence_length include the prompt unless exclude_input_in_output is set.
 Decoupled or not, as its config says. Parameters for client tests: delay_s (sleep before answering) and cancel_log
 (a file that gets a line per request found cancelled after the sleep; that request gets no output); input_log (a
-file that gets one JSON line per request: the names and values of the one-element inputs it received).
+file that gets one JSON line per request: the names and values of the one-element inputs it received); error (a
+message every request is answered with, as a Triton error of code error_code: a pb_utils.TritonError code name,
+INTERNAL by default).
 With return_perf_metrics set, the target reports its own acceptance counters for the draft it verified.
 """
 
@@ -28,6 +30,8 @@ class TritonPythonModel:
         self.delay_s = float(params.get("delay_s") or 0)
         self.cancel_log = params.get("cancel_log")
         self.input_log = params.get("input_log")
+        self.error = params.get("error")
+        self.error_code = getattr(pb_utils.TritonError, params.get("error_code") or "INTERNAL")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     def execute(self, requests):
@@ -46,6 +50,13 @@ class TritonPythonModel:
                             log.write("cancelled\n")
                     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     continue
+            if self.error:
+                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(self.error, self.error_code))
+                if self.decoupled:
+                    request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    responses.append(response)
+                continue
             if self.input_log:
                 scalars = {t.name(): t.as_numpy().reshape(-1)[0].item() for t in request.inputs()
                            if t.as_numpy().size == 1}

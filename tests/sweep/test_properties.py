@@ -1,0 +1,203 @@
+"""Property tests of `trtspec sweep` over sweep specs (YAML), spec files and command-line flags (hypothesis, seeded).
+
+For every generated input: no traceback (any exception but SystemExit fails the test), no hang (each run has a time
+limit), no wrong success, and every failure is one `Error:` line (plus at most one `Hint:` line) with exit code 2.
+Most examples stop at `--dry-run` (the spec is validated and its cases listed, nothing runs); a few small specs run
+for real on the in-process engine (tiny budgets, no calibration), where a spec the validation accepted must run
+every case (exit 0, an ok record per case), never fail them all at run time (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from tests.cli_checks import INT32_MAX, SETTINGS, SPECIAL_FLOATS, VALUES, assert_clean_failure, run_cli
+
+UINT64_MAX = 2**64 - 1
+BAD_INPUT = frozenset({2})
+# A spec that runs fast: 2 cases (the k = 0 baseline and ngram k = 2), one prompt, three tokens, no calibration.
+BASE = {"methods": ["ngram"], "k": [0, 2], "num_prompts": 1, "max_new_tokens": 3, "calibrate": False}
+FIELDS = ["model", "methods", "k", "drafts", "medusa", "trees", "temperatures", "suites", "concurrency",
+          "max_new_tokens", "num_prompts", "seed", "num_requests", "waves", "prompt_tokens", "adaptive", "lookahead",
+          "max_ngram", "calibrate", "repeats", "max_draft_len", "via", "backend", "url", "flavour", "model_name",
+          "draft_model_name", "timeout_s", "calibration_batch_sizes", "chat_template", "threads", "device", "dtype"]
+COUNTS = st.integers(-2, 4) | st.sampled_from([INT32_MAX, INT32_MAX + 1, 2**64, 10**400, 1.0, 2.5, math.inf])
+# Plausible values per field (valid or nearly so), beside the arbitrary VALUES every field also gets.
+PLAUSIBLE = {
+    "model": st.sampled_from(["tiny", "tiny-draft", "tiny-medusa", "nonexistent", "/etc", "/dev/null"]),
+    "methods": st.lists(st.sampled_from(["none", "ngram", "draft_target", "lookahead", "medusa", "eagle", "bogus"]),
+                        max_size=3),
+    "k": st.lists(st.integers(-2, 12) | st.sampled_from([INT32_MAX + 1, 2**64]), max_size=4),
+    "drafts": st.lists(st.sampled_from(["tiny-draft", "tiny", "nonexistent"]), max_size=2),
+    "temperatures": st.lists(st.floats(-1, 2) | SPECIAL_FLOATS, max_size=3),
+    "suites": st.lists(st.sampled_from(["code", "prose", "grounded", "missing.jsonl", "/dev/null", ""]), max_size=2),
+    "concurrency": st.lists(st.integers(-1, 3) | st.sampled_from([INT32_MAX + 1, 10**12]), max_size=2),
+    "seed": st.sampled_from([0, 1, -1, UINT64_MAX, UINT64_MAX + 1, 2**80]),
+    "lookahead": st.lists(st.sampled_from(["4,4,4", "2,3,2", "0,0,0", "4,4", "a,b,c", "-1,2,2", "99999,9,9"]),
+                          max_size=2),
+    "device": st.sampled_from(["cpu", "cuda", "meta", "bogus", "cuda:7"]),
+    "dtype": st.sampled_from(["float32", "float16", "bfloat16", "int8", "bogus"]),
+    "via": st.sampled_from(["engine", "triton", "onnx"]),
+    "url": st.sampled_from(["localhost:8001", "localhost:99999", "", "http://x"]),
+    **{field: COUNTS for field in ("max_new_tokens", "num_prompts", "repeats", "prompt_tokens", "max_ngram", "waves",
+                                   "num_requests", "threads", "max_draft_len")},
+    "calibration_batch_sizes": st.lists(COUNTS, max_size=3),
+}
+
+
+@st.composite
+def spec_documents(draw: st.DrawFn) -> dict:
+    """A sweep spec: BASE with a few fields (known or unknown) set to plausible or arbitrary values."""
+    doc = dict(BASE)
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.integers(0, 9)) == 0:
+            doc[draw(st.text(min_size=1, max_size=10))] = draw(VALUES)
+            continue
+        field = draw(st.sampled_from(FIELDS))
+        plausible = field in PLAUSIBLE and draw(st.integers(0, 3)) > 0  # 3 in 4: a value near the valid ones
+        doc[field] = draw(PLAUSIBLE[field] if plausible else VALUES)
+    return doc
+
+
+def _numbers_in_range(doc: dict) -> bool:
+    """The oracle of a spec the validation may accept: its numbers are in their documented ranges (checked where the
+    YAML holds them as numbers; other types are the validation's to refuse)."""
+    def ints(value: object) -> list[int]:
+        values = value if isinstance(value, list) else [value]
+        return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+    temps = doc.get("temperatures", [])
+    numbers = [t for t in (temps if isinstance(temps, list) else [temps])
+               if isinstance(t, (int, float)) and not isinstance(t, bool)]
+    if any(not (math.isfinite(t) and t >= 0) for t in numbers):
+        return False
+    if any(not 0 <= s <= UINT64_MAX for s in ints(doc.get("seed"))):
+        return False
+    counts = ("concurrency", "max_new_tokens", "num_prompts", "num_requests", "prompt_tokens", "max_ngram", "repeats",
+              "calibration_batch_sizes", "threads")
+    return all(1 <= v <= INT32_MAX for field in counts for v in ints(doc.get(field)))
+
+
+def _write(tmp_path_factory, data: bytes) -> tuple[Path, Path]:
+    work = tmp_path_factory.mktemp("sweep")
+    (work / "spec.yaml").write_bytes(data)
+    return work / "spec.yaml", work / "results.jsonl"
+
+
+def _dump(doc: dict) -> bytes:
+    return yaml.safe_dump(doc, allow_unicode=True).encode("utf-8")
+
+
+def _dry_run(argv: list[str]) -> tuple[int, str, str]:
+    code, out, err = run_cli([*argv, "--dry-run"], limit=30)
+    event(f"exit {code}")
+    if code == 0:
+        assert out.rstrip().splitlines()[-1].split()[0].isdigit(), out[-300:]  # "N cases, M already in OUT"
+    else:
+        assert_clean_failure(code, err, BAD_INPUT)
+    return code, out, err
+
+
+@settings(SETTINGS, max_examples=200)
+@given(doc=spec_documents())
+def test_any_sweep_spec_lists_its_cases_or_is_a_one_line_error(doc, tmp_path_factory):
+    spec, results = _write(tmp_path_factory, _dump(doc))
+    code, _, _ = _dry_run(["sweep", str(spec), "--out", str(results)])
+    if code == 0:
+        assert _numbers_in_range(doc), doc  # no wrong success
+    assert not results.exists()  # a dry run writes nothing
+
+
+@settings(SETTINGS, max_examples=60)
+@given(data=st.one_of(
+    st.binary(max_size=300),
+    st.builds(lambda doc, enc: _dump(doc).decode().encode(enc, errors="replace"), spec_documents(),
+              st.sampled_from(["utf-16", "utf-32", "latin-1", "utf-8-sig"])),
+    st.builds(lambda depth, open_, close: b"k: " + open_ * depth + close * depth,
+              st.integers(1, 30000), st.sampled_from([b"[", b"{a: "]), st.sampled_from([b"]", b"}"])),
+    st.builds(lambda n: b"a: &a [x, x, x, x, x, x, x, x, x, x]\n" + b"".join(
+        b"%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n" % ((98 + i, 98 + i) + (97 + i,) * 10)
+        for i in range(n)), st.integers(1, 8)),  # a "billion laughs": aliases expanding 10^(n+1) times
+))  # fmt: skip
+def test_any_file_as_a_sweep_spec_lists_its_cases_or_is_a_one_line_error(data, tmp_path_factory):
+    spec, results = _write(tmp_path_factory, data)
+    _dry_run(["sweep", str(spec), "--out", str(results)])
+
+
+LIST_FLAGS = {"--method": ["ngram", "draft_target,ngram", "", ",", "bogus", "ngram,,none"],
+              "--k": ["0-8", "1,2", "0-99999999999", "-5-3", "3-1", "1,,2", "x", "2147483648", "0-2147483647"],
+              "--temperature": ["0", "0,1", "nan", "-1", "1e400", "0,", "inf"],
+              "--suite": ["code", "code,prose", "missing.jsonl", "/dev/null", "code,"],
+              "--concurrency": ["1", "1,2", "0", "-1", "99999999999", "1-100000000"],
+              "--calibration-batch-sizes": ["1", "1,4,16", "0", "1-9999999999"],
+              "--draft": ["tiny-draft", "nonexistent", ""]}
+NUMBER_FLAGS = ["--max-new-tokens", "--num-prompts", "--seed", "--repeats", "--max-draft-len", "--timeout",
+                "--threads"]
+
+
+@st.composite
+def sweep_argv(draw: st.DrawFn) -> list[str]:
+    argv = ["--num-prompts", "1", "--max-new-tokens", "3"]
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            flag = draw(st.sampled_from(sorted(LIST_FLAGS)))
+            argv += [flag, draw(st.sampled_from(LIST_FLAGS[flag]) | st.text(max_size=12))]
+        else:
+            flag = draw(st.sampled_from(NUMBER_FLAGS))
+            argv += [flag, str(draw(st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, 1025, INT32_MAX + 1])
+                                    | st.floats(allow_nan=True, allow_infinity=True)))]
+    return argv
+
+
+@settings(SETTINGS, max_examples=120)
+@given(flags=sweep_argv())
+def test_any_sweep_command_line_lists_its_cases_or_is_a_one_line_error(flags, tmp_path_factory):
+    results = tmp_path_factory.mktemp("sweep") / "results.jsonl"
+    _dry_run(["sweep", "--out", str(results), *flags])
+    assert not results.exists()
+
+
+@st.composite
+def runnable_specs(draw: st.DrawFn) -> dict:
+    """Small specs (at most 3 cases of 3 tokens) with hostile values where they cost nothing to run."""
+    method = draw(st.sampled_from(["ngram", "draft_target", "lookahead", "medusa"]))
+    doc = {**BASE, "methods": [method], "k": draw(st.lists(st.integers(-1, 9), min_size=1, max_size=2)),
+           "temperatures": [draw(st.sampled_from([0.0, 0.0, 0.8, -0.5, math.nan]))],
+           "seed": draw(st.sampled_from([0, 7, UINT64_MAX, UINT64_MAX + 1, -1]))}
+    extra = draw(st.sampled_from(["none", "prompt_tokens", "max_ngram", "adaptive", "lookahead", "drafts", "device"]))
+    if extra == "prompt_tokens":
+        doc["prompt_tokens"] = draw(st.sampled_from([1, 3, 0, INT32_MAX]))
+    elif extra == "max_ngram":
+        doc["max_ngram"] = draw(st.sampled_from([1, 2, 0, 10**9]))
+    elif extra == "adaptive":
+        doc["adaptive"] = [draw(st.sampled_from([1, 2, 0, 99]))]
+    elif extra == "lookahead":
+        doc["lookahead"] = [draw(st.sampled_from(["2,2,2", "1,1,1", "0,2,2", "64,64,64"]))]
+    elif extra == "drafts":
+        doc["drafts"] = [draw(st.sampled_from(["tiny-draft", "tiny", "nonexistent"]))]
+    elif extra == "device":
+        doc["device"] = draw(st.sampled_from(["cpu", "cuda", "meta", "bogus"]))
+    return doc
+
+
+@settings(SETTINGS, max_examples=8)
+@given(doc=runnable_specs())
+def test_a_small_sweep_spec_runs_every_case_or_is_refused_before_running(doc, tmp_path_factory):
+    spec, results = _write(tmp_path_factory, _dump(doc))
+    code, out, err = run_cli(["sweep", str(spec), "--out", str(results), "--no-progress"], limit=300)
+    event(f"exit {code}")
+    if code == 0:
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        cases = [r for r in records if r["kind"] == "case"]
+        assert cases and all(r["status"] == "ok" for r in cases), (doc, records)
+        assert f"{len(cases)} cases run" in out, out
+    else:
+        assert code == 2, (doc, code, out, err)  # exit 1 would be a spec accepted, then failing at run time
+        assert_clean_failure(code, err, BAD_INPUT)
+        assert not results.exists()  # refused before the first case

@@ -1,0 +1,128 @@
+"""Live control of a running deployment: change a served engine model's default k without failing a request.
+
+`set_default_k(url, model, k)` reads the model's live configuration, checks k against its EngineParams, and reloads
+the model through Triton's model-control API with that configuration carrying the new `default_k` (a config
+override). Triton builds the new instance while the old one keeps serving and swaps them when the new one is ready;
+the old one drains its running requests (EngineParams.drain_timeout_s) before it is unloaded, so requests in flight
+finish and later ones get the new k. With `repo`, the same change is written into the repository's config.pbtxt
+(staged and checked before the reload, renamed into place after it), so a restart keeps it. A refused k, a
+repository that is not the served one, or a failed reload changes nothing. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import ConfigError, ServerError, UsageError
+from trtspec.triton.engine_params import EngineParams
+
+
+@dataclass(frozen=True)
+class KChange:
+    """What `set_default_k` did."""
+
+    model: str
+    old_k: int
+    new_k: int
+    persisted: Path | None  # the config.pbtxt that now holds the new k (None: not persisted; `note` says why)
+    note: str = ""
+
+
+def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry_run: bool = False,
+                  timeout_s: float = 120.0) -> KChange:
+    """Reload `model` on the server at `url` (gRPC host:port) with default k = `k`; persist it under `repo`.
+
+    Raises:
+        UsageError: `model` is not a torch-flavour engine model, or `repo` is not the repository being served.
+        ConfigError: k outside [0, max_k] of the model, or a model that does not speculate (method none).
+        ServerError: no server, or the reload failed (the running model is unchanged).
+    """
+    from trtspec.triton.client import TritonClient
+
+    with TritonClient(url, model=model, timeout_s=timeout_s) as client:
+        config = copy.deepcopy(client.model_config(model))
+        live = engine_params(config, model)
+        check_k(live, k, model)
+        staged = None
+        note = "not persisted: pass --repo REPO (the served repository) to keep it across restarts"
+        if repo is not None:
+            path = Path(repo) / model / "config.pbtxt"
+            staged = config_with_parameter(path, "default_k", str(k), expect=live)
+            note = ""
+        if dry_run:
+            return KChange(model, live.default_k, k, None, "dry run: nothing changed")
+        config.setdefault("parameters", {})["default_k"] = {"string_value": str(k)}
+        client.load_model(model, config)
+        now = client.model_parameters(model).get("default_k")
+        if now != str(k):
+            raise ServerError(f"{model} reloaded but reports default_k={now!r}, not {k}",
+                              hint="see the server log; the repository was not changed")
+    if staged is not None:
+        from trtspec.sweep.report import atomic_write
+
+        atomic_write(staged[0], staged[1])
+    return KChange(model, live.default_k, k, staged[0] if staged else None, note)
+
+
+def engine_params(config: dict[str, Any], model: str) -> EngineParams:
+    """The EngineParams of a served model's configuration; UsageError when it is not a trtspec engine model."""
+    if "target" not in config.get("parameters", {}):
+        raise UsageError(f"model {model!r} is not an engine model of the torch flavour (its parameters have no "
+                         "target)", hint="name the engine model, e.g. --model tensorrt_llm; on the tensorrtllm "
+                                         "flavour send num_draft_tokens per request")
+    return EngineParams.from_model_config(config)
+
+
+def check_k(params: EngineParams, k: int, model: str) -> None:
+    if params.method == "none":
+        raise UsageError(f"model {model!r} runs method none (no speculation): it has no k to set",
+                         hint="set k on the model that speculates, e.g. --model tensorrt_llm")
+    if not 0 <= k <= params.max_k:
+        raise ConfigError("k", k, f"must be in [0, max_k={params.max_k}] of model {model!r}",
+                          hint=f"pick a k from 0 to {params.max_k} (0 turns speculation off); a larger max_k needs "
+                               "a redeploy (`trtspec deploy --max-k`)")
+
+
+_PARAMETER = r'(parameters:\s*\{\s*key:\s*"{key}"\s*value:\s*\{\s*string_value:\s*)"((?:[^"\\]|\\.)*)"'
+
+
+def config_with_parameter(path: Path, key: str, value: str, *, expect: EngineParams) -> tuple[Path, str]:
+    """(path, new text): `path`'s config.pbtxt with parameter `key` set to `value`, checked, not written.
+
+    `expect` is the served model's EngineParams: the file must describe the same model (same target, draft and
+    method), so a change is never written into another repository. The new text must parse as Triton's ModelConfig.
+    """
+    from trtspec.triton.render import pbtxt_string, validate_model_config
+
+    if not path.is_file():
+        raise UsageError(f"--repo: {path} does not exist", hint="pass the repository directory the server runs")
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(_PARAMETER.replace("{key}", re.escape(key)))
+    on_disk = config_params(path)
+    served = (expect.target, expect.draft, expect.method)
+    if (on_disk.target, on_disk.draft, on_disk.method) != served:
+        raise UsageError(f"--repo: {path} describes target={on_disk.target!r} draft={on_disk.draft!r} method="
+                         f"{on_disk.method}, not the served model's {served}",
+                         hint="pass the repository the server at --url runs, or leave --repo out")
+    if len(pattern.findall(text)) != 1:
+        raise UsageError(f"--repo: {path} does not hold parameter {key} exactly once in trtspec's rendered form",
+                         hint="re-render the repository with `trtspec deploy --force`, or leave --repo out")
+    new = pattern.sub(lambda m: m.group(1) + pbtxt_string(value), text)
+    parsed = validate_model_config(new, source=str(path))
+    if parsed.parameters[key].string_value != value:  # the edit did what it says (a proof, not a hope)
+        raise UsageError(f"--repo: could not set {key} in {path}", hint="re-render it with `trtspec deploy --force`")
+    return path, new
+
+
+def config_params(path: Path) -> EngineParams:
+    """The EngineParams of a repository's `MODEL/config.pbtxt` (parsed as Triton's ModelConfig first)."""
+    from google.protobuf.json_format import MessageToDict
+
+    from trtspec.triton.render import validate_model_config
+
+    config = validate_model_config(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return EngineParams.from_model_config(MessageToDict(config, preserving_proto_field_name=True))

@@ -1,0 +1,283 @@
+"""EAGLE proposer: an EAGLE-3 drafter drafts autoregressively on features, as a static or a dynamic token tree.
+
+Data flow per request (positions are the target's):
+  - after each target forward the engine hands over the target's tapped hidden states (low, middle, high layers) of
+    every position it committed (`observe_target`); the drafter feeds them with the token that followed, feature at p
+    with token p + 1, into its own KV cache (position p). Those entries are final: the target verified them.
+  - `propose` feeds the features not yet fed (the last one is at P = len(context) - 2, the position before the last
+    committed token), whose logits give the first draft tokens, then drafts deeper on its own output features:
+    a node at depth d is fed at position P + d with its parent's pre-norm output and its own token, attending to the
+    cached context and to its ancestors only (an explicit mask over the draft cache keeps sibling branches apart).
+  - after drafting the drafter's cache is rolled back to the verified context (the draft nodes' entries are dropped);
+    a commit that contradicts cached entries (never in normal operation) rolls back to the common prefix.
+
+Trees:
+  - static (EAGLE-1): `eagle_choices`, Medusa-style paths; node [a, .., r] is the rank-r token of its parent's
+    distribution. The first k nodes (parents-first order) are drafted.
+  - dynamic (EAGLE-2): each expansion takes the `eagle_topk` children of every frontier node, scored by cumulative
+    log-probability; the top `eagle_topk` of them form the next frontier, up to `eagle_depth` levels; the k best
+    nodes overall are drafted (a child never outscores its parent, so they form a tree).
+Drafts are one-hot (top-k children are not samples), so the tree verifier's recursive rejection is exact at any
+temperature. The first step of a request has no features yet: it drafts nothing and the engine decodes one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from trtspec import choices as choices_mod
+from trtspec.errors import ConfigError
+from trtspec.spec.eagle_model import EagleDrafter, load_drafter
+from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+
+DEFAULT_TOPK = 4  # EAGLE-2 / vLLM / SGLang default branching
+DEFAULT_DEPTH = 6  # levels of a dynamic tree (SGLang's --speculative-num-steps is of this order)
+MAX_DEPTH = choices_mod.MAX_DEPTH
+
+
+@dataclass
+class _EagleState:
+    slot: int
+    fed: int = 0  # drafter cache holds positions [0, fed): feature p with token p + 1
+    pending: Tensor | None = None  # [m, taps * hidden] target features of positions [fed, fed + m), not fed yet
+
+
+@dataclass
+class _Tree:
+    """One row's draft tree while it grows; node i: token, parent (-1 = root), cumulative log-prob, depth."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    paths: list[tuple[int, ...]] = field(default_factory=list)  # rank path (static trees)
+    cache_index: dict[int, int] = field(default_factory=dict)  # node -> its entry in the drafter cache (when fed)
+    output: dict[int, Tensor] = field(default_factory=dict)  # node (-1 = root) -> pre-norm output [hidden]
+
+    def add(self, token: int, parent: int, score: float, rank: int) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.scores.append(score)
+        self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+        self.paths.append((self.paths[parent] if parent >= 0 else ()) + (rank,))
+        return len(self.tokens) - 1
+
+    def ancestors(self, node: int) -> list[int]:
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out
+
+
+class EagleProposer:
+    """EAGLE-3 drafter + static choices or a dynamic tree (see module docstring).
+
+    Example:
+        context [5, 9, 2], target features of positions 0-1 observed, k=3, topk 1 (a chain): the drafter feeds
+        (f0, 9), (f1, 2); its logits at position 1 give d1 = 7; it feeds (g1, 7) at position 2 -> d2 = 4, then
+        (g2, 4) -> d3 = 8. Draft(token_ids=[7, 4, 8], parents=(-1, 0, 1)); the drafter cache keeps positions 0-1.
+    """
+
+    name: ClassVar[str] = "eagle"
+    needs_hidden_states: ClassVar[bool] = False  # it reads the taps through observe_target
+
+    def __init__(self, drafter: EagleDrafter, taps: tuple[int, ...], *, max_num_seqs: int = 256,
+                 tree_choices: choices_mod.Choices | None = None, topk: int = DEFAULT_TOPK,
+                 depth: int = DEFAULT_DEPTH, max_seq_len: int = 2048) -> None:
+        self.drafter = drafter
+        self.target_taps = taps  # the engine asks the target's forward for the input of these layers
+        self.choices = tree_choices
+        self.topk, self.depth = topk, depth
+        self.cache = drafter.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs,
+                                       max_seq_len=max_seq_len)
+        self.states: dict[int, _EagleState] = {}
+
+    @classmethod
+    def create(cls, ctx: ProposerContext) -> EagleProposer:
+        """Drafter from ctx.eagle, checked against the target; options eagle_choices | eagle_topk, eagle_depth."""
+        if ctx.eagle is None or ctx.target_config is None or ctx.target_embed is None:
+            raise ConfigError("eagle", None, "method eagle3 needs an EAGLE-3 drafter",
+                              hint="pass eagle='tiny-eagle' (or a directory from `trtspec train eagle`)")
+        weight = ctx.target_embed.weight
+        drafter, taps = load_drafter(ctx.eagle, ctx.target_config, ctx.target_embed, dtype=weight.dtype,
+                                     device=weight.device)
+        spec = ctx.options.get("eagle_choices")
+        tree_choices = None
+        if spec is not None:
+            tree_choices = choices_mod.validate(choices_mod.parse(spec, field="eagle_choices"), max_depth=MAX_DEPTH,
+                                                max_rank=ctx.vocab_size, field="eagle_choices")
+        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(64, ctx.vocab_size))
+        depth = _option(ctx, "eagle_depth", DEFAULT_DEPTH, 1, MAX_DEPTH)
+        return cls(drafter, taps, max_num_seqs=ctx.max_num_seqs, tree_choices=tree_choices, topk=topk, depth=depth,
+                   max_seq_len=ctx.target_config.max_position_embeddings + MAX_DEPTH * 64)
+
+    # -- per-request state ---------------------------------------------------------------------------------------
+    def add_request(self, request_id: int) -> None:
+        self.states[request_id] = _EagleState(slot=self.cache.alloc())
+
+    def free(self, request_id: int) -> None:
+        state = self.states.pop(request_id, None)
+        if state is not None:
+            self.cache.free(state.slot)
+
+    def observe_target(self, request_id: int, start: int, features: Tensor) -> None:
+        """The target's taps at positions [start, start + n) just committed: features [n, taps * hidden]."""
+        state = self.states[request_id]
+        keep = start - state.fed  # pending features before `start` stay
+        if keep < 0:  # the target recomputed positions the drafter has fed: drop them and what follows
+            self.cache.rollback(state.slot, start)
+            state.fed, state.pending, keep = start, None, 0
+        pending = state.pending[:keep] if state.pending is not None else features[:0]
+        if pending.shape[0] != keep:
+            raise ValueError(f"eagle request {request_id}: features from position {start}, the drafter expects "
+                             f"{state.fed + pending.shape[0]}")
+        state.pending = torch.cat([pending, features.to(pending.dtype)])
+
+    def commit(self, request_id: int, token_ids: list[int]) -> None:
+        """Fed entries pair feature p with token p + 1: keep the ones whose token is still in the context."""
+        state = self.states[request_id]
+        if state.fed > len(token_ids) - 1:
+            self.cache.rollback(state.slot, len(token_ids) - 1)
+            state.fed, state.pending = len(token_ids) - 1, None
+
+    # -- drafting ----------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def propose(self, batch: list[ProposeInput]) -> list[Draft]:
+        drafts = [Draft.empty() for _ in batch]
+        states = [self.states[item.request_id] for item in batch]
+        feed = [i for i, s in enumerate(states) if s.pending is not None and s.pending.shape[0] > 0]
+        if not feed:
+            return drafts
+        logits, outputs = self._feed([batch[i] for i in feed], [states[i] for i in feed])  # [F, V], [F, hidden]
+        ready = [(j, i) for j, i in enumerate(feed) if states[i].fed == len(batch[i].token_ids) - 1]
+        if not ready:
+            return drafts
+        trees = [self._root(logits[j], outputs[j], batch[i].k) for j, i in ready]
+        rows = [i for _, i in ready]
+        for _ in range(1, self._max_depth(max(batch[i].k for i in rows))):
+            frontiers = [self._frontier(tree, batch[i].k) for tree, i in zip(trees, rows, strict=True)]
+            if not any(frontiers):
+                break
+            self._expand(trees, frontiers, [states[i] for i in rows], [batch[i].k for i in rows])
+        for tree, i in zip(trees, rows, strict=True):
+            self.cache.rollback(states[i].slot, states[i].fed)  # drop the draft nodes' entries
+            drafts[i] = self._select(tree, batch[i].k)
+        return drafts
+
+    def _feed(self, items: list[ProposeInput], states: list[_EagleState]) -> tuple[Tensor, Tensor]:
+        """Feed each row's pending features with their next tokens; logits [rows, V] and pre-norm outputs
+        [rows, hidden] at each row's last fed position."""
+        counts = [s.pending.shape[0] for s in states]  # type: ignore[union-attr]
+        width = max(counts)
+        device = self.drafter.lm_head.weight.device
+        input_ids = torch.zeros(len(items), width, dtype=torch.long)  # [rows, width]
+        hidden = self.drafter.lm_head.weight.new_zeros(len(items), width, self.drafter.fc.out_features)
+        for r, (item, state, n) in enumerate(zip(items, states, counts, strict=True)):
+            input_ids[r, :n] = torch.tensor(item.token_ids[state.fed + 1 : state.fed + 1 + n])
+            hidden[r, :n] = self.drafter.combine(state.pending.to(device))  # type: ignore[union-attr]
+        num_tokens = torch.tensor(counts, device=device)
+        slots = torch.tensor([s.slot for s in states], device=device)
+        logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=num_tokens)
+        for state, n in zip(states, counts, strict=True):
+            state.fed += n
+            state.pending = None
+        last = num_tokens - 1
+        rows = torch.arange(len(items), device=device)
+        return logits[rows, last], prenorm[rows, last]
+
+    def _max_depth(self, k: int) -> int:
+        if self.choices is not None:
+            return max(len(p) for p in self.choices[:k])
+        return min(self.depth, k)
+
+    def _root(self, logits: Tensor, output: Tensor, k: int) -> _Tree:
+        """The root's children: top-k of the first draft distribution (static: the ranks the choices use)."""
+        tree = _Tree()
+        tree.output[-1] = output
+        self._children(tree, -1, torch.log_softmax(logits, dim=-1), k)
+        return tree
+
+    def _children(self, tree: _Tree, node: int, logp: Tensor, k: int) -> None:
+        """Add `node`'s children from its next-token log-probs [V]."""
+        base = tree.scores[node] if node >= 0 else 0.0
+        if self.choices is not None:
+            prefix = tree.paths[node] if node >= 0 else ()
+            ranks = [p[-1] for p in self.choices[:k] if len(p) == len(prefix) + 1 and tuple(p[:-1]) == prefix]
+            if not ranks:
+                return
+            top = logp.topk(max(ranks) + 1)
+            for r in ranks:
+                tree.add(int(top.indices[r]), node, base + float(top.values[r]), r)
+            return
+        top = logp.topk(min(self.topk, k))
+        for r, (v, t) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True)):
+            tree.add(t, node, base + v, r)
+
+    def _frontier(self, tree: _Tree, k: int) -> list[int]:
+        """Nodes to expand next: the deepest level's nodes that have children in the tree (static) or its top-k
+        by cumulative score (dynamic)."""
+        deepest = max(tree.depths)
+        level = [n for n, d in enumerate(tree.depths) if d == deepest]
+        if self.choices is not None:
+            parents = {tuple(p[:-1]) for p in self.choices[:k] if len(p) == deepest + 1}
+            return [n for n in level if tree.paths[n] in parents]
+        return sorted(level, key=lambda n: (-tree.scores[n], n))[: min(self.topk, k)]
+
+    def _expand(self, trees: list[_Tree], frontiers: list[list[int]], states: list[_EagleState],
+                ks: list[int]) -> None:
+        """One drafter forward over every row's frontier nodes (tree-masked), then their children."""
+        device = self.drafter.lm_head.weight.device
+        rows = [r for r, f in enumerate(frontiers) if f]
+        width = max(len(frontiers[r]) for r in rows)
+        prefix = [self.cache.length(states[r].slot) for r in rows]  # base context + earlier draft nodes
+        ctx = max(p + len(frontiers[r]) for p, r in zip(prefix, rows, strict=True))
+        input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
+        positions = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
+        hidden = self.drafter.lm_head.weight.new_zeros(len(rows), width, self.drafter.fc.out_features)
+        mask = torch.zeros(len(rows), 1, width, ctx, dtype=torch.bool)  # [rows, 1, width, ctx]
+        mask[:, :, :, 0] = True  # padding queries see key 0 (their outputs are ignored)
+        for j, r in enumerate(rows):
+            tree, base = trees[r], states[r].fed
+            for t, node in enumerate(frontiers[r]):
+                input_ids[j, t] = tree.tokens[node]
+                positions[j, t] = base - 1 + tree.depths[node]  # feature position P + depth, P = base - 1
+                hidden[j, t] = tree.output[tree.parents[node]]
+                mask[j, 0, t, :base] = True
+                for a in tree.ancestors(tree.parents[node]):
+                    mask[j, 0, t, tree.cache_index[a]] = True
+                mask[j, 0, t, prefix[j] + t] = True
+                tree.cache_index[node] = prefix[j] + t
+        slots = torch.tensor([states[r].slot for r in rows], device=device)
+        num_tokens = torch.tensor([len(frontiers[r]) for r in rows], device=device)
+        logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=num_tokens,
+                                       positions=positions.to(device), attn_mask=mask.to(device))
+        logp = torch.log_softmax(logits, dim=-1)  # [rows, width, V]
+        for j, r in enumerate(rows):
+            for t, node in enumerate(frontiers[r]):
+                trees[r].output[node] = prenorm[j, t]
+                self._children(trees[r], node, logp[j, t], ks[r])
+
+    def _select(self, tree: _Tree, k: int) -> Draft:
+        """The drafted nodes, parents first: the first k choices (static) or the k best scores (dynamic)."""
+        if self.choices is not None:
+            index = {path: n for n, path in enumerate(tree.paths)}
+            nodes = [index[tuple(p)] for p in self.choices[:k] if tuple(p) in index]
+        else:
+            best = sorted(range(len(tree.tokens)), key=lambda n: (-tree.scores[n], n))[:k]
+            nodes = sorted(best)  # creation order is parents-first; a parent outscores (or ties and precedes) a child
+        position = {n: i for i, n in enumerate(nodes)}
+        parents = tuple(position[tree.parents[n]] if tree.parents[n] >= 0 else -1 for n in nodes)
+        return Draft(token_ids=torch.tensor([tree.tokens[n] for n in nodes], dtype=torch.long), draft_probs=None,
+                     parents=parents)
+
+
+def _option(ctx: ProposerContext, name: str, default: int, low: int, high: int) -> int:
+    value = ctx.options.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(name, value, f"must be an integer in [{low}, {high}]", hint=f"e.g. {name}={default}")
+    return value
