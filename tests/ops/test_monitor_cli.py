@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "sweep" / "results.jsonl"
 
 
-def trtspec(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trtspec", *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -35,29 +35,32 @@ def _one_error_line(proc: subprocess.CompletedProcess, code: int, needle: str) -
 
 def test_unreachable_metrics_url_is_one_line_exit_1():
     port = _free_port()
-    _one_error_line(trtspec("monitor", "--metrics", f"127.0.0.1:{port}", "--once"), 1,
+    _one_error_line(run_cli("monitor", "--metrics", f"127.0.0.1:{port}", "--once"), 1,
                     f"cannot read metrics from http://127.0.0.1:{port}/metrics")
 
 
 def test_not_a_url_is_exit_2():
-    _one_error_line(trtspec("monitor", "--metrics", "ftp://x/metrics", "--once"), 2, "is not an http(s) URL")
+    _one_error_line(run_cli("monitor", "--metrics", "ftp://x/metrics", "--once"), 2, "is not an http(s) URL")
 
 
 def test_repository_without_baseline_is_one_line_exit_2(tmp_path):
     (tmp_path / "trtspec-repo.json").write_text(json.dumps({"backend": "torch", "baseline": None}))
-    _one_error_line(trtspec("monitor", "--metrics", "127.0.0.1:1", "--repo", str(tmp_path), "--once"), 2,
+    _one_error_line(run_cli("monitor", "--metrics", "127.0.0.1:1", "--repo", str(tmp_path), "--once"), 2,
                     "has no baseline")
 
 
-def test_apply_without_the_control_module_refuses_before_scraping(tmp_path):
+def test_apply_needs_the_grpc_url_and_refuses_before_scraping(tmp_path):
     from trtspec.ops.baseline import Baseline
 
     path = Baseline.from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0).write(
         tmp_path / "b.json")
-    proc = trtspec("monitor", "--metrics", "127.0.0.1:1", "--baseline", str(path), "--apply", "--once")
+    proc = run_cli("monitor", "--metrics", "127.0.0.1:1", "--baseline", str(path), "--apply", "--once")
+    assert proc.returncode == 2 and "--apply needs --url" in proc.stderr, proc.stderr
+    proc = run_cli("monitor", "--metrics", "127.0.0.1:1", "--baseline", str(path), "--apply", "--url",
+                   "127.0.0.1:1", "--once")
     if importlib.util.find_spec("trtspec.ops.control") is None:
         _one_error_line(proc, 3, "trtspec.ops.control")
-    else:  # the live k change exists: the unreachable URL is what fails
+    else:  # the live k change exists: the unreachable metrics URL is what fails, before anything is reloaded
         _one_error_line(proc, 1, "cannot read metrics")
 
 
@@ -66,7 +69,7 @@ def test_apply_without_the_control_module_refuses_before_scraping(tmp_path):
     (["--false-alarm-rate", "2"], 2, "--false-alarm-rate"),
 ])
 def test_bad_options_are_usage_errors(args, code, needle):
-    proc = trtspec("monitor", "--metrics", "127.0.0.1:1", *args)
+    proc = run_cli("monitor", "--metrics", "127.0.0.1:1", *args)
     assert proc.returncode == code and needle in proc.stderr, proc.stderr
 
 
@@ -76,11 +79,11 @@ def test_deploy_baseline_with_two_temperatures_names_the_choice(tmp_path, random
     target, draft = random_pair
     bundle = torch_bundle(tmp_path / "bundle", target, draft)
     out = tmp_path / "repo"
-    proc = trtspec("deploy", "--backend", "torch", "--build", str(bundle), "--out", str(out), "--baseline",
+    proc = run_cli("deploy", "--backend", "torch", "--build", str(bundle), "--out", str(out), "--baseline",
                    str(RESULTS))
     _one_error_line(proc, 2, "temperatures [0.0, 1.0]")
     assert "--baseline-temperature" in proc.stderr and not out.exists()
-    proc = trtspec("deploy", "--backend", "torch", "--build", str(bundle), "--out", str(out), "--baseline",
+    proc = run_cli("deploy", "--backend", "torch", "--build", str(bundle), "--out", str(out), "--baseline",
                    str(RESULTS), "--baseline-temperature", "0", "--baseline-suite", "code")
     assert proc.returncode == 0, proc.stderr
     record = json.loads((out / "trtspec-repo.json").read_text())
@@ -115,7 +118,7 @@ time.sleep(60)
                               text=True)
     try:
         assert server.stdout.readline().strip() == "ready"
-        proc = trtspec("monitor", "--metrics", f"127.0.0.1:{port}", "--once", "--window", "3s", "--json",
+        proc = run_cli("monitor", "--metrics", f"127.0.0.1:{port}", "--once", "--window", "3s", "--json",
                        "--price-per-hour", "3.6")
         assert proc.returncode == 0, proc.stderr
         (report,) = json.loads(proc.stdout)

@@ -143,3 +143,18 @@ def test_bls_publishes_the_same_series_as_the_engine(server):
     assert bls.rejections_per_pos[:3] == engine.rejections_per_pos[:3]
     assert 0 < bls.count("num_emitted_tokens") <= 48 and bls.requests == {"length": 2}
     assert bls.histograms["request_latency_seconds"].count == 2
+
+
+def test_apply_seam_changes_k_live(server, repo):
+    """`--apply`'s function sets a recommendation's k on the running server (trtspec.ops.control), and the k gauge
+    the monitor reads follows the reload."""
+    from trtspec.cli.monitor import _applier
+    from trtspec.ops.recommend import Recommendation
+    from trtspec.triton.client import TritonClient
+
+    rec = Recommendation("tensorrt_llm/1", "reduce_k", K, 2, 1.1, 0.9, 1.2, None, 4.0, False, "reduce k 4 -> 2")
+    line = _applier(server.grpc_url, None)(rec)
+    assert "k 4 -> 2" in line
+    with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+        assert client.model_parameters("tensorrt_llm")["default_k"] == "2"
+    assert scraper(server.metrics_url)().models[ModelId("tensorrt_llm", "1", "draft_target")].k == 2

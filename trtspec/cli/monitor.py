@@ -2,8 +2,9 @@
 
 Scrapes Triton's metrics page every --interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
 drift test against the deploy-time baseline (trtspec.ops.drift) and the cost model's recommendation
-(trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands the recommendation to
-`trtspec.ops.control.apply_recommendation` (the live k change); this command never reloads anything itself.
+(trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
+recommended k to `trtspec.ops.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
+test; this command never reloads anything itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import click
 
-from trtspec.cli._types import FiniteFloat
+from trtspec.cli._types import HOST_PORT, FiniteFloat
 from trtspec.ops.drift import DEFAULT_ALPHA, DEFAULT_DISPERSION, DEFAULT_HORIZON, DEFAULT_SHIFT
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -70,10 +71,14 @@ class Duration(click.ParamType):
 @click.option("--json", "as_json", is_flag=True,
               help="JSON: one document with --once, else one line per refresh.")
 @click.option("--apply", is_flag=True,
-              help="Apply a recommended k change through Triton model control (trtspec.ops.control).")
+              help="When drift is flagged, set the recommended k live (`trtspec set-k`: Triton model control; with "
+                   "--repo also persisted in the repository). Needs --url.")
+@click.option("--url", "grpc_url", type=HOST_PORT, default=None,
+              help="Triton gRPC HOST:PORT, for --apply (e.g. localhost:8001).")
 def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: float, interval_s: float,
             price_per_hour: float | None, models: tuple[str, ...], alpha: float, horizon: int, shift: float,
-            dispersion: float, once: bool, duration_s: float | None, as_json: bool, apply: bool) -> None:
+            dispersion: float, once: bool, duration_s: float | None, as_json: bool, apply: bool,
+            grpc_url: str | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
     plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
     from trtspec.errors import UsageError
@@ -88,7 +93,9 @@ def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: f
     if apply and baseline is None:
         raise UsageError("--apply needs a baseline (the cost model behind the recommendation)",
                          hint="pass --repo DIR (deployed with --baseline) or --baseline FILE")
-    applier = _applier() if apply else None  # refuse before anything runs
+    if apply and grpc_url is None:
+        raise click.UsageError("--apply needs --url HOST:PORT (the server's gRPC port) to reload the model")
+    applier = _applier(grpc_url, repo) if apply else None  # refuse before anything runs
     scrape = scraper(url)
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
                     drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
@@ -147,15 +154,20 @@ def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, 
             live.update(render(reports, source=url, note="; ".join(notes)))
 
 
-def _applier() -> Any:
-    """The seam: `trtspec.ops.control.apply_recommendation(recommendation) -> str` (what it did, one line)."""
+def _applier(grpc_url: str | None, repo: Path | None) -> Any:
+    """The seam: a function Recommendation -> one line saying what changed, through trtspec.ops.control."""
     try:
-        from trtspec.ops.control import apply_recommendation  # type: ignore[attr-defined]
+        from trtspec.ops.control import set_default_k
     except ImportError:
         from trtspec.errors import ToolNotFoundError
 
         raise ToolNotFoundError("--apply: live k changes (trtspec.ops.control) are not in this trtspec",
                                 hint="run without --apply and change k by redeploying: trtspec deploy --k K") from None
+
+    def apply_recommendation(rec: Any) -> str:
+        change = set_default_k(str(grpc_url), rec.model.split("/")[0], rec.recommended_k, repo=repo)
+        return f"applied: {change.model} k {change.old_k} -> {change.new_k} ({rec.message})"
+
     return apply_recommendation
 
 

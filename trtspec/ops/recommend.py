@@ -7,8 +7,8 @@ and host overheads come from the baseline's calibration at the window's concurre
 highest predicted speedup over plain decoding; when even that is below 1.0, the draft no longer pays at any k: the
 recommendation is to retrain it (and to serve k = 0 meanwhile).
 
-`apply` is the seam for acting on it: `trtspec monitor --apply` calls `trtspec.ops.control.apply_recommendation`
-(the live k change through Triton's model control, built there), never anything in this module.
+Acting on it is not this module's: `trtspec monitor --apply` passes `recommended_k` to
+`trtspec.ops.control.set_default_k` (the live reload through Triton's model control, as `trtspec set-k`).
 """
 
 from __future__ import annotations
