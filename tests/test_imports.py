@@ -10,7 +10,9 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output",
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",
-         "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.cli.k8s"]
+         "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.cli.k8s",
+         "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.ops.rules", "trtspec.ops.dashboard",
+         "trtspec.ops.series", "trtspec.triton.spec_metrics"]
 
 
 @pytest.mark.parametrize("module", LIGHT)

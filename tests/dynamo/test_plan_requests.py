@@ -13,7 +13,8 @@ from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.dynamo.requests import annotations, engine_request, usage
 from trtspec.dynamo.worker import parse_args, served_name
 from trtspec.errors import ConfigError, RequestError, ToolNotFoundError, UsageError
-from trtspec.spec.metrics import SERIES, AcceptanceStats
+from trtspec.ops.series import SERIES
+from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 
 PARAMS = EngineParams(target="tiny", draft="tiny-draft", method="draft_target", default_k=3)
@@ -85,13 +86,14 @@ def test_worker_metrics_export_the_shared_series():
     metrics.finished("length", stats)
     metrics.finished("abort")
     families = {f.name: f for f in text_string_to_metric_families(metrics.exposition())}
-    assert {name for name, _, _ in SERIES.values()} <= set(families)  # (+ prometheus_client's *_created)
+    assert {series.name for series in SERIES.values()} <= set(families)  # (+ prometheus_client's *_created)
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     prefix = "trtspec_spec_decode_"
     assert values[f"{prefix}num_accepted_tokens_total", ()] == 2
     assert values[f"{prefix}num_accepted_tokens_per_pos_total", (("position", "1"),)] == 1
     assert values[f"{prefix}requests_total", (("finish_reason", "abort"),)] == 1
     assert values[f"{prefix}mean_acceptance_length", ()] == 3.0
+    assert values[f"{prefix}num_rejections_per_pos_total", (("position", "2"),)] == 1
 
 
 def test_plan_round_trips_engine_params_through_the_worker_command_line():

@@ -10,7 +10,6 @@ import pytest
 from trtspec.errors import ConfigError, OverloadedError, RequestError, ServerError
 from trtspec.triton.engine_model import (
     ReplyClosed,
-    SpecMetrics,
     _Reply,
     engine_features,
     parse_request,
@@ -18,6 +17,7 @@ from trtspec.triton.engine_model import (
     word_lists,
 )
 from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.spec_metrics import SpecMetrics
 
 PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
 VOCAB = 64
@@ -290,3 +290,6 @@ def test_metrics_accumulate_requests_and_positions():
     assert family["trtspec_spec_decode_mean_acceptance_length"].kind == "gauge"
     requests = {m.labels["finish_reason"]: m.value for m in family["trtspec_spec_decode_requests"].metrics}
     assert requests == {"length": 1, "stop": 1, "abort": 1}
+    rejected = {m.labels["position"]: m.value for m in family["trtspec_spec_decode_num_rejections_per_pos"].metrics}
+    assert rejected == {"0": 1, "1": 0, "2": 1}  # (3, 2) rejected at 2, (3, 0) at 0, (2, 2) accepted all
+    assert sum(rejected.values()) == first.num_rejections + second.num_rejections

@@ -8,7 +8,9 @@ start): streaming needs it, unary gRPC infer and HTTP generate need it off.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -44,6 +46,13 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--decoupled/--no-decoupled", default=False, show_default=True,
               help="NVIDIA's decoupled_mode for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming "
                    "(stream=true, generate_stream) needs it; unary gRPC infer and HTTP generate need it off.")
+@click.option("--baseline", "baseline_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The sweep that chose k (results JSONL of `trtspec sweep`, or a trtspec-baseline.json): stored "
+                   "in the repository as the reference of `trtspec monitor` and of the drift alert.")
+@click.option("--baseline-temperature", type=FiniteFloat(min=0.0), default=None,
+              help="Which temperature of --baseline the server runs at (needed when the sweep has several).")
+@click.option("--baseline-suite", "baseline_suites", default=None,
+              help="Comma list of --baseline's prompt suites to use (default: all of them).")
 @click.option("--log-prompts", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="torch: log a sample of the prompts to DIR/prompts.jsonl (rotating JSONL; the input of `trtspec "
                    "train draft`). Off by default: prompts are user data, stored in clear text (docs/retrain.md).")
@@ -56,7 +65,9 @@ from trtspec.triton.repo import BACKENDS
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
            suffix: tuple[tuple[str, str], ...], trtllm_version: str | None, decoupled: bool,
-           log_prompts: Path | None, log_sample_rate: float, log_max_mb: float, force: bool, dry_run: bool) -> None:
+           log_prompts: Path | None, log_sample_rate: float, log_max_mb: float,
+           baseline_path: Path | None, baseline_temperature: float | None, baseline_suites: str | None,
+           force: bool, dry_run: bool) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it."""
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -68,6 +79,8 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
                                trtllm_version=trtllm_version, decoupled=decoupled,
                                log_prompts=log_prompts.resolve() if log_prompts else None,
                                log_sample_rate=log_sample_rate, log_max_mb=log_max_mb, suffix=dict(suffix) or None)
+    if baseline_path is not None:
+        spec = replace(spec, baseline=_baseline(spec, baseline_path, baseline_temperature, baseline_suites))
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
                f"({backend} flavour, method {spec.method}, TensorRT-LLM {spec.trtllm_version} contract, "
@@ -88,6 +101,11 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     if not dry_run:
         keep = [build_dir, *([spec.tokenizer_dir] if spec.tokenizer_dir else [])]  # never inside, over or under
         write_repository(plan, out, force=force, keep=keep)
+    if spec.baseline is not None:
+        base = spec.baseline
+        click.echo(f"Baseline: {base.method} k={base.k} at T={base.temperature:g} on {', '.join(base.suites)}: "
+                   f"acceptance per position {', '.join(f'{r:.2f}' for r in base.acceptance_per_pos)}; plain "
+                   f"decoding {', '.join(f'{t:.1f} tok/s at {c}' for c, t in base.plain_tokens_per_s.items())}")
     click.echo("Serve it with:")
     click.echo(f"  {shlex.join(['trtspec', 'serve', _path_arg(out)])}")
     if backend == "tensorrtllm":
@@ -96,6 +114,25 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
         if launch.note:
             click.echo(f"  ({launch.note})")
         click.echo(f"or, inside {spec.target.image}:\n  {launch.shell()}")
+
+
+def _baseline(spec: Any, path: Path, temperature: float | None, suites: str | None) -> Any:
+    """The baseline for `spec`: a baseline file as it is, or one made from a sweep's results for the deployment's
+    method and k (max_k: the largest k the deployment serves)."""
+    import json
+
+    from trtspec.ops.baseline import FORMAT, Baseline
+
+    try:
+        head = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        head = None
+    if isinstance(head, dict) and head.get("format") == FORMAT:
+        return Baseline.read(path)
+    engine = spec.engines.get("target")
+    max_k = spec.max_k if spec.backend == "torch" else max(getattr(engine, "max_draft_len", 0) or 0, 1)
+    return Baseline.from_results(path, method=spec.method, k=spec.default_k, max_k=max_k, temperature=temperature,
+                                 suites=[s.strip() for s in suites.split(",") if s.strip()] if suites else None)
 
 
 def _path_arg(path: Path) -> str:

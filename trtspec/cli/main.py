@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "generate": "trtspec.cli.generate:generate",
     "k8s": "trtspec.cli.k8s:k8s",
     "models": "trtspec.cli.models:models",
+    "monitor": "trtspec.cli.monitor:monitor",
     "report": "trtspec.cli.report:report",
     "rollout-draft": "trtspec.cli.control:rollout_draft",
     "serve": "trtspec.cli.serve:serve",

@@ -1,8 +1,9 @@
-"""A Dynamo worker's acceptance series: trtspec's spec-decode metrics (spec.metrics.SERIES, the names the Triton
-models export too) in a prometheus_client registry, which the worker bridges into Dynamo's `/metrics` (the worker's
-system port, `DYN_SYSTEM_PORT`; Dynamo adds its namespace/component/endpoint/worker labels at scrape time).
+"""A Dynamo worker's acceptance series: trtspec's spec-decode series (trtspec.ops.series, the names the Triton models
+export too) in a prometheus_client registry, which the worker bridges into Dynamo's `/metrics` (the worker's system
+port, `DYN_SYSTEM_PORT`; Dynamo adds its namespace/component/endpoint/worker labels at scrape time).
 
 prometheus_client exposes a counter `X` as `X_total` (the Prometheus convention); Triton's custom metrics show `X`.
+`trtspec monitor` reads both (prometheus-client's parser names the family `X` either way).
 """
 
 from __future__ import annotations
@@ -10,25 +11,29 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from trtspec.spec.metrics import SERIES, AcceptanceStats
-
-LABELS = {"per_pos": ("position",), "requests": ("finish_reason",)}
+from trtspec.ops.series import SERIES
+from trtspec.spec.metrics import AcceptanceStats
 
 
 class WorkerMetrics:
     """Counters of ended requests and their acceptance; the mean acceptance length over all of them."""
 
     def __init__(self, labels: dict[str, str] | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self._labels = dict(labels or {})
         names = tuple(self._labels)
         self._series: dict[str, Any] = {}
-        for key, (name, kind, description) in SERIES.items():
-            cls = Counter if kind == "counter" else Gauge
-            self._series[key] = cls(name, description, labelnames=names + LABELS.get(key, ()),
-                                    registry=self.registry)
+        for key, series in SERIES.items():
+            labelnames = names + ((series.label,) if series.label else ())
+            if series.kind == "histogram":
+                self._series[key] = Histogram(series.name, series.description, labelnames=labelnames,
+                                              buckets=series.buckets, registry=self.registry)
+            else:
+                cls = Counter if series.kind == "counter" else Gauge
+                self._series[key] = cls(series.name, series.description, labelnames=labelnames,
+                                        registry=self.registry)
         self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
         self._lock = threading.Lock()
 
@@ -42,14 +47,15 @@ class WorkerMetrics:
             self._metric("requests", finish_reason=finish_reason).inc()
             if stats is None:
                 return
-            self._metric("num_drafts").inc(stats.num_drafts)
-            self._metric("num_draft_tokens").inc(stats.num_draft_tokens)
-            self._metric("num_accepted_tokens").inc(stats.num_accepted_tokens)
-            self._metric("num_emitted_tokens").inc(stats.num_emitted_tokens)
-            for pos, count in enumerate(stats.num_accepted_tokens_per_pos):
-                self._metric("per_pos", position=str(pos)).inc(count)
+            for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens",
+                        "num_target_forwards"):
+                self._metric(key).inc(getattr(stats, key))
+            for key, values in (("num_accepted_tokens_per_pos", stats.num_accepted_tokens_per_pos),
+                                ("num_rejections_per_pos", stats.num_rejections_per_pos)):
+                for pos, count in enumerate(values):
+                    self._metric(key, position=str(pos)).inc(count)
             self._total.merge(stats)
-            self._metric("mean").set(self._total.mean_acceptance_length)
+            self._metric("mean_acceptance_length").set(self._total.mean_acceptance_length)
 
     def exposition(self) -> str:
         """The registry in Prometheus text format (what /metrics shows of it)."""

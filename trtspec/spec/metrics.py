@@ -7,6 +7,9 @@ Words, defined once here (vLLM's definitions and Prometheus-style names):
 - mean acceptance length = 1 + num_accepted_tokens / num_drafts (tokens per target forward while drafting).
 - acceptance rate = num_accepted_tokens / num_draft_tokens; it falls as k grows even at constant per-token agreement.
 - per-position acceptance r_i = num_accepted_tokens_per_pos[i] / num_drafts = P(first i+1 draft tokens accepted).
+- conditional acceptance c_i = accepted at i / (accepted at i + rejected at i): P(token i accepted | the first i
+  were), from num_accepted_tokens_per_pos and num_rejections_per_pos (every draft that reached position i either
+  accepted or rejected its token there); these are the Bernoulli events drift detection tests (trtspec.ops.drift).
 - alpha: per-token acceptance probability, maximum-likelihood estimate under i.i.d. acceptance: each verified token
   is a Bernoulli trial until the first rejection, so alpha = accepted / (accepted + rejections).
 """
@@ -16,20 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-# The acceptance series every server exports (Triton's custom metrics, a Dynamo worker's /metrics), named after
-# vLLM's spec-decode metrics: key -> (metric name, kind, help). Counters are per ended request; `per_pos` carries a
-# `position` label and `requests` a `finish_reason` label.
-METRIC_PREFIX = "trtspec_spec_decode"
-SERIES: dict[str, tuple[str, str, str]] = {
-    "num_drafts": (f"{METRIC_PREFIX}_num_drafts", "counter", "Verified drafts (one per sequence per speculative step)"),
-    "num_draft_tokens": (f"{METRIC_PREFIX}_num_draft_tokens", "counter", "Draft tokens proposed"),
-    "num_accepted_tokens": (f"{METRIC_PREFIX}_num_accepted_tokens", "counter", "Draft tokens accepted by the verifier"),
-    "num_emitted_tokens": (f"{METRIC_PREFIX}_num_emitted_tokens", "counter",
-                           "Tokens emitted (accepted + recovered/bonus)"),
-    "per_pos": (f"{METRIC_PREFIX}_num_accepted_tokens_per_pos", "counter", "Accepted draft tokens by draft position"),
-    "requests": (f"{METRIC_PREFIX}_requests", "counter", "Ended requests by finish_reason (stop, length, abort)"),
-    "mean": (f"{METRIC_PREFIX}_mean_acceptance_length", "gauge", "1 + accepted / drafts, over all requests since start"),
-}
+# The Prometheus series every server exports from these stats are named once in trtspec/ops/series.py.
 
 
 @dataclass
@@ -40,6 +30,7 @@ class AcceptanceStats:
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)  # [max k seen]
     accepted_length_histogram: list[int] = field(default_factory=list)  # [max k seen + 1], index = accepted count
     num_rejections: int = 0  # drafts that ended with a rejection (not all tokens accepted)
+    num_rejections_per_pos: list[int] = field(default_factory=list)  # [max k seen], index = the rejected position
     num_target_forwards: int = 0
     num_emitted_tokens: int = 0
     draft_time_s: float = 0.0
@@ -55,6 +46,9 @@ class AcceptanceStats:
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += num_accepted_tokens
         self.num_rejections += int(num_accepted_tokens < num_draft_tokens)
+        _grow(self.num_rejections_per_pos, num_draft_tokens)
+        if num_accepted_tokens < num_draft_tokens:
+            self.num_rejections_per_pos[num_accepted_tokens] += 1
         _grow(self.num_accepted_tokens_per_pos, num_draft_tokens)
         for pos in range(num_accepted_tokens):
             self.num_accepted_tokens_per_pos[pos] += 1
@@ -87,6 +81,10 @@ class AcceptanceStats:
         return [n / self.num_drafts for n in self.num_accepted_tokens_per_pos] if self.num_drafts else []
 
     @property
+    def conditional_acceptance_per_pos(self) -> list[float]:
+        return conditional_acceptance(self.num_accepted_tokens_per_pos, self.num_rejections_per_pos)
+
+    @property
     def alpha(self) -> float:
         trials = self.num_accepted_tokens + self.num_rejections
         return self.num_accepted_tokens / trials if trials else 0.0
@@ -108,7 +106,8 @@ class AcceptanceStats:
     def to_dict(self) -> dict[str, Any]:
         """Fields plus derived values, JSON-ready."""
         out = asdict(self)
-        for name in ("mean_acceptance_length", "acceptance_rate", "acceptance_rate_per_pos", "alpha",
+        for name in ("mean_acceptance_length", "acceptance_rate", "acceptance_rate_per_pos",
+                     "conditional_acceptance_per_pos", "alpha",
                      "tokens_per_target_forward", "tokens_per_s", "overhead_share"):
             out[name] = getattr(self, name)
         return out
@@ -125,6 +124,14 @@ def mean_acceptance_length(num_drafts: float, num_accepted_tokens: float) -> flo
 def acceptance_rate(num_draft_tokens: float, num_accepted_tokens: float) -> float:
     """num_accepted_tokens / num_draft_tokens (0.0 when nothing was drafted)."""
     return num_accepted_tokens / num_draft_tokens if num_draft_tokens else 0.0
+
+
+def conditional_acceptance(accepted_per_pos: list[int] | list[float],
+                           rejections_per_pos: list[int] | list[float]) -> list[float]:
+    """c_i = accepted_i / (accepted_i + rejected_i) per position (0.0 where no draft reached it)."""
+    size = max(len(accepted_per_pos), len(rejections_per_pos))
+    padded = [(list(accepted_per_pos) + [0] * size)[:size], (list(rejections_per_pos) + [0] * size)[:size]]
+    return [a / (a + r) if a + r else 0.0 for a, r in zip(*padded, strict=True)]
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:

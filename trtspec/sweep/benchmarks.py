@@ -331,7 +331,8 @@ def lookahead_section(spec: SweepSpec, measured: Measured) -> Section:
             continue
         assert plain is not None and plain["params"]["suite"] == rec["params"]["suite"]
         config, metrics = rec["params"]["lookahead"], rec["metrics"]
-        stats = AcceptanceStats(**{f.name: metrics["stats"][f.name] for f in fields(AcceptanceStats)})
+        stats = AcceptanceStats(**{f.name: metrics["stats"][f.name] for f in fields(AcceptanceStats)
+                                   if f.name in metrics["stats"]})  # records older than a field lack it
         overall[config].merge(stats)
         rows.append([f"W,N,G={config}", rec["params"]["suite"], str(metrics["num_requests"]),
                      str(lookahead_max_draft_len(*parse_lookahead(config))), f"{stats.mean_acceptance_length:.2f}",

@@ -39,7 +39,8 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
 With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (ops/prompt_log.py).
 A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
 
-Acceptance counters are also published as Prometheus metrics (`pb_utils.MetricFamily`). torch is imported only when
+Acceptance counters, target forwards and latency histograms are published as Prometheus metrics (the series of
+`trtspec.ops.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
 the engine is built.
 """
 
@@ -59,8 +60,9 @@ import numpy as np
 
 from trtspec.errors import OverloadedError, RequestError, TrtspecError, UsageError
 from trtspec.ops.prompt_log import PromptLog
-from trtspec.spec.metrics import SERIES, AcceptanceStats
+from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.spec_metrics import SpecMetrics
 
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
 TIME_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
@@ -358,48 +360,6 @@ def triton_error(pb: Any, error: BaseException) -> Any:
     return pb.TritonError(message, getattr(pb.TritonError, code))
 
 
-class SpecMetrics:
-    """Prometheus counters of speculation, via Triton's custom-metrics API (names follow vLLM's spec-decode ones)."""
-
-    def __init__(self, pb_utils: Any, labels: dict[str, str]) -> None:
-        family = pb_utils.MetricFamily
-        self._labels = labels
-        self._families = {key: family(name=name, description=description,
-                                      kind=family.COUNTER if kind == "counter" else family.GAUGE)
-                          for key, (name, kind, description) in SERIES.items()}
-        self._metrics = {name: fam.Metric(labels=labels) for name, fam in self._families.items()
-                         if name not in ("per_pos", "requests")}
-        self._by_label: dict[tuple[str, str], Any] = {}  # (family, label value) -> metric, made on first use
-        self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
-        self._lock = threading.Lock()
-
-    def _labelled(self, family: str, key: str, value: str) -> Any:
-        if (family, value) not in self._by_label:
-            self._by_label[family, value] = self._families[family].Metric(labels={**self._labels, key: value})
-        return self._by_label[family, value]
-
-    def finished(self, finish_reason: str, stats: AcceptanceStats | None = None) -> None:
-        """Count one ended engine request; add its AcceptanceStats when it ran to the end."""
-        with self._lock:
-            self._labelled("requests", "finish_reason", finish_reason).increment(1)
-            if stats is None:
-                return
-            self._metrics["num_drafts"].increment(stats.num_drafts)
-            self._metrics["num_draft_tokens"].increment(stats.num_draft_tokens)
-            self._metrics["num_accepted_tokens"].increment(stats.num_accepted_tokens)
-            self._metrics["num_emitted_tokens"].increment(stats.num_emitted_tokens)
-            for pos, count in enumerate(stats.num_accepted_tokens_per_pos):
-                self._labelled("per_pos", "position", str(pos)).increment(count)
-            self._total.merge(stats)
-            self._metrics["mean"].set(self._total.mean_acceptance_length)
-
-    def close(self) -> None:
-        # Metrics must go before their families (the backend refuses the reverse order).
-        self._metrics.clear()
-        self._by_label.clear()
-        self._families.clear()
-
-
 class _Reply:
     """Where a Triton request's responses go: its decoupled response sender (the last job to finish sends the final
     flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set.
@@ -484,12 +444,19 @@ class _JobSink:
             return
         # A cancelled request (a stop request, or its client went away) ends like any other, with what it generated
         # so far: TensorRT-LLM's executor answers cancelRequest with a final result, not an error.
-        model.metrics.finished(delta.finish_reason or "length", delta.stats)
+        model.metrics.finished(delta.finish_reason or "length", delta.stats, **self._timings(len(self.generated)))
         if parsed.streaming:
             self.reply.send(self._response(tokens, log_probs, delta), last_of_job=True)
             return
         ids = self.generated if job.exclude_input_in_output else job.prompt_ids + self.generated
         self.reply.send(self._response(ids, self.log_probs, delta), last_of_job=True)
+
+    def _timings(self, num_tokens: int) -> dict[str, float | None]:
+        """The request's latency and time per output token (seconds) for the latency histograms."""
+        end = self.last_token_ns or time.monotonic_ns()
+        per_token = ((self.last_token_ns - self.first_token_ns) / (num_tokens - 1) / 1e9
+                     if num_tokens > 1 and self.first_token_ns else None)
+        return {"latency_s": (end - self.reply.arrival_ns) / 1e9, "time_per_output_token_s": per_token}
 
     def fail(self, error: BaseException) -> None:
         self.reply.model.metrics.finished("abort")
@@ -545,7 +512,7 @@ class EngineModel:
         self.features = engine_features()
         labels = {"model": args.get("model_name", "tensorrt_llm"), "version": str(args.get("model_version", "1")),
                   "method": params.method}
-        self.metrics = SpecMetrics(pb_utils, labels)
+        self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k)
         self.loop = EngineLoop(self.engine)
         self.prompt_log = None if params.log_prompts is None else PromptLog(
             Path(params.log_prompts), sample_rate=params.log_sample_rate, max_mb=params.log_max_mb,

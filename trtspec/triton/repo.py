@@ -20,6 +20,9 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
+from trtspec.ops import rules as observability
+from trtspec.ops import series
+from trtspec.ops.baseline import BASELINE_FILE, Baseline
 from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
 from trtspec.triton import contract
@@ -30,6 +33,7 @@ from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_
 
 BACKENDS = ("tensorrtllm", "torch")
 ENGINE_BACKEND = {"tensorrtllm": "tensorrtllm", "torch": "python"}  # Triton backend of the engine models
+SERIES_MODULE = "trtspec_series.py"  # trtspec.ops.series, next to the tensorrtllm flavour's BLS model.py
 CODEC = {"text_codec.py": "text_codec.py"}  # model_repo/common/ helper the tokenizing Python models import
 ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
@@ -78,6 +82,9 @@ class RepoSpec:
     # NVIDIA's decoupled_mode, for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming needs it; unary
     # gRPC infer and HTTP generate need it off. Off by default, as in tensorrtllm_backend's quick start.
     decoupled: bool = False
+    # The sweep/calibration that chose k (`trtspec deploy --baseline`): stored in the repository as BASELINE_FILE,
+    # the reference of `trtspec monitor` and of the rendered drift alert.
+    baseline: Baseline | None = None
 
     @property
     def has_draft_model(self) -> bool:
@@ -240,9 +247,14 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
            "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if spec.has_draft_model else None}
     plan |= _model(target, "tensorrt_llm_bls", contract.model_decls(target, "tensorrt_llm_bls", dtypes), bls,
                    {**batch, "decoupled": spec.decoupled, "instance_count": 1})
+    if spec.backend == "tensorrtllm":  # the C++ backend publishes no acceptance series: the BLS does (SERIES_MODULE)
+        plan[f"tensorrt_llm_bls/1/{SERIES_MODULE}"] = RepoFile(copy_from=Path(series.__file__))
     ensemble = contract.ensemble(target, models, dtypes=dtypes)
     plan |= model_files("ensemble", "ensemble", {**batch, **_blocks(ensemble.decls),
                                                  "steps": Block(contract.steps_block(ensemble.steps))})
+    if spec.baseline is not None:
+        plan[BASELINE_FILE] = RepoFile(text=spec.baseline.to_json())
+    plan |= {rel: RepoFile(text=text) for rel, text in observability.plan(spec.baseline).items()}
     plan["trtspec-repo.json"] = RepoFile(text=json.dumps(repo_record(spec), indent=2) + "\n")
     return plan
 
@@ -342,4 +354,7 @@ def repo_record(spec: RepoSpec) -> dict[str, Any]:
     target = spec.target
     return {"backend": spec.backend, "method": spec.method, "models": spec.model_names, "decoupled": spec.decoupled,
             "world_size": spec.world_size, "max_k": spec.max_k, "trtllm_version": target.version,
-            "image": target.image, "templates": contract.templates_source(target)}
+            "image": target.image, "templates": contract.templates_source(target),
+            "baseline": BASELINE_FILE if spec.baseline is not None else None,
+            "observability": {"prometheus_rules": observability.RULES_FILE,
+                              "grafana_dashboard": observability.DASHBOARD_FILE}}

@@ -15,6 +15,14 @@ target makes no progress or returns exactly the draft (end_id reached), or at a 
 tensorrtllm_backend's BLS and e2e_grpc_speculative_decoding_client.py). Batch 1, no streaming, no log probs; the
 acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration.
 
+Metrics: on the TensorRT-LLM flavour `trtspec deploy` puts `trtspec_series.py` (trtspec.ops.series) next to this
+file, and this model then publishes trtspec's speculation series (Triton custom metrics, labelled with this model's
+name): for its own draft-target loop every count but target forwards (drafts, draft tokens, accepted and rejected
+per position, emitted tokens; a verifying call may run more than one forward), for requests the engine speculates
+itself the totals of the engine's perf outputs (draft and accepted tokens, emitted tokens; drafts only where the
+engine reports them), plus request latency. The torch flavour's engine models publish the series themselves, so
+there the file is absent and this model publishes none.
+
 Errors keep their Triton code: a bad request (its own checks, or a model it calls refusing it with INVALID_ARG) is
 answered INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400), a failure of a model it calls keeps that model's code, and a
 failed call itself is INTERNAL.
@@ -25,9 +33,15 @@ numpy only, so it also runs in NVIDIA's TensorRT-LLM container.
 """
 
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+try:  # rendered next to this file on the TensorRT-LLM flavour only (see the module docstring)
+    import trtspec_series
+except ImportError:
+    trtspec_series = None
 
 PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
 # BLS input -> preprocessing input
@@ -48,6 +62,12 @@ FORWARDED = ("beam_width", "top_k", "top_p", "temperature", "length_penalty", "r
              "return_perf_metrics", "guided_decoding_guide_type", "guided_decoding_guide")
 TENSOR_INPUTS = {"prompt_embedding_table", "lora_weights", "lora_config"}  # forwarded as they are, not as scalars
 ACCEPTANCE = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+# perf outputs of the engine (tensorrt_llm's return_perf_metrics) and the series their totals feed
+PERF_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
+                "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", *ACCEPTANCE,
+                "num_drafts")
+PERF_COUNTERS = {"total_draft_tokens": "num_draft_tokens", "total_accepted_draft_tokens": "num_accepted_tokens",
+                 "num_drafts": "num_drafts"}
 # inputs of the speculative loop's engine calls, besides the token ids and lengths
 LOOP_INPUTS = ("temperature", "top_k", "top_p", "random_seed", "seed", "repetition_penalty", "presence_penalty",
                "frequency_penalty")
@@ -62,11 +82,21 @@ class TritonPythonModel:
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         self.inputs = {tensor["name"] for tensor in config.get("input", [])}
         self.outputs = [tensor["name"] for tensor in config.get("output", []) if tensor["name"] != "text_output"]
+        self.series = None
+        if trtspec_series is not None:
+            labels = {"model": args.get("model_name", "tensorrt_llm_bls"), "version": str(args.get("model_version", 1)),
+                      "method": "draft_target" if self.draft_model else "engine"}
+            self.series = trtspec_series.TritonSeries(pb_utils, labels)
+
+    def finalize(self):
+        if self.series is not None:
+            self.series.close()
 
     def execute(self, requests):
         responses = []
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
+            started, reason = time.monotonic(), "abort"
             error = None
             try:
                 answers = list(self._run(request)) if sender is None else self._run(request)
@@ -75,6 +105,7 @@ class TritonPythonModel:
                         sender.send(answer)
                     else:
                         responses.append(answer)
+                reason = "length"
             except (ValueError, CallError, pb_utils.TritonModelException) as exc:
                 code = (exc.code if isinstance(exc, CallError) else pb_utils.TritonError.INVALID_ARG
                         if isinstance(exc, ValueError) else pb_utils.TritonError.INTERNAL)
@@ -89,6 +120,9 @@ class TritonPythonModel:
                 sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if self.series is not None:
+                self.series.finished(reason)
+                self.series.observe("request_latency_seconds", time.monotonic() - started)
         return None if self.decoupled else responses
 
     def _run(self, request):
@@ -132,13 +166,30 @@ class TritonPythonModel:
             if name in values:
                 value = values[name]
                 engine[RENAMED.get(name, name)] = value if name in TENSOR_INPUTS else value.reshape(batch, -1)
+        asked_perf = bool(scalar("return_perf_metrics", False))
+        counting = self.series is not None and "return_perf_metrics" in self.inputs
+        if counting:  # the engine's perf outputs feed the series; the caller gets them only when it asked
+            engine["return_perf_metrics"] = np.ones((batch, 1), dtype=np.bool_)
+        totals, emitted = {}, 0
+        prompt_len = engine["input_lengths"].reshape(-1)
+        exclude = bool(scalar("exclude_input_in_output", False))
         for response in _exec_stream(self.target_model, engine, ["output_ids", "sequence_length", *self.outputs]):
             if "output_ids" not in response:
                 continue  # an engine response without tokens (a decoupled model's bare final flag)
+            row = int(response["batch_index"].reshape(-1)[0]) if "batch_index" in response else 0
+            length = int(response["sequence_length"].reshape(-1)[0])
+            emitted += length if stream or exclude else length - int(prompt_len[min(row, len(prompt_len) - 1)])
+            if counting:
+                key = (row, int(response["sequence_index"].reshape(-1)[0]) if "sequence_index" in response else 0)
+                _keep_totals(totals, key, response)
             texts = self._detokenize(response["output_ids"], response["sequence_length"])
             tensors = [pb_utils.Tensor("text_output", texts)]
-            tensors += [pb_utils.Tensor(name, response[name]) for name in self.outputs if name in response]
+            tensors += [pb_utils.Tensor(name, response[name]) for name in self.outputs if name in response
+                        and (asked_perf or name not in PERF_OUTPUTS)]
             yield pb_utils.InferenceResponse(output_tensors=tensors)
+        if self.series is not None:
+            counts = {name: sum(t.get(key, 0) for t in totals.values()) for key, name in PERF_COUNTERS.items()}
+            self.series.add({**counts, "num_emitted_tokens": emitted})
 
     def _preprocess(self, values, batch):
         """Engine inputs (token ids, word lists, bias, ids, lengths) from the preprocessing model."""
@@ -160,12 +211,20 @@ class TritonPythonModel:
                 common[RENAMED.get(name, name)] = values[name].reshape(1, -1)
         limit = len(prompt) + int(scalar("max_tokens", 0))
         current, accepted, drafted, last = list(prompt), 0, 0, {}
+        drafts, accepted_per_pos, rejections_per_pos = 0, [0] * k, [0] * k
         while len(current) < limit:
             budget = min(k, limit - len(current) - 1)
             draft = self._generate(self.draft_model, current, budget, common)[0] if budget > 0 else []
             new, last = self._generate(self.target_model, current, len(draft) + 1, common, draft_ids=draft)
+            kept = _leading_matches(draft, new)  # the engine may go on past a rejection: compare, not count
             drafted += len(draft)
-            accepted += min(max(len(new) - 1, 0), len(draft))
+            accepted += kept
+            if draft:
+                drafts += 1
+                for pos in range(kept):
+                    accepted_per_pos[pos] += 1
+                if kept < len(draft):
+                    rejections_per_pos[kept] += 1
             if not new or new == draft:  # no progress, or the target stopped (end_id) right after the draft
                 current += new
                 break
@@ -173,6 +232,11 @@ class TritonPythonModel:
             if any(current[-len(word):] == list(word) for word in stop_words):
                 break
         current = current[:limit]
+        if self.series is not None:
+            self.series.add({"num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+                             "num_emitted_tokens": len(current) - len(prompt)},
+                            {"num_accepted_tokens_per_pos": accepted_per_pos,
+                             "num_rejections_per_pos": rejections_per_pos})
         shown = current[len(prompt):] if bool(scalar("exclude_input_in_output", False)) else current
         tokens = np.array(shown, dtype=np.int32).reshape(1, 1, -1)
         tensors = [pb_utils.Tensor("text_output", self._detokenize(tokens, np.array([[len(shown)]], np.int32)))]
@@ -207,6 +271,26 @@ class TritonPythonModel:
         out = _exec(POSTPROCESSING, [pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32)),
                                      pb_utils.Tensor("SEQUENCE_LENGTH", lengths.astype(np.int32))], ["OUTPUT"])
         return out["OUTPUT"].reshape(-1).astype(object)
+
+
+def _leading_matches(draft, tokens):
+    """Draft tokens the target kept: the leading ones its own tokens repeat (a rejected position gets the target's
+    recovered token, never the draft's, so the first difference is the first rejection)."""
+    kept = 0
+    for proposed, verified in zip(draft, tokens):
+        if proposed != verified:
+            break
+        kept += 1
+    return kept
+
+
+def _keep_totals(totals, key, response):
+    """Remember the acceptance totals of one (batch row, sequence): each response carries its request's totals so
+    far (0 until the final one on the torch flavour), so the largest seen is the request's."""
+    seen = totals.setdefault(key, {})
+    for name in PERF_COUNTERS:
+        if name in response:
+            seen[name] = max(seen.get(name, 0), int(response[name].reshape(-1)[0]))
 
 
 class CallError(Exception):

@@ -1,0 +1,184 @@
+"""`trtspec monitor`: live acceptance, drift and the recommended k of a running server, from its metrics port.
+
+Scrapes Triton's metrics page every --interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
+drift test against the deploy-time baseline (trtspec.ops.drift) and the cost model's recommendation
+(trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
+recommended k to `trtspec.ops.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
+test; this command never reloads anything itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtspec.cli._types import HOST_PORT, FiniteFloat
+from trtspec.ops.drift import DEFAULT_ALPHA, DEFAULT_DISPERSION, DEFAULT_HORIZON, DEFAULT_SHIFT
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Duration(click.ParamType):
+    """Seconds, written 60, 60s, 1.5m, 500ms or 1h."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        else:
+            match = _DURATION.match(str(value))
+            if not match:
+                self.fail(f"{value!r} is not a duration (e.g. 60s, 2m, 500ms)", param, ctx)
+            seconds = float(match.group(1)) * _SCALE[match.group(2)]
+        if seconds <= 0 or seconds > 7 * 86400:
+            self.fail(f"{value!r} must be more than 0 and at most a week", param, ctx)
+        return seconds
+
+
+@click.command()
+@click.option("--metrics", "url", required=True, metavar="URL",
+              help="Triton's metrics endpoint: HOST:PORT (default port 8002) or a full http(s) URL.")
+@click.option("--repo", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="The served repository: its baseline (`trtspec deploy --baseline`) is the drift reference.")
+@click.option("--baseline", "baseline_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="A trtspec-baseline.json (instead of --repo).")
+@click.option("--window", "window_s", type=Duration(), default="60s", show_default=True,
+              help="Length of the window the numbers cover (e.g. 60s, 5m).")
+@click.option("--interval", "interval_s", type=Duration(), default="1s", show_default=True,
+              help="Seconds between scrapes (and dashboard refreshes).")
+@click.option("--price-per-hour", type=FiniteFloat(min=0.0), default=None,
+              help="$ per device-hour, for the cost per 1M output tokens.")
+@click.option("--model", "models", multiple=True, help="Only this served model (repeatable; default: all).")
+@click.option("--false-alarm-rate", "alpha", type=FiniteFloat(min=1e-9, max=0.5), default=DEFAULT_ALPHA, show_default=True,
+              help="Drift test: probability of any false alarm over --horizon scrapes (independent trials).")
+@click.option("--horizon", type=click.IntRange(1, 10**9), default=DEFAULT_HORIZON, show_default=True,
+              help="Drift test: scrapes the false-alarm rate covers (600 = 10 minutes at 1s).")
+@click.option("--shift", type=FiniteFloat(min=0.01, max=0.9), default=DEFAULT_SHIFT, show_default=True,
+              help="Drift test: the drop in per-position acceptance it is tuned to catch (absolute).")
+@click.option("--dispersion", type=FiniteFloat(min=1.0, max=100.0), default=DEFAULT_DISPERSION, show_default=True,
+              help="Drift test: how much the trials of one request count together (1 = independent tokens; "
+                   "docs/operations.md measures it).")
+@click.option("--once", is_flag=True, help="Collect one window, print it, exit.")
+@click.option("--duration", "duration_s", type=Duration(), default=None,
+              help="Stop after this long (default: until Ctrl-C).")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON: one document with --once, else one line per refresh.")
+@click.option("--apply", is_flag=True,
+              help="When drift is flagged, set the recommended k live (`trtspec set-k`: Triton model control; with "
+                   "--repo also persisted in the repository). Needs --url.")
+@click.option("--url", "grpc_url", type=HOST_PORT, default=None,
+              help="Triton gRPC HOST:PORT, for --apply (e.g. localhost:8001).")
+def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: float, interval_s: float,
+            price_per_hour: float | None, models: tuple[str, ...], alpha: float, horizon: int, shift: float,
+            dispersion: float, once: bool, duration_s: float | None, as_json: bool, apply: bool,
+            grpc_url: str | None) -> None:
+    """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
+    plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
+    from trtspec.errors import UsageError
+    from trtspec.ops.baseline import load_baseline
+    from trtspec.ops.drift import DriftConfig
+    from trtspec.ops.monitor import Monitor
+    from trtspec.ops.scrape import scraper
+
+    if repo is not None and baseline_file is not None:
+        raise click.UsageError("give --repo or --baseline, not both")
+    baseline = load_baseline(baseline_file or repo) if (baseline_file or repo) else None
+    if apply and baseline is None:
+        raise UsageError("--apply needs a baseline (the cost model behind the recommendation)",
+                         hint="pass --repo DIR (deployed with --baseline) or --baseline FILE")
+    if apply and grpc_url is None:
+        raise click.UsageError("--apply needs --url HOST:PORT (the server's gRPC port) to reload the model")
+    applier = _applier(grpc_url, repo) if apply else None  # refuse before anything runs
+    scrape = scraper(url)
+    state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
+                    drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
+    state.observe(scrape())  # fails here, in one line, when the URL cannot be read
+    stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
+    if once:
+        _collect(scrape, state, interval_s, stop_at)
+        _emit(state, url, as_json, applier)
+        return
+    if as_json or not sys.stdout.isatty():
+        while time.monotonic() < stop_at:
+            _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
+            _emit(state, url, as_json, applier, compact=True)
+        return
+    _live(scrape, state, url, interval_s, stop_at, applier)
+
+
+def _collect(scrape: Any, state: Any, interval_s: float, until: float) -> None:
+    """Scrape every interval until `until`; a failed scrape mid-run is skipped (the next one may work)."""
+    from trtspec.errors import ServerError
+
+    while True:
+        time.sleep(max(0.0, min(interval_s, until - time.monotonic())))
+        try:
+            state.observe(scrape())
+        except ServerError:
+            pass
+        if time.monotonic() >= until - 1e-3:
+            return
+
+
+def _emit(state: Any, url: str, as_json: bool, applier: Any, *, compact: bool = False) -> None:
+    from trtspec.ops.dashboard import to_json, to_text
+
+    reports = state.reports()
+    applied = _apply(state, reports, applier) if applier else []
+    if as_json:
+        text = to_json(reports)
+        click.echo(" ".join(text.split()) if compact else text)
+    else:
+        click.echo(to_text(reports, source=url), nl=False)
+    for line in applied:
+        click.echo(line, err=True)
+
+
+def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, applier: Any) -> None:
+    from rich.live import Live
+
+    from trtspec.ops.dashboard import render
+
+    with Live(render([], source=url), refresh_per_second=4) as live:
+        while time.monotonic() < stop_at:
+            _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
+            reports = state.reports()
+            notes = _apply(state, reports, applier) if applier else []
+            live.update(render(reports, source=url, note="; ".join(notes)))
+
+
+def _applier(grpc_url: str | None, repo: Path | None) -> Any:
+    """The seam: a function Recommendation -> one line saying what changed, through trtspec.ops.control."""
+    try:
+        from trtspec.ops.control import set_default_k
+    except ImportError:
+        from trtspec.errors import ToolNotFoundError
+
+        raise ToolNotFoundError("--apply: live k changes (trtspec.ops.control) are not in this trtspec",
+                                hint="run without --apply and change k by redeploying: trtspec deploy --k K") from None
+
+    def apply_recommendation(rec: Any) -> str:
+        change = set_default_k(str(grpc_url), rec.model.split("/")[0], rec.recommended_k, repo=repo)
+        return f"applied: {change.model} k {change.old_k} -> {change.new_k} ({rec.message})"
+
+    return apply_recommendation
+
+
+def _apply(state: Any, reports: list[Any], applier: Any) -> list[str]:
+    """Hand each drifted model's k change to the control seam; reset its drift test once applied."""
+    done = []
+    for report in reports:
+        rec = report.recommendation
+        if rec is None or report.drift is None or not report.drift.drifted:
+            continue
+        if rec.action in ("reduce_k", "increase_k", "retrain_draft") and rec.recommended_k != rec.current_k:
+            done.append(str(applier(rec)))
+            state.reset_drift()
+    return done

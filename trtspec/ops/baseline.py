@@ -1,0 +1,285 @@
+"""The deploy-time baseline: what the sweep that chose k measured, stored with the repository as a typed file.
+
+`Baseline.from_results(results.jsonl, method=..., k=...)` takes the sweep's cases of one method and temperature
+(every suite, unless told which) and keeps what monitoring needs as its reference:
+- acceptance per draft position, as pooled counts (accepted, rejected, drafts per position): r_i and c_i,
+- plain-decoding tokens/s per concurrency (k = 0 cases) and speculative tokens/s per (k, concurrency),
+- the cost model's inputs: calibrated step costs per batch size and host overhead per step per (k, concurrency),
+  timed in wall-clock seconds (the monitor compares them with a live server's wall-clock throughput).
+`trtspec deploy --baseline` writes it into the repository as `trtspec-baseline.json` (BASELINE_FILE) and names it
+in `trtspec-repo.json`; `load_baseline` reads it back (from the file, or from a repository directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trtspec.errors import UsageError
+from trtspec.spec.metrics import conditional_acceptance
+from trtspec.sweep import costmodel
+
+FORMAT = "trtspec-baseline/1"
+BASELINE_FILE = "trtspec-baseline.json"
+REPO_RECORD = "trtspec-repo.json"
+
+
+class StepCostsRecord(BaseModel):
+    """costmodel.StepCosts as data (seconds per forward at one batch size)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch_size: int = Field(ge=1)
+    target_s: dict[int, float]  # tokens per sequence in the forward -> seconds
+    draft_s: float = 0.0
+    target_prefill_s: float = 0.0
+    draft_prefill_s: float = 0.0
+    draft_tokens_s: dict[int, float] | None = None
+
+    @classmethod
+    def of(cls, costs: costmodel.StepCosts) -> StepCostsRecord:
+        return cls(batch_size=costs.batch_size, target_s=dict(costs.target_s), draft_s=costs.draft_s,
+                   target_prefill_s=costs.target_prefill_s, draft_prefill_s=costs.draft_prefill_s,
+                   draft_tokens_s=dict(costs.draft_tokens_s) if costs.draft_tokens_s else None)
+
+    def costs(self) -> costmodel.StepCosts:
+        return costmodel.StepCosts(self.batch_size, dict(self.target_s), self.draft_s, self.target_prefill_s,
+                                   self.draft_prefill_s, dict(self.draft_tokens_s) if self.draft_tokens_s else None)
+
+
+class Baseline(BaseModel):
+    """Acceptance, throughput and costs measured when k was chosen (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["trtspec-baseline/1"] = FORMAT
+    model: str  # the target
+    draft: str | None = None
+    method: str
+    temperature: float
+    suites: list[str]
+    k: int = Field(ge=0)  # the deployed default k
+    max_k: int = Field(ge=1)  # the largest k a recommendation may choose
+    # pooled acceptance counts per draft position, over the baseline cases
+    drafts_per_pos: list[int]  # drafts that proposed a token at position i (cases with k > i)
+    accepted_per_pos: list[int]  # drafts whose first i+1 tokens were accepted
+    rejections_per_pos: list[int]  # drafts whose first rejection was at position i
+    tokens_per_step_by_k: dict[int, float]  # measured mean acceptance length per k
+    plain_tokens_per_s: dict[int, float]  # concurrency -> tokens/s of plain decoding (wall clock)
+    spec_tokens_per_s: dict[int, dict[int, float]] = {}  # k -> concurrency -> tokens/s
+    costs: list[StepCostsRecord]  # calibrated, one per batch size
+    overhead_s: dict[int, dict[int, float]] = {}  # k (0 = plain) -> concurrency -> host seconds per step
+    source: dict[str, Any] = {}  # results path, sha256, case ids
+
+    @property
+    def acceptance_per_pos(self) -> list[float]:
+        """r_i = P(first i+1 accepted) over the drafts that reached position i."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafts_per_pos, strict=True)]
+
+    @property
+    def conditional_per_pos(self) -> list[float]:
+        return conditional_acceptance(self.accepted_per_pos, self.rejections_per_pos)
+
+    @property
+    def trials_per_pos(self) -> list[int]:
+        return [a + r for a, r in zip(self.accepted_per_pos, self.rejections_per_pos, strict=True)]
+
+    def plain_tokens_per_s_at(self, concurrency: float) -> float | None:
+        """Plain decoding's tokens/s at the measured concurrency nearest to `concurrency`."""
+        if not self.plain_tokens_per_s:
+            return None
+        return self.plain_tokens_per_s[_nearest(self.plain_tokens_per_s, concurrency)]
+
+    def step_costs(self, batch: float) -> costmodel.StepCosts:
+        """Calibrated costs at `batch` (interpolated between calibrated batch sizes, clamped at the ends)."""
+        by_size = {c.batch_size: c.costs() for c in self.costs}
+        sizes = sorted(by_size)
+        lo = max((b for b in sizes if b <= batch), default=sizes[0])
+        hi = min((b for b in sizes if b >= batch), default=sizes[-1])
+        return by_size[lo] if lo == hi else costmodel.blend(by_size[lo], by_size[hi], (batch - lo) / (hi - lo))
+
+    def overhead_at(self, k: int, concurrency: float) -> float:
+        """Host seconds per step at k (nearest measured k of the same kind: plain or speculative), concurrency."""
+        kinds = [m for m in self.overhead_s if (m == 0) == (k == 0)]
+        if not kinds:
+            return 0.0
+        by_conc = self.overhead_s[min(kinds, key=lambda m: (abs(m - k), m))]
+        return by_conc[_nearest(by_conc, concurrency)] if by_conc else 0.0
+
+    # file -----------------------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+    def write(self, path: Path) -> Path:
+        """Write atomically (temp file + rename)."""
+        from trtspec.sweep.report import atomic_write
+
+        atomic_write(Path(path), self.to_json())
+        return Path(path)
+
+    @classmethod
+    def read(cls, path: Path) -> Baseline:
+        """Read a baseline file; UsageError naming the file and the field when it is not one."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UsageError(f"baseline {path} does not exist",
+                             hint="deploy with `trtspec deploy ... --baseline RESULTS.jsonl`, or pass --baseline FILE"
+                             ) from None
+        except IsADirectoryError:
+            raise UsageError(f"baseline {path} is a directory", hint="pass --repo DIR for a repository") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"baseline {path} is not JSON ({exc.__class__.__name__})",
+                             hint="give the trtspec-baseline.json that `trtspec deploy --baseline` wrote") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise UsageError(f"baseline {path}: format is {_field(data, 'format')!r}, not {FORMAT!r}",
+                             hint="give the trtspec-baseline.json that `trtspec deploy --baseline` wrote")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise UsageError(f"baseline {path}: field {where}: {err['msg']}",
+                             hint="rewrite it with `trtspec deploy --baseline RESULTS.jsonl`") from None
+
+    # from a sweep -----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_results(cls, path: Path, *, method: str, k: int, max_k: int, temperature: float | None = None,
+                     suites: list[str] | None = None) -> Baseline:
+        """The baseline of a sweep's results for one method (and draft) at one temperature.
+
+        Raises UsageError (naming the value and what the file holds) when the results have no such cases, more than
+        one temperature and none chosen, no plain-decoding cases or no calibration.
+        """
+        from trtspec.sweep.analysis import load_results
+        from trtspec.sweep.records import latest_by_id, read_records
+
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"--baseline {path} is not a file", hint="give the results JSONL of `trtspec sweep`")
+        results = load_results(path, timing="wall")
+        records = latest_by_id(read_records(path), "case")
+        spec_rows = [r for r in results.rows if r.method == method and r.k > 0 and not r.params.get("adaptive")]
+        if not spec_rows:
+            found = sorted({r.method for r in results.rows if r.k > 0})
+            raise UsageError(f"--baseline {path} has no {method} cases with k > 0 (it has: {', '.join(found) or 'none'})",
+                             hint=f"sweep the deployed method first: trtspec sweep --method {method} --k 0-{max_k}")
+        drafts = sorted({str(r.params.get("draft")) for r in spec_rows})
+        if len(drafts) > 1:
+            raise UsageError(f"--baseline {path} has {method} cases with several drafts ({', '.join(drafts)})",
+                             hint="give the results of a sweep with the deployed draft only")
+        temps = sorted({float(r.params["temperature"]) for r in spec_rows})
+        if temperature is None and len(temps) > 1:
+            raise UsageError(f"--baseline {path} has temperatures {temps}; choose the served one",
+                             hint=f"pass --baseline-temperature (one of {', '.join(f'{t:g}' for t in temps)})")
+        temperature = temps[0] if temperature is None else float(temperature)
+        chosen = suites or sorted({r.suite for r in spec_rows})
+
+        def keep(row: Any) -> bool:
+            return float(row.params["temperature"]) == temperature and row.suite in chosen
+
+        spec_rows = [r for r in spec_rows if keep(r)]
+        plain_rows = [r for r in results.rows if r.k == 0 and keep(r)]
+        if not spec_rows or not plain_rows:
+            what = "speculative" if not spec_rows else "plain-decoding (k = 0)"
+            raise UsageError(f"--baseline {path} has no {what} cases at temperature {temperature:g} for suites "
+                             f"{chosen}", hint="sweep with --k 0,K at the served temperature")
+        calib = list(results.calibrations.values())
+        sizes = sorted({int(b) for c in calib for b in c.get("target_s", {})})
+        costs = [c for c in (_costs(calib, spec_rows[0].params, b) for b in sizes) if c is not None]
+        if not costs:
+            raise UsageError(f"--baseline {path} holds no calibration for model {spec_rows[0].params['model']!r}",
+                             hint="rerun the sweep (it calibrates every model set before its cases)")
+        counts = _pooled_counts([records[r.id]["metrics"].get("stats", {}) | {"k": r.k} for r in
+                                 _one_per(spec_rows, ("suite", "k"))])
+        by_k: dict[int, list[float]] = defaultdict(list)
+        for row in spec_rows:
+            by_k[row.k].append(row.tokens_per_step)
+        return cls(
+            model=str(spec_rows[0].params["model"]), draft=spec_rows[0].params.get("draft"), method=method,
+            temperature=temperature, suites=chosen, k=k, max_k=max_k, **counts,
+            tokens_per_step_by_k={kk: statistics.fmean(v) for kk, v in sorted(by_k.items())},
+            plain_tokens_per_s=_mean_by(plain_rows, lambda r: r.wall_tokens_per_s),
+            spec_tokens_per_s={kk: _mean_by([r for r in spec_rows if r.k == kk], lambda r: r.wall_tokens_per_s)
+                               for kk in sorted(by_k)},
+            costs=[StepCostsRecord.of(c) for c in costs],
+            overhead_s={kk: _mean_by([r for r in spec_rows + plain_rows if r.k == kk and r.prediction],
+                                     lambda r: r.prediction.overhead_step_s) for kk in sorted({0, *by_k})},
+            source={"results": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "cases": sorted(r.id for r in spec_rows + plain_rows)})
+
+
+def load_baseline(path: Path) -> Baseline:
+    """A baseline file, or the one a repository directory names in its trtspec-repo.json."""
+    path = Path(path)
+    if path.is_dir():
+        record = path / REPO_RECORD
+        name = None
+        if record.is_file():
+            try:
+                name = json.loads(record.read_text(encoding="utf-8")).get("baseline")
+            except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+                name = None
+        if not name:
+            raise UsageError(f"repository {path} has no baseline (its {REPO_RECORD} names none)",
+                             hint="redeploy with `trtspec deploy ... --baseline RESULTS.jsonl`, or pass "
+                                  "--baseline FILE")
+        path = path / name
+    return Baseline.read(path)
+
+
+def _costs(calibrations: list[dict], params: dict, batch: int) -> costmodel.StepCosts | None:
+    from trtspec.sweep.analysis import step_costs
+
+    return step_costs(calibrations, params, batch, "wall")
+
+
+def _one_per(rows: list[Any], keys: tuple[str, ...]) -> list[Any]:
+    """The first row per (suite, k): concurrency and repeats re-run the same requests, so their acceptance
+    counts are the same trials again (greedy) or more of them (sampled); pooling them once keeps counts honest."""
+    seen: dict[tuple, Any] = {}
+    for row in rows:
+        seen.setdefault(tuple(getattr(row, key) for key in keys), row)
+    return list(seen.values())
+
+
+def _pooled_counts(stats_list: list[dict]) -> dict[str, list[int]]:
+    """Accepted / rejected / drafts per position summed over cases; rejections come from num_rejections_per_pos,
+    or (records written before it existed) from the accepted-length histogram: with drafts of k tokens, a draft
+    with a < k accepted was rejected at position a."""
+    size = max(int(s["k"]) for s in stats_list)
+    drafts, accepted, rejected = [0] * size, [0] * size, [0] * size
+    for stats in stats_list:
+        k = int(stats["k"])
+        per_pos = stats.get("num_accepted_tokens_per_pos") or []
+        rejections = stats.get("num_rejections_per_pos")
+        if rejections is None:
+            hist = stats.get("accepted_length_histogram") or []
+            rejections = [hist[i] if i < len(hist) else 0 for i in range(k)]
+        for i in range(min(k, size)):
+            drafts[i] += int(stats.get("num_drafts") or 0)
+            accepted[i] += int(per_pos[i]) if i < len(per_pos) else 0
+            rejected[i] += int(rejections[i]) if i < len(rejections) else 0
+    return {"drafts_per_pos": drafts, "accepted_per_pos": accepted, "rejections_per_pos": rejected}
+
+
+def _mean_by(rows: list[Any], value: Any) -> dict[int, float]:
+    by: dict[int, list[float]] = defaultdict(list)
+    for row in rows:
+        by[int(row.params["concurrency"])].append(float(value(row)))
+    return {c: statistics.fmean(v) for c, v in sorted(by.items())}
+
+
+def _nearest(mapping: dict[int, Any], value: float) -> int:
+    return min(mapping, key=lambda c: (abs(c - value), c))
+
+
+def _field(data: object, name: str) -> object:
+    return data.get(name) if isinstance(data, dict) else type(data).__name__

@@ -1,0 +1,132 @@
+"""The monitor's state: scrapes in, one `ModelReport` per served model out (window numbers, drift, recommendation).
+
+`Monitor.observe(sample)` pushes a scrape into the ring, feeds each model's drift detector the increments since the
+previous scrape, and `Monitor.reports()` derives the window's numbers. Rendering (rich, text, JSON) is dashboard.py;
+fetching is scrape.py. A model without drafts (plain decoding, the draft model itself) is reported with its
+throughput only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trtspec.ops.baseline import Baseline
+from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
+from trtspec.ops.recommend import Recommendation, recommend
+from trtspec.ops.scrape import ModelId, Sample
+from trtspec.ops.window import Ring, WindowStats, increments
+from trtspec.sweep.costmodel import cost_per_million_tokens
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """The seed's numbers for one served model over the window (None where the window cannot tell)."""
+
+    model: str
+    method: str
+    window_s: float
+    k: int | None
+    num_drafts: float
+    requests: float
+    mean_acceptance_length: float | None
+    acceptance_rate: float | None
+    acceptance_per_pos: list[float]
+    conditional_per_pos: list[float]
+    tokens_per_s: float
+    plain_tokens_per_s: float | None  # the baseline's, at the window's concurrency
+    speedup: float | None  # tokens_per_s / plain_tokens_per_s
+    concurrency: float | None
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    time_per_output_token_p50_s: float | None
+    cost_per_million: float | None  # $ per 1M output tokens at the window's throughput
+    baseline_per_pos: list[float] | None
+    drift: DriftStatus | None
+    recommendation: Recommendation | None
+    resets: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["drift"] = None if self.drift is None else {**asdict(self.drift), "drifted": self.drift.drifted}
+        return out
+
+
+class Monitor:
+    """Ring + per-model drift detectors + the baseline (optional: without one, no drift and no recommendation).
+
+    Args:
+        window_s: the window's length. baseline: the deploy-time reference. price_per_hour: $ per device-hour.
+        models: only these model names (None: every model that publishes the series).
+    """
+
+    def __init__(self, window_s: float, baseline: Baseline | None = None, *, price_per_hour: float | None = None,
+                 drift: DriftConfig | None = None, models: set[str] | None = None) -> None:
+        self.ring = Ring(window_s)
+        self.baseline = baseline
+        self.price_per_hour = price_per_hour
+        self.drift_config = drift or DriftConfig()
+        self.models = models
+        self.detectors: dict[ModelId, CusumDetector] = {}
+        self.steps: dict[ModelId, WindowStats] = {}  # each model's increments of the latest scrape
+        self._last: Sample | None = None
+
+    def observe(self, sample: Sample) -> None:
+        """Add one scrape: the ring, then each model's detector with the increments since the previous scrape."""
+        self.ring.push(sample)
+        if self._last is not None:
+            for model, counters in sample.models.items():
+                if not self._wanted(model):
+                    continue
+                step = increments(model, counters, self._last.models.get(model), sample.time - self._last.time)
+                self.steps[model] = step
+                if step.num_drafts and self.baseline is not None:
+                    self._detector(model).update(step.accepted_per_pos, step.rejections_per_pos)
+        self._last = sample
+
+    def _wanted(self, model: ModelId) -> bool:
+        return self.models is None or model.model in self.models
+
+    def _detector(self, model: ModelId) -> CusumDetector:
+        if model not in self.detectors:
+            assert self.baseline is not None
+            self.detectors[model] = CusumDetector(self.baseline.conditional_per_pos, self.baseline.trials_per_pos,
+                                                  self.drift_config)
+        return self.detectors[model]
+
+    def reset_drift(self, model: ModelId | None = None) -> None:
+        """Forget the drift statistics (after acting on a recommendation)."""
+        for key, detector in self.detectors.items():
+            if model is None or key == model:
+                detector.reset()
+
+    def reports(self) -> list[ModelReport]:
+        """One report per model in the window (models with drafts first, then by name)."""
+        windows = [w for w in self.ring.window().values() if self._wanted(w.model)]
+        windows.sort(key=lambda w: (not w.num_drafts, w.model.model))
+        return [self._report(w) for w in windows]
+
+    def _report(self, w: WindowStats) -> ModelReport:
+        drafting = w.num_drafts > 0
+        baseline = self.baseline
+        plain = baseline.plain_tokens_per_s_at(w.concurrency or 1.0) if baseline else None
+        detector = self.detectors.get(w.model)
+        drift = detector.status((w.accepted_per_pos, w.rejections_per_pos)) if detector else None
+        rec = recommend(w, baseline) if baseline is not None and drafting and w.model.method != "none" else None
+        price = self.price_per_hour
+        return ModelReport(
+            model=str(w.model), method=w.model.method, window_s=w.seconds,
+            k=int(w.k) if w.k is not None else None, num_drafts=w.num_drafts,
+            requests=sum(w.requests.values()),
+            mean_acceptance_length=w.mean_acceptance_length if drafting else None,
+            acceptance_rate=w.acceptance_rate if drafting else None,
+            acceptance_per_pos=w.acceptance_per_pos, conditional_per_pos=w.conditional_per_pos,
+            tokens_per_s=w.tokens_per_s, plain_tokens_per_s=plain,
+            speedup=w.tokens_per_s / plain if plain and w.tokens_per_s else None,
+            concurrency=w.concurrency,
+            latency_p50_s=w.latency_quantile("request_latency_seconds", 0.5),
+            latency_p95_s=w.latency_quantile("request_latency_seconds", 0.95),
+            time_per_output_token_p50_s=w.latency_quantile("time_per_output_token_seconds", 0.5),
+            cost_per_million=cost_per_million_tokens(w.tokens_per_s, price) if price and w.tokens_per_s else None,
+            baseline_per_pos=baseline.acceptance_per_pos if baseline else None,
+            drift=drift, recommendation=rec, resets=w.resets)

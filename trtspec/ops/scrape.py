@@ -1,0 +1,145 @@
+"""Scrape Triton's metrics page into typed samples: the `trtspec.ops.series` counters of every served model.
+
+A `Sample` is one scrape: a timestamp and, per model, the cumulative counters, per-position counters, requests by
+finish reason, latency histograms and the served k. Parsing uses prometheus-client's text parser; fetching is one
+HTTP GET. Nothing here keeps state between scrapes (that is `window.py`).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from trtspec.errors import ServerError, UsageError
+from trtspec.ops.series import COUNTERS, PER_POSITION, PREFIX, SERIES
+
+HISTOGRAMS = tuple(key for key, s in SERIES.items() if s.kind == "histogram")
+_KEY_OF = {s.name: key for key, s in SERIES.items()}
+
+
+@dataclass(frozen=True)
+class ModelId:
+    """A served model as its series label it: name, version, speculation method."""
+
+    model: str
+    version: str = "1"
+    method: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.version}"
+
+
+@dataclass
+class Histogram:
+    """Cumulative bucket counts (upper bound -> observations <= it, +Inf included), their sum and count."""
+
+    buckets: dict[float, float] = field(default_factory=dict)
+    sum: float = 0.0
+    count: float = 0.0
+
+
+@dataclass
+class ModelCounters:
+    """One model's cumulative series at one scrape (values as Triton reported them, counts since the model loaded)."""
+
+    counters: dict[str, float] = field(default_factory=dict)  # COUNTERS key -> value
+    per_pos: dict[str, list[float]] = field(default_factory=dict)  # PER_POSITION key -> [position]
+    requests: dict[str, float] = field(default_factory=dict)  # finish_reason -> ended requests
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # HISTOGRAMS key -> histogram
+    k: float | None = None  # the served default k (gauge)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One scrape: when (seconds on a monotonic clock) and every model's counters."""
+
+    time: float
+    models: dict[ModelId, ModelCounters]
+
+
+def metrics_url(url: str) -> str:
+    """A full metrics URL from `host:port`, `http://host:port` or a URL with a path (kept as given)."""
+    text = url.strip()
+    if "://" not in text:
+        text = f"http://{text}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--metrics {url!r} is not an http(s) URL or host:port",
+                         hint="give Triton's metrics endpoint, e.g. --metrics localhost:8002")
+    return text if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}/metrics"
+
+
+def fetch(url: str, *, timeout_s: float = 5.0) -> str:
+    """The text of the metrics page; ServerError (one line, exit 1) when it cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http(s) checked above
+            return response.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ServerError(f"cannot read metrics from {url}: {reason}",
+                          hint="is tritonserver running? `trtspec serve REPO` prints its metrics port "
+                               "(default 8002); pass --metrics HOST:PORT") from None
+
+
+def parse(text: str, when: float) -> Sample:
+    """The trtspec series of a metrics page (other families, e.g. Triton's nv_*, are ignored)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    models: dict[ModelId, ModelCounters] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise ServerError(f"the metrics page does not parse as Prometheus text: {exc}",
+                          hint="point --metrics at Triton's metrics port (default 8002), not its HTTP port") from None
+    for family in families:
+        key = _KEY_OF.get(family.name)
+        if key is None:
+            continue
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            model = ModelId(labels.pop("model", "?"), labels.pop("version", "1"), labels.pop("method", ""))
+            counters = models.setdefault(model, ModelCounters())
+            _add(counters, key, sample.name, labels, float(sample.value))
+    return Sample(when, models)
+
+
+def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, str], value: float) -> None:
+    if key in COUNTERS:
+        counters.counters[key] = value
+    elif key in PER_POSITION:
+        pos = int(labels.get("position", "0"))
+        values = counters.per_pos.setdefault(key, [])
+        values.extend([0.0] * (pos + 1 - len(values)))
+        values[pos] = value
+    elif key == "requests":
+        counters.requests[labels.get("finish_reason", "")] = value
+    elif key == "k":
+        counters.k = value
+    elif key in HISTOGRAMS:
+        hist = counters.histograms.setdefault(key, Histogram())
+        if sample_name.endswith("_bucket"):
+            hist.buckets[float(labels["le"])] = value
+        elif sample_name.endswith("_sum"):
+            hist.sum = value
+        elif sample_name.endswith("_count"):
+            hist.count = value
+
+
+def scraper(url: str, *, timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> Callable[[], Sample]:
+    """A function that scrapes `url` once per call (checks the URL's form first)."""
+    full = metrics_url(url)
+
+    def scrape() -> Sample:
+        text = fetch(full, timeout_s=timeout_s)
+        return parse(text, clock())
+
+    return scrape
+
+
+def has_series(text: str) -> bool:
+    """Whether a metrics page holds any trtspec series (a server without speculation models has none)."""
+    return PREFIX in text

@@ -1,0 +1,48 @@
+"""SpecMetrics: a served engine model's requests -> the Prometheus series of `trtspec.ops.series` (Triton custom
+metrics). The series are defined there once; this module only turns AcceptanceStats and request timings into them."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from trtspec.ops.series import TritonSeries
+from trtspec.spec.metrics import AcceptanceStats
+
+
+class SpecMetrics:
+    """Counters, the mean-acceptance gauge and latency histograms of one engine model (labels: MODEL_LABELS)."""
+
+    def __init__(self, pb_utils: Any, labels: dict[str, str], *, default_k: int | None = None) -> None:
+        self.series = TritonSeries(pb_utils, labels)
+        self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
+        self._lock = threading.Lock()
+        if default_k is not None:
+            self.series.set("k", default_k)
+
+    def finished(self, finish_reason: str, stats: AcceptanceStats | None = None, *, latency_s: float | None = None,
+                 time_per_output_token_s: float | None = None) -> None:
+        """Count one ended engine request; add its AcceptanceStats when it ran to the end, and its timings.
+
+        Args:
+            latency_s: arrival to last token. time_per_output_token_s: (last - first token) / (tokens - 1).
+        """
+        self.series.finished(finish_reason)
+        if latency_s is not None:
+            self.series.observe("request_latency_seconds", latency_s)
+        if time_per_output_token_s is not None:
+            self.series.observe("time_per_output_token_seconds", time_per_output_token_s)
+        if stats is None:
+            return
+        self.series.add({"num_drafts": stats.num_drafts, "num_draft_tokens": stats.num_draft_tokens,
+                         "num_accepted_tokens": stats.num_accepted_tokens,
+                         "num_emitted_tokens": stats.num_emitted_tokens,
+                         "num_target_forwards": stats.num_target_forwards},
+                        {"num_accepted_tokens_per_pos": stats.num_accepted_tokens_per_pos,
+                         "num_rejections_per_pos": stats.num_rejections_per_pos})
+        with self._lock:
+            self._total.merge(stats)
+            self.series.set("mean_acceptance_length", self._total.mean_acceptance_length)
+
+    def close(self) -> None:
+        self.series.close()
