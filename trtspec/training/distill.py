@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.atomic import replace_dir
 from trtspec.errors import ConfigError, UsageError
 from trtspec.ops.prompt_log import LoggedPrompt, read_prompt_log
 
@@ -292,17 +293,6 @@ def check_out(out: Path, inputs: Sequence[Path]) -> None:
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / REPORT).is_file())):
         raise UsageError(f"--out {out} exists and is not a draft `trtspec train draft` wrote",
                          hint="choose a new --out directory")
-
-
-def replace_dir(staging: Path, out: Path) -> None:
-    """Rename `staging` to `out`; an earlier `out` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def resume_dir(out: Path) -> Path:

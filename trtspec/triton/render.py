@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtspec.atomic import replace_dir
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.resources import MODEL_REPO, data_dir
 
@@ -214,13 +215,7 @@ def write_repository(plan: RepoPlan, out: Path, *, force: bool = False, keep: Se
             else:
                 dest.write_text(item.text or "", encoding="utf-8")
         (tmp / MARKER).write_text("a Triton model repository rendered by `trtspec deploy`\n", encoding="utf-8")
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
