@@ -15,6 +15,7 @@ from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
 from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, render, validate
 from trtspec.errors import ConfigError
+from trtspec.methods import resolve
 from trtspec.resources import data_dir
 from trtspec.targets import diff_llm_api, load_target
 
@@ -38,6 +39,10 @@ def rendered(config: Path, mode: str, version: str = "1.2.1") -> tuple[DynamoRen
 @pytest.mark.parametrize("config", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_renders_or_names_why_not(config, mode):
     method = load_build_spec(config).method
+    if resolve(method).trtllm_unsupported:  # suffix: refused for TensorRT-LLM before any rendering, with the reason
+        with pytest.raises(ConfigError, match=f"method='{method}': cannot be built for TensorRT-LLM"):
+            rendered(config, mode)
+        return
     if method not in LLM_API_METHODS:
         with pytest.raises(ConfigError, match="trtllm.version.*no LLM-API options"):
             rendered(config, mode)
