@@ -33,6 +33,33 @@ def test_batched_ranks_equal_the_proposer_chain(calibration):
     assert 0 < (ranks == 0).float().mean() < 1  # the drafter is right sometimes, wrong sometimes
 
 
+def test_batched_ranks_equal_incremental_drafting_along_the_path(calibration):
+    """At sampled commit points: feed the context, then the target's own tokens one at a time with the drafter's
+    output features (a chain: each token sees the context and its ancestors); its ranks equal the batched pass."""
+    import torch
+
+    drafter, seq, aux, start = calibration.drafter, calibration.sequences, calibration.aux, calibration.prompt_len
+    ranks = eagle_ranks(calibration, DEPTH, max_rank=8)
+    to_draft = {int(t): i for i, t in enumerate(drafter.draft_ids)}
+    checked = 0
+    for i in range(2):
+        for t in range(0, ranks.shape[1], 7):
+            c = start + t  # context = the first c tokens; features 0..c-2 fed with tokens 1..c-1
+            cache = drafter.new_cache(num_slots=1, max_slots=1)
+            slot = torch.tensor([cache.alloc()])
+            with torch.inference_mode():
+                features = drafter.combine(aux[i : i + 1, : c - 1])  # [1, c - 1, hidden]
+            logits, out = drafter(seq[i : i + 1, 1:c], features, cache, slot)
+            logits, out = logits[:, -1:], out[:, -1:]
+            for d in range(DEPTH):
+                truth = to_draft.get(int(seq[i, c + d]))
+                expected = 8 if truth is None else min(8, int((logits[0, 0] > logits[0, 0, truth]).sum()))
+                assert int(ranks[i, t, d]) == expected, (i, t, d)
+                logits, out = drafter(seq[i : i + 1, c + d : c + d + 1], out, cache, slot)
+                checked += 1
+    assert checked >= 8 * DEPTH
+
+
 def test_static_tree_replay_equals_the_proposer_walk(calibration):
     result = tune_static(calibration, budget=8, depth=DEPTH, max_rank=8)
     tree = result["eagle_choices"]
