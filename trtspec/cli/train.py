@@ -126,8 +126,8 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, draft_vo
     from trtspec.cli._progress import stage_progress
     from trtspec.errors import ConfigError
     from trtspec.models import resolve_model
-    from trtspec.spec.medusa_heads import write_text
-    from trtspec.training.eagle import EagleRecipe, model_card, train_eagle
+    from trtspec.spec.medusa_heads import write_json, write_text
+    from trtspec.training.eagle import EagleRecipe, model_card, recipe_command, train_eagle
 
     path = resolve_model(target)
     tap_ids = None
@@ -143,6 +143,8 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, draft_vo
     with stage_progress(disable=as_json) as progress:
         report = train_eagle(path, out_dir, recipe, base_model_name=target, progress=progress)
     assert report is not None  # stop_after is not a CLI option
+    report["command"] = recipe_command(target, recipe, str(out_dir))
+    write_json(out_dir / "training-report.json", report)
     write_text(out_dir / "README.md", model_card(report))
     if as_json:
         click.echo(json.dumps(report, indent=2))

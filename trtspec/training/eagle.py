@@ -401,6 +401,28 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
     return report
 
 
+def recipe_command(target: str, recipe: EagleRecipe, out: str) -> str:
+    """The `trtspec train eagle` command line that trains with `recipe` (flags for non-default values)."""
+    flags = {"taps": ",".join(map(str, recipe.taps)) if recipe.taps else None,
+             "intermediate-size": recipe.intermediate_size, "draft-vocab-size": recipe.draft_vocab_size}
+    default = EagleRecipe()
+    for name, flag in (("ttt_steps", "ttt-steps"), ("steps", "steps"), ("batch_size", "batch-size"), ("lr", "lr"),
+                       ("num_prompts", "prompts"), ("gen_len", "gen-len"), ("num_corpus_windows", "corpus-windows"),
+                       ("checkpoint_every", "checkpoint-every"), ("seed", "seed")):
+        if getattr(recipe, name) != getattr(default, name):
+            flags[flag] = getattr(recipe, name)
+    return " ".join(["trtspec train eagle --model", target, *(f"--{k} {v}" for k, v in flags.items() if v is not None),
+                     "--out", out])
+
+
+def _coverage(data: dict[str, Any]) -> str:
+    cov = data.get("draft_vocab_coverage")
+    if not cov or cov["train"] == 1.0:
+        return ""
+    return (f" (the most frequent in the training data; they cover {100 * cov['train']:.1f}% of its token positions "
+            f"and {100 * cov['held_out_greedy']:.1f}% of the held-out greedy continuations)")
+
+
 def model_card(report: dict[str, Any], acceptance: dict[str, Any] | None = None) -> str:
     """README.md for a trained drafter: shape, data, per-depth accuracy and (when measured) acceptance."""
     r, d, c = report["recipe"], report["data"], report["config"]
@@ -421,7 +443,8 @@ target's). Trained by `trtspec train eagle` with {report['trainer']}.
 | data | {d['generated_sequences']} target continuations ({d['greedy_and_sampled']}) and {d['corpus_windows']} corpus windows, {d['sequence_len']} tokens each, labelled with the target's own distributions; {d['source']} |
 | final loss | {report['final_loss']:.3f} (ModelOpt: sum over depths of 0.9^d soft cross-entropy) |
 | time | {report['timings']['total_s'] / 60:.1f} min on this machine |
-
+| draft vocabulary | {c.get('draft_vocab_size') or c['vocab_size']} of {c['vocab_size']} tokens{_coverage(d)} |
+{f"| reproduce | `{report['command']}` |" + chr(10) if report.get('command') else ''}
 ## Per-depth accuracy (held-out prompts)
 {report['accuracy_definition']}.
 
