@@ -244,8 +244,13 @@ class EagleProposer:
         mask[~valid] = False
         mask[..., 0] |= ~valid  # padding queries see key 0 (their outputs are ignored)
         slots = torch.tensor([states[r].slot for r in rows], device=device)
+        # a chain (one frontier node per row whose ancestors are every draft entry cached): the default positions
+        # (the cache length) and mask (the whole cache) are the tree's, and cheaper to build and attend with
+        chain = width == 1 and all(len(trees[r].seen[frontiers[r][0]]) == prefix[j] - states[r].fed + 1
+                                   for j, r in enumerate(rows))
         logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=counts.to(device),
-                                       positions=positions.to(device), attn_mask=mask[:, None].to(device))
+                                       positions=None if chain else positions.to(device),
+                                       attn_mask=None if chain else mask[:, None].to(device))
         for j, r in enumerate(rows):
             for t, node in enumerate(frontiers[r]):
                 trees[r].output[node] = prenorm[j, t]
