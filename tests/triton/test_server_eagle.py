@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.triton import helpers
 from tests.triton.helpers import build_example
 from tests.triton.test_server_suffix import deploy, served_params
 from trtspec import choices
@@ -73,19 +74,7 @@ def test_eagle_1_2_drafters_are_refused_for_the_torch_backend(tmp_path):
 
 @pytest.fixture(scope="module")
 def target_greedy():
-    """The target alone, plain decoding, as TensorRT-LLM answers (the end token ends the request, unreported)."""
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SpecParams, trtllm_sampling_params
-
-    engine = SpecEngine.from_pretrained(target="tiny")
-    eos = engine.tokenizer.eos_token_id
-
-    def greedy(prompt: str) -> list[int]:
-        (out,) = engine.generate([prompt], sampling=trtllm_sampling_params(max_new_tokens=MAX_TOKENS, end_id=eos),
-                                 spec=SpecParams(method="none", k=0))
-        return out.token_ids[:-1] if out.token_ids and out.token_ids[-1] == eos else out.token_ids
-
-    return greedy
+    return helpers.target_greedy(MAX_TOKENS)
 
 
 @pytest.mark.triton

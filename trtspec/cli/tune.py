@@ -51,7 +51,7 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, eagle_topk: str
     from trtspec.errors import UsageError
     from trtspec.models import read_config, resolve_model
     from trtspec.spec.medusa_heads import resolve_heads
-    from trtspec.training.tree_tune import calibrate, tune_tree, write_choices
+    from trtspec.training.tree_tune import calibrate, tune_tree
 
     if (medusa_dir is None) == (eagle is None):
         raise UsageError("tune tree needs exactly one of --medusa and --eagle",
@@ -70,12 +70,7 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, eagle_topk: str
     accuracy, ranks = calibrate(path, heads, num_prompts=num_prompts, prompt_len=prompt_len, new_tokens=new_tokens,
                                 max_rank=max_rank)
     result = tune_tree(accuracy, ranks, budget)
-    result["rank_accuracy"] = [[round(x, 4) for x in row] for row in accuracy.tolist()]
-    result["calibration_positions"] = ranks.shape[0] * ranks.shape[1]
-    if out_file is not None:
-        write_choices(out_file, result)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
+    if _written(result, out_file, as_json):
         return
     click.echo(f"calibration: {result['calibration_positions']} positions; top-1 accuracy per head: "
                + ", ".join(f"{row[0]:.3f}" for row in accuracy.tolist()))
@@ -88,6 +83,17 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, eagle_topk: str
     click.echo(f"medusa_choices (Triton): {result['triton']}")
     if out_file is not None:
         click.echo(f"written: {out_file}")
+
+
+def _written(result: dict, out_file: Path | None, as_json: bool) -> bool:
+    """Write the tuned tree to `out_file` (when given); print the result as JSON and return True when `as_json`."""
+    from trtspec.training.tree_tune import write_choices
+
+    if out_file is not None:
+        write_choices(out_file, result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    return as_json
 
 
 def _int_list(text: str, option: str) -> list[int]:
@@ -106,7 +112,6 @@ def _eagle_tree(path: Path, eagle: str, topks: list[int], depths: list[int], bud
     both replayed on the target's greedy continuations; the one with the longer replayed acceptance is recommended."""
     from trtspec.errors import ConfigError
     from trtspec.training.eagle_tree_tune import calibrate_eagle, tune_dynamic, tune_static
-    from trtspec.training.tree_tune import write_choices
 
     if new_tokens <= max(depths) + 1:
         raise ConfigError("new_tokens", new_tokens, f"leaves no commit point for depth {max(depths)}",
@@ -119,10 +124,7 @@ def _eagle_tree(path: Path, eagle: str, topks: list[int], depths: list[int], bud
     result["recommended"] = ({"eagle_topk": best["eagle_topk"], "eagle_depth": best["eagle_depth"]}
                              if best["replayed_acceptance_length"] > static_len
                              else {"eagle_choices": result["eagle_choices"]})
-    if out_file is not None:
-        write_choices(out_file, result)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
+    if _written(result, out_file, as_json):
         return
     click.echo(f"calibration: {result['calibration_positions']} commit points; top-1 accuracy per depth: "
                + ", ".join(f"{row[0]:.3f}" for row in result["rank_accuracy"]))

@@ -39,7 +39,8 @@ def row_name(params: dict[str, Any]) -> str:
     if method == BASELINE:
         return "plain decoding (k=0)"
     if method == "eagle3":
-        return f"eagle3 {params['tree']} tree"
+        names = {"chain": "eagle3 chain (top-1, up to 6 levels)", "dynamic": "eagle3 dynamic tree (EAGLE-2)"}
+        return names.get(params["tree"], f"eagle3 tree {params['tree']}")
     if method == "medusa":
         return "medusa (shipped tuned tree)"
     return "draft_target (chain)"
@@ -109,11 +110,13 @@ def eagle_section(spec: SweepSpec, measured: Measured) -> Section:
             f"{spec.max_new_tokens} new tokens each, greedy, EOS ignored, batch 1; one `trtspec sweep` case per row, "
             f"the grid run {spec.repeats} time(s) in rounds (medians).",
             "Equal target compute: at a given k every method's target forward verifies k draft tokens (chain or tree) "
-            "plus the bonus token. EAGLE trees: chain = top-1 (k levels); dynamic = EAGLE-2 (top-4 children per "
-            "frontier node by cumulative log-probability, up to 6 levels, the k best nodes, frontier nodes that "
-            "cannot reach the k best are not expanded); dynamic:TxD = top-T, D levels.",
+            "plus the bonus token. EAGLE trees: chain = top-1, min(k, 6) levels (the proposer's default depth); "
+            "dynamic = EAGLE-2 (top-4 children per frontier node by cumulative log-probability, up to 6 levels, the "
+            "k best nodes; frontier nodes that cannot reach the k best are not expanded); dynamic:TxD = top-T, D "
+            "levels; anything else is a static tree.",
             "Mean acceptance length = 1 + accepted / drafts. Draft cost = the drafter's forward time (tree "
             "bookkeeping included) / drafted tokens, the issue's seconds per drafted token.",
-            _machine() + ".",
+            _machine() + f"; the cases ran with {spec.threads or 'the default'} torch thread(s). Timings on this "
+            "shared machine move run to run (other processes); acceptance lengths are deterministic (greedy).",
         ],
     )

@@ -116,10 +116,7 @@ def tune_static(cal: EagleCalibration, budget: int, depth: int, max_rank: int) -
     """The greedy static tree for `budget` over per-depth rank accuracies, with its estimate and exact replay."""
     ranks = eagle_ranks(cal, depth, max_rank)  # [n, span, depth]
     accuracy = rank_accuracy(ranks.flatten(0, 1), max_rank)  # [depth, max_rank]
-    result = tune_tree(accuracy, ranks, budget, key="eagle_choices")
-    result["rank_accuracy"] = [[round(x, 4) for x in row] for row in accuracy.tolist()]
-    result["calibration_positions"] = ranks.shape[0] * ranks.shape[1]
-    return result
+    return tune_tree(accuracy, ranks, budget, key="eagle_choices")
 
 
 @torch.no_grad()

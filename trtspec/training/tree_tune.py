@@ -165,6 +165,8 @@ def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int, *,
         "estimated_acceptance_length": expected_accept_length(tree, accuracy),
         "replayed_acceptance_length": replay_accept_length(tree, ranks),
         "triton": choices_mod.to_triton(tree),
+        "rank_accuracy": [[round(x, 4) for x in row] for row in accuracy.tolist()],
+        "calibration_positions": ranks.shape[0] * ranks.shape[1],
     }
     baselines = {f"chain_{min(budget, num_heads)}": choices_mod.chain(min(budget, num_heads))}
     if num_heads >= 4 and budget >= len(choices_mod.MC_SIM_7B_63):
