@@ -14,6 +14,8 @@ Sections (run all, or pick with --section):
            `make aiperf` installed it): throughput and latency side by side
   suffix   suffix decoding with a cold and a warm cache on code, prose, grounded and repetitive prompts at batch 1,
            beside ngram, draft_target (fixed and adaptive k), transformers' prompt lookup and assisted generation
+  eagle    EAGLE-3 (chain and dynamic trees) vs the draft model vs Medusa at equal target compute (node budget k),
+           batch 1: mean acceptance length, draft cost per drafted token, speedup, and issue 17's goal verdict
 
 Every section is a sweep (trtspec/sweep/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure, the transformers rows of the engine section, and writes the Markdown.
@@ -30,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trtspec.sweep import benchmarks
+from trtspec.sweep import benchmarks, benchmarks_eagle
 from trtspec.sweep.benchmarks import Comparison, Section
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.report import atomic_write, markdown_table
@@ -216,10 +218,18 @@ def bench_suffix(args: argparse.Namespace) -> Section:
     return benchmarks.suffix_section(all_specs, measured, comparisons, notes)
 
 
+def bench_eagle(args: argparse.Namespace) -> Section:
+    spec = benchmarks_eagle.eagle_spec(model=args.model, draft=args.draft, medusa=args.medusa, eagle=args.eagle,
+                                       trees=args.eagle_trees, ks=args.eagle_ks, num_prompts=args.prompts,
+                                       prompt_tokens=args.prompt_tokens, max_new_tokens=args.max_new_tokens,
+                                       repeats=args.repeats, threads=args.threads)
+    return benchmarks_eagle.eagle_section(spec, benchmarks.measure(spec))
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo,
-    "suffix": bench_suffix,
+    "suffix": bench_suffix, "eagle": bench_eagle,
 }
 
 
@@ -286,6 +296,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookahead-prompts", type=int, default=8, help="lookahead: prompts per suite")
     parser.add_argument("--lookahead-new-tokens", type=int, default=48, help="lookahead: tokens per prompt")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--medusa", default="tiny-medusa", help="eagle: Medusa heads")
+    parser.add_argument("--eagle", default="tiny-eagle", help="eagle: EAGLE-3 drafter")
+    parser.add_argument("--eagle-trees", nargs="+", default=["chain", "dynamic"], help="eagle: EAGLE trees")
+    parser.add_argument("--eagle-ks", type=int, nargs="+", default=[4, 8], help="eagle: node budgets k")
     parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
     parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")
     parser.add_argument("--suffix-suites", nargs="+", default=list(benchmarks.SUFFIX_SUITES),

@@ -224,3 +224,26 @@ class _Problem(ConfigError):
     def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
         super().__init__(field, shown(value), problem, hint=hint)
         self.problem = problem
+
+
+EAGLE_CHAIN, EAGLE_DYNAMIC = "chain", "dynamic"
+
+
+def eagle_tree_options(value: str, field: str = "eagle_trees") -> dict[str, object]:
+    """An EAGLE tree as the eagle proposer's options: `chain` (top-1, a chain of k), `dynamic` (EAGLE-2 defaults:
+    top-4 per node, 6 levels, the k best nodes), `dynamic:TOPKxDEPTH`, or static choices (preset, JSON, file)."""
+    if value == EAGLE_CHAIN:
+        return {"eagle_topk": 1}
+    if value == EAGLE_DYNAMIC:
+        return {}
+    if value.startswith(EAGLE_DYNAMIC + ":"):
+        try:
+            topk, depth = (int(v) for v in value.split(":", 1)[1].split("x"))
+        except ValueError:
+            raise ConfigError(field, value, "must be dynamic:TOPKxDEPTH with two integers",
+                              hint="e.g. dynamic:4x6 (top-4 children per node, 6 levels)") from None
+        if not (1 <= topk <= 64 and 1 <= depth <= MAX_DEPTH):
+            raise ConfigError(field, value, f"TOPK must be in [1, 64] and DEPTH in [1, {MAX_DEPTH}]",
+                              hint="e.g. dynamic:4x6")
+        return {"eagle_topk": topk, "eagle_depth": depth}
+    return {"eagle_choices": validate(parse(value, field=field), field=field)}

@@ -164,3 +164,37 @@ def test_drafter_chain_equals_modelopt_drafting(eagle_target, trained_eagle):
         assert draft.token_ids.tolist() == expected[0].tolist(), prompt
         assert draft.parents == (-1, 0, 1, 2)
         proposer.free(rid)
+
+
+def test_pruned_dynamic_tree_drafts_the_same_nodes_with_fewer_forwards(eagle_target, trained_eagle, monkeypatch):
+    """A frontier node scoring below the k-th best node so far is not expanded (its children could not be drafted):
+    the drafts equal the unpruned tree's, with fewer drafter forwards. Mutation: pruning off must cost forwards."""
+    from trtspec.spec.eagle_model import EagleDrafter
+    from trtspec.spec.proposers.eagle import _Tree
+
+    forwards = Counter()
+    original = EagleDrafter.forward
+
+    def counted(self, *args, **kwargs):
+        forwards[mode] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(EagleDrafter, "forward", counted)
+    drafts = {}
+    for mode in ("pruned", "full"):
+        if mode == "full":
+            monkeypatch.setattr(_Tree, "kth_score", lambda self, k: float("-inf"))
+        engine = make_engine(eagle_target, trained_eagle[0], {"eagle_topk": 4, "eagle_depth": 6})
+        proposer = engine.proposers["eagle"]
+        seen: list = []
+
+        def recording(batch, propose=proposer.propose, seen=seen):
+            out = propose(batch)
+            seen.extend((d.token_ids.tolist(), d.parents) for d in out)
+            return out
+
+        proposer.propose = recording
+        engine.generate(PROMPTS, SamplingParams(max_new_tokens=24), SpecParams("eagle3", 4))
+        drafts[mode] = seen
+    assert drafts["pruned"] == drafts["full"] and any(t for t, _ in drafts["full"])
+    assert forwards["pruned"] < forwards["full"]

@@ -110,3 +110,23 @@ def test_bad_taps_and_tree_options_are_refused(eagle_target, trained_eagle):
     plain = SpecEngine.from_pretrained(eagle_target)
     with pytest.raises(ConfigError, match=r"needs an EAGLE-3 drafter \(eagle=...\)"):
         plain.add_request([1, 2, 3], spec=SpecParams("eagle3", 4))
+
+
+def test_recipe_command_round_trips_through_the_cli(monkeypatch, tmp_path):
+    """The model card's reproduce line is a `trtspec train eagle` command that builds the same recipe."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    import trtspec.training.eagle as eagle_training
+    from trtspec.cli.main import cli
+    from trtspec.training.eagle import recipe_command
+
+    recipe = EagleRecipe(taps=(1, 2, 3), draft_vocab_size=32, steps=7, batch_size=3, lr=1e-3, num_prompts=5,
+                         gen_len=12, num_corpus_windows=0, ttt_steps=2, seed=4)
+    seen = []
+    monkeypatch.setattr(eagle_training, "train_eagle", lambda path, out, r, **kw: seen.append(r) or None)
+    argv = shlex.split(recipe_command("tiny", recipe, str(tmp_path / "out")))
+    assert argv[:3] == ["trtspec", "train", "eagle"]
+    CliRunner().invoke(cli, argv[1:])
+    assert seen == [recipe]

@@ -189,3 +189,40 @@ def test_mixed_suites_round_robin_and_cycle():
 def test_engine_only_fields_are_refused_via_triton(spec_kwargs):
     with pytest.raises(ConfigError, match="adaptive=\\[4\\]: is applied by the in-process engine only"):
         SweepSpec.build(**spec_kwargs, via="triton", url="x:1", adaptive=[4])
+
+
+def test_eagle_drafters_and_trees_are_typed_variants(spec_kwargs):
+    """eagle3 cases: one per drafter x tree x k, each naming both; other methods' cases keep their ids (the eagle
+    field is left out of a case's parameters when unset)."""
+    spec = SweepSpec.build(**spec_kwargs, methods=["draft_target", "eagle3"], k=[0, 2, 4], eagle=["tiny-eagle"],
+                           eagle_trees=["chain", "dynamic:4x3"])
+    eagle = [c for c in spec.cases() if c.method == "eagle3"]
+    assert [(c.eagle, c.tree, c.k) for c in eagle] == [("tiny-eagle", "chain", 2), ("tiny-eagle", "chain", 4),
+                                                       ("tiny-eagle", "dynamic:4x3", 2),
+                                                       ("tiny-eagle", "dynamic:4x3", 4)]
+    assert "eagle" not in next(c for c in spec.cases() if c.method == "draft_target").params()
+    plain = SweepSpec.build(**spec_kwargs, methods=["draft_target"], k=[0, 2, 4]).cases()
+    assert [c.case_id for c in plain] == [c.case_id for c in spec.cases() if c.method != "eagle3"]
+    assert "tiny-eagle/chain" in eagle[0].label()
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"eagle": []}, "eagle"),
+    ({"eagle": ["no-such-drafter"]}, "eagle"),
+    ({"eagle_trees": ["dynamic:4"]}, "eagle_trees"),
+    ({"eagle_trees": ["dynamic:0x3"]}, "eagle_trees"),
+    ({"eagle_trees": ["[[0], [5, 0]]"]}, "eagle_trees"),  # not prefix-closed
+])
+def test_bad_eagle_fields_are_refused_naming_the_field(spec_kwargs, changes, field):
+    kwargs = {"methods": ["eagle3"], "k": [0, 2], "eagle": ["tiny-eagle"]} | changes
+    with pytest.raises((ConfigError, ModelNotFoundError), match=field):
+        SweepSpec.build(**spec_kwargs, **kwargs)
+
+
+def test_eagle_tree_options():
+    from trtspec.choices import eagle_tree_options
+
+    assert eagle_tree_options("chain") == {"eagle_topk": 1}
+    assert eagle_tree_options("dynamic") == {}
+    assert eagle_tree_options("dynamic:2x5") == {"eagle_topk": 2, "eagle_depth": 5}
+    assert eagle_tree_options("[[0], [1], [0, 0]]") == {"eagle_choices": [[0], [1], [0, 0]]}

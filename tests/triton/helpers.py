@@ -111,3 +111,20 @@ def counting_model(name: str, *, decoupled: bool, version: str | None = None, **
     lines = "".join(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
     return {f"{name}/config.pbtxt": RepoFile(text=f'name: "{name}"\n{policy}{config}\n{lines}'),
             f"{name}/1/model.py": RepoFile(copy_from=doubles / "1" / "model.py")}
+
+
+def target_greedy(max_tokens: int):
+    """The embedded target alone, plain decoding, as TensorRT-LLM answers a prompt (the end token ends the request,
+    unreported): a function prompt -> token ids."""
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.params import SpecParams, trtllm_sampling_params
+
+    engine = SpecEngine.from_pretrained(target="tiny")
+    eos = engine.tokenizer.eos_token_id
+
+    def greedy(prompt: str) -> list[int]:
+        (out,) = engine.generate([prompt], sampling=trtllm_sampling_params(max_new_tokens=max_tokens, end_id=eos),
+                                 spec=SpecParams(method="none", k=0))
+        return out.token_ids[:-1] if out.token_ids and out.token_ids[-1] == eos else out.token_ids
+
+    return greedy

@@ -31,14 +31,15 @@ def through_triton(params: EngineParams) -> EngineParams:
 @given(target=NAMES, draft=st.none() | NAMES, k=st.integers(0, 64), lookahead=st.none() | st.tuples(
     st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), exclude=st.booleans(), normalize=st.booleans(),
     timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
-    method=st.sampled_from(["draft_target", "none", "ngram", "suffix"]), suffix=st.none() | CONFIGS,
-    log=st.none() | NAMES, rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6))
+    method=st.sampled_from(["draft_target", "none", "ngram", "suffix", "eagle3"]), suffix=st.none() | CONFIGS,
+    log=st.none() | NAMES, rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6), eagle=st.none() | NAMES,
+    eagle_choices=st.none() | st.sampled_from(["{0}, {0, 0}, {1}", "[[0], [1], [0, 0]]"]))
 def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method,
-                                         suffix, log, rate, max_mb):
+                                         suffix, log, rate, max_mb, eagle, eagle_choices):
     params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
                           exclude_input_in_output=exclude, normalize_log_probs=normalize, drain_timeout_s=timeout,
                           device=device, max_queue=3, suffix=suffix, log_prompts=log, log_sample_rate=rate,
-                          log_max_mb=max_mb)
+                          log_max_mb=max_mb, eagle=eagle, eagle_choices=eagle_choices)
     assert through_triton(params) == params
 
 

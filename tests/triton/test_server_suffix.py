@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.triton import helpers
 from tests.triton.helpers import build_example
 from trtspec.cli.main import main
 from trtspec.suffix_config import SuffixConfig
@@ -95,19 +96,7 @@ def serve_twice(repo: Path, prompts: list[str]) -> list[tuple[str, list[int], in
 
 @pytest.fixture(scope="module")
 def target_greedy():
-    """The target alone, plain decoding, as TensorRT-LLM answers (the end token ends the request, unreported)."""
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SpecParams, trtllm_sampling_params
-
-    engine = SpecEngine.from_pretrained(target="tiny")
-    eos = engine.tokenizer.eos_token_id
-
-    def greedy(prompt: str) -> list[int]:
-        (out,) = engine.generate([prompt], sampling=trtllm_sampling_params(max_new_tokens=MAX_TOKENS, end_id=eos),
-                                 spec=SpecParams(method="none", k=0))
-        return out.token_ids[:-1] if out.token_ids and out.token_ids[-1] == eos else out.token_ids
-
-    return greedy
+    return helpers.target_greedy(MAX_TOKENS)
 
 
 @pytest.mark.triton

@@ -6,6 +6,7 @@ A bundle is a directory:
       target/                  HF checkpoint of the target (config.json, *.safetensors, tokenizer files)
       draft/                   HF checkpoint of the draft (draft_target only)
       medusa/                  Medusa heads directory (medusa only; FasterDecoding or ModelOpt layout)
+      eagle/                   EAGLE-3 drafter (method eagle3: built from method eagle with eagle.eagle3; HF layout)
       trtspec-bundle.json      spec settings: method, max_draft_len (k), choices, lookahead, ngram, suffix, dtype, ...
       trtspec-manifest.json    how it was built (config, versions, hashes, steps)
 
@@ -38,7 +39,8 @@ class BundleInfo:
     target: Path
     draft: Path | None = None
     medusa: Path | None = None
-    choices: list[list[int]] | None = None  # Medusa tree, list-of-paths form
+    eagle: Path | None = None              # EAGLE-3 drafter (method eagle3)
+    choices: list[list[int]] | None = None  # Medusa / EAGLE static tree, list-of-paths form
     lookahead: tuple[int, int, int] | None = None  # (W, N, G)
     ngram: dict[str, Any] | None = None     # {"max_matching_ngram_size": n}
     suffix: SuffixConfig | None = None      # method suffix: the options the served engine runs with
@@ -87,7 +89,8 @@ def load_bundle(path: str | Path) -> BundleInfo:
         raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file} names no target model",
                                  hint="rebuild the bundle with `trtspec build CONFIG`")
     return BundleInfo(root=root, method=settings["method"], max_draft_len=int(settings["max_draft_len"]),
-                      target=target, draft=sub("draft"), medusa=sub("medusa"), choices=settings.get("choices"),
+                      target=target, draft=sub("draft"), medusa=sub("medusa"), eagle=sub("eagle"),
+                      choices=settings.get("choices"),
                       lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"), suffix=suffix,
                       dtype=settings.get("dtype", "float32"), max_batch_size=settings.get("max_batch_size", 1),
                       max_seq_len=settings.get("max_seq_len", 2048), manifest=manifest)

@@ -360,7 +360,7 @@ def _plan_torch(r: Resolved) -> BuildPlan:
     """A self-contained bundle: model dirs copied in, spec settings in trtspec-bundle.json."""
     steps = [Step(f"copy-{role}", "convert", "copy", f"copy the {role} checkpoint into the bundle",
                   inputs=(r.models[role].path,), outputs=(role,))
-             for role in ("target", "draft", "medusa") if role in r.models]
+             for role in ("target", "draft", "medusa", "eagle") if role in r.models]
     steps.append(Step("write-bundle", "files", "write", "bundle settings (method, k, tree, lookahead)",
                       content=json.dumps(bundle_settings(r), indent=2) + "\n", outputs=(BUNDLE_FILE,)))
     return BuildPlan("torch", r.method.name, tuple(steps),
@@ -371,11 +371,12 @@ def bundle_settings(r: Resolved) -> dict[str, Any]:
     """The torch bundle's spec settings (paths relative to the bundle root)."""
     return {
         "format": "trtspec-bundle/1",
-        "method": r.method.name,
+        "method": "eagle3" if _eagle3(r) else r.method.name,  # the reference engine's name for EAGLE-3
         "max_draft_len": r.max_draft_len,
         "target": "target",
         "draft": "draft" if "draft" in r.models else None,
         "medusa": "medusa" if "medusa" in r.models else None,
+        "eagle": "eagle" if "eagle" in r.models else None,
         "choices": r.choices,
         "lookahead": list(r.lookahead) if r.lookahead else None,
         "ngram": r.spec.ngram.model_dump() if r.spec.ngram else None,

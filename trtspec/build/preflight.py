@@ -115,6 +115,12 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
     if spec.backend == "tensorrtllm" and method.trtllm_unsupported:
         raise ConfigError("method", method.name, f"cannot be built for TensorRT-LLM: {method.trtllm_unsupported}",
                           hint="use backend: torch (Triton's Python backend serves the reference engine, which runs it)")
+    if spec.backend == "torch" and method.name == "eagle":  # the reference engine runs EAGLE-3 drafters (eagle3)
+        if spec.eagle is not None and not spec.eagle.eagle3:
+            raise ConfigError("eagle.eagle3", False, "the torch reference engine runs EAGLE-3 drafters only",
+                              hint="set eagle.eagle3: true with an EAGLE-3 drafter (`trtspec train eagle`), or use "
+                                   "backend: tensorrtllm for an EAGLE-1/2 drafter")
+        return
     if spec.backend == "torch" and method.proposer is None and method.name != "none":
         from trtspec.methods import engine_methods
 
@@ -319,6 +325,16 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     eagle = _section(spec.eagle, "eagle", spec.method)
+    if eagle.eagle3 and spec.backend == "torch":
+        # the reference engine: max_draft_len is the node budget k; a static tree (eagle.choices) or, without one,
+        # the dynamic EAGLE-2 tree
+        tree = None if eagle.choices is None else tree_choices.validate(
+            _tree(eagle.choices, tree_choices.MAX_DEPTH, "eagle.choices"), max_depth=tree_choices.MAX_DEPTH,
+            max_nodes=given, field="eagle.choices")
+        k = given or (len(tree) if tree else eagle.num_layers)
+        checks.append(Check("eagle3", "ok", f"max_draft_len {k} = draft tree nodes (reference engine, "
+                            + ("static tree)" if tree else "dynamic tree)")))
+        return k, tree, None
     if eagle.eagle3:
         # LLM API (PyTorch backend): max_draft_len counts draft layers (chain steps), not tree nodes
         checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))

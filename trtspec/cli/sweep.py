@@ -21,6 +21,10 @@ from trtspec.methods import METHODS
 @click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
 @click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
 @click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
+@click.option("--eagle", help="Comma list of EAGLE-3 drafters (method eagle3): embedded name or directory.")
+@click.option("--eagle-tree", "eagle_trees",
+              help="Comma list of EAGLE trees (eagle3): chain, dynamic, dynamic:TOPKxDEPTH or a choices preset/file "
+                   "[default: dynamic].")
 @click.option("--suffix-cache", "suffix_cache",
               help="Suffix decoding cache states per suffix case: cold (emptied before the case), warm (the case's "
                    "requests ran once before it), or cold,warm [default: both; via engine].")
@@ -61,7 +65,8 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
              "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
              "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
              "temperatures": lambda v: parse_float_list(v, "temperature"),
-             "suffix_cache": lambda v: parse_str_list(v, "suffix-cache")}
+             "suffix_cache": lambda v: parse_str_list(v, "suffix-cache"),
+             "eagle": lambda v: parse_str_list(v, "eagle"), "eagle_trees": lambda v: parse_str_list(v, "eagle-tree")}
     overrides = {name: (lists[name](value) if name in lists and value is not None else value)
                  for name, value in flags.items()}
     spec = SweepSpec.from_yaml(config, **overrides) if config else \

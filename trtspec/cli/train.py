@@ -99,6 +99,9 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
                    "[default: vLLM's (2, L/2, L-3), or (1, L/2, L-1) when those repeat].")
 @click.option("--intermediate-size", type=click.IntRange(1), default=None,
               help="Drafter MLP width [default: the target's].")
+@click.option("--draft-vocab-size", type=click.IntRange(1), default=None,
+              help="EAGLE-3's reduced draft vocabulary: the N most frequent tokens of the training data (d2t/t2d in "
+                   "the export; a smaller lm_head) [default: the target's vocabulary, sharing its lm_head].")
 @click.option("--ttt-steps", type=click.IntRange(1, 8), default=3, show_default=True,
               help="Training-time-test steps (draft depths trained on the drafter's own features).")
 @click.option("--steps", type=click.IntRange(1), default=240, show_default=True, help="Optimizer steps.")
@@ -112,8 +115,8 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
               help="Output directory: HF EAGLE-3 layout (config.json + model.safetensors) and a model card.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of data sampling and batch order.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training report as JSON.")
-def eagle(target: str, taps: str | None, intermediate_size: int | None, ttt_steps: int, steps: int, batch_size: int,
-          lr: float, num_prompts: int, gen_len: int, corpus_windows: int, checkpoint_every: int, out_dir: Path,
+def eagle(target: str, taps: str | None, intermediate_size: int | None, draft_vocab_size: int | None, ttt_steps: int,
+          steps: int, batch_size: int, lr: float, num_prompts: int, gen_len: int, corpus_windows: int, checkpoint_every: int, out_dir: Path,
           seed: int, as_json: bool) -> None:
     """Train an EAGLE-3 drafter on a frozen target by self-distillation (NVIDIA ModelOpt).
 
@@ -123,8 +126,8 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, ttt_step
     from trtspec.cli._progress import stage_progress
     from trtspec.errors import ConfigError
     from trtspec.models import resolve_model
-    from trtspec.spec.medusa_heads import write_text
-    from trtspec.training.eagle import EagleRecipe, model_card, train_eagle
+    from trtspec.spec.medusa_heads import write_json, write_text
+    from trtspec.training.eagle import EagleRecipe, model_card, recipe_command, train_eagle
 
     path = resolve_model(target)
     tap_ids = None
@@ -133,12 +136,15 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, ttt_step
             tap_ids = tuple(int(t) for t in taps.split(","))
         except ValueError:
             raise ConfigError("--taps", taps, "must be three integers L,M,H", hint="e.g. --taps 1,3,5") from None
-    recipe = EagleRecipe(taps=tap_ids, intermediate_size=intermediate_size, ttt_steps=ttt_steps, steps=steps,
+    recipe = EagleRecipe(taps=tap_ids, intermediate_size=intermediate_size, draft_vocab_size=draft_vocab_size,
+                         ttt_steps=ttt_steps, steps=steps,
                          batch_size=batch_size, lr=lr, num_prompts=num_prompts, gen_len=gen_len,
                          num_corpus_windows=corpus_windows, checkpoint_every=checkpoint_every, seed=seed)
     with stage_progress(disable=as_json) as progress:
         report = train_eagle(path, out_dir, recipe, base_model_name=target, progress=progress)
     assert report is not None  # stop_after is not a CLI option
+    report["command"] = recipe_command(target, recipe, str(out_dir))
+    write_json(out_dir / "training-report.json", report)
     write_text(out_dir / "README.md", model_card(report))
     if as_json:
         click.echo(json.dumps(report, indent=2))

@@ -121,7 +121,8 @@ class EagleDrafter(nn.Module):
             attn_mask: [batch, 1, T, ctx] which cached and new entries each new token sees (tree drafting); default:
                 the whole cached prefix and the new tokens causally.
         Returns:
-            logits [batch, T, target vocab] float32 (-inf outside the draft vocabulary), pre-norm [batch, T, hidden].
+            logits [batch, T, draft vocab] float32 (draft id i is target id `draft_ids[i]`), pre-norm
+            [batch, T, hidden].
         """
         embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # [batch, T, hidden]
         step = prepare_step(cache, slots, input_ids.shape, self.inv_freq, hidden.dtype, num_tokens=num_tokens,
@@ -129,13 +130,12 @@ class EagleDrafter(nn.Module):
         x = self.layers[0](embeds, hidden, step.cos, step.sin, cache.key[0], cache.value[0], step.write,
                            step.attn_mask)  # [batch, T, hidden]
         step.commit(cache, slots)
-        logits = self.lm_head(self.norm(x)).float()  # [batch, T, draft vocab]
-        vocab = self.config.layer.vocab_size
-        if self.config.draft_vocab_size == vocab and not bool(self.d2t.any()):
-            return logits, x
-        full = logits.new_full((*logits.shape[:-1], vocab), float("-inf"))  # [batch, T, vocab]
-        full[..., torch.arange(self.config.draft_vocab_size, device=logits.device) + self.d2t] = logits
-        return full, x
+        return self.lm_head(self.norm(x)).float(), x  # [batch, T, draft vocab], [batch, T, hidden]
+
+    @property
+    def draft_ids(self) -> Tensor:
+        """Target id of each draft id: i + d2t[i] (the identity for a full-vocabulary drafter).  # [draft vocab]"""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
 
 
 def load_drafter(path: str | Path, target: LlamaConfig, target_embed: nn.Embedding, *,
@@ -177,6 +177,13 @@ def load_drafter(path: str | Path, target: LlamaConfig, target_embed: nn.Embeddi
         raise IncompatibleModelsError(
             f"{field}: {path / 'model.safetensors'} tensors {sorted(set(state) ^ expected)[:6]} do not match the "
             "EAGLE-3 layout (layers.0.*, fc, norm, lm_head, optional d2t / embed_tokens)", hint=fix)
+    draft_ids = torch.arange(config.draft_vocab_size) + state["d2t"]  # [draft vocab] target ids
+    if config.draft_vocab_size > c.vocab_size or (draft_ids.numel() and (
+            int(draft_ids.min()) < 0 or int(draft_ids.max()) >= c.vocab_size
+            or draft_ids.unique().numel() != draft_ids.numel())):
+        raise IncompatibleModelsError(
+            f"{field}: d2t maps draft_vocab_size {config.draft_vocab_size} draft ids onto target ids that are not "
+            f"distinct ids in [0, {c.vocab_size})", hint=fix)
     drafter.load_state_dict(state, assign=True, strict=False)
     torch_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     drafter.embed_tokens = embed

@@ -70,6 +70,8 @@ class CaseRow:
         extra = (self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
                  or self.params.get("suffix_cache"))
         variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+        if self.params.get("eagle"):  # EAGLE-3 drafter and its tree (grid.SweepSpec.eagle_trees)
+            variant = f"{self.method}:{Path(str(self.params['eagle'])).name}/{self.params.get('tree')}"
         return variant + (" adaptive" if self.params.get("adaptive") else "")
 
     prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated

@@ -34,7 +34,7 @@ CALIBRATION_REPEATS = 5
 WARMUP_TOKENS = 16  # per request of a path's warm-up loop
 
 Lookahead = tuple[int, int, int] | None  # an engine's lookahead (W, N, G); None = the engine's default
-EngineKey = tuple[ModelSet, Lookahead]
+EngineKey = tuple[ModelSet, Lookahead, str | None]  # + the EAGLE tree (grid.SweepSpec.eagle_trees) of an eagle set
 
 
 @dataclass
@@ -127,7 +127,8 @@ class EngineBackend:
         engine = self._engine(spec, model_set)
         relevant = [m for m in spec.methods if m != BASELINE
                     and (model_set.draft is not None or not resolve(m).needs_draft_model)
-                    and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)]
+                    and (model_set.medusa is not None or not resolve(m).needs_medusa_heads)
+                    and (model_set.eagle is not None or not resolve(m).needs_eagle_drafter)]
         missing = [m for m in relevant if m not in engine.available_methods]
         if missing and missing[0] in engine.unavailable:  # an optional package is missing (suffix: arctic-inference)
             raise engine.unavailable[missing[0]]
@@ -218,7 +219,7 @@ class EngineBackend:
     def info(self) -> dict[str, Any]:
         import torch
 
-        tokenizers = {str(m.model): e.tokenizer is not None for (m, _), e in self._engines.items()}
+        tokenizers = {str(m.model): e.tokenizer is not None for (m, _, _), e in self._engines.items()}
         return {"name": self.name, "device": self._device, "torch": torch.__version__, "has_tokenizer": tokenizers,
                 "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
 
@@ -236,16 +237,21 @@ class EngineBackend:
         """The engine a case needs; model-free methods reuse any loaded engine of the same target (lookahead: one
         with the case's W,N,G)."""
         lookahead = parse_lookahead(case.lookahead) if case.lookahead else None
-        if case.draft or case.medusa:
-            return self._engine(spec, ModelSet(case.model, case.draft, case.medusa))
-        for model_set, options in self._engines:
+        if case.draft or case.medusa or case.eagle:
+            return self._engine(spec, ModelSet(case.model, case.draft, case.medusa, case.eagle),
+                                eagle_tree=case.tree if case.eagle else None)
+        for model_set, options, tree in self._engines:
             if model_set.model == case.model and lookahead in (None, options):
-                return self._engines[(model_set, options)]
+                return self._engines[(model_set, options, tree)]
         return self._engine(spec, ModelSet(case.model), lookahead)
 
-    def _engine(self, spec: SweepSpec, model_set: ModelSet, lookahead: Lookahead = None) -> Any:
-        key = (model_set, lookahead)
+    def _engine(self, spec: SweepSpec, model_set: ModelSet, lookahead: Lookahead = None,
+                eagle_tree: str | None = None) -> Any:
+        if model_set.eagle and eagle_tree is None:  # check_model_set / calibrate: the set's first tree
+            eagle_tree = spec.eagle_trees[0]
+        key = (model_set, lookahead, eagle_tree)
         if key not in self._engines:
+            from trtspec.choices import eagle_tree_options
             from trtspec.spec.engine import SpecEngine
             from trtspec.spec.params import SamplingParams, SpecParams
 
@@ -254,9 +260,11 @@ class EngineBackend:
                 options["max_ngram"] = spec.max_ngram
             if lookahead is not None:
                 options["lookahead"] = lookahead
+            if eagle_tree is not None:
+                options.update(eagle_tree_options(eagle_tree))
             engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
-                                                max_k=spec.max_draft_len, device=spec.device, dtype=spec.dtype,
-                                                proposer_options=options)
+                                                eagle=model_set.eagle, max_k=spec.max_draft_len, device=spec.device,
+                                                dtype=spec.dtype, proposer_options=options)
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
             warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
             engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))

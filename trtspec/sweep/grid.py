@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from trtspec.choices import eagle_tree_options
 from trtspec.config import load_yaml
 from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
@@ -58,6 +59,10 @@ class SweepSpec(BaseModel):
     drafts: list[str] = Field(["tiny-draft"], description="draft models, for methods that need one")
     medusa: list[str] = Field([], description="Medusa heads directories, for medusa")
     trees: list[str] = Field([CHAIN_TREE], description="tree choices (preset, JSON, file) for tree methods")
+    eagle: list[str] = Field([], description="EAGLE-3 drafters (embedded name or directory), for eagle3")
+    eagle_trees: list[str] = Field(["dynamic"], description="EAGLE trees for eagle3: chain (top-1), dynamic (EAGLE-2: "
+                                   "top-4 per node, 6 levels, the k best nodes), dynamic:TOPKxDEPTH, or static "
+                                   "choices (preset, JSON, file); k is the node budget")
     temperatures: list[float] = Field([0.0], description="sampling temperatures")
     suites: list[str] = Field(["code"], description="shipped suite names or JSONL paths")
     concurrency: list[int] = Field([1], description="requests in flight")
@@ -127,7 +132,7 @@ class SweepSpec(BaseModel):
 
     def validate_values(self) -> None:
         """Cheap, torch-free checks of every field (models are resolved on disk, prompt files are parsed)."""
-        from trtspec.models import check_pair, resolve_model
+        from trtspec.models import check_pair, resolve_eagle, resolve_model
         from trtspec.sweep.prompts import load_suite
 
         # The torch-flavour repository serves the reference engine, so it runs the same methods.
@@ -144,12 +149,17 @@ class SweepSpec(BaseModel):
             if info.needs_medusa_heads and not self.medusa:
                 raise ConfigError("medusa", self.medusa, f"method {name} needs Medusa heads",
                                   hint="pass --medusa DIR (heads trained with `trtspec train medusa`)")
+            if info.needs_eagle_drafter and not self.eagle and self.via == "engine":
+                raise ConfigError("eagle", self.eagle, f"method {name} needs an EAGLE-3 drafter",
+                                  hint="pass --eagle tiny-eagle (or a directory from `trtspec train eagle`)")
         for field, values, lowest in (("k", self.k, 0), ("adaptive", self.adaptive, 1)):
             for k in values:
                 if not lowest <= k <= self.max_draft_len:
                     raise ConfigError(field, k, f"must be within {lowest}..max_draft_len ({self.max_draft_len})",
                                       hint="lower k, or raise max_draft_len (the engine must be built for it)")
         self._validate_options()
+        for tree in self.eagle_trees:
+            eagle_tree_options(tree)
         _positive("temperatures", self.temperatures, allow_zero=True)
         _positive("concurrency", self.concurrency)
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
@@ -182,6 +192,9 @@ class SweepSpec(BaseModel):
                                       hint="pass --draft tiny-draft (or a local HF directory)")
                 for draft in self.drafts:
                     check_pair(target, resolve_model(draft, field="drafts"))
+            if any(resolve(m).needs_eagle_drafter for m in self.methods):
+                for drafter in self.eagle:
+                    resolve_eagle(drafter, field="eagle")
         for suite in self.suites:
             load_suite(suite, self.num_prompts)
 
@@ -214,7 +227,8 @@ class SweepSpec(BaseModel):
 
     def _check_grid_size(self) -> None:
         """Refuse a grid of more than MAX_CASES cases, from an upper bound computed without listing them."""
-        variants = max(len(self.drafts), len(self.medusa) * len(self.trees), len(self.lookahead), 1)
+        variants = max(len(self.drafts), len(self.medusa) * len(self.trees), len(self.eagle) * len(self.eagle_trees),
+                       len(self.lookahead), 1)
         per_point = 1 + len(self.methods) * variants * (len(set(self.k)) + len(set(self.adaptive)))
         bound = len(self.suites) * len(self.temperatures) * len(self.concurrency) * per_point * self.repeats
         if bound > MAX_CASES:
@@ -261,6 +275,8 @@ class SweepSpec(BaseModel):
             return [{"draft": d} for d in self.drafts]
         if info.needs_medusa_heads:
             return [{"medusa": m, "tree": t} for m in self.medusa for t in self.trees]
+        if info.needs_eagle_drafter and self.via == "engine":  # a served model has its own drafter and tree
+            return [{"eagle": e, "tree": t} for e in self.eagle for t in self.eagle_trees]
         if method == LOOKAHEAD:
             return [{"lookahead": w} for w in self.lookahead] or [{}]
         if self.max_ngram is not None and info.proposer == "ngram":
@@ -307,6 +323,7 @@ class Case:
     num_requests: int | None = None  # requests (prompts reused round-robin); None = one per prompt
     prompt_tokens: int | None = None  # prompts cut to their last N tokens; None = whole
     suffix_cache: str | None = None  # suffix decoding: cold | warm cache at the start (None: not suffix, or served)
+    eagle: str | None = None  # EAGLE-3 drafter (eagle3 via engine; its tree in `tree`)
 
     @property
     def case_id(self) -> str:
@@ -324,13 +341,15 @@ class Case:
 
     def label(self) -> str:
         extra = self.draft or self.medusa or self.lookahead or self.suffix_cache or ""
+        if self.eagle:
+            extra = f"{self.eagle}/{self.tree}"
         k = f"k<={self.k} adaptive" if self.adaptive else f"k={self.k}"
         label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} c={self.concurrency}"
         return label + (f" #{self.repeat}" if self.repeat else "")
 
 
 _LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
-                 "prompt_tokens": None, "suffix_cache": None}
+                 "prompt_tokens": None, "suffix_cache": None, "eagle": None}
 
 
 def case_id(params: dict[str, object]) -> str:

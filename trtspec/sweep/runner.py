@@ -52,23 +52,25 @@ class Backend(Protocol):
 
 @dataclass(frozen=True)
 class ModelSet:
-    """The models one engine holds: the target plus at most one draft model or Medusa heads directory."""
+    """The models one engine holds: the target plus at most one draft model, Medusa heads or EAGLE-3 drafter."""
 
     model: str
     draft: str | None = None
     medusa: str | None = None
+    eagle: str | None = None
 
     @property
     def calibration_id(self) -> str:
-        return "calib-" + case_id({"model": self.model, "draft": self.draft, "medusa": self.medusa})
+        extra = {"eagle": self.eagle} if self.eagle else {}  # ids written before EAGLE stay the same
+        return "calib-" + case_id({"model": self.model, "draft": self.draft, "medusa": self.medusa, **extra})
 
 
 def model_sets(cases: list[Case]) -> list[ModelSet]:
     """Distinct model sets of the cases, in first-seen order (a target-only set when no case uses a draft)."""
     seen: dict[ModelSet, None] = {}
     for case in cases:
-        if case.draft or case.medusa:
-            seen.setdefault(ModelSet(case.model, case.draft, case.medusa))
+        if case.draft or case.medusa or case.eagle:
+            seen.setdefault(ModelSet(case.model, case.draft, case.medusa, case.eagle))
     if not seen and cases:
         seen[ModelSet(cases[0].model)] = None
     return list(seen)
@@ -127,7 +129,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
             # 3. calibrate
             sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo and spec.calibrate else []
             for model_set in sets:
-                progress.describe(f"calibrating {model_set.model}+{model_set.draft or model_set.medusa or '-'}")
+                progress.describe(f"calibrating {model_set.model}+"
+                                  f"{model_set.draft or model_set.medusa or model_set.eagle or '-'}")
                 fields = _guarded(lambda m=model_set: backend.calibrate(spec, m), summary)
                 if fields:
                     rec = {"kind": "calibration", "id": model_set.calibration_id, "model": model_set.model,
@@ -156,7 +159,7 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
         "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
         "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree,
-                 **{name: case.params()[name] for name in ("adaptive", "lookahead", "suffix_cache")
+                 **{name: case.params()[name] for name in ("adaptive", "lookahead", "suffix_cache", "eagle")
                     if name in case.params()}},
         "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),

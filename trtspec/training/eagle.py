@@ -50,6 +50,7 @@ TRAINER = ("NVIDIA ModelOpt modelopt.torch.speculative (eagle mode, EAGLE-3 conf
 class EagleRecipe:
     taps: tuple[int, ...] | None = None  # target layers read (vLLM convention); None = default_taps(num_layers)
     intermediate_size: int | None = None  # drafter MLP width; None = the target's
+    draft_vocab_size: int | None = None  # EAGLE-3's reduced draft vocabulary (d2t); None = the target's vocabulary
     ttt_steps: int = 3  # ModelOpt eagle_ttt_steps: draft depths trained on the drafter's own features
     steps: int = 240
     batch_size: int = 8
@@ -111,6 +112,8 @@ def eagle3_config(target_config: Any, taps: tuple[int, ...], recipe: EagleRecipe
         "eagle_aux_hidden_state_layer_ids": [t - 1 for t in taps],  # ModelOpt hooks the output of layer t - 1
         "torch_dtype": "float32",
     })
+    if recipe.draft_vocab_size is not None and recipe.draft_vocab_size < target_config.vocab_size:
+        cfg["eagle_architecture_config"]["draft_vocab_size"] = recipe.draft_vocab_size
     cfg["eagle_ttt_steps"] = recipe.ttt_steps
     cfg["eagle_use_torch_compile"] = False  # CPU training; compile adds minutes for a model this small
     cfg["eagle_export_rope_scaling"] = {}  # ModelOpt's default writes YaRN x32 into the export; we train default RoPE
@@ -143,6 +146,34 @@ def convert_with_modelopt(model: Any, taps: tuple[int, ...], recipe: EagleRecipe
 
 def drafter_parameters(model: Any) -> list[torch.nn.Parameter]:
     return [p for p in model.eagle_module.parameters() if p.requires_grad]
+
+
+def frequent_vocab(sequences: torch.Tensor, vocab_size: int, size: int) -> torch.Tensor:
+    """The `size` most frequent token ids of `sequences` [n, T] (ties: lower id first), most frequent first:
+    ModelOpt's `calibrate_frequent_vocab` on token ids instead of text.  # [size]"""
+    counts = torch.bincount(sequences.flatten(), minlength=vocab_size)  # [vocab]
+    return torch.sort(-counts, stable=True).indices[:size]
+
+
+def set_draft_vocab(model: Any, sequences: torch.Tensor) -> torch.Tensor | None:
+    """Give a reduced-vocabulary drafter its d2t (draft id i -> target id i + d2t[i], the `draft_vocab_size` most
+    frequent tokens of the training data) and start its own lm_head from the target's rows for those tokens.
+    Returns the target ids [draft_vocab] (None for a full-vocabulary drafter, which shares the target's lm_head)."""
+    module = model.eagle_module
+    if not hasattr(module, "d2t"):
+        return None
+    draft_ids = frequent_vocab(sequences, model.config.vocab_size, module.d2t.numel())  # [draft_vocab]
+    with torch.no_grad():
+        module.d2t.copy_(draft_ids - torch.arange(draft_ids.numel()))
+        module.lm_head.weight.copy_(model.lm_head.weight[draft_ids])
+    return draft_ids
+
+
+def vocab_coverage(draft_ids: torch.Tensor | None, sequences: torch.Tensor) -> float:
+    """Share of the token positions of `sequences` [n, T] whose token is in the draft vocabulary."""
+    if draft_ids is None:
+        return 1.0
+    return round(float(torch.isin(sequences, draft_ids).float().mean()), 4)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -253,8 +284,12 @@ def export_hf(model: Any, out_dir: Path, taps: tuple[int, ...], extra: dict[str,
         with contextlib.redirect_stdout(sys.stderr):
             model.get_exporter().export(tmp)
         weights = tmp / "model.safetensors"
-        save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(weights).items()}, weights,
-                  metadata={"format": "pt"})
+        state = {k: (v.to(torch.float16) if v.is_floating_point() else v).contiguous()
+                 for k, v in load_file(weights).items()}
+        if "d2t" in state:  # EAGLE-3's t2d beside d2t: which target ids the draft vocabulary holds
+            state["t2d"] = torch.zeros(model.config.vocab_size, dtype=torch.bool)  # [vocab]
+            state["t2d"][torch.arange(state["d2t"].numel()) + state["d2t"]] = True
+        save_file(state, weights, metadata={"format": "pt"})
         config = json.loads((tmp / "config.json").read_text())
         base = model.config
         tokens = {"bos_token_id": base.bos_token_id, "eos_token_id": base.eos_token_id,
@@ -313,6 +348,10 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
     model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     num_layers = model.config.num_hidden_layers
     taps = check_taps(recipe.taps, num_layers) if recipe.taps else default_taps(num_layers)
+    vocab = model.config.vocab_size
+    if recipe.draft_vocab_size is not None and not 1 <= recipe.draft_vocab_size <= vocab:
+        raise ConfigError("draft_vocab_size", recipe.draft_vocab_size, f"must be in [1, the target's vocab_size {vocab}]",
+                          hint=f"e.g. --draft-vocab-size {vocab // 2}")
     data_file = state_dir / "data.pt"
     data = torch.load(data_file, weights_only=False) if data_file.is_file() else None
     if data is None or data.get("recipe") != _data_key(recipe) or data.get("target") != name:
@@ -323,6 +362,7 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
     t_data = time.time() - t0
 
     model = convert_with_modelopt(model, taps, recipe)
+    draft_ids = set_draft_vocab(model, data["sequences"])
     checkpoint = state_dir / "state.pt"
     resume = load_checkpoint(checkpoint, recipe, name)
     before = depth_accuracy(model, data["eval_sequences"]) if resume is None else None
@@ -341,7 +381,9 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
         "data": {"source": data["source"], "sequences": sequences.shape[0], "sequence_len": sequences.shape[1],
                  "generated_sequences": data["generated"], "corpus_windows": data["windows"],
                  "greedy_and_sampled": "alternating chunks of greedy and T=1 continuations",
-                 "train_tokens": recipe.steps * recipe.batch_size * (sequences.shape[1] - 1)},
+                 "train_tokens": recipe.steps * recipe.batch_size * (sequences.shape[1] - 1),
+                 "draft_vocab_coverage": {"train": vocab_coverage(draft_ids, sequences),
+                                          "held_out_greedy": vocab_coverage(draft_ids, data["eval_sequences"])}},
         "final_loss": sum(losses[-10:]) / len(losses[-10:]),
         "accuracy_before": before,
         "accuracy": accuracy,
@@ -357,6 +399,28 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
     write_json(out_dir / "training-report.json", report)
     shutil.rmtree(state_dir, ignore_errors=True)
     return report
+
+
+def recipe_command(target: str, recipe: EagleRecipe, out: str) -> str:
+    """The `trtspec train eagle` command line that trains with `recipe` (flags for non-default values)."""
+    flags = {"taps": ",".join(map(str, recipe.taps)) if recipe.taps else None,
+             "intermediate-size": recipe.intermediate_size, "draft-vocab-size": recipe.draft_vocab_size}
+    default = EagleRecipe()
+    for name, flag in (("ttt_steps", "ttt-steps"), ("steps", "steps"), ("batch_size", "batch-size"), ("lr", "lr"),
+                       ("num_prompts", "prompts"), ("gen_len", "gen-len"), ("num_corpus_windows", "corpus-windows"),
+                       ("checkpoint_every", "checkpoint-every"), ("seed", "seed")):
+        if getattr(recipe, name) != getattr(default, name):
+            flags[flag] = getattr(recipe, name)
+    return " ".join(["trtspec train eagle --model", target, *(f"--{k} {v}" for k, v in flags.items() if v is not None),
+                     "--out", out])
+
+
+def _coverage(data: dict[str, Any]) -> str:
+    cov = data.get("draft_vocab_coverage")
+    if not cov or cov["train"] == 1.0:
+        return ""
+    return (f" (the most frequent in the training data; they cover {100 * cov['train']:.1f}% of its token positions "
+            f"and {100 * cov['held_out_greedy']:.1f}% of the held-out greedy continuations)")
 
 
 def model_card(report: dict[str, Any], acceptance: dict[str, Any] | None = None) -> str:
@@ -379,7 +443,8 @@ target's). Trained by `trtspec train eagle` with {report['trainer']}.
 | data | {d['generated_sequences']} target continuations ({d['greedy_and_sampled']}) and {d['corpus_windows']} corpus windows, {d['sequence_len']} tokens each, labelled with the target's own distributions; {d['source']} |
 | final loss | {report['final_loss']:.3f} (ModelOpt: sum over depths of 0.9^d soft cross-entropy) |
 | time | {report['timings']['total_s'] / 60:.1f} min on this machine |
-
+| draft vocabulary | {c.get('draft_vocab_size') or c['vocab_size']} of {c['vocab_size']} tokens{_coverage(d)} |
+{f"| reproduce | `{report['command']}` |" + chr(10) if report.get('command') else ''}
 ## Per-depth accuracy (held-out prompts)
 {report['accuracy_definition']}.
 

@@ -151,18 +151,22 @@ def replay_accept_length(tree_choices: choices_mod.Choices, ranks: torch.Tensor)
     return tokens / max(1, steps)
 
 
-def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int) -> dict[str, Any]:
-    """The greedy tree for `budget` with its estimated and replayed acceptance, next to the chain and mc_sim_7b_63."""
+def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int, *,
+              key: str = "medusa_choices") -> dict[str, Any]:
+    """The greedy tree for `budget` with its estimated and replayed acceptance, next to the chain and mc_sim_7b_63.
+    `key` names the tree (medusa_choices, or eagle_choices for an EAGLE tree: accuracy rows are draft depths)."""
     tree = greedy_tree(accuracy, budget)
     num_heads = accuracy.shape[0]
     result: dict[str, Any] = {
-        "medusa_choices": tree,
+        key: tree,
         "budget": budget,
         "num_nodes": len(tree),
         "depth": choices_mod.depth(tree),
         "estimated_acceptance_length": expected_accept_length(tree, accuracy),
         "replayed_acceptance_length": replay_accept_length(tree, ranks),
         "triton": choices_mod.to_triton(tree),
+        "rank_accuracy": [[round(x, 4) for x in row] for row in accuracy.tolist()],
+        "calibration_positions": ranks.shape[0] * ranks.shape[1],
     }
     baselines = {f"chain_{min(budget, num_heads)}": choices_mod.chain(min(budget, num_heads))}
     if num_heads >= 4 and budget >= len(choices_mod.MC_SIM_7B_63):
@@ -177,20 +181,22 @@ def write_choices(path: Path, result: dict[str, Any]) -> None:
     """Write the tuned tree as YAML (.yaml/.yml) or JSON (anything else); `choices.parse` reads either."""
     from trtspec.spec.medusa_heads import write_text
 
-    doc = {"medusa_choices": result["medusa_choices"], "budget": result["budget"],
+    key = "eagle_choices" if "eagle_choices" in result else "medusa_choices"
+    doc = {key: result[key], "budget": result["budget"],
            "estimated_acceptance_length": round(result["estimated_acceptance_length"], 4),
            "replayed_acceptance_length": round(result["replayed_acceptance_length"], 4),
-           "triton": result["triton"]}
+           "triton": result["triton"], **({"dynamic": result["dynamic"]} if "dynamic" in result else {})}
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        paths = "\n".join(f"  - {p}" for p in result["medusa_choices"])  # one path per line, flow style
-        rest = yaml.safe_dump({k: v for k, v in doc.items() if k != "medusa_choices"}, sort_keys=False, width=1 << 16)
-        text = f"# Medusa tree tuned by `trtspec tune tree`\nmedusa_choices:\n{paths}\n{rest}"
+        paths = "\n".join(f"  - {p}" for p in result[key])  # one path per line, flow style
+        rest = yaml.safe_dump({k: v for k, v in doc.items() if k != key}, sort_keys=False, width=1 << 16)
+        what = "EAGLE" if key == "eagle_choices" else "Medusa"
+        text = f"# {what} tree tuned by `trtspec tune tree`\n{key}:\n{paths}\n{rest}"
     else:
-        paths = ",\n    ".join(json.dumps(p) for p in result["medusa_choices"])
-        rest = json.dumps({k: v for k, v in doc.items() if k != "medusa_choices"}, indent=2)[1:]
-        text = f'{{\n  "medusa_choices": [\n    {paths}\n  ],{rest}\n'
+        paths = ",\n    ".join(json.dumps(p) for p in result[key])
+        rest = json.dumps({k: v for k, v in doc.items() if k != key}, indent=2)[1:]
+        text = f'{{\n  "{key}": [\n    {paths}\n  ],{rest}\n'
     text = text if text.endswith("\n") else text + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, text)

@@ -139,7 +139,7 @@ def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput
     from trtspec.build.bundle import load_bundle
 
     bundle = load_bundle(root)
-    models = {role: str(path) for role in ("target", "draft", "medusa") if (path := getattr(bundle, role))}
+    models = {role: str(path) for role in ("target", "draft", "medusa", "eagle") if (path := getattr(bundle, role))}
     return BuildOutput(
         root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
         max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,

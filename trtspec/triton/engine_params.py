@@ -31,6 +31,8 @@ class EngineParams:
     method: str = "draft_target"  # the method requests run (one of trtspec.methods.engine_methods())
     draft: str | None = None
     medusa: str | None = None
+    eagle: str | None = None  # EAGLE-3 drafter directory (method eagle3)
+    eagle_choices: str | None = None  # its static tree, `{0}, {0, 0}` or JSON; None = the dynamic (EAGLE-2) tree
     max_k: int = 8  # largest k a request may ask for (num_draft_tokens)
     default_k: int = 4  # k of a request that does not say
     lookahead: tuple[int, int, int] | None = None  # (W, N, G) of method lookahead; None = the proposer's default
@@ -97,9 +99,11 @@ class EngineParams:
         from trtspec.spec.scheduler import SchedulerConfig
 
         options = {**({"lookahead": self.lookahead} if self.lookahead is not None else {}),
-                   **({"suffix": self.suffix} if self.suffix is not None else {})}
+                   **({"suffix": self.suffix} if self.suffix is not None else {}),
+                   **({"eagle_choices": self.eagle_choices} if self.eagle_choices is not None else {})}
         return SpecEngine.from_pretrained(
-            target=self.target, draft=self.draft, medusa=self.medusa, max_k=max(self.max_k, 1), device=self.device,
+            target=self.target, draft=self.draft, medusa=self.medusa, eagle=self.eagle, max_k=max(self.max_k, 1),
+            device=self.device,
             dtype=self.dtype, proposer_options=options,
             scheduler=SchedulerConfig(max_queue_len=self.max_queue).validate())
 

@@ -163,6 +163,9 @@ class RepoSpec:
             if info.needs_draft_model and "draft" not in self.models:
                 raise UsageError(f"method {self.method} needs a draft model; the bundle has none",
                                  hint="rebuild the bundle with a draft model")
+            if info.needs_eagle_drafter and "eagle" not in self.models:
+                raise UsageError(f"method {self.method} needs an EAGLE-3 drafter; the bundle has none",
+                                 hint="rebuild with method: eagle, eagle: {model: DIR, eagle3: true}")
             if not 0 <= self.default_k <= self.max_k:
                 raise ConfigError("k", self.default_k, f"must be in [0, max_k={self.max_k}]",
                                   hint="lower --k or raise --max-k")
@@ -286,11 +289,14 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
     common = {"device": spec.device, "dtype": spec.dtype, "max_input_len": spec.max_input_len,
               "max_output_len": spec.max_output_len, "max_queue": spec.engine_max_queue, "max_k": spec.max_k}
     lookahead = tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None
+    info = resolve(spec.method)
     # method suffix: every option written out (the defaults where the build set none), so config.pbtxt says them all
     suffix = SuffixConfig.from_options(spec.suffix) if spec.method == "suffix" else None
     models = {"tensorrt_llm": EngineParams(
         target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
-        medusa=spec.models.get("medusa"), default_k=spec.default_k, lookahead=lookahead, suffix=suffix,
+        medusa=spec.models.get("medusa"), eagle=spec.models.get("eagle"), default_k=spec.default_k,
+        eagle_choices=tree_choices.to_triton(spec.choices) if info.needs_eagle_drafter and spec.choices else None,
+        lookahead=lookahead, suffix=suffix,
         log_prompts=str(spec.log_prompts) if spec.log_prompts is not None else None,
         log_sample_rate=spec.log_sample_rate, log_max_mb=spec.log_max_mb, **common)}  # type: ignore[arg-type]
     if spec.has_draft_model:

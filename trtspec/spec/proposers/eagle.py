@@ -48,14 +48,15 @@ class _EagleState:
 
 @dataclass
 class _Tree:
-    """One row's draft tree while it grows; node i: token, parent (-1 = root), cumulative log-prob, depth."""
+    """One row's draft tree while it grows; node i: token (target id), parent (-1 = root), cumulative log-prob,
+    depth, rank path; and, once fed to the drafter, its cache entries (its own and its ancestors')."""
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
     paths: list[tuple[int, ...]] = field(default_factory=list)  # rank path (static trees)
-    cache_index: dict[int, int] = field(default_factory=dict)  # node -> its entry in the drafter cache (when fed)
+    seen: dict[int, list[int]] = field(default_factory=lambda: {-1: []})  # fed node -> cache entries of its path
     output: dict[int, Tensor] = field(default_factory=dict)  # node (-1 = root) -> pre-norm output [hidden]
 
     def add(self, token: int, parent: int, score: float, rank: int) -> int:
@@ -66,12 +67,9 @@ class _Tree:
         self.paths.append((self.paths[parent] if parent >= 0 else ()) + (rank,))
         return len(self.tokens) - 1
 
-    def ancestors(self, node: int) -> list[int]:
-        out = []
-        while node >= 0:
-            out.append(node)
-            node = self.parents[node]
-        return out
+    def kth_score(self, k: int) -> float:
+        """The k-th best cumulative score so far (-inf with fewer than k nodes)."""
+        return sorted(self.scores, reverse=True)[k - 1] if len(self.scores) >= k else float("-inf")
 
 
 class EagleProposer:
@@ -108,10 +106,11 @@ class EagleProposer:
                                      device=weight.device)
         spec = ctx.options.get("eagle_choices")
         tree_choices = None
+        vocab = drafter.config.draft_vocab_size  # ranks index the draft vocabulary
         if spec is not None:
             tree_choices = choices_mod.validate(choices_mod.parse(spec, field="eagle_choices"), max_depth=MAX_DEPTH,
-                                                max_rank=ctx.vocab_size, field="eagle_choices")
-        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(64, ctx.vocab_size))
+                                                max_rank=vocab, field="eagle_choices")
+        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(64, vocab))
         depth = _option(ctx, "eagle_depth", DEFAULT_DEPTH, 1, MAX_DEPTH)
         return cls(drafter, taps, max_num_seqs=ctx.max_num_seqs, tree_choices=tree_choices, topk=topk, depth=depth,
                    max_seq_len=ctx.target_config.max_position_embeddings + MAX_DEPTH * 64)
@@ -153,33 +152,37 @@ class EagleProposer:
         feed = [i for i, s in enumerate(states) if s.pending is not None and s.pending.shape[0] > 0]
         if not feed:
             return drafts
-        logits, outputs = self._feed([batch[i] for i in feed], [states[i] for i in feed])  # [F, V], [F, hidden]
+        logits, outputs = self._feed([batch[i] for i in feed], [states[i] for i in feed])  # [F, V'], [F, hidden]
         ready = [(j, i) for j, i in enumerate(feed) if states[i].fed == len(batch[i].token_ids) - 1]
         if not ready:
             return drafts
-        trees = [self._root(logits[j], outputs[j], batch[i].k) for j, i in ready]
         rows = [i for _, i in ready]
-        for _ in range(1, self._max_depth(max(batch[i].k for i in rows))):
-            frontiers = [self._frontier(tree, batch[i].k) for tree, i in zip(trees, rows, strict=True)]
+        ks = [batch[i].k for i in rows]
+        trees = [_Tree(output={-1: outputs[j]}) for j, _ in ready]
+        self._grow(trees, [[-1] for _ in rows], logits[[j for j, _ in ready]][:, None], ks)
+        for _ in range(1, self._max_depth(max(ks))):
+            frontiers = [self._frontier(tree, k) for tree, k in zip(trees, ks, strict=True)]
             if not any(frontiers):
                 break
-            self._expand(trees, frontiers, [states[i] for i in rows], [batch[i].k for i in rows])
-        for tree, i in zip(trees, rows, strict=True):
+            self._expand(trees, frontiers, [states[i] for i in rows], ks)
+        for tree, i, k in zip(trees, rows, ks, strict=True):
             self.cache.rollback(states[i].slot, states[i].fed)  # drop the draft nodes' entries
-            drafts[i] = self._select(tree, batch[i].k)
+            drafts[i] = self._select(tree, k)
         return drafts
 
     def _feed(self, items: list[ProposeInput], states: list[_EagleState]) -> tuple[Tensor, Tensor]:
-        """Feed each row's pending features with their next tokens; logits [rows, V] and pre-norm outputs
-        [rows, hidden] at each row's last fed position."""
+        """Feed each row's pending features with their next tokens; logits [rows, V'] (draft vocabulary) and pre-norm
+        outputs [rows, hidden] at each row's last fed position."""
         counts = [s.pending.shape[0] for s in states]  # type: ignore[union-attr]
         width = max(counts)
         device = self.drafter.lm_head.weight.device
         input_ids = torch.zeros(len(items), width, dtype=torch.long)  # [rows, width]
-        hidden = self.drafter.lm_head.weight.new_zeros(len(items), width, self.drafter.fc.out_features)
+        aux = torch.cat([s.pending for s in states]).to(device)  # type: ignore[misc]  # [sum(counts), taps * hidden]
+        features = self.drafter.combine(aux)  # [sum(counts), hidden], one fc over every row's features
+        hidden = features.new_zeros(len(items), width, features.shape[-1])  # [rows, width, hidden]
+        hidden[torch.arange(width)[None, :] < torch.tensor(counts)[:, None]] = features
         for r, (item, state, n) in enumerate(zip(items, states, counts, strict=True)):
             input_ids[r, :n] = torch.tensor(item.token_ids[state.fed + 1 : state.fed + 1 + n])
-            hidden[r, :n] = self.drafter.combine(state.pending.to(device))  # type: ignore[union-attr]
         num_tokens = torch.tensor(counts, device=device)
         slots = torch.tensor([s.slot for s in states], device=device)
         logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=num_tokens)
@@ -195,38 +198,19 @@ class EagleProposer:
             return max(len(p) for p in self.choices[:k])
         return min(self.depth, k)
 
-    def _root(self, logits: Tensor, output: Tensor, k: int) -> _Tree:
-        """The root's children: top-k of the first draft distribution (static: the ranks the choices use)."""
-        tree = _Tree()
-        tree.output[-1] = output
-        self._children(tree, -1, torch.log_softmax(logits, dim=-1), k)
-        return tree
-
-    def _children(self, tree: _Tree, node: int, logp: Tensor, k: int) -> None:
-        """Add `node`'s children from its next-token log-probs [V]."""
-        base = tree.scores[node] if node >= 0 else 0.0
-        if self.choices is not None:
-            prefix = tree.paths[node] if node >= 0 else ()
-            ranks = [p[-1] for p in self.choices[:k] if len(p) == len(prefix) + 1 and tuple(p[:-1]) == prefix]
-            if not ranks:
-                return
-            top = logp.topk(max(ranks) + 1)
-            for r in ranks:
-                tree.add(int(top.indices[r]), node, base + float(top.values[r]), r)
-            return
-        top = logp.topk(min(self.topk, k))
-        for r, (v, t) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True)):
-            tree.add(t, node, base + v, r)
-
     def _frontier(self, tree: _Tree, k: int) -> list[int]:
         """Nodes to expand next: the deepest level's nodes that have children in the tree (static) or its top-k
-        by cumulative score (dynamic)."""
+        by cumulative score (dynamic), minus those scoring below the k-th best node so far. A child never outscores
+        its parent, so such a node's children could not be drafted: the pruned tree drafts the same nodes, with
+        fewer drafter forwards when the drafter is unsure."""
         deepest = max(tree.depths)
         level = [n for n, d in enumerate(tree.depths) if d == deepest]
         if self.choices is not None:
             parents = {tuple(p[:-1]) for p in self.choices[:k] if len(p) == deepest + 1}
             return [n for n in level if tree.paths[n] in parents]
-        return sorted(level, key=lambda n: (-tree.scores[n], n))[: min(self.topk, k)]
+        floor = tree.kth_score(k)
+        return [n for n in sorted(level, key=lambda n: (-tree.scores[n], n))[: min(self.topk, k)]
+                if tree.scores[n] >= floor]
 
     def _expand(self, trees: list[_Tree], frontiers: list[list[int]], states: list[_EagleState],
                 ks: list[int]) -> None:
@@ -236,31 +220,64 @@ class EagleProposer:
         width = max(len(frontiers[r]) for r in rows)
         prefix = [self.cache.length(states[r].slot) for r in rows]  # base context + earlier draft nodes
         ctx = max(p + len(frontiers[r]) for p, r in zip(prefix, rows, strict=True))
+        base = torch.tensor([states[r].fed for r in rows])  # [rows] verified context in the drafter cache
         input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
         positions = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
-        hidden = self.drafter.lm_head.weight.new_zeros(len(rows), width, self.drafter.fc.out_features)
-        mask = torch.zeros(len(rows), 1, width, ctx, dtype=torch.bool)  # [rows, 1, width, ctx]
-        mask[:, :, :, 0] = True  # padding queries see key 0 (their outputs are ignored)
+        parents_out, seen = [], ([], [], [])  # mask entries (row, query, key) of each node's ancestors and itself
         for j, r in enumerate(rows):
-            tree, base = trees[r], states[r].fed
+            tree = trees[r]
             for t, node in enumerate(frontiers[r]):
                 input_ids[j, t] = tree.tokens[node]
-                positions[j, t] = base - 1 + tree.depths[node]  # feature position P + depth, P = base - 1
-                hidden[j, t] = tree.output[tree.parents[node]]
-                mask[j, 0, t, :base] = True
-                for a in tree.ancestors(tree.parents[node]):
-                    mask[j, 0, t, tree.cache_index[a]] = True
-                mask[j, 0, t, prefix[j] + t] = True
-                tree.cache_index[node] = prefix[j] + t
+                positions[j, t] = int(base[j]) - 1 + tree.depths[node]  # feature position P + depth, P = fed - 1
+                parents_out.append(tree.output[tree.parents[node]])
+                tree.seen[node] = tree.seen[tree.parents[node]] + [prefix[j] + t]
+                seen[0].extend([j] * len(tree.seen[node]))
+                seen[1].extend([t] * len(tree.seen[node]))
+                seen[2].extend(tree.seen[node])
+        counts = torch.tensor([len(frontiers[r]) for r in rows])  # [rows]
+        valid = torch.arange(width)[None, :] < counts[:, None]  # [rows, width]
+        hidden = parents_out[0].new_zeros(len(rows), width, parents_out[0].shape[-1])  # [rows, width, hidden]
+        hidden[valid] = torch.stack(parents_out)
+        mask = torch.arange(ctx)[None, None, :] < base[:, None, None]  # [rows, 1 -> width, ctx]: verified context
+        mask = mask.expand(len(rows), width, ctx).clone()
+        mask[seen] = True
+        mask[~valid] = False
+        mask[..., 0] |= ~valid  # padding queries see key 0 (their outputs are ignored)
         slots = torch.tensor([states[r].slot for r in rows], device=device)
-        num_tokens = torch.tensor([len(frontiers[r]) for r in rows], device=device)
-        logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=num_tokens,
-                                       positions=positions.to(device), attn_mask=mask.to(device))
-        logp = torch.log_softmax(logits, dim=-1)  # [rows, width, V]
+        # a chain (one frontier node per row whose ancestors are every draft entry cached): the default positions
+        # (the cache length) and mask (the whole cache) are the tree's, and cheaper to build and attend with
+        chain = width == 1 and all(len(trees[r].seen[frontiers[r][0]]) == prefix[j] - states[r].fed + 1
+                                   for j, r in enumerate(rows))
+        logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=counts.to(device),
+                                       positions=None if chain else positions.to(device),
+                                       attn_mask=None if chain else mask[:, None].to(device))
         for j, r in enumerate(rows):
             for t, node in enumerate(frontiers[r]):
                 trees[r].output[node] = prenorm[j, t]
-                self._children(trees[r], node, logp[j, t], ks[r])
+        self._grow([trees[r] for r in rows], [frontiers[r] for r in rows], logits, [ks[r] for r in rows])
+
+    def _grow(self, trees: list[_Tree], nodes: list[list[int]], logits: Tensor, ks: list[int]) -> None:
+        """Add the children of `nodes[j]` (node -1 = the root) from their next-token logits [rows, width, V'] over
+        the draft vocabulary: the ranks the static choices use, or the top `eagle_topk` (dynamic). One log-softmax
+        and one top-k for the whole batch; draft ids become target ids."""
+        logp = torch.log_softmax(logits, dim=-1)  # [rows, width, V']
+        if self.choices is not None:
+            wanted = [[[p[-1] for p in self.choices[:k] if len(p) == len(tree.paths[n] if n >= 0 else ()) + 1
+                        and tuple(p[:-1]) == (tree.paths[n] if n >= 0 else ())] for n in row]
+                      for tree, row, k in zip(trees, nodes, ks, strict=True)]
+            width = 1 + max((r for row in wanted for ranks in row for r in ranks), default=-1)
+        else:
+            wanted = [[list(range(min(self.topk, k)))] * len(row) for row, k in zip(nodes, ks, strict=True)]
+            width = min(self.topk, max(ks))
+        if width == 0:
+            return
+        top = logp.topk(width, dim=-1)  # values, indices [rows, width, ranks]
+        values, tokens = top.values.tolist(), self.drafter.draft_ids[top.indices].tolist()
+        for j, (tree, row) in enumerate(zip(trees, nodes, strict=True)):
+            for t, node in enumerate(row):
+                base = tree.scores[node] if node >= 0 else 0.0
+                for r in wanted[j][t]:
+                    tree.add(tokens[j][t][r], node, base + values[j][t][r], r)
 
     def _select(self, tree: _Tree, k: int) -> Draft:
         """The drafted nodes, parents first: the first k choices (static) or the k best scores (dynamic)."""

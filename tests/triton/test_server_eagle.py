@@ -1,0 +1,99 @@
+"""EAGLE-3 in the torch-flavour Triton repository: `trtspec build build_configs/tiny-eagle.yaml` copies the drafter
+into the bundle (method eagle + eagle.eagle3, served as the reference engine's eagle3), `trtspec deploy --backend
+torch` writes the served model's `eagle` (and, for a static tree, `eagle_choices`) parameters, and a real tritonserver
+answers every prompt, alone and concurrently, with the target's own greedy tokens while accepting EAGLE drafts."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.triton import helpers
+from tests.triton.helpers import build_example
+from tests.triton.test_server_suffix import deploy, served_params
+from trtspec import choices
+from trtspec.errors import ConfigError
+from trtspec.triton.client import TritonClient
+from trtspec.triton.server import TritonServer
+
+MAX_TOKENS = 40
+PROMPTS = ["def parse_header(line):", "class Cache:\n    def get(self, key):", "import json\nwith open(path) as f:",
+           "The quick brown fox"]
+STATIC = [[0], [1], [0, 0], [0, 1], [0, 0, 0], [2], [0, 0, 0, 0]]
+CONFIGS = Path(__file__).resolve().parents[2] / "build_configs"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    return build_example("tiny-eagle", tmp_path_factory.mktemp("eagle") / "bundle")
+
+
+def build_static(out: Path) -> Path:
+    """The example with a static tree (eagle.choices)."""
+    from trtspec.build.execute import execute
+    from trtspec.build.plan import plan_build
+    from trtspec.build.preflight import run_preflight
+    from trtspec.config import load_yaml, parse_build_spec
+
+    data = load_yaml(CONFIGS / "tiny-eagle.yaml", what="a build config")
+    data["eagle"]["choices"] = STATIC
+    data["output"] = str(out)
+    resolved = run_preflight(parse_build_spec(data))
+    execute(plan_build(resolved), resolved, out, quiet=True)
+    return out
+
+
+def test_bundle_and_repository_carry_the_drafter(bundle, tmp_path):
+    from trtspec.build.bundle import load_bundle
+
+    info = load_bundle(bundle)
+    assert info.method == "eagle3" and info.eagle == bundle / "eagle" and info.choices is None
+    assert (bundle / "eagle" / "model.safetensors").is_file()
+    code, output = deploy(bundle, tmp_path / "repo")
+    assert code == 0, output
+    params = served_params(tmp_path / "repo")
+    assert params.method == "eagle3" and params.eagle == str(bundle / "eagle") and params.eagle_choices is None
+    assert params.default_k == info.max_draft_len == 8
+    static = build_static(tmp_path / "static")
+    assert deploy(static, tmp_path / "static-repo")[0] == 0
+    params = served_params(tmp_path / "static-repo")
+    assert sorted(choices.parse(params.eagle_choices)) == sorted(STATIC) and params.default_k == 8
+
+
+def test_eagle_1_2_drafters_are_refused_for_the_torch_backend(tmp_path):
+    from trtspec.build.preflight import run_preflight
+    from trtspec.config import load_yaml, parse_build_spec
+
+    data = load_yaml(CONFIGS / "tiny-eagle.yaml", what="a build config")
+    data["eagle"]["eagle3"] = False
+    with pytest.raises(ConfigError, match=r"eagle.eagle3=False: the torch reference engine runs EAGLE-3 drafters"):
+        run_preflight(parse_build_spec(data))
+
+
+@pytest.fixture(scope="module")
+def target_greedy():
+    return helpers.target_greedy(MAX_TOKENS)
+
+
+@pytest.mark.triton
+def test_served_eagle_is_the_targets_greedy_output(bundle, tmp_path, target_greedy):
+    assert deploy(bundle, tmp_path / "repo", "--k", "6")[0] == 0
+    with TritonServer(tmp_path / "repo") as server:
+        with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+            alone = [client.generate(p, max_tokens=MAX_TOKENS) for p in PROMPTS]
+
+        def one(prompt: str):
+            with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+                return client.generate(prompt, max_tokens=MAX_TOKENS)
+
+        with ThreadPoolExecutor(len(PROMPTS)) as pool:  # in flight together: the engine batches them
+            together = list(pool.map(one, PROMPTS))
+    for prompt, a, b in zip(PROMPTS, alone, together, strict=True):
+        want = target_greedy(prompt)
+        assert a.token_ids == want and b.token_ids == want, prompt
+    accepted = sum(c.total_accepted_draft_tokens for c in alone)
+    drafted = sum(c.total_draft_tokens for c in alone)
+    print(f"served eagle3: accepted {accepted} of {drafted} draft tokens over {len(PROMPTS)} prompts")
+    assert 0 < accepted < drafted
