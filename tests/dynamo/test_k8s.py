@@ -40,7 +40,7 @@ def rendered(config: Path, mode: str, version: str = "1.2.1") -> tuple[DynamoRen
 def test_every_example_renders_or_names_why_not(config, mode):
     spec = load_build_spec(config)
     method = spec.method
-    eagle3 = method == "eagle" and spec.eagle is not None and spec.eagle.eagle3  # LLM-API Eagle3 (1.2.1)
+    eagle3 = spec.eagle is not None and spec.eagle.eagle3  # EAGLE-3 drafters run through the LLM API
     if resolve(method).trtllm_unsupported:  # suffix: refused for TensorRT-LLM before any rendering, with the reason
         with pytest.raises(ConfigError, match=f"method='{method}': cannot be built for TensorRT-LLM"):
             rendered(config, mode)

@@ -376,7 +376,6 @@ def bundle_settings(r: Resolved) -> dict[str, Any]:
         "target": "target",
         "draft": "draft" if "draft" in r.models else None,
         "medusa": "medusa" if "medusa" in r.models else None,
-        "eagle": "eagle" if "eagle" in r.models else None,
         "choices": r.choices,
         "lookahead": list(r.lookahead) if r.lookahead else None,
         "ngram": r.spec.ngram.model_dump() if r.spec.ngram else None,
@@ -385,4 +384,5 @@ def bundle_settings(r: Resolved) -> dict[str, Any]:
         "dtype": r.spec.engine.dtype,
         "max_batch_size": r.spec.engine.max_batch_size,
         "max_seq_len": r.spec.engine.max_seq_len,
+        **({"eagle": "eagle"} if "eagle" in r.models else {}),  # EAGLE-3 drafter (method eagle3); absent otherwise
     }
