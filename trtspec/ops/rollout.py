@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,8 +124,19 @@ def execute_rollout(plan: RolloutPlan, url: str, *, timeout_s: float = 300.0,
                 raise
             progress(f"{step.model}: retiring version {step.old_version}")
             client.load_model(step.model, with_versions(config, [step.new_version]))
+            wait_retired(client, step, timeout_s)
             done.append(step)
     return done
+
+
+def wait_retired(client, step: VersionStep, timeout_s: float, poll_s: float = 0.1) -> None:
+    """Triton unloads a retired version once its in-flight requests finish: wait until it has drained."""
+    deadline = time.monotonic() + timeout_s
+    while (state := client.model_versions(step.model).get(step.old_version)) in ("READY", "UNLOADING"):
+        if time.monotonic() > deadline:
+            raise ServerError(f"{step.model} version {step.old_version} still {state} after {timeout_s:g} s",
+                              hint="requests on the old version are still running; check the server log")
+        time.sleep(poll_s)
 
 
 def stage_version(plan: RolloutPlan, step: VersionStep) -> Path:
