@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from trtspec.choices import MAX_DEPTH, MAX_TOPK
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
@@ -104,6 +105,10 @@ class EagleSpec(_Spec):
     num_layers: int = Field(4, ge=1, le=COUNT_MAX, description="num_eagle_layers: maximum tree depth")
     max_non_leaves_per_layer: int = Field(10, ge=1, le=COUNT_MAX)
     choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
+    topk: int | None = Field(None, ge=1, le=MAX_TOPK, description="backend torch, EAGLE-3: the dynamic (EAGLE-2) "
+                             "tree's children per expansion (default 4); excludes choices")
+    depth: int | None = Field(None, ge=1, le=MAX_DEPTH, description="backend torch, EAGLE-3: the dynamic tree's "
+                              "levels (default 6); excludes choices")
     eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
                                             "max_draft_len = draft layers (default num_layers), targets with "
                                             "eagle3_llmapi only")

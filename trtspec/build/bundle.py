@@ -41,6 +41,8 @@ class BundleInfo:
     medusa: Path | None = None
     eagle: Path | None = None              # EAGLE-3 drafter (method eagle3)
     choices: list[list[int]] | None = None  # Medusa / EAGLE static tree, list-of-paths form
+    eagle_topk: int | None = None           # EAGLE dynamic tree: children per expansion (None: the proposer's default)
+    eagle_depth: int | None = None          # EAGLE dynamic tree: levels (None: the proposer's default)
     lookahead: tuple[int, int, int] | None = None  # (W, N, G)
     ngram: dict[str, Any] | None = None     # {"max_matching_ngram_size": n}
     suffix: SuffixConfig | None = None      # method suffix: the options the served engine runs with
@@ -90,7 +92,8 @@ def load_bundle(path: str | Path) -> BundleInfo:
                                  hint="rebuild the bundle with `trtspec build CONFIG`")
     return BundleInfo(root=root, method=settings["method"], max_draft_len=int(settings["max_draft_len"]),
                       target=target, draft=sub("draft"), medusa=sub("medusa"), eagle=sub("eagle"),
-                      choices=settings.get("choices"),
+                      choices=settings.get("choices"), eagle_topk=settings.get("eagle_topk"),
+                      eagle_depth=settings.get("eagle_depth"),
                       lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"), suffix=suffix,
                       dtype=settings.get("dtype", "float32"), max_batch_size=settings.get("max_batch_size", 1),
                       max_seq_len=settings.get("max_seq_len", 2048), manifest=manifest)

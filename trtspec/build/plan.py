@@ -385,4 +385,7 @@ def bundle_settings(r: Resolved) -> dict[str, Any]:
         "max_batch_size": r.spec.engine.max_batch_size,
         "max_seq_len": r.spec.engine.max_seq_len,
         **({"eagle": "eagle"} if "eagle" in r.models else {}),  # EAGLE-3 drafter (method eagle3); absent otherwise
+        # its dynamic tree's shape where the config sets it (absent: the proposer's defaults)
+        **({f"eagle_{k}": v for k in ("topk", "depth") if (v := getattr(r.spec.eagle, k)) is not None}
+           if "eagle" in r.models and r.spec.eagle is not None else {}),
     }

@@ -24,7 +24,7 @@ from trtspec.build.checkpoint import (
     special_token_ids,
 )
 from trtspec.build.memory import EngineMemory, estimate_kv
-from trtspec.config import COUNT_MAX, BuildSpec
+from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
@@ -325,9 +325,13 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     eagle = _section(spec.eagle, "eagle", spec.method)
+    if spec.backend != "torch":
+        _refuse_untranslatable_eagle_tree(eagle)
     if eagle.eagle3 and spec.backend == "torch":
         # the reference engine: max_draft_len is the node budget k; a static tree (eagle.choices) or, without one,
-        # the dynamic EAGLE-2 tree
+        # the dynamic EAGLE-2 tree (eagle.topk children per expansion, eagle.depth levels)
+        tree_choices.check_dynamic_tree(eagle.topk, eagle.depth, eagle.choices,
+                                        names=("eagle.topk", "eagle.depth", "eagle.choices"))
         tree = None if eagle.choices is None else tree_choices.validate(
             _tree(eagle.choices, tree_choices.MAX_DEPTH, "eagle.choices"), max_depth=tree_choices.MAX_DEPTH,
             max_nodes=given, field="eagle.choices")
@@ -352,6 +356,21 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
         raise ConfigError("engine.pp_size", spec.engine.pp_size, "EAGLE does not support pipeline parallelism",
                           hint="use pp_size: 1 (tensor parallelism is fine)")
     return max_draft_len, tree, None
+
+
+def _refuse_untranslatable_eagle_tree(eagle: EagleSpec) -> None:
+    """TensorRT-LLM targets: what trtspec renders is what each release reads (the targets' `eagle_tree` facts). The
+    Triton tensorrtllm backend builds EagleConfig(eagle_choices) only: no dynamic tree. The LLM-API EAGLE-3 form is
+    rendered as the linear tree (max_draft_len draft layers): the tree options of the release are not pinned."""
+    if eagle.topk is not None or eagle.depth is not None:
+        name, value = ("eagle.topk", eagle.topk) if eagle.topk is not None else ("eagle.depth", eagle.depth)
+        raise ConfigError(name, value, "sets the reference engine's dynamic tree; TensorRT-LLM targets do not take it "
+                          "from trtspec (the Triton backend reads only eagle_choices; the LLM-API form is a chain)",
+                          hint="use backend: torch, or drop eagle.topk / eagle.depth")
+    if eagle.eagle3 and eagle.choices is not None:
+        raise ConfigError("eagle.choices", "set", "EAGLE-3 through the LLM API is rendered as a chain of "
+                          "max_draft_len draft layers; the release's static-tree option is not pinned (docs/eagle.md)",
+                          hint="drop eagle.choices (set max_draft_len), or use backend: torch for a static tree")
 
 
 def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:

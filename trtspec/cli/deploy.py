@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from trtspec.choices import MAX_DEPTH, MAX_TOPK
 from trtspec.cli._types import NAME_VALUE, PROBABILITY, FiniteFloat
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.repo import BACKENDS
@@ -36,6 +37,12 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--device", default=None, help="torch: where the engine runs (cpu, cuda, cuda:1; default cpu).")
 @click.option("--lookahead", default=None, metavar="W,N,G",
               help="tensorrtllm: the server's lookahead (W, N, G); must match the engine's max_draft_len.")
+@click.option("--eagle-topk", type=int, default=None,
+              help="torch, method eagle3: the dynamic tree's children per expansion (over the build's eagle.topk; "
+                   f"1-{MAX_TOPK}; default 4); not with a static tree (eagle.choices).")
+@click.option("--eagle-depth", type=int, default=None,
+              help="torch, method eagle3: the dynamic tree's levels (over the build's eagle.depth; "
+                   f"1-{MAX_DEPTH}; default 6). The node budget is k (--k, --max-k).")
 @click.option("--suffix", "suffix", type=NAME_VALUE, multiple=True,
               help="torch, method suffix: one suffix decoding option NAME=VALUE, over the build's (repeatable): "
                    "max_tree_depth, max_cached_requests (the cross-request cache's bound), max_spec_factor, "
@@ -64,7 +71,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, default_k: int | None,
            max_k: int | None, tokenizer_dir: Path | None, device: str | None, lookahead: str | None,
-           suffix: tuple[tuple[str, str], ...], trtllm_version: str | None, decoupled: bool,
+           eagle_topk: int | None, eagle_depth: int | None, suffix: tuple[tuple[str, str], ...], trtllm_version: str | None, decoupled: bool,
            log_prompts: Path | None, log_sample_rate: float, log_max_mb: float,
            baseline_path: Path | None, baseline_temperature: float | None, baseline_suites: str | None,
            force: bool, dry_run: bool) -> None:
@@ -74,7 +81,8 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     from trtspec.triton.server import Ports, plan_launch
 
     spec = RepoSpec.from_build(build_dir, backend, triton_max_batch_size=max_batch_size, default_k=default_k,
-                               max_k=max_k, device=device, lookahead=_lookahead(lookahead),
+                               max_k=max_k, device=device, lookahead=_lookahead(lookahead), eagle_topk=eagle_topk,
+                               eagle_depth=eagle_depth,
                                tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
                                trtllm_version=trtllm_version, decoupled=decoupled,
                                log_prompts=log_prompts.resolve() if log_prompts else None,

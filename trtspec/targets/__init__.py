@@ -94,6 +94,9 @@ class TrtllmTarget(_Frozen):
     backend_reads: frozenset[str]  # request inputs the C++ backend reads
     backend_parameters: frozenset[str]  # tensorrt_llm parameter keys the C++ backend reads
     decoding_modes: tuple[str, ...]
+    # what the C++ backend reads for EAGLE (triton.backend.eagle_config): its parameters, whether a dynamic tree or a
+    # per-request config can be set, the default tree; with the tag, commit, path and quote it was read from
+    backend_eagle: dict[str, Any]
     trtllm_build: dict[str, Any]
     checkpoint: dict[str, Any]
     examples: dict[str, Any]
@@ -132,6 +135,7 @@ def _from_data(data: dict[str, Any]) -> TrtllmTarget:
         backend_reads=frozenset(i["name"] for i in backend.get("inputs", []) if i.get("used")),
         backend_parameters=frozenset(backend.get("parameters", [])),
         decoding_modes=tuple(backend.get("decoding_modes", [])),
+        backend_eagle=backend.get("eagle_config", {}),
     )
 
 

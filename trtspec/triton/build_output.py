@@ -59,6 +59,8 @@ class BuildOutput:
     engines: dict[str, EngineInfo] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)  # torch bundle: role -> checkpoint directory
     choices: list[list[int]] | None = None
+    eagle_topk: int | None = None  # torch bundle of method eagle3: the dynamic tree's shape (None: the defaults)
+    eagle_depth: int | None = None
     lookahead: tuple[int, int, int] | None = None
     suffix: SuffixConfig | None = None  # torch bundle of method suffix: its options
     max_batch_size: int = 8
@@ -143,7 +145,7 @@ def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput
     return BuildOutput(
         root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
         max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,
-        suffix=bundle.suffix,
+        suffix=bundle.suffix, eagle_topk=bundle.eagle_topk, eagle_depth=bundle.eagle_depth,
         **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len},
     )  # fmt: skip
 

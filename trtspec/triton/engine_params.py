@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from trtspec import choices as tree_choices
 from trtspec.errors import ConfigError
 from trtspec.suffix_config import SuffixConfig
 
@@ -33,6 +34,10 @@ class EngineParams:
     medusa: str | None = None
     eagle: str | None = None  # EAGLE-3 drafter directory (method eagle3)
     eagle_choices: str | None = None  # its static tree, `{0}, {0, 0}` or JSON; None = the dynamic (EAGLE-2) tree
+    # the dynamic tree's shape (with eagle_choices unset): children per expansion and levels; None = the proposer's
+    # defaults (trtspec/spec/proposers/eagle.py DEFAULT_TOPK, DEFAULT_DEPTH). The node budget is the request's k.
+    eagle_topk: int | None = None
+    eagle_depth: int | None = None
     max_k: int = 8  # largest k a request may ask for (num_draft_tokens)
     default_k: int = 4  # k of a request that does not say
     lookahead: tuple[int, int, int] | None = None  # (W, N, G) of method lookahead; None = the proposer's default
@@ -56,6 +61,12 @@ class EngineParams:
     log_max_mb: float = 64.0  # the log's files together stay under this many MiB (rotated, oldest dropped)
 
     def __post_init__(self) -> None:
+        tree_choices.check_dynamic_tree(self.eagle_topk, self.eagle_depth, self.eagle_choices,
+                                        names=("parameter eagle_topk", "parameter eagle_depth",
+                                               "parameter eagle_choices"))
+        if (self.eagle_topk, self.eagle_depth, self.eagle_choices) != (None, None, None) and self.method != "eagle3":
+            raise ConfigError("parameter method", self.method, "is not eagle3, but EAGLE tree parameters are set",
+                              hint="set method eagle3, or drop eagle_choices / eagle_topk / eagle_depth")
         if not 0.0 <= self.log_sample_rate <= 1.0:
             raise ConfigError("parameter log_sample_rate", self.log_sample_rate, "must be in [0, 1]",
                               hint="e.g. 0.1 logs one prompt in ten (--log-sample-rate)")
@@ -100,7 +111,8 @@ class EngineParams:
 
         options = {**({"lookahead": self.lookahead} if self.lookahead is not None else {}),
                    **({"suffix": self.suffix} if self.suffix is not None else {}),
-                   **({"eagle_choices": self.eagle_choices} if self.eagle_choices is not None else {})}
+                   **{name: value for name in ("eagle_choices", "eagle_topk", "eagle_depth")
+                      if (value := getattr(self, name)) is not None}}
         return SpecEngine.from_pretrained(
             target=self.target, draft=self.draft, medusa=self.medusa, eagle=self.eagle, max_k=max(self.max_k, 1),
             device=self.device,
@@ -159,6 +171,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {  # field annotation -> parser o
     "str": _typed(str, "a string"),
     "str | None": _typed(lambda t: t or None, "a string"),
     "int": _typed(int, "an integer"),
+    "int | None": _typed(lambda t: int(t) if t else None, "an integer"),
     "float": _typed(float, "a number"),
     "bool": _typed(_bool, "true or false"),
     "tuple[int, int, int] | None": _typed(lambda t: _triple(t) if t else None, "three integers W,N,G"),

@@ -71,6 +71,8 @@ class RepoSpec:
     max_k: int = EngineParams.max_k
     engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
     device: str = EngineParams.device
+    eagle_topk: int | None = None  # method eagle3 without a static tree: the dynamic tree's children per expansion
+    eagle_depth: int | None = None  # ... and its levels (None: the proposer's defaults)
     dtype: str = EngineParams.dtype
     # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; ops/prompt_log.py)
     log_prompts: Path | None = None
@@ -128,7 +130,8 @@ class RepoSpec:
         }  # fmt: skip
         if backend == "torch":
             spec = cls(tokenizer_dir=Path(build.models["target"]), models=build.models, dtype=build.dtype,
-                       max_k=max(build.max_draft_len, 1), suffix=build.suffix, **common)
+                       max_k=max(build.max_draft_len, 1), suffix=build.suffix, eagle_topk=build.eagle_topk,
+                       eagle_depth=build.eagle_depth, **common)
         else:
             from trtspec.models import resolve_model
 
@@ -156,6 +159,11 @@ class RepoSpec:
         if self.suffix is not None and self.method != "suffix":
             raise ConfigError("suffix", "set", f"configures method suffix, but the build's method is {self.method}",
                               hint="drop --suffix, or build with method: suffix")
+        if self.backend != "torch" and (self.eagle_topk, self.eagle_depth) != (None, None):
+            raise ConfigError("--eagle-topk" if self.eagle_topk is not None else "--eagle-depth",
+                              self.eagle_topk if self.eagle_topk is not None else self.eagle_depth,
+                              "shapes the reference engine's dynamic tree; NVIDIA's tensorrtllm backend reads only "
+                              "eagle_choices (no dynamic tree)", hint="deploy with --backend torch, or drop the flag")
         if self.backend == "torch":
             if info.proposer is None and self.method != "none":
                 raise UsageError(f"method {self.method!r} has no reference-engine proposer",
@@ -166,6 +174,7 @@ class RepoSpec:
             if info.needs_eagle_drafter and "eagle" not in self.models:
                 raise UsageError(f"method {self.method} needs an EAGLE-3 drafter; the bundle has none",
                                  hint="rebuild with method: eagle, eagle: {model: DIR, eagle3: true}")
+            self._check_eagle_tree(info.needs_eagle_drafter)
             if not 0 <= self.default_k <= self.max_k:
                 raise ConfigError("k", self.default_k, f"must be in [0, max_k={self.max_k}]",
                                   hint="lower --k or raise --max-k")
@@ -197,6 +206,17 @@ class RepoSpec:
         if info.tree and self.choices is not None:
             tree_choices.validate(self.choices, max_depth=target.num_medusa_heads,
                                   max_nodes=target.max_draft_len or None, field=f"{self.method}_choices")
+
+    def _check_eagle_tree(self, eagle: bool) -> None:
+        """The torch flavour's EAGLE tree: a static tree (choices) or a dynamic one within the engine's limits."""
+        if not eagle and (self.eagle_topk, self.eagle_depth) != (None, None):
+            raise ConfigError("--eagle-topk" if self.eagle_topk is not None else "--eagle-depth",
+                              self.eagle_topk if self.eagle_topk is not None else self.eagle_depth,
+                              f"shapes an EAGLE tree, but the build's method is {self.method}",
+                              hint="drop --eagle-topk / --eagle-depth")
+        if eagle:
+            tree_choices.check_dynamic_tree(self.eagle_topk, self.eagle_depth, self.choices,
+                                            names=("--eagle-topk", "--eagle-depth", "the build's eagle.choices"))
 
     def _check_features(self, facts: TrtllmTarget) -> None:
         """Refuse a method, or a decoding mode, that the TensorRT-LLM target lacks (naming the nearest that has it)."""
@@ -296,6 +316,8 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
         target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
         medusa=spec.models.get("medusa"), eagle=spec.models.get("eagle"), default_k=spec.default_k,
         eagle_choices=tree_choices.to_triton(spec.choices) if info.needs_eagle_drafter and spec.choices else None,
+        eagle_topk=spec.eagle_topk if info.needs_eagle_drafter else None,
+        eagle_depth=spec.eagle_depth if info.needs_eagle_drafter else None,
         lookahead=lookahead, suffix=suffix,
         log_prompts=str(spec.log_prompts) if spec.log_prompts is not None else None,
         log_sample_rate=spec.log_sample_rate, log_max_mb=spec.log_max_mb, **common)}  # type: ignore[arg-type]

@@ -110,7 +110,7 @@ class EagleProposer:
         if spec is not None:
             tree_choices = choices_mod.validate(choices_mod.parse(spec, field="eagle_choices"), max_depth=MAX_DEPTH,
                                                 max_rank=vocab, field="eagle_choices")
-        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(64, vocab))
+        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(choices_mod.MAX_TOPK, vocab))
         depth = _option(ctx, "eagle_depth", DEFAULT_DEPTH, 1, MAX_DEPTH)
         return cls(drafter, taps, max_num_seqs=ctx.max_num_seqs, tree_choices=tree_choices, topk=topk, depth=depth,
                    max_seq_len=ctx.target_config.max_position_embeddings + MAX_DEPTH * 64)
