@@ -33,13 +33,17 @@ def through_triton(params: EngineParams) -> EngineParams:
     timeout=st.floats(0, 1e6, allow_nan=False), device=st.sampled_from(["cpu", "cuda:1"]),
     method=st.sampled_from(["draft_target", "none", "ngram", "suffix", "eagle3"]), suffix=st.none() | CONFIGS,
     log=st.none() | NAMES, rate=st.floats(0, 1), max_mb=st.floats(0.01, 1e6), eagle=st.none() | NAMES,
-    eagle_choices=st.none() | st.sampled_from(["{0}, {0, 0}, {1}", "[[0], [1], [0, 0]]"]))
+    eagle_tree=st.none() | st.sampled_from(["{0}, {0, 0}, {1}", "[[0], [1], [0, 0]]"]) | st.tuples(
+        st.none() | st.integers(1, 64), st.none() | st.integers(1, 64)))
 def test_round_trip_through_model_config(target, draft, k, lookahead, exclude, normalize, timeout, device, method,
-                                         suffix, log, rate, max_mb, eagle, eagle_choices):
+                                         suffix, log, rate, max_mb, eagle, eagle_tree):
+    # method eagle3's tree: static choices, or the dynamic tree's (eagle_topk, eagle_depth); other methods: none
+    static = eagle_tree if isinstance(eagle_tree, str) and method == "eagle3" else None
+    topk, depth = eagle_tree if isinstance(eagle_tree, tuple) and method == "eagle3" else (None, None)
     params = EngineParams(target=target, draft=draft, method=method, max_k=k + 1, default_k=k, lookahead=lookahead,
                           exclude_input_in_output=exclude, normalize_log_probs=normalize, drain_timeout_s=timeout,
                           device=device, max_queue=3, suffix=suffix, log_prompts=log, log_sample_rate=rate,
-                          log_max_mb=max_mb, eagle=eagle, eagle_choices=eagle_choices)
+                          log_max_mb=max_mb, eagle=eagle, eagle_choices=static, eagle_topk=topk, eagle_depth=depth)
     assert through_triton(params) == params
 
 
