@@ -9,11 +9,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.ops.test_window import stats_of
 from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.errors import ServerError, UsageError
 from trtspec.ops.monitor import Monitor
-from trtspec.ops.scrape import ModelId, parse, scraper
-from tests.ops.test_window import stats_of
+from trtspec.ops.scrape import ModelId, Sample, parse, scraper
 from trtspec.spec.metrics import AcceptanceStats
 
 DYNAMO_LABELS = {"dynamo_namespace": "dynamo", "dynamo_component": "trtspec", "dynamo_endpoint": "generate",
@@ -51,7 +51,7 @@ def test_workers_are_summed_per_model_through_a_death_and_a_restart():
         models = {}
         for url, page in pages:
             models.update(parse(page.exposition(), t, source=url).models)
-        state.observe(type(parse("", t))(t, models))
+        state.observe(Sample(t, models))
 
     scrape(0.0, ("a", a), ("b", b))
     a.finished("stop", stats([4, 4]))
