@@ -197,6 +197,66 @@ def test_sweep_via_openai_measures_acceptance_per_request_method_and_k(deploymen
     assert draft["mean_acceptance_length"] > 1.5  # tiny-draft agrees with tiny on most tokens
 
 
+def test_monitor_sums_both_workers_and_agrees_with_the_usage(client, deployment):
+    """`trtspec monitor` on a Dynamo deployment: it scrapes every worker's system port and sums per model; the
+    window's acceptance is the responses' usage summed over the requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trtspec.ops.monitor import Monitor
+    from trtspec.ops.scrape import ModelId, scraper
+
+    scrape = scraper([f"127.0.0.1:{port}" for port in deployment.plan.system_ports])
+    state = Monitor(3600.0)
+    before = scrape()
+    state.observe(before)
+
+    def one(i: int):
+        return client.completions.create(model=deployment.plan.model, prompt=PROMPTS[i % len(PROMPTS)],
+                                         max_tokens=16, temperature=0)
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(one, range(8)))
+    after = scrape()
+    state.observe(after)
+    served = {m.source: sum(c.requests.values()) - sum(before.models[m].requests.values())
+              for m, c in after.models.items()}
+    assert len(served) == 2 and all(n > 0 for n in served.values()), served  # both workers' pages count
+    (report,) = state.reports()
+    assert report.model == f"{deployment.plan.model}/1" and report.method == "draft_target" and report.k == 4
+    assert report.requests == len(responses)
+    window = state.steps[ModelId(deployment.plan.model, "1", "draft_target")]
+    details = [r.usage.completion_tokens_details for r in responses]
+    accepted = sum(d.accepted_prediction_tokens for d in details)
+    assert window.count("num_accepted_tokens") == accepted > 0
+    assert window.count("num_draft_tokens") == accepted + sum(d.rejected_prediction_tokens for d in details)
+    assert window.count("num_emitted_tokens") == sum(r.usage.completion_tokens for r in responses)
+    assert report.acceptance_rate == pytest.approx(accepted / window.count("num_draft_tokens"))
+
+
+def test_monitor_cli_with_a_sweeps_results_as_baseline(client, deployment):
+    """`trtspec monitor --metrics W0,W1 --baseline RESULTS.jsonl --once --json` under traffic: the baseline is the
+    reference engine's sweep of the same models (docs/sweep/results.jsonl), for the served method and k."""
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    urls = ",".join(f"127.0.0.1:{port}" for port in deployment.plan.system_ports)
+    monitor = subprocess.Popen([sys.executable, "-m", "trtspec", "monitor", "--metrics", urls, "--baseline",
+                                str(root / "docs" / "sweep" / "results.jsonl"), "--baseline-temperature", "0",
+                                "--once", "--json", "--window", "6s", "--interval", "0.5s"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while monitor.poll() is None:  # traffic for as long as the monitor watches
+            client.completions.create(model=deployment.plan.model, prompt=PROMPTS[0], max_tokens=16, temperature=0)
+        out, err = monitor.communicate(timeout=60)
+    finally:
+        monitor.kill()
+    assert monitor.returncode == 0, err
+    (report,) = json.loads(out)
+    assert report["model"] == f"{deployment.plan.model}/1" and report["num_drafts"] > 0
+    assert len(report["baseline_per_pos"]) == 8  # the sweep's k reach 8
+    assert report["drift"] is not None and report["recommendation"]["current_k"] == 4
+
+
 def test_a_worker_that_cannot_load_its_model_exits_with_an_error_and_the_others_keep_serving(
         client, deployment, reference, tmp_path):
     import shutil

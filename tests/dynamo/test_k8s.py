@@ -107,3 +107,33 @@ def test_worker_facts_match_the_installed_wheel():
     modes = {m.value for m in DisaggregationMode} | set(re.findall(r'_MODE = "([a-z]+)"', source))
     assert set(facts["trtllm_worker"]["disaggregation_modes"]) == modes
     assert facts["trtllm_pin"]["source"]["line"] in dist.read_text("METADATA")
+
+
+def test_operator_facts_match_what_the_installed_wheel_holds():
+    """The Kubernetes facts that ai-dynamo 1.6.1's wheel itself carries (the v1.6.1 tag's sources could not be read
+    here; see operator.source in the facts): its TensorRT-LLM blueprints' image, the legacy v1alpha1 it still
+    accepts, and the fields and component types of its own v1alpha1 DynamoGraphDeployments."""
+    try:
+        dist = metadata.distribution("ai-dynamo")
+    except metadata.PackageNotFoundError:
+        pytest.skip("ai-dynamo is not installed")
+    op = dynamo_facts()["operator"]
+    paths = list(op["source"]["wheel"]["paths"])
+    blueprints = [yaml.safe_load(Path(dist.locate_file(p)).read_text()) for p in paths[:2]]
+    images = {c["image"] for b in blueprints for comp in b["spec"]["components"]
+              for c in comp["podTemplate"]["spec"]["containers"]}
+    assert images == {f"{op['runtime_image']}:{dist.version}"}
+    assert {comp["type"] for comp in blueprints[1]["spec"]["components"]} == {"frontend", "prefill", "decode"}
+    assert f'_LEGACY_DGD_API_VERSION = "{op["api_version"]}"' in Path(dist.locate_file(paths[2])).read_text()
+    legacy = [doc for path in Path(dist.locate_file("dynamo/planner/tests")).rglob("*.yaml")
+              for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)
+              and doc.get("apiVersion") == op["api_version"] and doc.get("kind") == op["kind"]]
+    services = [s for doc in legacy for s in doc["spec"]["services"].values()]
+    assert len(services) > 10
+    assert set().union(*services) <= set(op["service_fields"])
+    assert {s["componentType"] for s in services} - {"main"} == set(op["component_types"])  # main: an older frontend
+    assert {s["subComponentType"] for s in services if "subComponentType" in s} == {"prefill", "decode"}
+    for s in services:
+        for kind in ("limits", "requests"):
+            assert set(s.get("resources", {}).get(kind, {})) <= set(op["resource_fields"])
+    assert all("mainContainer" in s["extraPodSpec"] for s in services)  # beside the PodSpec's own fields

@@ -97,6 +97,8 @@ def serve_dynamo(workers: int, *, http_port: int, startup_timeout: float, dry_ru
         click.echo(f"Try: curl {plan.url}/completions -H 'content-type: application/json' "
                    f"-d '{{\"model\": \"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   "
                    "(Ctrl-C stops)")
+        click.echo("Monitor: trtspec monitor --metrics "
+                   + ",".join(f"127.0.0.1:{port}" for port in plan.system_ports))
         code = _watch(deployment)
     except _Stopped:
         code = None

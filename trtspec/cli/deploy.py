@@ -127,20 +127,12 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
 def _baseline(spec: Any, path: Path, temperature: float | None, suites: str | None) -> Any:
     """The baseline for `spec`: a baseline file as it is, or one made from a sweep's results for the deployment's
     method and k (max_k: the largest k the deployment serves)."""
-    import json
+    from trtspec.ops.baseline import baseline_for
 
-    from trtspec.ops.baseline import FORMAT, Baseline
-
-    try:
-        head = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        head = None
-    if isinstance(head, dict) and head.get("format") == FORMAT:
-        return Baseline.read(path)
     engine = spec.engines.get("target")
     max_k = spec.max_k if spec.backend == "torch" else max(getattr(engine, "max_draft_len", 0) or 0, 1)
-    return Baseline.from_results(path, method=spec.method, k=spec.default_k, max_k=max_k, temperature=temperature,
-                                 suites=[s.strip() for s in suites.split(",") if s.strip()] if suites else None)
+    return baseline_for(path, method=spec.method, k=spec.default_k, max_k=max_k, temperature=temperature,
+                        suites=[s.strip() for s in suites.split(",") if s.strip()] if suites else None)
 
 
 def _path_arg(path: Path) -> str:

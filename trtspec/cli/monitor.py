@@ -1,6 +1,7 @@
-"""`trtspec monitor`: live acceptance, drift and the recommended k of a running server, from its metrics port.
+"""`trtspec monitor`: live acceptance, drift and the recommended k of a running server, from its metrics port(s).
 
-Scrapes Triton's metrics page every --interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
+Scrapes Triton's metrics page, or every worker's page of a NVIDIA Dynamo deployment (summed per model), every
+--interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
 drift test against the deploy-time baseline (trtspec.ops.drift) and the cost model's recommendation
 (trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
 recommended k to `trtspec.ops.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
@@ -43,12 +44,17 @@ class Duration(click.ParamType):
 
 
 @click.command()
-@click.option("--metrics", "url", required=True, metavar="URL",
-              help="Triton's metrics endpoint: HOST:PORT (default port 8002) or a full http(s) URL.")
+@click.option("--metrics", "urls", required=True, multiple=True, metavar="URL",
+              help="Metrics endpoint: HOST:PORT or a full http(s) URL. Triton: its metrics port (default 8002). "
+                   "Dynamo (`trtspec serve --dynamo N`): every worker's system port (8081, 8082, ...), repeated or "
+                   "comma-separated; the series are summed per model.")
 @click.option("--repo", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="The served repository: its baseline (`trtspec deploy --baseline`) is the drift reference.")
 @click.option("--baseline", "baseline_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="A trtspec-baseline.json (instead of --repo).")
+              help="A trtspec-baseline.json, or the results JSONL of a `trtspec sweep` of the served models (the "
+                   "served method and k are read from the metrics), instead of --repo.")
+@click.option("--baseline-temperature", type=FiniteFloat(min=0.0), default=None,
+              help="Which temperature of a results --baseline the server runs at (needed when it has several).")
 @click.option("--window", "window_s", type=Duration(), default="60s", show_default=True,
               help="Length of the window the numbers cover (e.g. 60s, 5m).")
 @click.option("--interval", "interval_s", type=Duration(), default="1s", show_default=True,
@@ -75,10 +81,10 @@ class Duration(click.ParamType):
                    "--repo also persisted in the repository). Needs --url.")
 @click.option("--url", "grpc_url", type=HOST_PORT, default=None,
               help="Triton gRPC HOST:PORT, for --apply (e.g. localhost:8001).")
-def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: float, interval_s: float,
-            price_per_hour: float | None, models: tuple[str, ...], alpha: float, horizon: int, shift: float,
-            dispersion: float, once: bool, duration_s: float | None, as_json: bool, apply: bool,
-            grpc_url: str | None) -> None:
+def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None, baseline_temperature: float | None,
+            window_s: float, interval_s: float, price_per_hour: float | None, models: tuple[str, ...], alpha: float,
+            horizon: int, shift: float, dispersion: float, once: bool, duration_s: float | None, as_json: bool,
+            apply: bool, grpc_url: str | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
     plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
     from trtspec.errors import UsageError
@@ -89,17 +95,25 @@ def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: f
 
     if repo is not None and baseline_file is not None:
         raise click.UsageError("give --repo or --baseline, not both")
-    baseline = load_baseline(baseline_file or repo) if (baseline_file or repo) else None
-    if apply and baseline is None:
+    # a sweep's results (JSONL): made into a baseline once the first scrape shows the served method and k
+    results = baseline_file if baseline_file is not None and baseline_file.suffix == ".jsonl" else None
+    if results is not None and not results.is_file():
+        raise UsageError(f"--baseline {results} is not a file", hint="give the results JSONL of `trtspec sweep`")
+    baseline = load_baseline(baseline_file or repo) if (baseline_file or repo) and results is None else None
+    if apply and baseline is None and results is None:
         raise UsageError("--apply needs a baseline (the cost model behind the recommendation)",
                          hint="pass --repo DIR (deployed with --baseline) or --baseline FILE")
     if apply and grpc_url is None:
         raise click.UsageError("--apply needs --url HOST:PORT (the server's gRPC port) to reload the model")
     applier = _applier(grpc_url, repo) if apply else None  # refuse before anything runs
-    scrape = scraper(url)
+    scrape = scraper([u.strip() for text in urls for u in text.split(",") if u.strip()])
+    url = ", ".join(urls)
+    first = scrape()  # fails here, in one line, when a URL cannot be read
+    if results is not None:
+        baseline = _baseline_of_results(results, first, set(models), baseline_temperature)
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
                     drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
-    state.observe(scrape())  # fails here, in one line, when the URL cannot be read
+    state.observe(first)
     stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
     if once:
         _collect(scrape, state, interval_s, stop_at)
@@ -111,6 +125,24 @@ def monitor(url: str, repo: Path | None, baseline_file: Path | None, window_s: f
             _emit(state, url, as_json, applier, compact=True)
         return
     _live(scrape, state, url, interval_s, stop_at, applier)
+
+
+def _baseline_of_results(results: Path, sample: Any, models: set[str], temperature: float | None) -> Any:
+    """A baseline from a sweep's results for what the scraped server runs: the one speculative model's method
+    (its `method` label) and default k (its `k` gauge); UsageError naming what the pages serve otherwise."""
+    from trtspec.errors import UsageError
+    from trtspec.ops.baseline import baseline_for
+
+    served = {(m.pooled.model, m.method, int(c.k)) for m, c in sample.models.items()
+              if m.method not in ("", "none") and c.k and (not models or m.model in models)}
+    kinds = {(method, k) for _, method, k in served}
+    if len(kinds) != 1:
+        found = ", ".join(f"{name} ({method}, k={k})" for name, method, k in sorted(served)) or "none"
+        raise UsageError(f"--baseline {results} is a sweep's results, so the served method and k must be read from "
+                         f"the metrics, which show one speculative model's; they show: {found}",
+                         hint="choose one with --model NAME, or pass a trtspec-baseline.json")
+    ((method, k),) = kinds
+    return baseline_for(results, method=method, k=k, temperature=temperature)
 
 
 def _collect(scrape: Any, state: Any, interval_s: float, until: float) -> None:

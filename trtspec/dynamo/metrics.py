@@ -16,9 +16,16 @@ from trtspec.spec.metrics import AcceptanceStats
 
 
 class WorkerMetrics:
-    """Counters of ended requests and their acceptance; the mean acceptance length over all of them."""
+    """Counters of ended requests and their acceptance; the mean acceptance length over all of them; latency
+    histograms; the served default k.
 
-    def __init__(self, labels: dict[str, str] | None = None) -> None:
+    Args:
+        labels: constant labels (the worker passes `method`, the deployment's speculative method; Dynamo adds
+            `model` = the model's path and `model_name` = the served name, which `trtspec monitor` reads).
+        default_k: the k every request runs unless it asks otherwise (the `k` gauge).
+    """
+
+    def __init__(self, labels: dict[str, str] | None = None, *, default_k: int | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -36,15 +43,23 @@ class WorkerMetrics:
                                         registry=self.registry)
         self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
         self._lock = threading.Lock()
+        if default_k is not None:
+            self._metric("k").set(default_k)
 
     def _metric(self, key: str, **extra: str) -> Any:
         labels = {**self._labels, **extra}
         return self._series[key].labels(**labels) if labels else self._series[key]
 
-    def finished(self, finish_reason: str, stats: AcceptanceStats | None = None) -> None:
-        """Count one ended request; add its AcceptanceStats when it ran to the end."""
+    def finished(self, finish_reason: str, stats: AcceptanceStats | None = None, *, latency_s: float | None = None,
+                 time_per_output_token_s: float | None = None) -> None:
+        """Count one ended request; add its AcceptanceStats when it ran to the end, and its timings (as the Triton
+        models' `SpecMetrics.finished`: arrival to last token; (last - first token) / (tokens - 1))."""
         with self._lock:
             self._metric("requests", finish_reason=finish_reason).inc()
+            if latency_s is not None:
+                self._metric("request_latency_seconds").observe(latency_s)
+            if time_per_output_token_s is not None:
+                self._metric("time_per_output_token_seconds").observe(time_per_output_token_s)
             if stats is None:
                 return
             for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens",

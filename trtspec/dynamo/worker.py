@@ -14,7 +14,8 @@ what is trtspec's:
   the request ends; the reference engine has no prefix cache, so they describe resident KV) and worker load
   (`ComponentSnapshot`: KV blocks in use out of the scheduler's budget);
 - trtspec's acceptance series on Dynamo's `/metrics` (dynamo/metrics.py), served on the worker's system port when
-  `DYN_SYSTEM_PORT` is set.
+  `DYN_SYSTEM_PORT` is set, labelled with the deployment's method, with the default k and request timings
+  (what `trtspec monitor --metrics` reads from every worker).
 
 Bad arguments print one `Error:` line (and a `Hint:`) and exit 2 before Dynamo starts; a model that cannot be found
 exits 2 the same way; one that fails to load exits 1 (the frontend keeps serving with the other workers).
@@ -28,6 +29,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -127,7 +129,7 @@ def engine_class() -> type:
             self.name = options.served_model_name or served_name(params.target)
             self.engine: Any = None
             self.loop: Any = None
-            self.metrics = WorkerMetrics()
+            self.metrics = WorkerMetrics({"method": params.method}, default_k=params.default_k)
             self._handles: dict[str, int] = {}  # Dynamo request id -> EngineLoop handle
             self._kv: Any = None  # KvEventPublisher, once Dynamo hands it over
             self._snapshots: Any = None  # SnapshotPublisher
@@ -241,6 +243,7 @@ def engine_class() -> type:
             self._handles[context.id()] = handle
             size = self.engine.scheduler.config.kv_block_size
             stored, held, generated, finished = self._store(req.prompt_ids), 0, 0, False
+            arrived, first_token = time.monotonic(), None
             try:
                 while True:
                     item = await queue.get()
@@ -250,6 +253,8 @@ def engine_class() -> type:
                             raise InvalidArgument(f"{item.message} ({item.hint})" if item.hint else item.message)
                         raise Unknown(str(item))
                     generated += len(item.token_ids)
+                    if first_token is None and item.token_ids:
+                        first_token = time.monotonic()
                     blocks = -(-(len(req.prompt_ids) + generated) // size)
                     self._load(blocks - held)
                     held = blocks
@@ -257,7 +262,10 @@ def engine_class() -> type:
                     if item.finished:
                         finished = True
                         reason = item.finish_reason or "length"
-                        self.metrics.finished(reason, item.stats)
+                        now = time.monotonic()
+                        self.metrics.finished(reason, item.stats, latency_s=now - arrived, time_per_output_token_s=(
+                            (now - first_token) / (generated - 1) if first_token is not None and generated > 1
+                            else None))
                         out["finish_reason"] = "cancelled" if reason == "abort" else reason
                         out["completion_usage"] = usage(len(req.prompt_ids), generated, item.stats)
                         yield out

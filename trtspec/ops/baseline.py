@@ -151,9 +151,10 @@ class Baseline(BaseModel):
 
     # from a sweep -----------------------------------------------------------------------------------------------
     @classmethod
-    def from_results(cls, path: Path, *, method: str, k: int, max_k: int, temperature: float | None = None,
-                     suites: list[str] | None = None) -> Baseline:
-        """The baseline of a sweep's results for one method (and draft) at one temperature.
+    def from_results(cls, path: Path, *, method: str, k: int, max_k: int | None = None,
+                     temperature: float | None = None, suites: list[str] | None = None) -> Baseline:
+        """The baseline of a sweep's results for one method (and draft) at one temperature (max_k None: the
+        largest k the sweep measured for the method).
 
         Raises UsageError (naming the value and what the file holds) when the results have no such cases, more than
         one temperature and none chosen, no plain-decoding cases or no calibration.
@@ -204,7 +205,7 @@ class Baseline(BaseModel):
             by_k[row.k].append(row.tokens_per_step)
         return cls(
             model=str(spec_rows[0].params["model"]), draft=spec_rows[0].params.get("draft"), method=method,
-            temperature=temperature, suites=chosen, k=k, max_k=max_k, **counts,
+            temperature=temperature, suites=chosen, k=k, max_k=max_k or max(r.k for r in spec_rows), **counts,
             tokens_per_step_by_k={kk: statistics.fmean(v) for kk, v in sorted(by_k.items())},
             plain_tokens_per_s=_mean_by(plain_rows, lambda r: r.wall_tokens_per_s),
             spec_tokens_per_s={kk: _mean_by([r for r in spec_rows if r.k == kk], lambda r: r.wall_tokens_per_s)
@@ -214,6 +215,25 @@ class Baseline(BaseModel):
                                      lambda r: r.prediction.overhead_step_s) for kk in sorted({0, *by_k})},
             source={"results": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                     "cases": sorted(r.id for r in spec_rows + plain_rows)})
+
+
+def is_baseline_file(path: Path) -> bool:
+    """Whether `path` is a trtspec-baseline.json (else: a sweep's results to make one from, or not readable)."""
+    path = Path(path)
+    try:
+        head = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        head = None
+    return isinstance(head, dict) and head.get("format") == FORMAT
+
+
+def baseline_for(path: Path, *, method: str, k: int, max_k: int | None = None, temperature: float | None = None,
+                 suites: list[str] | None = None) -> Baseline:
+    """A baseline file as it is, or one made from a sweep's results (`Baseline.from_results`) for the served
+    method and k."""
+    if is_baseline_file(path):
+        return Baseline.read(path)
+    return Baseline.from_results(path, method=method, k=k, max_k=max_k, temperature=temperature, suites=suites)
 
 
 def load_baseline(path: Path) -> Baseline:

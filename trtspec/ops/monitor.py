@@ -1,9 +1,10 @@
 """The monitor's state: scrapes in, one `ModelReport` per served model out (window numbers, drift, recommendation).
 
 `Monitor.observe(sample)` pushes a scrape into the ring, feeds each model's drift detector the increments since the
-previous scrape, and `Monitor.reports()` derives the window's numbers. Rendering (rich, text, JSON) is dashboard.py;
-fetching is scrape.py. A model without drafts (plain decoding, the draft model itself) is reported with its
-throughput only.
+previous scrape, and `Monitor.reports()` derives the window's numbers. A model served by several instances (the
+workers of a Dynamo deployment, one metrics page each) is one report: their increments added up (`window.pool`).
+Rendering (rich, text, JSON) is dashboard.py; fetching is scrape.py. A model without drafts (plain decoding, the
+draft model itself) is reported with its throughput only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from trtspec.ops.baseline import Baseline
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
 from trtspec.ops.recommend import Recommendation, recommend
 from trtspec.ops.scrape import ModelId, Sample
-from trtspec.ops.window import Ring, WindowStats, increments
+from trtspec.ops.window import Ring, WindowStats, increments, pool
 from trtspec.sweep.costmodel import cost_per_million_tokens
 
 
@@ -75,10 +76,10 @@ class Monitor:
         """Add one scrape: the ring, then each model's detector with the increments since the previous scrape."""
         self.ring.push(sample)
         if self._last is not None:
-            for model, counters in sample.models.items():
-                if not self._wanted(model):
-                    continue
-                step = increments(model, counters, self._last.models.get(model), sample.time - self._last.time)
+            seconds = sample.time - self._last.time
+            steps = [increments(model, counters, self._last.models.get(model), seconds)
+                     for model, counters in sample.models.items() if self._wanted(model)]
+            for model, step in pool(steps, seconds).items():  # the instances of a model (Dynamo workers), summed
                 self.steps[model] = step
                 if step.num_drafts and self.baseline is not None:
                     self._detector(model).update(step.accepted_per_pos, step.rejections_per_pos)
@@ -102,7 +103,7 @@ class Monitor:
 
     def reports(self) -> list[ModelReport]:
         """One report per model in the window (models with drafts first, then by name)."""
-        windows = [w for w in self.ring.window().values() if self._wanted(w.model)]
+        windows = [w for w in pool(self.ring.window().values(), self.ring.span_s).values() if self._wanted(w.model)]
         windows.sort(key=lambda w: (not w.num_drafts, w.model.model))
         return [self._report(w) for w in windows]
 

@@ -1,8 +1,14 @@
-"""Scrape Triton's metrics page into typed samples: the `trtspec.ops.series` counters of every served model.
+"""Scrape metrics pages into typed samples: the `trtspec.ops.series` counters of every served model.
 
 A `Sample` is one scrape: a timestamp and, per model, the cumulative counters, per-position counters, requests by
 finish reason, latency histograms and the served k. Parsing uses prometheus-client's text parser; fetching is one
-HTTP GET. Nothing here keeps state between scrapes (that is `window.py`).
+HTTP GET per page. Nothing here keeps state between scrapes (that is `window.py`).
+
+One page is Triton's metrics port (every served model of one server). A NVIDIA Dynamo deployment publishes the
+series on each worker's system port (`trtspec serve --dynamo N`; the frontend's /metrics has none of them): the
+scraper reads every page given, and each model's counters stay apart per page (`ModelId.source`), so a worker that
+dies or restarts is one instance gone or reset, never a drop in a sum; the monitor adds the instances up per model
+(`window.pool`).
 """
 
 from __future__ import annotations
@@ -10,8 +16,8 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from trtspec.errors import ServerError, UsageError
@@ -23,14 +29,21 @@ _KEY_OF = {s.name: key for key, s in SERIES.items()}
 
 @dataclass(frozen=True)
 class ModelId:
-    """A served model as its series label it: name, version, speculation method."""
+    """A served model as its series label it: name, version, speculation method; and which page it came from
+    (`source`: the metrics URL when several are scraped, one per Dynamo worker; empty for one page)."""
 
     model: str
     version: str = "1"
     method: str = ""
+    source: str = ""
 
     def __str__(self) -> str:
         return f"{self.model}/{self.version}"
+
+    @property
+    def pooled(self) -> ModelId:
+        """The model without its page: what the instances serving it are summed under."""
+        return replace(self, source="")
 
 
 @dataclass
@@ -69,7 +82,8 @@ def metrics_url(url: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--metrics {url!r} is not an http(s) URL or host:port",
-                         hint="give Triton's metrics endpoint, e.g. --metrics localhost:8002")
+                         hint="give Triton's metrics endpoint (e.g. --metrics localhost:8002) or each Dynamo "
+                              "worker's system port (e.g. --metrics localhost:8081,localhost:8082)")
     return text if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}/metrics"
 
 
@@ -81,12 +95,15 @@ def fetch(url: str, *, timeout_s: float = 5.0) -> str:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise ServerError(f"cannot read metrics from {url}: {reason}",
-                          hint="is tritonserver running? `trtspec serve REPO` prints its metrics port "
-                               "(default 8002); pass --metrics HOST:PORT") from None
+                          hint="is the server running? `trtspec serve REPO` prints Triton's metrics port (default "
+                               "8002), `trtspec serve --dynamo N` its workers' (default 8081, 8082, ...)") from None
 
 
-def parse(text: str, when: float) -> Sample:
-    """The trtspec series of a metrics page (other families, e.g. Triton's nv_*, are ignored)."""
+def parse(text: str, when: float, *, source: str = "") -> Sample:
+    """The trtspec series of a metrics page (other families, e.g. Triton's nv_* or Dynamo's dynamo_*, are ignored).
+
+    The model is its `model` label; on a Dynamo worker's page, where `model` is the model's path, the served name
+    (`model_name`). `source` is kept in each ModelId (see the module docstring)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     models: dict[ModelId, ModelCounters] = {}
@@ -101,7 +118,9 @@ def parse(text: str, when: float) -> Sample:
             continue
         for sample in family.samples:
             labels = dict(sample.labels)
-            model = ModelId(labels.pop("model", "?"), labels.pop("version", "1"), labels.pop("method", ""))
+            name = labels.pop("model_name", None) or labels.get("model", "?")
+            labels.pop("model", None)
+            model = ModelId(name, labels.pop("version", "1"), labels.pop("method", ""), source)
             counters = models.setdefault(model, ModelCounters())
             _add(counters, key, sample.name, labels, float(sample.value))
     return Sample(when, models)
@@ -129,13 +148,40 @@ def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, 
             hist.count = value
 
 
-def scraper(url: str, *, timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> Callable[[], Sample]:
-    """A function that scrapes `url` once per call (checks the URL's form first)."""
-    full = metrics_url(url)
+def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
+            clock: Callable[[], float] = time.monotonic) -> Callable[[], Sample]:
+    """A function that scrapes every page of `urls` once per call (checks the URLs' form first).
+
+    The first call fails (ServerError, one line) when any page cannot be read, and (UsageError) when a page is a
+    Dynamo frontend's, which has no trtspec series. Later calls skip a page that cannot be read (a worker that died:
+    its instances drop out of the sample) and fail only when none can be read."""
+    fulls = list(dict.fromkeys(metrics_url(u) for u in ([urls] if isinstance(urls, str) else urls)))
+    if not fulls:
+        raise UsageError("no metrics URL given", hint="pass --metrics HOST:PORT")
+    first = [True]
 
     def scrape() -> Sample:
-        text = fetch(full, timeout_s=timeout_s)
-        return parse(text, clock())
+        models: dict[ModelId, ModelCounters] = {}
+        failed: list[ServerError] = []
+        texts = {}
+        for full in fulls:
+            try:
+                texts[full] = fetch(full, timeout_s=timeout_s)
+            except ServerError as exc:
+                if first[0]:
+                    raise
+                failed.append(exc)
+        if not texts:
+            raise failed[0]
+        when = clock()
+        for full, text in texts.items():
+            if first[0] and not has_series(text) and "dynamo_frontend_" in text:
+                raise UsageError(f"--metrics {full} is a Dynamo frontend's page: the trtspec series are on each "
+                                 "worker's system port", hint="pass the workers' ports, e.g. --metrics "
+                                 "localhost:8081,localhost:8082 (`trtspec serve --dynamo N` prints them)")
+            models.update(parse(text, when, source=full if len(fulls) > 1 else "").models)
+        first[0] = False
+        return Sample(when, models)
 
     return scrape
 

@@ -11,7 +11,8 @@ from it through the one definition of each formula (`trtspec.spec.metrics`).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 from trtspec.ops.scrape import HISTOGRAMS, Histogram, ModelCounters, ModelId, Sample
 from trtspec.ops.series import PER_POSITION
@@ -193,4 +194,18 @@ def merge(a: WindowStats, b: WindowStats) -> WindowStats:
         out.histograms[key] = Histogram({bound: x.buckets.get(bound, 0.0) + y.buckets.get(bound, 0.0)
                                          for bound in set(x.buckets) | set(y.buckets)}, x.sum + y.sum,
                                         x.count + y.count)
+    return out
+
+
+def pool(stats: Iterable[WindowStats], seconds: float) -> dict[ModelId, WindowStats]:
+    """Per model: the increments of every instance serving it added up (`ModelId.pooled`: one instance per scraped
+    page, e.g. a Dynamo deployment's workers), over `seconds` (the instances ran side by side, not one after another).
+    The served k is the last instance's."""
+    out: dict[ModelId, WindowStats] = {}
+    for one in stats:
+        key = one.model.pooled
+        one = replace(one, model=key)
+        out[key] = merge(out[key], one) if key in out else one
+    for stats_of_model in out.values():
+        stats_of_model.seconds = seconds
     return out
