@@ -32,10 +32,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trtspec.atomic import write_text
 from trtspec.sweep import benchmarks, benchmarks_eagle
 from trtspec.sweep.benchmarks import Comparison, Section
 from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.report import atomic_write, markdown_table
+from trtspec.sweep.report import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -268,7 +269,7 @@ def write_section(path: Path, section: Section, command: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + body
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text)
+    write_text(path, text)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--trees", nargs="+", default=["chain", "dynamic"], help="EAGLE trees")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    from trtspec.spec.medusa_heads import write_json, write_text
+    from trtspec.atomic import write_json, write_text
     from trtspec.training.eagle import model_card
 
     result = measure(args)

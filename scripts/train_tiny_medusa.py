@@ -109,8 +109,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from trtspec.atomic import write_json, write_text
     from trtspec.cli._progress import stage_progress
-    from trtspec.spec.medusa_heads import resolve_heads, write_json, write_text
+    from trtspec.spec.medusa_heads import resolve_heads
     from trtspec.training.medusa import MedusaRecipe, model_card, train_medusa
     from trtspec.training.tree_tune import calibrate, tune_tree, write_choices
 

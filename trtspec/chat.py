@@ -20,12 +20,11 @@ greedy text completion of the same text (tests/test_chat.py; the Dynamo acceptan
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trtspec.atomic import write_json
 from trtspec.errors import ConfigError, ModelNotFoundError
 
 # Jinja (Hugging Face `apply_chat_template`; minijinja in Dynamo's frontend). Whitespace control keeps it exact.
@@ -76,10 +75,7 @@ def write_chat_template(model_dir: Path, template: str = CHAT_TEMPLATE) -> bool:
     if config.get("chat_template") == template and not side_file.exists():
         return False
     config["chat_template"] = template
-    fd, tmp = tempfile.mkstemp(prefix=f".{TOKENIZER_CONFIG}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_json(path, config, ensure_ascii=False)
     side_file.unlink(missing_ok=True)
     return True
 

@@ -116,11 +116,8 @@ def resolve_eagle(name_or_path: str | Path, *, field: str = "eagle") -> Path:
 
     Raises ModelNotFoundError naming the path when it does not exist, holds no EAGLE-3 config, or no weights.
     """
-    text = str(name_or_path)
-    path = embedded_path(text) if text in EMBEDDED else Path(text).expanduser()
-    if not path.is_dir():
-        raise ModelNotFoundError(f"{field}={text!r}: no embedded drafter of that name and no directory at {path}",
-                                 hint="use tiny-eagle, or train one with `trtspec train eagle --out DIR`")
+    text, path = _named_dir(name_or_path, field=field, what="drafter",
+                            hint="use tiny-eagle, or train one with `trtspec train eagle --out DIR`")
     if not is_eagle_drafter(path):
         raise ModelNotFoundError(
             f"{field}={text!r}: {path / 'config.json'} does not name an EAGLE-3 architecture "
@@ -138,17 +135,25 @@ def resolve_medusa(name_or_path: str | Path, *, field: str = "medusa") -> Path:
 
     Raises ModelNotFoundError naming the path when it does not exist or holds no Medusa config.
     """
-    text = str(name_or_path)
-    path = embedded_path(text) if text in EMBEDDED else Path(text).expanduser()
-    if not path.is_dir():
-        raise ModelNotFoundError(f"{field}={text!r}: no embedded head set of that name and no directory at {path}",
-                                 hint="use tiny-medusa, or train heads with `trtspec train medusa --out DIR`")
+    text, path = _named_dir(name_or_path, field=field, what="head set",
+                            hint="use tiny-medusa, or train heads with `trtspec train medusa --out DIR`")
     if not is_medusa_heads(path):
         raise ModelNotFoundError(
             f"{field}={text!r}: {path / 'config.json'} is neither an HF Medusa config (medusa_num_heads) nor a "
             f"TensorRT-LLM Medusa checkpoint (architecture MedusaForCausalLM)",
             hint="train heads with `trtspec train medusa --model ... --out DIR`")
     return path
+
+
+def _named_dir(name_or_path: str | Path, *, field: str, what: str, hint: str) -> tuple[str, Path]:
+    """The directory of an embedded `what` (by name) or of a local path, and the text given; ModelNotFoundError naming
+    both when there is no such directory."""
+    text = str(name_or_path)
+    path = embedded_path(text) if text in EMBEDDED else Path(text).expanduser()
+    if not path.is_dir():
+        raise ModelNotFoundError(f"{field}={text!r}: no embedded {what} of that name and no directory at {path}",
+                                 hint=hint)
+    return text, path
 
 
 def read_config(path: Path, *, field: str = "model") -> dict[str, Any]:

@@ -180,7 +180,7 @@ def test_a_swap_cut_by_a_kill_is_finished(random_pair, tmp_path, cut):
     out = tmp_path / "out"
     build(config, out)
     old_bundle = (out / "trtspec-bundle.json").read_text()
-    # what a run killed inside _swap leaves: the old output renamed aside and the complete new one staged
+    # what a run killed inside replace_dir (trtspec.atomic) leaves: the old output renamed aside and the complete new one staged
     pid = dead_pid()
     staged = tmp_path / f".out.trtspec-tmp-{pid}"
     build(config, staged, max_draft_len=None, engine={"dtype": "float32", "max_input_len": 8, "max_seq_len": 12})

@@ -25,7 +25,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from trtspec.spec import engine as engine_module
+from trtspec.spec import step_phases
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.logits_process import LogitsControls, chain_paths, process_logits, tree_paths
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -350,7 +350,7 @@ def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joi
 
 def test_verifying_against_unprocessed_targets_is_detected(engine, sampled_joint, monkeypatch):
     """Mutation: the engine verifies against logits / temperature, ignoring the processors."""
-    monkeypatch.setattr(engine_module, "process_logits",
+    monkeypatch.setattr(step_phases, "process_logits",
                         lambda logits, controls, *a, **k: logits.float() / controls.temperature)
     n = 1000
     samplings = [dataclasses.replace(SAMPLED, seed=i) for i in range(n)]

@@ -8,15 +8,9 @@ import numpy as np
 import pytest
 
 from trtspec.errors import ConfigError, OverloadedError, RequestError, ServerError
-from trtspec.triton.engine_model import (
-    ReplyClosed,
-    _Reply,
-    engine_features,
-    parse_request,
-    triton_error,
-    word_lists,
-)
 from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.engine_reply import Reply, ReplyClosed, triton_error
+from trtspec.triton.engine_request import engine_features, parse_request, word_lists
 from trtspec.triton.spec_metrics import SpecMetrics
 
 PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
@@ -255,7 +249,7 @@ def test_an_error_is_the_final_response_and_nothing_follows_it():
     """A batch of 2 rows is 2 jobs: when one fails, its error ends the request (FINAL) and the other job's later
     responses are refused, so the serving loop aborts it (a strict-mode gRPC stream is closed by the error)."""
     request = FakeRequest()
-    reply = _Reply(FakeModel(), request, parse_request(tensors(input_ids=[[5, 6, 7], [5, 6, 8]],
+    reply = Reply(FakeModel(), request, parse_request(tensors(input_ids=[[5, 6, 7], [5, 6, 8]],
                                                                input_lengths=[3, 3], request_output_len=[4, 4]),
                                                        PARAMS, VOCAB))
     assert reply.pending == 2

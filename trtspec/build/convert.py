@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
+from trtspec.atomic import atomic_path, write_json
 from trtspec.build.checkpoint import medusa_heads
 from trtspec.errors import BuildError
 
@@ -161,22 +162,18 @@ def write_checkpoint(out_dir: Path, config: dict[str, Any], tensors: dict[str, A
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    weights, tmp = out_dir / "rank0.safetensors", out_dir / ".rank0.safetensors.tmp"
-    tmp_cfg = out_dir / ".config.json.tmp"
+    weights = out_dir / "rank0.safetensors"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            # one metadata key: safetensors writes its metadata map in hash order, and two keys would make the same
-            # conversion produce different bytes (and hashes) from run to run
-            save_file(tensors, str(tmp), metadata={"producer": f"trtspec {__version__}"})
-        except SafetensorError as exc:  # the Rust writer's I/O errors arrive as text: "... (os error 28)"
-            raise OSError(_errno_of(str(exc)), _reason(str(exc)), str(weights)) from None
-        os.replace(tmp, weights)
-        tmp_cfg.write_text(json.dumps(config, indent=2) + "\n")
-        os.replace(tmp_cfg, out_dir / "config.json")
-    except OSError as exc:
-        for partial in (tmp, tmp_cfg):
-            partial.unlink(missing_ok=True)
+        with atomic_path(weights) as tmp:
+            try:
+                # one metadata key: safetensors writes its metadata map in hash order, and two keys would make the
+                # same conversion produce different bytes (and hashes) from run to run
+                save_file(tensors, str(tmp), metadata={"producer": f"trtspec {__version__}"})
+            except SafetensorError as exc:  # the Rust writer's I/O errors arrive as text: "... (os error 28)"
+                raise OSError(_errno_of(str(exc)), _reason(str(exc)), str(weights)) from None
+        write_json(out_dir / "config.json", config)
+    except OSError as exc:  # the temp file is gone (atomic_path removes it)
         target = exc.filename or out_dir
         raise BuildError(f"cannot write {target}: {exc.strerror or exc}",
                          hint=f"free space on the file system of {out_dir} (or write elsewhere), then rerun"

@@ -41,7 +41,8 @@ from typing import Any
 
 from trtspec import __version__
 from trtspec import choices as tree_choices
-from trtspec.build.manifest import FORMAT, MANIFEST, Hasher, read_manifest, write_json
+from trtspec.atomic import atomic_path, replace_dir, write_json, write_text
+from trtspec.build.manifest import FORMAT, MANIFEST, Hasher, read_manifest
 from trtspec.build.plan import LLM_API_FILE, OWN_CONVERTER, TRTLLM, BuildPlan, Step
 from trtspec.build.preflight import Resolved
 from trtspec.errors import BuildError, TrtspecError, UsageError
@@ -137,7 +138,7 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
         ordered = [records[s.id] for s in plan.steps if s.id in records]
         result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm)
         write_json(staging / MANIFEST, result.manifest)
-        _swap(staging, out)
+        replace_dir(staging, out)
         for report in (f"{out.name}.trtspec-failed.json", f"{out.name}.trtspec-failed.log"):
             (out.parent / report).unlink(missing_ok=True)  # an earlier failure's report no longer describes `out`
     except BaseException as exc:
@@ -281,7 +282,7 @@ def _run_step(step: Step, argv: tuple[str, ...], runner: str, staging: Path) -> 
     if step.kind == "write":
         target = staging / step.outputs[0]
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_text(target, step.content or "")
+        write_text(target, step.content or "")
     elif step.kind == "copy":
         for src, dst in zip(step.inputs, step.outputs, strict=True):
             _copy_model(Path(src), staging / dst)
@@ -294,21 +295,16 @@ def _run_step(step: Step, argv: tuple[str, ...], runner: str, staging: Path) -> 
             convert_main(list(argv[3:]))
         finally:
             os.chdir(cwd)
-        _write_text(log, f"$ {shlex.join(argv)}\nconverted in-process by trtspec {__version__}\n")
+        write_text(log, f"$ {shlex.join(argv)}\nconverted in-process by trtspec {__version__}\n")
     else:
-        partial = log.with_name(f".{log.name}.tmp")
-        try:
-            with open(partial, "w") as fh:
-                fh.write(f"$ {shlex.join(argv)}\n")
-                fh.flush()
-                try:
-                    proc = subprocess.run(list(argv), cwd=staging, stdout=fh, stderr=subprocess.STDOUT)
-                except FileNotFoundError:
-                    raise BuildError(f"step {step.id}: {argv[0]} not found",
-                                     hint="run inside the TensorRT-LLM container") from None
-        finally:
-            if partial.exists():
-                os.replace(partial, log)
+        with atomic_path(log, publish_on_error=True) as partial, open(partial, "w") as fh:
+            fh.write(f"$ {shlex.join(argv)}\n")
+            fh.flush()
+            try:
+                proc = subprocess.run(list(argv), cwd=staging, stdout=fh, stderr=subprocess.STDOUT)
+            except FileNotFoundError:
+                raise BuildError(f"step {step.id}: {argv[0]} not found",
+                                 hint="run inside the TensorRT-LLM container") from None
         if proc.returncode != 0:
             lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
             last = lines[-1][-300:] if len(lines) > 1 else "(no output)"
@@ -419,7 +415,7 @@ def recover_interrupted(out: Path) -> list[Path]:
     removed = []
     for dirs in found.values():
         if not out.exists() and "old" in dirs:
-            # killed between _swap's two renames (out -> old, staging -> out): the staging was complete
+            # killed between replace_dir's two renames (out -> old, staging -> out): the staging was complete
             os.replace(dirs.pop("tmp") if "tmp" in dirs else dirs.pop("old"), out)
         for path in dirs.values():
             if path.exists():
@@ -463,13 +459,6 @@ def _stage(out: Path, staging: Path) -> None:
     (staging / "logs").mkdir(exist_ok=True)
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Write through a temp file and a rename: a hard-linked file of the previous output is never rewritten."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _where(path: str, staging: Path) -> Path:
     return Path(path) if Path(path).is_absolute() else staging / path
 
@@ -487,14 +476,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-def _swap(staging: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.trtspec-old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, old)
-    os.replace(staging, out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _fail(staging: Path, out: Path, plan: BuildPlan, resolved: Resolved, records: dict[str, dict[str, Any]],

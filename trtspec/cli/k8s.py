@@ -23,11 +23,11 @@ import click
 def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, image: str | None,
         served_model_name: str | None, dry_run: bool) -> None:
     """Render NVIDIA Dynamo TensorRT-LLM worker configs and a Kubernetes DynamoGraphDeployment from CONFIG."""
+    from trtspec.atomic import write_text
     from trtspec.build.plan import plan_build
     from trtspec.build.preflight import run_preflight
     from trtspec.config import load_build_spec
     from trtspec.dynamo.k8s import render
-    from trtspec.sweep.report import atomic_write
 
     spec = load_build_spec(config)
     if trtllm_version is not None:
@@ -51,4 +51,4 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, image: s
     for rel, text in result.files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, text)
+        write_text(path, text)

@@ -64,9 +64,9 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
     Reports per-head top-1/top-5 accuracy on held-out prompts and writes OUT (HF Medusa layout, usable as
     `trtspec generate --method medusa --medusa OUT`) and a TensorRT-LLM Medusa checkpoint for `trtllm-build`.
     """
+    from trtspec.atomic import write_text
     from trtspec.cli._progress import stage_progress
     from trtspec.models import resolve_model
-    from trtspec.spec.medusa_heads import write_text
     from trtspec.training.medusa import MedusaRecipe, model_card, train_medusa
 
     path = resolve_model(target)
@@ -123,10 +123,10 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, draft_vo
     Re-running the same command after an interruption resumes from the last checkpoint. Writes OUT, usable as
     `trtspec generate --method eagle3 --eagle OUT` and loadable by vLLM / SGLang as an EAGLE-3 draft model.
     """
+    from trtspec.atomic import write_json, write_text
     from trtspec.cli._progress import stage_progress
     from trtspec.errors import ConfigError
     from trtspec.models import resolve_model
-    from trtspec.spec.medusa_heads import write_json, write_text
     from trtspec.training.eagle import EagleRecipe, model_card, recipe_command, train_eagle
 
     path = resolve_model(target)

@@ -117,10 +117,10 @@ class Baseline(BaseModel):
         return self.model_dump_json(indent=2) + "\n"
 
     def write(self, path: Path) -> Path:
-        """Write atomically (temp file + rename)."""
-        from trtspec.sweep.report import atomic_write
+        """Write atomically (trtspec.atomic: temp file + rename)."""
+        from trtspec.atomic import write_text
 
-        atomic_write(Path(path), self.to_json())
+        write_text(Path(path), self.to_json())
         return Path(path)
 
     @classmethod

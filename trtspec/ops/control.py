@@ -62,9 +62,9 @@ def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry
             raise ServerError(f"{model} reloaded but reports default_k={now!r}, not {k}",
                               hint="see the server log; the repository was not changed")
     if staged is not None:
-        from trtspec.sweep.report import atomic_write
+        from trtspec.atomic import write_text
 
-        atomic_write(staged[0], staged[1])
+        write_text(staged[0], staged[1])
     return KChange(model, live.default_k, k, staged[0] if staged else None, note)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.atomic import replace_dir
 from trtspec.errors import ServerError, UsageError
 from trtspec.ops.control import config_params
 from trtspec.triton.engine_params import VERSION_FILE
@@ -155,7 +156,7 @@ def stage_version(plan: RolloutPlan, step: VersionStep) -> Path:
         shutil.copytree(plan.draft, staging / CHECKPOINT_DIR, symlinks=False,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
         (staging / VERSION_FILE).write_text(json.dumps({step.field: CHECKPOINT_DIR}) + "\n", encoding="utf-8")
-        os.replace(staging, final)
+        replace_dir(staging, final)  # `final` does not exist: one rename
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

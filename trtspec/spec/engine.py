@@ -9,6 +9,8 @@ Every verified target row goes through the request's logits processors (logits_p
 words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.
 A request may bring its own first draft (`SpecParams.draft_token_ids`, proposers/external.py).
 The engine knows proposers only through the registry and verifiers only through verify.py and tree.py.
+Phases 2-5 of each request (propose, target inputs, verify, commit) are in step_phases.py, the request types
+(RequestOutput, RequestDelta, EngineRequest) in request_state.py.
 """
 
 from __future__ import annotations
@@ -17,100 +19,29 @@ import itertools
 import secrets
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
-from trtspec.spec.auxiliary import apply_aux_layout, fit_aux, hand_back
+from trtspec.spec.auxiliary import fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
-from trtspec.spec.logits_process import (
-    LogitsControls,
-    chain_paths,
-    emitted_log_probs,
-    ends_with,
-    process_logits,
-    tree_paths,
-)
+from trtspec.spec.logits_process import LogitsControls
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
-from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext, runnable_methods
+from trtspec.spec.proposers import PROPOSERS, Proposer, ProposerContext, runnable_methods
 from trtspec.spec.proposers.draft_model import DraftModelProposer
 from trtspec.spec.proposers.external import ExternalProposer
-from trtspec.spec.sampling import scores_to_probs
+from trtspec.spec.request_state import EngineRequest, Prompt, RequestDelta, RequestOutput
 from trtspec.spec.scheduler import Scheduler, SchedulerConfig
-from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
-from trtspec.spec.verify import Verdict, verify_chain
-
-Prompt = str | Sequence[int]
+from trtspec.spec.step_phases import StepPhases
 
 
-@dataclass
-class RequestOutput:
-    """A finished request."""
-
-    request_id: int
-    prompt_token_ids: list[int]
-    token_ids: list[int]  # generated tokens (stop token / stop word included when it ended the request)
-    text: str  # decoded generated tokens ("" without a tokenizer)
-    finish_reason: str  # "length" | "stop"
-    stats: AcceptanceStats
-    log_probs: list[float] | None = None  # [len(token_ids)] with SamplingParams.return_log_probs
-    cum_log_prob: float | None = None  # sum of the unnormalised log-probs (TensorRT-LLM cum_log_probs)
-
-
-@dataclass
-class RequestDelta:
-    """What one step added to one request (`step()` and `stream()` yield these)."""
-
-    request_id: int
-    token_ids: list[int]  # tokens appended this step
-    finished: bool
-    finish_reason: str | None = None
-    text: str = ""  # decoded text delta (filled by `stream()`)
-    stats: AcceptanceStats | None = None  # only when finished
-    # with SamplingParams.return_log_probs, aligned with token_ids: each token's log-prob under the target
-    # distribution of the position that verified it (logits_process.emitted_log_probs), and the running sum of the
-    # request's unnormalised log-probs up to and including it
-    log_probs: list[float] | None = None
-    cum_log_probs: list[float] | None = None
-
-    @property
-    def cum_log_prob(self) -> float | None:
-        """The request's cumulative log-prob after this delta's last token (None: no tokens or no log-probs)."""
-        return self.cum_log_probs[-1] if self.cum_log_probs else None
-
-
-@dataclass
-class _Request:
-    request_id: int
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    spec: SpecParams
-    proposer: Proposer | None  # None = plain decoding
-    generator: torch.Generator
-    stop_ids: frozenset[int]
-    controls: LogitsControls  # the request's logits processors (logits_process.py)
-    external_draft: list[int] | None = None  # the caller's draft, verified in the first step (then None)
-    output_ids: list[int] = field(default_factory=list)
-    slot: int | None = None  # target KV slot, assigned when scheduled
-    target_hidden: Tensor | None = None  # [hidden] for proposers that read the target's hidden state
-    stats: AcceptanceStats = field(default_factory=AcceptanceStats)
-    start_time: float = field(default_factory=time.perf_counter)
-    cum_log_prob: float = 0.0  # running sum of the emitted tokens' unnormalised log-probs (return_log_probs)
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
-
-
-class SpecEngine:
+class SpecEngine(StepPhases):
     """Speculative decoding over a target LlamaModel with registered proposers (see module docstring)."""
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
@@ -334,7 +265,7 @@ class SpecEngine:
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
-    def _k_requests(self, batch: list[_Request], reserved: list[int]) -> list[KRequest]:
+    def _k_requests(self, batch: list[EngineRequest], reserved: list[int]) -> list[KRequest]:
         """A caller's draft keeps its length (not adaptive) and runs no draft model."""
         return [KRequest(request_id=r.request_id, method=r.spec.method if r.external_draft is None else "external",
                          cap=k, adaptive=r.spec.adaptive and r.external_draft is None,
@@ -342,7 +273,7 @@ class SpecEngine:
                          uses_draft_model=resolve(r.spec.method).needs_draft_model and r.external_draft is None)
                 for r, k in zip(batch, reserved, strict=True)]
 
-    def _allocate(self, request: _Request) -> None:
+    def _allocate(self, request: EngineRequest) -> None:
         """Admission (scheduler callback): a target KV slot and proposer state; the context is prefilled next."""
         request.slot = self.cache.alloc()
         if request.proposer is not None:
@@ -350,7 +281,7 @@ class SpecEngine:
             if hasattr(request.proposer, "observe_prompt"):  # proposers that learn from whole requests (suffix)
                 request.proposer.observe_prompt(request.request_id, request.prompt_ids)
 
-    def _step_k(self, request: _Request) -> int:
+    def _step_k(self, request: EngineRequest) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
         neither max_new_tokens nor the context overflow."""
         if request.external_draft is not None:
@@ -362,155 +293,6 @@ class SpecEngine:
         remaining = request.sampling.max_new_tokens - len(request.output_ids)
         room = self.max_context - len(request.token_ids)
         return max(0, min(k, remaining - 1, room))
-
-    def _propose(self, batch: list[_Request], ks: list[int]) -> tuple[list[Draft], list[str]]:
-        """One Draft per request, and the name of the proposer that made it ("" = none).
-
-        A request's own draft (SpecParams.draft_token_ids) goes to the ExternalProposer in its first step and is
-        used up then, whatever k that step allowed: later steps have a longer context it no longer continues.
-        """
-        drafts = [Draft.empty() for _ in batch]
-        sources = [""] * len(batch)
-        groups: dict[int, tuple[Proposer, list[int]]] = {}  # id(proposer) -> (proposer, batch indices)
-        for i, (request, k) in enumerate(zip(batch, ks, strict=True)):
-            proposer = self.external if request.external_draft is not None else request.proposer
-            if k > 0 and proposer is not None:
-                groups.setdefault(id(proposer), (proposer, []))[1].append(i)
-                sources[i] = proposer.name
-        for proposer, indices in groups.values():
-            inputs = [ProposeInput(request_id=batch[i].request_id, token_ids=batch[i].token_ids, k=ks[i],
-                                   sampling=batch[i].sampling, generator=batch[i].generator,
-                                   target_hidden=batch[i].target_hidden, controls=batch[i].controls,
-                                   draft_token_ids=tuple(batch[i].external_draft or ())) for i in indices]
-            for i, draft in zip(indices, proposer.propose(inputs), strict=True):
-                drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
-                                  None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
-                                  None if draft.parents is None else draft.parents[: ks[i]],  # parents-first
-                                  draft.aux)
-        for request in batch:
-            request.external_draft = None
-        return drafts, sources
-
-    def _target_inputs(self, batch: list[_Request], drafts: list[Draft]
-                       ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, list[int]]:
-        """Right-padded rows of (uncached context tokens + draft tokens), with positions and a tree mask if needed.
-
-        Returns:
-            input_ids [batch, T], num_tokens [batch], positions [batch, T] or None (sequential),
-            tree_mask [batch, T, T] or None (causal), num_pending per row (uncached context tokens).
-        """
-        pending = [r.token_ids[self.cache.length(r.slot):] for r in batch]
-        num_pending = [len(p) for p in pending]
-        rows = [p + d.token_ids.tolist() + ([] if d.aux is None else d.aux.token_ids.tolist())
-                for p, d in zip(pending, drafts, strict=True)]
-        width = max(len(row) for row in rows)
-        input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [batch, T]
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row)
-        num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
-        positions = tree_mask = None
-        has_aux = any(d.aux is not None for d in drafts)
-        if has_aux or not all(d.is_chain for d in drafts):
-            bases = [self.cache.length(r.slot) for r in batch]
-            positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
-            if has_aux:
-                apply_aux_layout(positions, tree_mask, drafts, num_pending, bases)
-        to = self.device
-        return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
-                None if tree_mask is None else tree_mask.to(to), num_pending)
-
-    def _target_scores(self, request: _Request, draft: Draft, target_logits: Tensor) -> Tensor:
-        """Processed target logits of every row (logits_process.py): row r's context is the committed tokens plus
-        the draft tokens before it (a chain's prefix, a tree node's root path). Without context-dependent controls
-        this is target_logits / temperature.
-
-        Args:
-            target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask).
-        Returns:
-            [k + 1, vocab] float32.
-        """
-        if not request.controls.active:
-            return process_logits(target_logits, request.controls, ())
-        paths = chain_paths(draft.num_tokens) if draft.parents is None else tree_paths(draft.parents)
-        return process_logits(target_logits, request.controls, request.token_ids, draft.token_ids, paths)
-
-    def _verify(self, request: _Request, draft: Draft, target_scores: Tensor) -> Verdict | TreeVerdict:
-        """target_scores: [k + 1, vocab] processed target logits (a tree: [root + nodes, vocab])."""
-        s = request.sampling
-        if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
-            tree = tree_for_parents(tuple(draft.parents))
-            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_scores, s, request.generator,
-                               acceptance=request.spec.acceptance)
-        target_probs = scores_to_probs(target_scores, greedy=s.greedy, top_k=s.top_k, top_p=s.top_p)  # [k + 1, V]
-        return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
-                            generator=request.generator)
-
-    def _commit(self, request: _Request, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
-                target_scores: Tensor, aux: Tensor | None = None) -> RequestDelta:
-        """Append the verdict's tokens (cut at a stop token, a completed stop word, max_new_tokens or the context)
-        with their log-probs, and roll the KV caches back.
-
-        A tree verdict keeps a root path whose nodes are not contiguous: their KV entries are compacted into place.
-        Every emitted token was verified at the row after the previous one, with that row's context, so the tokens
-        kept before a cut are exactly what plain decoding emits.
-
-        Args:
-            hidden: [T, hidden] this request's target hidden states from the step's forward.
-            target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
-            aux: [T, taps * hidden] the target's tapped layers (proposers with observe_target read them).
-        """
-        cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
-        keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
-        if keep == list(range(len(keep))):
-            self.cache.rollback(request.slot, cached + num_pending + len(keep))
-        else:
-            self.cache.compact(request.slot, cached + num_pending, keep)
-        if request.proposer is not None and request.proposer.needs_hidden_states:
-            # the state that predicted the next token: the last accepted draft token's, else the last pending one's
-            request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
-        if aux is not None and hasattr(request.proposer, "observe_target"):  # taps of the committed positions
-            rows = list(range(num_pending)) + [num_pending + k for k in keep]
-            request.proposer.observe_target(request.request_id, cached, aux[rows])
-        new_ids: list[int] = []
-        finish_reason = None
-        for token in verdict.token_ids:
-            new_ids.append(token)
-            if token in request.stop_ids or self._completes_stop_word(request, new_ids):
-                finish_reason = "stop"
-                break
-            if len(request.output_ids) + len(new_ids) >= request.sampling.max_new_tokens:
-                finish_reason = "length"
-                break
-        log_probs = cum_log_probs = None
-        if request.sampling.return_log_probs:  # token t was verified at row 0 (t = 0) or at accepted node t - 1
-            rows = [0] + [offset + 1 for offset in verdict.accepted_offsets]
-            log_probs, raw = emitted_log_probs(target_scores[rows[: len(new_ids)]], new_ids, request.sampling)
-            cum_log_probs = list(itertools.accumulate(raw, initial=request.cum_log_prob))[1:]
-            request.cum_log_prob = cum_log_probs[-1]
-        request.output_ids.extend(new_ids)
-        if finish_reason is None and len(request.token_ids) >= self.max_context:
-            finish_reason = "length"
-        finished = finish_reason is not None
-        if finished:
-            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
-                request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
-            self.scheduler.finish(request)
-        elif request.proposer is not None:
-            request.proposer.commit(request.request_id, request.token_ids)
-        return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
-                            finish_reason=finish_reason, stats=request.stats if finished else None,
-                            log_probs=log_probs, cum_log_probs=cum_log_probs)
-
-    @staticmethod
-    def _completes_stop_word(request: _Request, new_ids: list[int]) -> bool:
-        """Whether prompt + output + new_ids now ends with one of the request's stop words (TensorRT-LLM matches
-        across the prompt too, on every new token, and keeps the stop word in the output)."""
-        words = request.sampling.stop_words
-        if not words or all(new_ids[-1] != word[-1] for word in words):
-            return False
-        longest = max(len(word) for word in words)
-        tail = (request.token_ids[-longest:] + new_ids)[-longest:]
-        return any(ends_with(tail, word) for word in words)
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _validate(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> list[int]:
@@ -533,23 +315,23 @@ class SpecEngine:
                               " tokens with room to generate", hint=f"shorten the prompt below {self.max_context} tokens")
         return ids
 
-    def _make_request(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> _Request:
+    def _make_request(self, prompt: Prompt, sampling: SamplingParams, spec: SpecParams) -> EngineRequest:
         ids = self._validate(prompt, sampling, spec)
         info = resolve(spec.method)
         proposer = self.proposers[info.proposer] if spec.k > 0 and info.proposer is not None else None
         seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)
         eos = () if sampling.ignore_eos else self.target.config.eos_token_ids
         stop_ids = frozenset(eos) | frozenset(sampling.stop_token_ids)
-        return _Request(request_id=next(self._ids), prompt_ids=ids, sampling=sampling, spec=spec, proposer=proposer,
+        return EngineRequest(request_id=next(self._ids), prompt_ids=ids, sampling=sampling, spec=spec, proposer=proposer,
                         generator=torch.Generator(device=self.device).manual_seed(seed), stop_ids=stop_ids,
                         controls=LogitsControls.for_request(sampling, stop_ids, len(ids)),
                         external_draft=list(spec.draft_token_ids) or None)
 
-    def _enqueue(self, request: _Request) -> int:
+    def _enqueue(self, request: EngineRequest) -> int:
         self.scheduler.add(request)  # OverloadedError past the queue limit
         return request.request_id
 
-    def _preempt(self, request: _Request) -> None:
+    def _preempt(self, request: EngineRequest) -> None:
         """Recompute preemption: free the KV slots; proposers with host-only state (`preempt`) keep it."""
         if request.proposer is not None and hasattr(request.proposer, "preempt"):
             request.proposer.preempt(request.request_id)
@@ -558,7 +340,7 @@ class SpecEngine:
         else:
             self._release(request)
 
-    def _release(self, request: _Request) -> None:
+    def _release(self, request: EngineRequest) -> None:
         if request.slot is not None:
             self.cache.free(request.slot)
             request.slot = None

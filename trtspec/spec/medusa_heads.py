@@ -18,15 +18,14 @@ This module knows nothing about training (trtspec.training.medusa) or proposing 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from trtspec.atomic import atomic_path, write_json
 from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
 
 HF_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
@@ -195,35 +194,6 @@ def save_medusa_hf(heads: MedusaHeads, out_dir: Path, *, base_model: str, dtype:
         **(extra_config or {}),
     }
     state = {k: v.detach().to(dtype).contiguous() for k, v in heads.hf_state_dict().items()}
-    with _atomic(out_dir / HF_WEIGHTS[0]) as tmp:
-        save_file(state, tmp)
+    with atomic_path(out_dir / HF_WEIGHTS[0]) as tmp:
+        save_file(state, str(tmp))
     write_json(out_dir / "config.json", config)
-
-
-def write_json(path: Path, data: object) -> None:
-    write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (temp file in the same directory + os.replace)."""
-    with _atomic(path) as tmp:
-        Path(tmp).write_text(text)
-
-
-class _atomic:
-    """`with _atomic(path) as tmp:` write to tmp; on success it replaces `path` (os.replace)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> str:
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        os.close(fd)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.chmod(self.tmp, 0o644)  # mkstemp creates 0600
-            os.replace(self.tmp, self.path)
-        else:
-            Path(self.tmp).unlink(missing_ok=True)

@@ -1,17 +1,17 @@
 """`trtspec report`: results.jsonl -> report.md + PNG plots + a recommendation that can be written into a build config.
 
 Formatting only: the numbers come from analysis.py (measured and predicted) and costmodel.py (projection). The
-Markdown is written atomically (temp file + os.replace).
+Markdown is written atomically (trtspec.atomic).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.atomic import write_text
 from trtspec.errors import ConfigError, UsageError
 from trtspec.sweep import costmodel
 from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
@@ -51,7 +51,7 @@ def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_ho
     recs = recommend(results, price_per_hour=price_per_hour)
     text = _markdown(results_path, results, made, recs, price_per_hour, gpus)
     md = out_dir / "report.md"
-    atomic_write(md, text)
+    write_text(md, text)
     return ReportOutput(md, made, recs, results)
 
 
@@ -95,15 +95,10 @@ def write_config(path: str | Path, recs: Sequence[Recommendation], *, target: st
     header = (f"# Recommended by `trtspec report` at temperature {temp:g}: {schedule}.\n"
               "# k per batch size is a runtime setting (num_draft_tokens per request); the engine is built for the "
               "largest.\n")
-    atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
+    write_text(path, header + yaml.safe_dump(data, sort_keys=False))
     return data
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to a temp file beside `path`, then rename it over `path` (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trtspec.atomic import replace_dir
+from trtspec.atomic import atomic_path, replace_dir
 from trtspec.errors import ConfigError, UsageError
 from trtspec.ops.prompt_log import LoggedPrompt, read_prompt_log
 
@@ -329,9 +329,8 @@ def save_state(resume: Path, name: str, state: dict[str, Any]) -> None:
     import torch
 
     resume.mkdir(parents=True, exist_ok=True)
-    tmp = resume / f".{name}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, resume / name)
+    with atomic_path(resume / name) as tmp:
+        torch.save(state, tmp)
 
 
 def model_card(report: dict[str, Any]) -> str:

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
+from trtspec.atomic import atomic_path, write_json
 from trtspec.errors import ConfigError, ToolNotFoundError
-from trtspec.spec.medusa_heads import write_json
 
 Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
 CHECKPOINT_DIR = ".trtspec-train"  # inside OUT: the resumable training state
@@ -183,14 +183,8 @@ def vocab_coverage(draft_ids: torch.Tensor | None, sequences: torch.Tensor) -> f
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """torch.save to a temp file in the same directory, then rename (a kill leaves the previous checkpoint)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load_checkpoint(path: Path, recipe: EagleRecipe, target: str) -> dict[str, Any] | None:

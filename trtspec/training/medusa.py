@@ -30,8 +30,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trtspec.atomic import replace_dir, write_json
 from trtspec.errors import ToolNotFoundError
-from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf, write_json
+from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf
 from trtspec.targets import DEFAULT_TARGET
 
 Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
@@ -265,9 +266,7 @@ def export_trtllm_checkpoint(model: Any, out_dir: Path, *, max_draft_len: int) -
         write_json(tmp / "config.json", config)
         for path in (tmp, *tmp.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp creates 0700
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.replace(out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return config

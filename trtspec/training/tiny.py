@@ -13,7 +13,6 @@ Pipeline (deterministic for a given seed, interpreter and torch build):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trtspec.atomic import write_json
 from trtspec.chat import write_chat_template
 from trtspec.training.corpus import EOS, Corpus, stdlib_corpus
 
@@ -312,5 +312,5 @@ def train_pair(out_dir: Path, recipe: TinyRecipe, progress: Progress = _silent) 
         tokenizer.save_pretrained(path)
         write_chat_template(path)  # OpenAI-style servers (NVIDIA Dynamo) require one
         model.to(torch.float32)
-    (out_dir / "training-report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out_dir / "training-report.json", report)
     return report

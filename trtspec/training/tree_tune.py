@@ -179,7 +179,7 @@ def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int, *,
 
 def write_choices(path: Path, result: dict[str, Any]) -> None:
     """Write the tuned tree as YAML (.yaml/.yml) or JSON (anything else); `choices.parse` reads either."""
-    from trtspec.spec.medusa_heads import write_text
+    from trtspec.atomic import write_text
 
     key = "eagle_choices" if "eagle_choices" in result else "medusa_choices"
     doc = {key: result[key], "budget": result["budget"],

@@ -2,5 +2,6 @@
 
 `render` and `repo_spec` are pure (no torch, no tritonclient at import); `server` starts a real tritonserver;
 `client` talks to it over gRPC; `engine_model` is the logic behind the torch flavour's `tensorrt_llm` and
-`tensorrt_llm_draft` (the reference engine behind the Python backend).
+`tensorrt_llm_draft` (the reference engine behind the Python backend; requests parsed in `engine_request`, responses
+encoded in `engine_reply`).
 """

@@ -1,0 +1,184 @@
+"""Phases 2-5 of `SpecEngine.step` for each request (engine.py runs them in order over the batch): propose (a
+Draft per request, batched per proposer), the target forward's inputs (pending tokens + draft, tree positions and
+masks), verify (each row through the request's logits processors, then the chain or tree verifier), commit (tokens cut
+at a stop, log-probs, KV rollback/compaction, proposer bookkeeping).
+
+`StepPhases` is a mixin of SpecEngine: its methods read the engine's cache, scheduler, device, context length and
+external proposer (declared below)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor
+
+from trtspec.spec.auxiliary import apply_aux_layout
+from trtspec.spec.logits_process import chain_paths, emitted_log_probs, ends_with, process_logits, tree_paths
+from trtspec.spec.model import KVCache
+from trtspec.spec.proposers import Draft, ProposeInput, Proposer
+from trtspec.spec.proposers.external import ExternalProposer
+from trtspec.spec.request_state import EngineRequest, RequestDelta
+from trtspec.spec.sampling import scores_to_probs
+from trtspec.spec.scheduler import Scheduler
+from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
+from trtspec.spec.verify import Verdict, verify_chain
+
+
+class StepPhases:
+    """The per-request phases of one engine step (see module docstring)."""
+
+    device: torch.device
+    cache: KVCache
+    max_context: int
+    scheduler: Scheduler
+    external: ExternalProposer
+
+    def _propose(self, batch: list[EngineRequest], ks: list[int]) -> tuple[list[Draft], list[str]]:
+        """One Draft per request, and the name of the proposer that made it ("" = none).
+
+        A request's own draft (SpecParams.draft_token_ids) goes to the ExternalProposer in its first step and is
+        used up then, whatever k that step allowed: later steps have a longer context it no longer continues.
+        """
+        drafts = [Draft.empty() for _ in batch]
+        sources = [""] * len(batch)
+        groups: dict[int, tuple[Proposer, list[int]]] = {}  # id(proposer) -> (proposer, batch indices)
+        for i, (request, k) in enumerate(zip(batch, ks, strict=True)):
+            proposer = self.external if request.external_draft is not None else request.proposer
+            if k > 0 and proposer is not None:
+                groups.setdefault(id(proposer), (proposer, []))[1].append(i)
+                sources[i] = proposer.name
+        for proposer, indices in groups.values():
+            inputs = [ProposeInput(request_id=batch[i].request_id, token_ids=batch[i].token_ids, k=ks[i],
+                                   sampling=batch[i].sampling, generator=batch[i].generator,
+                                   target_hidden=batch[i].target_hidden, controls=batch[i].controls,
+                                   draft_token_ids=tuple(batch[i].external_draft or ())) for i in indices]
+            for i, draft in zip(indices, proposer.propose(inputs), strict=True):
+                drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
+                                  None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
+                                  None if draft.parents is None else draft.parents[: ks[i]],  # parents-first
+                                  draft.aux)
+        for request in batch:
+            request.external_draft = None
+        return drafts, sources
+
+    def _target_inputs(self, batch: list[EngineRequest], drafts: list[Draft]
+                       ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, list[int]]:
+        """Right-padded rows of (uncached context tokens + draft tokens), with positions and a tree mask if needed.
+
+        Returns:
+            input_ids [batch, T], num_tokens [batch], positions [batch, T] or None (sequential),
+            tree_mask [batch, T, T] or None (causal), num_pending per row (uncached context tokens).
+        """
+        pending = [r.token_ids[self.cache.length(r.slot):] for r in batch]
+        num_pending = [len(p) for p in pending]
+        rows = [p + d.token_ids.tolist() + ([] if d.aux is None else d.aux.token_ids.tolist())
+                for p, d in zip(pending, drafts, strict=True)]
+        width = max(len(row) for row in rows)
+        input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [batch, T]
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)] = torch.tensor(row)
+        num_tokens = torch.tensor([len(row) for row in rows])  # [batch]
+        positions = tree_mask = None
+        has_aux = any(d.aux is not None for d in drafts)
+        if has_aux or not all(d.is_chain for d in drafts):
+            bases = [self.cache.length(r.slot) for r in batch]
+            positions, tree_mask = tree_layout(drafts, num_pending, bases, width)
+            if has_aux:
+                apply_aux_layout(positions, tree_mask, drafts, num_pending, bases)
+        to = self.device
+        return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
+                None if tree_mask is None else tree_mask.to(to), num_pending)
+
+    def _target_scores(self, request: EngineRequest, draft: Draft, target_logits: Tensor) -> Tensor:
+        """Processed target logits of every row (logits_process.py): row r's context is the committed tokens plus
+        the draft tokens before it (a chain's prefix, a tree node's root path). Without context-dependent controls
+        this is target_logits / temperature.
+
+        Args:
+            target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask).
+        Returns:
+            [k + 1, vocab] float32.
+        """
+        if not request.controls.active:
+            return process_logits(target_logits, request.controls, ())
+        paths = chain_paths(draft.num_tokens) if draft.parents is None else tree_paths(draft.parents)
+        return process_logits(target_logits, request.controls, request.token_ids, draft.token_ids, paths)
+
+    def _verify(self, request: EngineRequest, draft: Draft, target_scores: Tensor) -> Verdict | TreeVerdict:
+        """target_scores: [k + 1, vocab] processed target logits (a tree: [root + nodes, vocab])."""
+        s = request.sampling
+        if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
+            tree = tree_for_parents(tuple(draft.parents))
+            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_scores, s, request.generator,
+                               acceptance=request.spec.acceptance)
+        target_probs = scores_to_probs(target_scores, greedy=s.greedy, top_k=s.top_k, top_p=s.top_p)  # [k + 1, V]
+        return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
+                            generator=request.generator)
+
+    def _commit(self, request: EngineRequest, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
+                target_scores: Tensor, aux: Tensor | None = None) -> RequestDelta:
+        """Append the verdict's tokens (cut at a stop token, a completed stop word, max_new_tokens or the context)
+        with their log-probs, and roll the KV caches back.
+
+        A tree verdict keeps a root path whose nodes are not contiguous: their KV entries are compacted into place.
+        Every emitted token was verified at the row after the previous one, with that row's context, so the tokens
+        kept before a cut are exactly what plain decoding emits.
+
+        Args:
+            hidden: [T, hidden] this request's target hidden states from the step's forward.
+            target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
+            aux: [T, taps * hidden] the target's tapped layers (proposers with observe_target read them).
+        """
+        cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
+        keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
+        if keep == list(range(len(keep))):
+            self.cache.rollback(request.slot, cached + num_pending + len(keep))
+        else:
+            self.cache.compact(request.slot, cached + num_pending, keep)
+        if request.proposer is not None and request.proposer.needs_hidden_states:
+            # the state that predicted the next token: the last accepted draft token's, else the last pending one's
+            request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
+        if aux is not None and hasattr(request.proposer, "observe_target"):  # taps of the committed positions
+            rows = list(range(num_pending)) + [num_pending + k for k in keep]
+            request.proposer.observe_target(request.request_id, cached, aux[rows])
+        new_ids: list[int] = []
+        finish_reason = None
+        for token in verdict.token_ids:
+            new_ids.append(token)
+            if token in request.stop_ids or self._completes_stop_word(request, new_ids):
+                finish_reason = "stop"
+                break
+            if len(request.output_ids) + len(new_ids) >= request.sampling.max_new_tokens:
+                finish_reason = "length"
+                break
+        log_probs = cum_log_probs = None
+        if request.sampling.return_log_probs:  # token t was verified at row 0 (t = 0) or at accepted node t - 1
+            rows = [0] + [offset + 1 for offset in verdict.accepted_offsets]
+            log_probs, raw = emitted_log_probs(target_scores[rows[: len(new_ids)]], new_ids, request.sampling)
+            cum_log_probs = list(itertools.accumulate(raw, initial=request.cum_log_prob))[1:]
+            request.cum_log_prob = cum_log_probs[-1]
+        request.output_ids.extend(new_ids)
+        if finish_reason is None and len(request.token_ids) >= self.max_context:
+            finish_reason = "length"
+        finished = finish_reason is not None
+        if finished:
+            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
+                request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
+            self.scheduler.finish(request)
+        elif request.proposer is not None:
+            request.proposer.commit(request.request_id, request.token_ids)
+        return RequestDelta(request_id=request.request_id, token_ids=new_ids, finished=finished,
+                            finish_reason=finish_reason, stats=request.stats if finished else None,
+                            log_probs=log_probs, cum_log_probs=cum_log_probs)
+
+    @staticmethod
+    def _completes_stop_word(request: EngineRequest, new_ids: list[int]) -> bool:
+        """Whether prompt + output + new_ids now ends with one of the request's stop words (TensorRT-LLM matches
+        across the prompt too, on every new token, and keeps the stop word in the output)."""
+        words = request.sampling.stop_words
+        if not words or all(new_ids[-1] != word[-1] for word in words):
+            return False
+        longest = max(len(word) for word in words)
+        tail = (request.token_ids[-longest:] + new_ids)[-longest:]
+        return any(ends_with(tail, word) for word in words)
