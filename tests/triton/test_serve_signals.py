@@ -121,3 +121,29 @@ def test_busy_port_is_refused_with_its_owner(repo):
     assert serve.returncode == 2, out
     assert f"--http-port={ports.http}: the port is in use by pid {os.getpid()}" in out
     assert not _children(serve.pid)
+
+
+def test_a_server_that_dies_by_itself_is_reported_with_its_log_kept(repo):
+    """A crash (tritonserver SIGKILLed, nobody asked it to stop): the supervisor keeps the log beside the removed
+    work directory and TritonServer.stop() warns with that path; a requested stop keeps nothing."""
+    from trtspec.triton.server import TritonServer
+    from trtspec.triton.supervise import kept_log
+
+    server = TritonServer(repo).start()
+    try:
+        workdir = server._workdir
+        group = server.process.pid
+        (tritonserver,) = [pid for pid, argv in _children(server.process.pid) if "tritonserver" in argv]
+        os.kill(tritonserver, signal.SIGKILL)
+        server.process.wait(timeout=60)
+        with pytest.warns(RuntimeWarning, match=r"exited by itself with code 137; its log: .*\.log"):
+            server.stop()
+        kept = Path(kept_log(str(workdir)))
+        assert "Started GRPCInferenceService" in kept.read_text(), kept
+        kept.unlink()
+        _assert_nothing_left(group, workdir)
+    finally:
+        server.stop()
+    with TritonServer(repo) as stopped:
+        workdir = stopped._workdir
+    assert not Path(kept_log(str(workdir))).exists()

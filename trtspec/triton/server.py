@@ -426,6 +426,8 @@ class TritonServer:
     def stop(self) -> int | None:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code."""
         code = None
+        if self.process is not None and self.process.poll() is not None and self._workdir is not None:
+            self._report_crash(self.process.returncode)
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # the supervisor: SIGTERM to tritonserver, SIGKILL after timeout
             try:
@@ -437,6 +439,18 @@ class TritonServer:
             code = self.process.returncode
         self._cleanup()
         return code
+
+    def _report_crash(self, code: int) -> None:
+        """The server exited before anyone stopped it: say so with where its log was kept (a warning, so a test
+        run's summary shows it even when the test that noticed only saw a refused connection)."""
+        import warnings
+
+        from trtspec.triton.supervise import kept_log
+
+        log = Path(kept_log(str(self._workdir)))
+        where = f"its log: {log}" if log.is_file() else f"its log: {self.log_path}"
+        warnings.warn(f"tritonserver (repository {self.repo}) exited by itself with code {code}; {where}",
+                      RuntimeWarning, stacklevel=3)
 
     def _cleanup(self) -> None:
         """Remove the work dir (prepared backends; the default log lives there too, so read it before). The

@@ -6,7 +6,8 @@ child, in the process group the launcher gave it (its own session). It guarantee
   server as if asked to; the supervisor itself dies (SIGKILL): Linux delivers SIGTERM to the server the same way;
 - SIGTERM, SIGINT or SIGHUP: forwarded to tritonserver as SIGTERM (Triton drains in-flight requests); whatever of the
   process group is still running after the stop timeout (tritonserver, its backend stubs) is killed;
-- the work directory (prepared backends, the default log) is removed once the server is gone.
+- the work directory (prepared backends, the default log) is removed once the server is gone; when the server
+  exited by itself (a crash: nobody asked it to stop), its log is kept first, at `kept_log(DIR)` (DIR + ".log").
 It exits with tritonserver's exit code. Pure standard library: it starts in a fraction of a second.
 """
 
@@ -61,6 +62,11 @@ def kill_group_except(pgid: int, keep: int) -> None:
                 pass
 
 
+def kept_log(workdir: str) -> str:
+    """Where the log of a server that exited by itself is kept (beside the removed work directory)."""
+    return workdir.rstrip("/") + ".log"
+
+
 def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: int) -> int:
     # 1. die with the launcher (it may already be gone: then stop at once)
     stop_requested = False
@@ -91,6 +97,11 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
     # 3. nothing of the group survives the server (backend stubs), and the work directory goes
     kill_group_except(os.getpgrp(), keep=os.getpid())
     if workdir:
+        log = os.path.join(workdir, "tritonserver.log")
+        if not stop_requested and os.path.isfile(log):
+            print(f"trtspec supervise: tritonserver exited by itself with code {child.returncode}; log kept at "
+                  f"{kept_log(workdir)}", file=sys.stderr, flush=True)
+            shutil.copyfile(log, kept_log(workdir))
         shutil.rmtree(workdir, ignore_errors=True)
     return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
