@@ -222,8 +222,6 @@ def slow_minutes(slowdown: float, period_s: float) -> Callable[[float], float]:
     return lambda seconds: slowdown if int(seconds / period_s) % 2 else 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15, open: arms measured in a slow period are compared with arms "
-                   "measured in a fast one (docs/benchmarks.md, 'Adaptive k at concurrency 4')")
 def test_a_drifting_machine_speed_does_not_lock_in_a_short_draft():
     """The machine is 40% slower every other second. Each arm's cost is a low quantile of its own latest steps, so
     the incumbent's cost follows the speed while an arm explored in the other period keeps that period's cost, and

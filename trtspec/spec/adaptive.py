@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtspec.spec.drift import PairedCosts, low_quantile
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
 
 WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
@@ -78,12 +79,6 @@ def cpu_clock() -> float:
     import torch
 
     return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
-
-
-def low_quantile(values: Sequence[float]) -> float:
-    """The 25th percentile (nearest rank, rounded down) of a non-empty sample: the minimum of up to 4 values."""
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 4]
 
 
 def load_bucket(rows: int) -> int:
@@ -156,6 +151,7 @@ class _Load:
     choices: int = 0
     best: int | None = None  # the latest exploiting choice (hysteresis)
     arms: dict[tuple[int, bool], _Arm] = field(default_factory=dict)  # (K, draft model ran) -> its steps
+    paired: PairedCosts = field(default_factory=PairedCosts)  # decode steps compared at the same machine speed
     lines: dict[bool, OnlineLinearCost] = field(default_factory=dict)  # draft model ran -> seconds vs K (priors)
     admission: dict[bool, deque[float]] = field(default_factory=dict)  # speculated -> seconds per admitted request
 
@@ -184,6 +180,7 @@ class AdaptiveK:
         self.step_costs = dict(step_costs) if step_costs else None
         self.clock = clock
         self._step_start: float | None = None  # clock() when the current step's choice was made
+        self.steps = 0  # steps observed: the time base of adjacent-step comparisons
         self.target_cost = OnlineLinearCost(2e-3, 2e-4)  # x = padded target tokens (rows x width); prior of lines
         self.draft_cost = OnlineLinearCost(1e-3, 1e-4)  # x = draft rows, per draft step; prior of lines
         self.overhead_s = 0.0  # EMA of host time per step; prior of lines
@@ -228,16 +225,19 @@ class AdaptiveK:
         load = self._load(rows)
         arm = load.arms.setdefault((max_k, drafting), _Arm())
         arm.last = load.choices
+        self.steps += 1
         if prefill_rows == 0:  # a decode step: a direct observation of D at (load, K)
             arm.decode.append(seconds)
+            load.paired.observe((max_k, drafting), seconds, self.steps)
             self._line(load, rows, drafting).observe(max_k, seconds)
             self.target_cost.observe(rows * width, target_s)
         else:
             # admissions: what the step cost beyond a decode step of as many rows (a new row drafts and is verified
             # like the others), learned only where that decode step was measured directly (else D and a would
             # feed each other)
-            if arm.decode:
-                excess = max(0.0, seconds - low_quantile(arm.decode)) / prefill_rows
+            decode = self._measured_seconds(rows, load, (max_k, drafting))
+            if arm.decode and decode is not None:
+                excess = max(0.0, seconds - decode) / prefill_rows
                 for table in (load.admission, self._admission):
                     table.setdefault(max_k > 0, _window()).append(excess)
             arm.mixed.append((seconds, prefill_rows))
@@ -246,23 +246,35 @@ class AdaptiveK:
         self.overhead_s = 0.8 * self.overhead_s + 0.2 * overhead_s if self.overhead_s else overhead_s
 
     def decode_seconds(self, rows: int, k: int, drafting: bool) -> float:
-        """D(K): the arm's steps (`_arm_seconds`), else the load's line shifted through its nearest measured arm."""
+        """D(K): the arm's measured seconds (`_measured_seconds`), else the load's line shifted through its nearest
+        measured arm."""
         drafting = drafting and k > 0
         load = self._load(rows)
-        arm = load.arms.get((k, drafting))
-        if arm is not None and (arm.decode or arm.mixed):
-            return self._arm_seconds(rows, k, arm)
+        seconds = self._measured_seconds(rows, load, (k, drafting))
+        if seconds is not None:
+            return seconds
         line = self._line(load, rows, drafting)
-        measured = [(abs(j - k), j, a) for (j, d), a in load.arms.items() if d == drafting and (a.decode or a.mixed)]
+        measured = [(abs(j - k), j) for (j, d), a in load.arms.items() if d == drafting and (a.decode or a.mixed)]
         if not measured:
             return line(k)
-        _, j, nearest = min(measured, key=lambda m: m[:2])
-        return max(0.0, self._arm_seconds(rows, j, nearest) + line(k) - line(j))
+        _, j = min(measured)
+        return max(0.0, self._measured_seconds(rows, load, (j, drafting)) + line(k) - line(j))  # type: ignore[operator]
 
-    def _arm_seconds(self, rows: int, k: int, arm: _Arm) -> float:
-        """Low quantile of the arm's decode steps and of its admitting steps less their admissions."""
-        per_admission = self.admission_seconds(rows, k > 0)
-        return low_quantile([*arm.decode, *(max(0.0, s - n * per_admission) for s, n in arm.mixed)])
+    def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
+        """The arm's decode-step seconds at the machine's current speed when adjacent steps connect it to the latest
+        step's arm (`PairedCosts`) through at least MIN_SAMPLES differences; else a low quantile of its own decode
+        steps and of its admitting steps less their admissions (measured at whatever speed the machine had then), or
+        the larger of the two when both exist; None when it never ran here."""
+        paired = load.paired.seconds(key)
+        if paired is not None and load.paired.support(key) >= MIN_SAMPLES:
+            return paired
+        arm = load.arms.get(key)
+        if arm is None or not (arm.decode or arm.mixed):
+            return paired
+        per_admission = self.admission_seconds(rows, key[0] > 0)
+        own = low_quantile([*arm.decode, *(max(0.0, s - n * per_admission) for s, n in arm.mixed)])
+        # few differences (one may be a spike at the arm it was measured through): never cheaper than its own steps
+        return own if paired is None else max(paired, own)
 
     def admission_seconds(self, rows: int, speculated: bool) -> float:
         """a(s): seconds per admitted request at this load, else over all loads, from at least MIN_SAMPLES admitting
@@ -306,7 +318,7 @@ class AdaptiveK:
         load.best = best
         load.choices += 1
         k = best
-        if self.explore_every and load.choices % self.explore_every == 0:
+        if self.explore_every and load.choices % max(1, self.explore_every // 2) == 0:
             k = self._explore(load, batch, best, rates)
         return [min(k, r.cap) if r.adaptive else r.cap for r in batch]
 
@@ -315,16 +327,20 @@ class AdaptiveK:
         return self._load(rows).best
 
     def _explore(self, load: _Load, batch: Sequence[KRequest], best: int, rates: list[float]) -> int:
-        """A neighbour of `best` that is unmeasured, stale or close to it; else `best`."""
-        up_first = (load.choices // self.explore_every) % 2 == 1 or best == 0
+        """A neighbour of `best` that is unmeasured (every explore_every / 2 choices), stale or close to it (every
+        explore_every choices); else `best`."""
+        regular = load.choices % self.explore_every == 0
+        up_first = (load.choices // max(1, self.explore_every // 2)) % 2 == 1 or best == 0
         for cap in ((best + 1, best - 1) if up_first else (best - 1, best + 1)):
             if not 0 <= cap < len(rates):
                 continue
             ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
-            arm = load.arms.get(self._arm_key(batch, ks))
-            stale = (arm is None or len(arm.decode) + len(arm.mixed) < MIN_SAMPLES
-                     or load.choices - arm.last >= self.stale_after)
-            if stale or rates[cap] >= self.explore_margin * rates[best]:
+            key = self._arm_key(batch, ks)
+            arm = load.arms.get(key)
+            if arm is None or len(arm.decode) + len(arm.mixed) < MIN_SAMPLES or load.paired.support(key) < MIN_SAMPLES:
+                return cap  # unmeasured: too few steps, or too few next to another arm's
+            if regular and (load.choices - arm.last >= self.stale_after
+                            or rates[cap] >= self.explore_margin * rates[best]):
                 return cap
         return best
 

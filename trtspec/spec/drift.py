@@ -1,0 +1,145 @@
+"""Step costs on a machine whose speed drifts: arms compared through steps measured next to each other in time.
+
+On a CPU shared with other processes the same forward takes 30-40% longer in one period of seconds than in another
+(caches and memory bandwidth are shared, so even process CPU time drifts), while two consecutive steps run at nearly
+the same speed (step-to-step jitter ~2%). A policy that compares the cost of K = 1 measured in a fast period with
+the cost of K = 3 measured in a slow one picks K = 1 for the wrong reason, and keeps it: the incumbent is re-measured
+every step, the others only when explored (docs/benchmarks.md, "Adaptive k at concurrency 4").
+
+So the cost of an arm (a step cap K, with or without a draft model) is split into the machine's speed and the arm's
+cost relative to the others, on a log scale:
+
+    log seconds(step t at arm a) = level_t + r_a + noise
+  r_b - r_a   RELATIVE cost, from the last PAIR_WINDOW differences of log seconds between decode steps at most
+              PAIR_GAP engine steps apart: the first step at b (explored, or the new choice) against the lower of the
+              two steps at a just before it, and the same with a and b swapped. Slow drift cancels in each
+              difference; a CPU spike at the tried step makes its difference too high (one at a base step is taken
+              out by the lower of two), so each side's low quantile is taken (b tried after a, a tried after b) and
+              the two sides averaged when both exist (their small downward biases cancel);
+  r           per arm, summed along a maximum spanning tree of the pairs (weight: differences seen) from the
+              reference arm (the arm of the latest step; r_ref = 0): each arm priced through its best-measured
+              pair; arms not connected to the reference have no relative cost (`seconds` -> None);
+  level       the CURRENT speed: a low quantile of log seconds - r over the latest LEVEL_WINDOW steps of connected
+              arms (noise on a shared CPU is one-sided: another process only ever adds time).
+
+So seconds(a) = exp(level + r_a) prices every connected arm at the machine's current speed, each difference measured
+within a few steps. `support(a)` says on how many differences an arm's relative cost rests: the policy explores an
+arm until it rests on enough of them (a first difference may be a spike or a change of speed).
+
+Example (the machine slows down by 40% while only arm 0 runs after arm 1 was tried once between two arm-0 steps):
+    costs = PairedCosts(); costs.observe(0, 0.020, 1); costs.observe(1, 0.030, 2); costs.observe(0, 0.020, 3)
+    for t in range(4, 30): costs.observe(0, 0.028, t)
+    costs.seconds(1) ~ 0.042, costs.seconds(0) ~ 0.028 (an arm-1 window would still say 0.030)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Hashable, Sequence
+
+PAIR_WINDOW = 8  # differences remembered per pair of arms
+PAIR_GAP = 2  # two decode steps at most this many engine steps apart form a pair (an admitting step may sit between)
+LEVEL_WINDOW = 8  # latest steps whose speed estimates give the current level
+
+
+class PairedCosts:
+    """Decode-step seconds per arm at one load level, from adjacent-step differences (see module docstring)."""
+
+    def __init__(self) -> None:
+        # (a, b), a < b -> (log s_b - log s_a, whether b was the arm tried: the side a spike or a change of speed
+        # most likely hit, so the difference is too high if True, too low if False)
+        self._pairs: dict[tuple[Hashable, Hashable], deque[tuple[float, bool]]] = {}
+        self._history: deque[tuple[Hashable, float, int]] = deque(maxlen=3)  # latest (arm, log seconds, step)
+        self._recent: deque[tuple[Hashable, float]] = deque(maxlen=LEVEL_WINDOW)  # (arm, log seconds)
+        self._relative: dict[Hashable, float] | None = None  # arm -> r (reference 0); None = stale
+        self._support: dict[Hashable, int] = {}  # arm -> differences of the pair that priced it (`support`)
+        self._reference: Hashable | None = None  # the arm r is anchored at
+
+    def observe(self, arm: Hashable, seconds: float, step: int) -> None:
+        """A decode step at `arm` took `seconds`; `step` = the engine's step count (adjacency in time)."""
+        y = math.log(max(seconds, 1e-9))
+        adjacent: list[tuple[Hashable, float, int]] = []  # the latest steps, each at most PAIR_GAP before the next
+        for h in reversed(self._history):
+            if not 0 < (adjacent[0][2] if adjacent else step) - h[2] <= PAIR_GAP:
+                break
+            adjacent.insert(0, h)
+        if len(adjacent) >= 2 and adjacent[-1][0] == adjacent[-2][0] != arm:
+            # the first step at `arm` after two at `other`: against the lower of those two (a spike in one of them is
+            # not `other`'s cost); a spike at this step makes `arm` look dearer, never cheaper
+            other, base = adjacent[-1][0], min(adjacent[-1][1], adjacent[-2][1])
+            key = (other, arm) if _order(other) < _order(arm) else (arm, other)
+            window = self._pairs.setdefault(key, deque(maxlen=PAIR_WINDOW))
+            window.append((y - base, True) if key[0] == other else (base - y, False))
+            self._relative = None
+        self._history.append((arm, y, step))
+        self._recent.append((arm, y))
+        if arm != self._reference:
+            self._relative = None
+
+    def relative(self) -> dict[Hashable, float]:
+        """r per arm connected to the latest step's arm (that arm 0); empty before any step."""
+        if not self._history:
+            return {}
+        if self._relative is None or self._reference != self._history[-1][0]:
+            self._reference = self._history[-1][0]
+            self._relative, self._support = _tree(self._reference,
+                                                  {p: _difference(d) for p, d in self._pairs.items()},
+                                                  {p: len(d) for p, d in self._pairs.items()})
+        return self._relative
+
+    def seconds(self, arm: Hashable) -> float | None:
+        """The arm's decode-step seconds at the current speed; None when it is not connected to the latest step's."""
+        relative = self.relative()
+        if arm not in relative:
+            return None
+        levels = [y - relative[a] for a, y in self._recent if a in relative]
+        return math.exp(low_quantile(levels) + relative[arm])
+
+    def support(self, arm: Hashable) -> int:
+        """Differences the arm's relative cost rests on: those of the pair that prices it (its edge of the tree);
+        0 when it is not connected to the latest step's arm, PAIR_WINDOW for that arm itself."""
+        relative = self.relative()
+        return PAIR_WINDOW if arm == self._reference else self._support.get(arm, 0) if arm in relative else 0
+
+
+def low_quantile(values: Sequence[float]) -> float:
+    """The 25th percentile (nearest rank, rounded down) of a non-empty sample: the minimum of up to 4 values."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def _difference(window: Sequence[tuple[float, bool]]) -> float:
+    """log s_b - log s_a from a pair's differences: each side's low quantile of its tried arm's excess (noise only
+    makes the tried arm look dearer), the mean of the two sides when both were tried (their biases cancel)."""
+    if len(window) >= 3:
+        return statistics.median(d for d, _ in window)
+    sides = [low_quantile([d for d, b_tried in window if b_tried]) if any(t for _, t in window) else None,
+             -low_quantile([-d for d, b_tried in window if not b_tried]) if not all(t for _, t in window) else None]
+    known = [side for side in sides if side is not None]
+    return sum(known) / len(known)
+
+
+def _order(arm: Hashable) -> str:
+    """A total order on arm keys (tuples of ints and bools compare; repr keeps any key usable)."""
+    return repr(arm)
+
+
+def _tree(reference: Hashable, median: dict[tuple[Hashable, Hashable], float],
+          weight: dict[tuple[Hashable, Hashable], int]) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
+    """r per arm connected to `reference` (r_reference = 0) along a maximum spanning tree of the pairs weighted by
+    their differences (Prim): each arm is priced through its best-measured pair, so a pair seen once (perhaps a
+    spike) never overrides a well-measured path, whatever cycles the pairs form."""
+    edges: dict[Hashable, list[tuple[int, Hashable, float]]] = {}  # arm -> (weight, other arm, r_other - r_arm)
+    for (a, b), d in median.items():
+        edges.setdefault(a, []).append((weight[(a, b)], b, d))
+        edges.setdefault(b, []).append((weight[(a, b)], a, -d))
+    relative, support = {reference: 0.0}, {}
+    while True:
+        frontier = [(w, _order(other), other, relative[arm] + d) for arm in relative for w, other, d in
+                    edges.get(arm, ()) if other not in relative]
+        if not frontier:
+            return relative, support
+        w, _, other, r = max(frontier, key=lambda f: f[:2])
+        relative[other], support[other] = r, w
