@@ -241,6 +241,9 @@ class AdaptiveK:
                 for table in (load.admission, self._admission):
                     table.setdefault(max_k > 0, _window()).append(excess)
             arm.mixed.append((seconds, prefill_rows))
+            per_admission = self.admission_seconds(rows, max_k > 0)
+            if per_admission and seconds > 2 * prefill_rows * per_admission:  # mostly decode: compared like one
+                load.paired.observe((max_k, drafting), seconds - prefill_rows * per_admission, self.steps)
         if draft_steps > 0 and draft_rows > 0:
             self.draft_cost.observe(draft_rows, draft_s / draft_steps)
         self.overhead_s = 0.8 * self.overhead_s + 0.2 * overhead_s if self.overhead_s else overhead_s

@@ -13,9 +13,9 @@ cost relative to the others, on a log scale:
   r_b - r_a   RELATIVE cost, from the last PAIR_WINDOW differences of log seconds between decode steps at most
               PAIR_GAP engine steps apart: the first step at b (explored, or the new choice) against the lower of the
               two steps at a just before it, and the same with a and b swapped. Slow drift cancels in each
-              difference; a CPU spike at the tried step makes its difference too high (one at a base step is taken
-              out by the lower of two), so each side's low quantile is taken (b tried after a, a tried after b) and
-              the two sides averaged when both exist (their small downward biases cancel);
+              difference; a CPU spike at the tried step makes its difference too high if b was tried, too low if a
+              was (one at a base step is taken out by the lower of two), so the pair's estimate is the quantile of
+              its differences that weighs each by that direction (`_difference`);
   r           per arm, summed along a maximum spanning tree of the pairs (weight: differences seen) from the
               reference arm (the arm of the latest step; r_ref = 0): each arm priced through its best-measured
               pair; arms not connected to the reference have no relative cost (`seconds` -> None);
@@ -35,7 +35,6 @@ Example (the machine slows down by 40% while only arm 0 runs after arm 1 was tri
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Hashable, Sequence
 
@@ -111,14 +110,13 @@ def low_quantile(values: Sequence[float]) -> float:
 
 
 def _difference(window: Sequence[tuple[float, bool]]) -> float:
-    """log s_b - log s_a from a pair's differences: each side's low quantile of its tried arm's excess (noise only
-    makes the tried arm look dearer), the mean of the two sides when both were tried (their biases cancel)."""
-    if len(window) >= 3:
-        return statistics.median(d for d, _ in window)
-    sides = [low_quantile([d for d, b_tried in window if b_tried]) if any(t for _, t in window) else None,
-             -low_quantile([-d for d, b_tried in window if not b_tried]) if not all(t for _, t in window) else None]
-    known = [side for side in sides if side is not None]
-    return sum(known) / len(known)
+    """log s_b - log s_a from a pair's differences d = x + noise, where noise at the tried step makes d too high when b
+    was tried, too low when a was: the pooled sample's quantile at (0.25 n_b + 0.75 n_a) / n (the level at which
+    a quarter of the b-tried and three quarters of the a-tried ones lie below: the low quantile when only b was
+    tried, the high one when only a was, the median when both were as often)."""
+    n_b = sum(tried_b for _, tried_b in window)
+    q = (0.25 * n_b + 0.75 * (len(window) - n_b)) / len(window)
+    return sorted(d for d, _ in window)[round(q * (len(window) - 1))]
 
 
 def _order(arm: Hashable) -> str:
@@ -131,13 +129,15 @@ def _tree(reference: Hashable, median: dict[tuple[Hashable, Hashable], float],
     """r per arm connected to `reference` (r_reference = 0) along a maximum spanning tree of the pairs weighted by
     their differences (Prim): each arm is priced through its best-measured pair, so a pair seen once (perhaps a
     spike) never overrides a well-measured path, whatever cycles the pairs form."""
-    edges: dict[Hashable, list[tuple[int, Hashable, float]]] = {}  # arm -> (weight, other arm, r_other - r_arm)
+    # arm -> (weight, the pair's order: ties broken the same way from every reference, so the tree is unique and
+    # r differences do not depend on which arm ran last; other arm, r_other - r_arm)
+    edges: dict[Hashable, list[tuple[int, str, Hashable, float]]] = {}
     for (a, b), d in median.items():
-        edges.setdefault(a, []).append((weight[(a, b)], b, d))
-        edges.setdefault(b, []).append((weight[(a, b)], a, -d))
+        edges.setdefault(a, []).append((weight[(a, b)], _order((a, b)), b, d))
+        edges.setdefault(b, []).append((weight[(a, b)], _order((a, b)), a, -d))
     relative, support = {reference: 0.0}, {}
     while True:
-        frontier = [(w, _order(other), other, relative[arm] + d) for arm in relative for w, other, d in
+        frontier = [(w, order, other, relative[arm] + d) for arm in relative for w, order, other, d in
                     edges.get(arm, ()) if other not in relative]
         if not frontier:
             return relative, support
