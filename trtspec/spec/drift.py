@@ -26,10 +26,10 @@ So seconds(a) = exp(level + r_a) prices every connected arm at the machine's cur
 within a few steps. `support(a)` says on how many differences an arm's relative cost rests: the policy explores an
 arm until it rests on enough of them (a first difference may be a spike or a change of speed).
 
-Example (the machine slows down by 40% while only arm 0 runs after arm 1 was tried once between two arm-0 steps):
-    costs = PairedCosts(); costs.observe(0, 0.020, 1); costs.observe(1, 0.030, 2); costs.observe(0, 0.020, 3)
+Example (arm 1 tried once after two arm-0 steps; then the machine slows down by 40% while only arm 0 runs):
+    costs = PairedCosts(); costs.observe(0, 0.020, 1); costs.observe(0, 0.020, 2); costs.observe(1, 0.030, 3)
     for t in range(4, 30): costs.observe(0, 0.028, t)
-    costs.seconds(1) ~ 0.042, costs.seconds(0) ~ 0.028 (an arm-1 window would still say 0.030)
+    costs.seconds(1) ~ 0.042, costs.seconds(0) ~ 0.028 (arm 1's own window would still say 0.030)
 """
 
 from __future__ import annotations
