@@ -7,10 +7,14 @@ Objective: the engine's long-run output tokens per second, at the current load l
     S(K) = D(K) + a(K > 0) * T(K) / L        seconds per step
   alpha_i  request i's per-token acceptance: its own forgotten counts of accepted tokens and trials (a rejection
            ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials;
-  D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host): a low quantile
-           (`low_quantile`) of the last WINDOW decode steps that ran with exactly that K (with or without a draft
-           model). Noise on a shared CPU is one-sided (another process only ever adds time), so a low quantile, the
-           minimum while few steps were seen, is robust where a mean or even a median of two is not;
+  D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host) AT THE MACHINE'S
+           CURRENT SPEED: K's cost relative to the other arms from differences between steps run next to each
+           other (`trtspec.spec.drift.PairedCosts`: an explored step against the incumbent's steps just before it),
+           times the current speed level from the latest steps. A shared CPU's speed drifts by 30-40% over seconds
+           while consecutive steps run at nearly the same speed, so only costs measured close together in time are
+           comparable; noise is one-sided (another process only ever adds time), so the estimates are low
+           quantiles. Until an arm's relative cost rests on MIN_SAMPLES differences it is priced no cheaper than a
+           low quantile of its own last WINDOW steps (measured at whatever speed the machine had then);
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;
@@ -36,11 +40,19 @@ Now every number that decides is measured where it is used; the line (prior: the
 `trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
 measured, shifted to pass through the nearest measured arm of the same load.
 
-Exploration (cheap): every `explore_every`-th choice at a load level tries a neighbour of the best K (alternating
-up / down) when that neighbour is unmeasured (fewer than MIN_SAMPLES steps), stale (not measured in `stale_after`
-choices) or predicted within `explore_margin` of the best; a clearly worse neighbour is re-measured only when stale. So the policy hill-climbs
-on measured arms (rate(K) is unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and
-then, which keeps the acceptance estimates fresh for when load drops or acceptance recovers.
+Exploration (cheap): every `explore_every / 2`-th choice at a load level tries a neighbour of the best K
+(alternating up / down) that is unmeasured (fewer than MIN_SAMPLES steps, or a relative cost resting on fewer than
+MIN_SAMPLES adjacent-step differences: a first difference may be a spike), and every `explore_every`-th one a
+neighbour that is stale (not measured in `stale_after` choices) or predicted within `explore_margin` of the best; a
+clearly worse neighbour is re-measured only when stale. So the policy hill-climbs on measured arms (rate(K) is
+unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and then, which keeps the
+acceptance estimates fresh for when load drops or acceptance recovers.
+
+Why adjacent steps (root cause of issue 15's shortfall at concurrency 4, docs/benchmarks.md "Adaptive k at
+concurrency 4"): D(K) used to be a low quantile of K's own last WINDOW steps. The incumbent's window follows the
+machine, an explored arm's keeps the speed of whenever it ran (an earlier fixed-k run, a slow second), so the policy
+compared K = 1 measured fast with K = 3 measured slow and kept K = 1 for the wrong reason. A difference between two
+steps a few milliseconds apart cancels the speed; the level that prices all arms at once comes from the latest steps.
 
 Clock: a CPU engine times steps in process CPU time while torch runs one thread (`cpu_clock`): on a CPU shared
 with other processes, wall time mostly measures them (at a load of 10 on 2 cores the measured cost of K = 2..7 at
