@@ -9,7 +9,7 @@ Objective: the engine's long-run output tokens per second, at the current load l
            ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials;
   D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host) AT THE MACHINE'S
            CURRENT SPEED: K's cost relative to the other arms from differences between steps run next to each
-           other (`trtspec.spec.drift.PairedCosts`: an explored step against the incumbent's steps just before it),
+           other (`trtspec.spec.paired_costs.PairedCosts`: an explored step against the incumbent's steps just before it),
            times the current speed level from the latest steps. A shared CPU's speed drifts by 30-40% over seconds
            while consecutive steps run at nearly the same speed, so only costs measured close together in time are
            comparable; noise is one-sided (another process only ever adds time), so the estimates are low
@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.spec.drift import PairedCosts, low_quantile
+from trtspec.spec.paired_costs import PairedCosts, low_quantile
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
 
 WINDOW = 8  # decode steps remembered per (load, K, draft model) arm

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from trtspec.spec.drift import PAIR_GAP, PairedCosts, _difference
+from trtspec.spec.paired_costs import PAIR_GAP, PairedCosts, _difference
 
 
 def test_costs_follow_the_machine_speed_while_only_the_incumbent_runs():
