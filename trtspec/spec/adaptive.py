@@ -71,8 +71,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.spec.paired_costs import PairedCosts, low_quantile
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
+from trtspec.spec.paired_costs import PairedCosts, low_quantile
 
 WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
 MIN_SAMPLES = 3  # an arm with fewer steps is explored like an unmeasured one (one unlucky step must not bury it)
