@@ -366,7 +366,10 @@ class AdaptiveK:
         return step_k, step_k > 0 and any(r.uses_draft_model and k > 0 for r, k in zip(batch, ks, strict=True))
 
     def _load(self, rows: int) -> _Load:
-        return self.loads.setdefault(load_bucket(rows), _Load())
+        bucket = load_bucket(rows)
+        if bucket not in self.loads:  # (not setdefault: a _Load is not free to build on every call)
+            self.loads[bucket] = _Load()
+        return self.loads[bucket]
 
     def _line(self, load: _Load, rows: int, drafting: bool) -> OnlineLinearCost:
         """Decode-step seconds vs K at this load, with a prior from the global fits (or a sweep's costs)."""

@@ -55,6 +55,7 @@ class PairedCosts:
         self._relative: dict[Hashable, float] | None = None  # arm -> r (reference 0); None = stale
         self._support: dict[Hashable, int] = {}  # arm -> differences of the pair that priced it (`support`)
         self._reference: Hashable | None = None  # the arm r is anchored at
+        self._level: float | None = None  # the current level (log seconds of the reference arm); None = stale
 
     def observe(self, arm: Hashable, seconds: float, step: int) -> None:
         """A decode step at `arm` took `seconds`; `step` = the engine's step count (adjacency in time)."""
@@ -74,6 +75,7 @@ class PairedCosts:
             self._relative = None
         self._history.append((arm, y, step))
         self._recent.append((arm, y))
+        self._level = None
         if arm != self._reference:
             self._relative = None
 
@@ -82,7 +84,7 @@ class PairedCosts:
         if not self._history:
             return {}
         if self._relative is None or self._reference != self._history[-1][0]:
-            self._reference = self._history[-1][0]
+            self._reference, self._level = self._history[-1][0], None
             self._relative, self._support = _tree(self._reference,
                                                   {p: _difference(d) for p, d in self._pairs.items()},
                                                   {p: len(d) for p, d in self._pairs.items()})
@@ -93,8 +95,9 @@ class PairedCosts:
         relative = self.relative()
         if arm not in relative:
             return None
-        levels = [y - relative[a] for a, y in self._recent if a in relative]
-        return math.exp(low_quantile(levels) + relative[arm])
+        if self._level is None:
+            self._level = low_quantile([y - relative[a] for a, y in self._recent if a in relative])
+        return math.exp(self._level + relative[arm])
 
     def support(self, arm: Hashable) -> int:
         """Differences the arm's relative cost rests on: those of the pair that prices it (its edge of the tree);
