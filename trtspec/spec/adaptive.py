@@ -7,10 +7,14 @@ Objective: the engine's long-run output tokens per second, at the current load l
     S(K) = D(K) + a(K > 0) * T(K) / L        seconds per step
   alpha_i  request i's per-token acceptance: its own forgotten counts of accepted tokens and trials (a rejection
            ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials;
-  D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host): a low quantile
-           (`low_quantile`) of the last WINDOW decode steps that ran with exactly that K (with or without a draft
-           model). Noise on a shared CPU is one-sided (another process only ever adds time), so a low quantile, the
-           minimum while few steps were seen, is robust where a mean or even a median of two is not;
+  D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host) AT THE MACHINE'S
+           CURRENT SPEED: K's cost relative to the other arms from differences between steps run next to each
+           other (`trtspec.spec.paired_costs.PairedCosts`: an explored step against the incumbent's steps just before it),
+           times the current speed level from the latest steps. A shared CPU's speed drifts by 30-40% over seconds
+           while consecutive steps run at nearly the same speed, so only costs measured close together in time are
+           comparable; noise is one-sided (another process only ever adds time), so the estimates are low
+           quantiles. Until an arm's relative cost rests on MIN_SAMPLES differences it is priced no cheaper than a
+           low quantile of its own last WINDOW steps (measured at whatever speed the machine had then);
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;
@@ -36,11 +40,19 @@ Now every number that decides is measured where it is used; the line (prior: the
 `trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
 measured, shifted to pass through the nearest measured arm of the same load.
 
-Exploration (cheap): every `explore_every`-th choice at a load level tries a neighbour of the best K (alternating
-up / down) when that neighbour is unmeasured (fewer than MIN_SAMPLES steps), stale (not measured in `stale_after`
-choices) or predicted within `explore_margin` of the best; a clearly worse neighbour is re-measured only when stale. So the policy hill-climbs
-on measured arms (rate(K) is unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and
-then, which keeps the acceptance estimates fresh for when load drops or acceptance recovers.
+Exploration (cheap): every `explore_every / 2`-th choice at a load level tries a neighbour of the best K
+(alternating up / down) that is unmeasured (fewer than MIN_SAMPLES steps, or a relative cost resting on fewer than
+MIN_SAMPLES adjacent-step differences: a first difference may be a spike), and every `explore_every`-th one a
+neighbour that is stale (not measured in `stale_after` choices) or predicted within `explore_margin` of the best; a
+clearly worse neighbour is re-measured only when stale. So the policy hill-climbs on measured arms (rate(K) is
+unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and then, which keeps the
+acceptance estimates fresh for when load drops or acceptance recovers.
+
+Why adjacent steps (root cause of issue 15's shortfall at concurrency 4, docs/benchmarks.md "Adaptive k at
+concurrency 4"): D(K) used to be a low quantile of K's own last WINDOW steps. The incumbent's window follows the
+machine, an explored arm's keeps the speed of whenever it ran (an earlier fixed-k run, a slow second), so the policy
+compared K = 1 measured fast with K = 3 measured slow and kept K = 1 for the wrong reason. A difference between two
+steps a few milliseconds apart cancels the speed; the level that prices all arms at once comes from the latest steps.
 
 Clock: a CPU engine times steps in process CPU time while torch runs one thread (`cpu_clock`): on a CPU shared
 with other processes, wall time mostly measures them (at a load of 10 on 2 cores the measured cost of K = 2..7 at
@@ -60,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
+from trtspec.spec.paired_costs import PairedCosts, low_quantile
 
 WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
 MIN_SAMPLES = 3  # an arm with fewer steps is explored like an unmeasured one (one unlucky step must not bury it)
@@ -78,12 +91,6 @@ def cpu_clock() -> float:
     import torch
 
     return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
-
-
-def low_quantile(values: Sequence[float]) -> float:
-    """The 25th percentile (nearest rank, rounded down) of a non-empty sample: the minimum of up to 4 values."""
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 4]
 
 
 def load_bucket(rows: int) -> int:
@@ -156,6 +163,7 @@ class _Load:
     choices: int = 0
     best: int | None = None  # the latest exploiting choice (hysteresis)
     arms: dict[tuple[int, bool], _Arm] = field(default_factory=dict)  # (K, draft model ran) -> its steps
+    paired: PairedCosts = field(default_factory=PairedCosts)  # decode steps compared at the same machine speed
     lines: dict[bool, OnlineLinearCost] = field(default_factory=dict)  # draft model ran -> seconds vs K (priors)
     admission: dict[bool, deque[float]] = field(default_factory=dict)  # speculated -> seconds per admitted request
 
@@ -184,6 +192,7 @@ class AdaptiveK:
         self.step_costs = dict(step_costs) if step_costs else None
         self.clock = clock
         self._step_start: float | None = None  # clock() when the current step's choice was made
+        self.steps = 0  # steps observed: the time base of adjacent-step comparisons
         self.target_cost = OnlineLinearCost(2e-3, 2e-4)  # x = padded target tokens (rows x width); prior of lines
         self.draft_cost = OnlineLinearCost(1e-3, 1e-4)  # x = draft rows, per draft step; prior of lines
         self.overhead_s = 0.0  # EMA of host time per step; prior of lines
@@ -228,41 +237,59 @@ class AdaptiveK:
         load = self._load(rows)
         arm = load.arms.setdefault((max_k, drafting), _Arm())
         arm.last = load.choices
+        self.steps += 1
         if prefill_rows == 0:  # a decode step: a direct observation of D at (load, K)
             arm.decode.append(seconds)
+            load.paired.observe((max_k, drafting), seconds, self.steps)
             self._line(load, rows, drafting).observe(max_k, seconds)
             self.target_cost.observe(rows * width, target_s)
         else:
             # admissions: what the step cost beyond a decode step of as many rows (a new row drafts and is verified
             # like the others), learned only where that decode step was measured directly (else D and a would
             # feed each other)
-            if arm.decode:
-                excess = max(0.0, seconds - low_quantile(arm.decode)) / prefill_rows
+            decode = self._measured_seconds(rows, load, (max_k, drafting))
+            if arm.decode and decode is not None:
+                excess = max(0.0, seconds - decode) / prefill_rows
                 for table in (load.admission, self._admission):
                     table.setdefault(max_k > 0, _window()).append(excess)
             arm.mixed.append((seconds, prefill_rows))
+            per_admission = self.admission_seconds(rows, max_k > 0)
+            if per_admission and seconds > 2 * prefill_rows * per_admission:  # mostly decode: compared like one
+                load.paired.observe((max_k, drafting), seconds - prefill_rows * per_admission, self.steps)
         if draft_steps > 0 and draft_rows > 0:
             self.draft_cost.observe(draft_rows, draft_s / draft_steps)
         self.overhead_s = 0.8 * self.overhead_s + 0.2 * overhead_s if self.overhead_s else overhead_s
 
     def decode_seconds(self, rows: int, k: int, drafting: bool) -> float:
-        """D(K): the arm's steps (`_arm_seconds`), else the load's line shifted through its nearest measured arm."""
+        """D(K): the arm's measured seconds (`_measured_seconds`), else the load's line shifted through its nearest
+        measured arm."""
         drafting = drafting and k > 0
         load = self._load(rows)
-        arm = load.arms.get((k, drafting))
-        if arm is not None and (arm.decode or arm.mixed):
-            return self._arm_seconds(rows, k, arm)
+        seconds = self._measured_seconds(rows, load, (k, drafting))
+        if seconds is not None:
+            return seconds
         line = self._line(load, rows, drafting)
-        measured = [(abs(j - k), j, a) for (j, d), a in load.arms.items() if d == drafting and (a.decode or a.mixed)]
+        measured = [(abs(j - k), j) for (j, d), a in load.arms.items() if d == drafting and (a.decode or a.mixed)]
         if not measured:
             return line(k)
-        _, j, nearest = min(measured, key=lambda m: m[:2])
-        return max(0.0, self._arm_seconds(rows, j, nearest) + line(k) - line(j))
+        _, j = min(measured)
+        return max(0.0, self._measured_seconds(rows, load, (j, drafting)) + line(k) - line(j))  # type: ignore[operator]
 
-    def _arm_seconds(self, rows: int, k: int, arm: _Arm) -> float:
-        """Low quantile of the arm's decode steps and of its admitting steps less their admissions."""
-        per_admission = self.admission_seconds(rows, k > 0)
-        return low_quantile([*arm.decode, *(max(0.0, s - n * per_admission) for s, n in arm.mixed)])
+    def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
+        """The arm's decode-step seconds at the machine's current speed when adjacent steps connect it to the latest
+        step's arm (`PairedCosts`) through at least MIN_SAMPLES differences; else a low quantile of its own decode
+        steps and of its admitting steps less their admissions (measured at whatever speed the machine had then), or
+        the larger of the two when both exist; None when it never ran here."""
+        paired = load.paired.seconds(key)
+        if paired is not None and load.paired.support(key) >= MIN_SAMPLES:
+            return paired
+        arm = load.arms.get(key)
+        if arm is None or not (arm.decode or arm.mixed):
+            return paired
+        per_admission = self.admission_seconds(rows, key[0] > 0)
+        own = low_quantile([*arm.decode, *(max(0.0, s - n * per_admission) for s, n in arm.mixed)])
+        # few differences (one may be a spike at the arm it was measured through): never cheaper than its own steps
+        return own if paired is None else max(paired, own)
 
     def admission_seconds(self, rows: int, speculated: bool) -> float:
         """a(s): seconds per admitted request at this load, else over all loads, from at least MIN_SAMPLES admitting
@@ -306,7 +333,7 @@ class AdaptiveK:
         load.best = best
         load.choices += 1
         k = best
-        if self.explore_every and load.choices % self.explore_every == 0:
+        if self.explore_every and load.choices % max(1, self.explore_every // 2) == 0:
             k = self._explore(load, batch, best, rates)
         return [min(k, r.cap) if r.adaptive else r.cap for r in batch]
 
@@ -315,16 +342,20 @@ class AdaptiveK:
         return self._load(rows).best
 
     def _explore(self, load: _Load, batch: Sequence[KRequest], best: int, rates: list[float]) -> int:
-        """A neighbour of `best` that is unmeasured, stale or close to it; else `best`."""
-        up_first = (load.choices // self.explore_every) % 2 == 1 or best == 0
+        """A neighbour of `best` that is unmeasured (every explore_every / 2 choices), stale or close to it (every
+        explore_every choices); else `best`."""
+        regular = load.choices % self.explore_every == 0
+        up_first = (load.choices // max(1, self.explore_every // 2)) % 2 == 1 or best == 0
         for cap in ((best + 1, best - 1) if up_first else (best - 1, best + 1)):
             if not 0 <= cap < len(rates):
                 continue
             ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
-            arm = load.arms.get(self._arm_key(batch, ks))
-            stale = (arm is None or len(arm.decode) + len(arm.mixed) < MIN_SAMPLES
-                     or load.choices - arm.last >= self.stale_after)
-            if stale or rates[cap] >= self.explore_margin * rates[best]:
+            key = self._arm_key(batch, ks)
+            arm = load.arms.get(key)
+            if arm is None or len(arm.decode) + len(arm.mixed) < MIN_SAMPLES or load.paired.support(key) < MIN_SAMPLES:
+                return cap  # unmeasured: too few steps, or too few next to another arm's
+            if regular and (load.choices - arm.last >= self.stale_after
+                            or rates[cap] >= self.explore_margin * rates[best]):
                 return cap
         return best
 
@@ -335,7 +366,10 @@ class AdaptiveK:
         return step_k, step_k > 0 and any(r.uses_draft_model and k > 0 for r, k in zip(batch, ks, strict=True))
 
     def _load(self, rows: int) -> _Load:
-        return self.loads.setdefault(load_bucket(rows), _Load())
+        bucket = load_bucket(rows)
+        if bucket not in self.loads:  # (not setdefault: a _Load is not free to build on every call)
+            self.loads[bucket] = _Load()
+        return self.loads[bucket]
 
     def _line(self, load: _Load, rows: int, drafting: bool) -> OnlineLinearCost:
         """Decode-step seconds vs K at this load, with a prior from the global fits (or a sweep's costs)."""
