@@ -41,6 +41,9 @@ def parse(argv: list[str] | None) -> object:
     parser.add_argument("--applied", type=float, default=40.0, help="seconds of shifted traffic after set-k")
     parser.add_argument("--sweep-prompts", type=int, default=32, help="shifted-suite prompts per sweep case")
     parser.add_argument("--sweep-repeats", type=int, default=2, help="rounds of the k sweep (interleaved)")
+    parser.add_argument("--sweep-results", type=Path, default=None, help="reuse this shifted-suite sweep (another "
+                        "run's WORK/shifted-sweep.jsonl; waited for until complete) instead of sweeping")
+    parser.add_argument("--no-retrain", action="store_true", help="stop after the sweep comparison")
     parser.add_argument("--train-steps", type=int, default=60, help="`trtspec train draft --steps`")
     parser.add_argument("--before", type=float, default=30.0, help="seconds of held-out traffic before the rollout")
     parser.add_argument("--after", type=float, default=75.0, help="seconds of held-out traffic from the rollout on")
@@ -81,16 +84,20 @@ def sweep_fixed_k(args: object, k_values: list[int]) -> dict:
     """Sweep the shifted suite over fixed k (see the module docstring); per k: tokens per CPU and wall second."""
     from trtspec.sweep.analysis import load_results
 
-    results = args.work / "shifted-sweep.jsonl"  # type: ignore[attr-defined]
-    results.unlink(missing_ok=True)  # a fresh measurement (an existing file would be resumed)
-    config = args.work / "shifted-sweep.yaml"  # type: ignore[attr-defined]
-    config.write_text(json.dumps({
-        "model": "tiny", "methods": ["draft_target"], "drafts": ["tiny-draft"], "k": k_values,
-        "temperatures": [0.0], "suites": [args.shifted_suite], "concurrency": [args.concurrency],  # type: ignore[attr-defined]
-        "num_prompts": args.sweep_prompts, "max_new_tokens": args.max_tokens,  # type: ignore[attr-defined]
-        "prompt_tokens": args.prompt_tokens, "calibration_batch_sizes": [args.concurrency],  # type: ignore[attr-defined]
-        "max_draft_len": max(k_values), "threads": 1, "repeats": args.sweep_repeats}))  # type: ignore[attr-defined]
-    drift_demo.sh("sweep", str(config), "--out", str(results), "--no-progress")
+    results = args.sweep_results  # type: ignore[attr-defined]
+    if results is not None:
+        wait_complete(results)
+    else:
+        results = args.work / "shifted-sweep.jsonl"  # type: ignore[attr-defined]
+        results.unlink(missing_ok=True)  # a fresh measurement (an existing file would be resumed)
+        config = args.work / "shifted-sweep.yaml"  # type: ignore[attr-defined]
+        config.write_text(json.dumps({
+            "model": "tiny", "methods": ["draft_target"], "drafts": ["tiny-draft"], "k": k_values,
+            "temperatures": [0.0], "suites": [args.shifted_suite], "concurrency": [args.concurrency],  # type: ignore[attr-defined]
+            "num_prompts": args.sweep_prompts, "max_new_tokens": args.max_tokens,  # type: ignore[attr-defined]
+            "prompt_tokens": args.prompt_tokens, "calibration_batch_sizes": [args.concurrency],  # type: ignore[attr-defined]
+            "max_draft_len": max(k_values), "threads": 1, "repeats": args.sweep_repeats}))  # type: ignore[attr-defined]
+        drift_demo.sh("sweep", str(config), "--out", str(results), "--no-progress")
     table: dict = {}
     for timing in ("cpu", "wall"):
         for row in load_results(results, timing=timing).rows:
@@ -98,6 +105,19 @@ def sweep_fixed_k(args: object, k_values: list[int]) -> dict:
             entry[f"tokens_per_{timing}_s"] = round(row.tokens_per_s, 2)
             entry["repeats"] = row.repeats
     return dict(sorted(table.items()))
+
+
+def wait_complete(results: Path, poll_s: float = 10.0) -> None:
+    """Wait until a sweep that another run is writing holds all its cases (k values x repeats)."""
+    from trtspec.sweep.records import read_records
+
+    while True:
+        records = read_records(results) if results.is_file() else []
+        spec = next((r["spec"] for r in records if r.get("kind") == "sweep"), None)
+        if spec and sum(r.get("kind") == "case" for r in records) >= len(spec["k"]) * spec.get("repeats", 1):
+            return
+        print(f"[loop] waiting for {results} to complete", flush=True)
+        time.sleep(poll_s)
 
 
 def compare(table: dict, k: int, timing: str = "cpu") -> dict:
@@ -170,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                             "prompts": args.sweep_prompts, "repeats": args.sweep_repeats}
         print(f"[loop] sweep: {summary['sweep']['cpu']}", flush=True)
 
+        if args.no_retrain:
+            summary["windows"] = {phase: last_window(ticks_a, phase) for phase in ("steady", "shifted", "set-k")}
+            return finish(args, summary, t_start)
         # 4. retrain the draft on the prompts logged since the shift
         log = args.work / "shifted-log.jsonl"
         summary["logged_since_shift"] = shifted_log(args.log_prompts, marks["shift_wall"], log)
@@ -218,17 +241,21 @@ def main(argv: list[str] | None = None) -> int:
     events = [(marks["shift_t"], "traffic shifts", "black")] if "shift_t" in marks else []
     events += [(marks["alarm_t"], "drift flagged", "red")] if "alarm_t" in marks else []
     if "set_k_t" in marks:
-        events.append((marks["set_k_t"], f"set-k {args.k} -> {served_k}", "purple"))
+        label = f"set-k {args.k} -> {served_k}" if marks.get("applied") else f"monitor: {rec.get('action', '?')} k={args.k}"
+        events.append((marks["set_k_t"], label, "purple"))
     if "rollout_t" in marks:
         events.append((marks["rollout_t"] + offset, "rollout-draft", "green"))
         if "seconds" in rollout:
             events.append((marks["rollout_t"] + offset + rollout["seconds"], "v1 retired", "darkgreen"))
     spans = [(offset - 18.0, offset - 2.0, f"sweep + train ({gap_s / 60:.0f} min, no traffic)")]
     drift_demo.plot(args.out / "loop-acceptance.png", ticks, baseline, events, spans)
+    return finish(args, summary, t_start)
+
+
+def finish(args: object, summary: dict, t_start: float) -> int:
     summary["minutes"] = round((time.time() - t_start) / 60, 1)
-    (args.out / "loop-summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    print(json.dumps({k: summary[k] for k in ("session_a", "sweep", "train", "session_b", "windows", "minutes")},
-                     indent=1, default=str))
+    (args.out / "loop-summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")  # type: ignore[attr-defined]
+    print(json.dumps(summary, indent=1, default=str))
     return 0
 
 
