@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,12 +43,14 @@ def parse(argv: list[str] | None) -> object:
     parser.add_argument("--applied", type=float, default=40.0, help="seconds of shifted traffic after set-k")
     parser.add_argument("--sweep-prompts", type=int, default=32, help="shifted-suite prompts per sweep case")
     parser.add_argument("--sweep-repeats", type=int, default=2, help="rounds of the k sweep (interleaved)")
-    parser.add_argument("--sweep-results", type=Path, default=None, help="reuse this shifted-suite sweep (another "
-                        "run's WORK/shifted-sweep.jsonl; waited for until complete) instead of sweeping")
+    parser.add_argument("--sweep-results", type=Path, nargs="+", default=None, help="reuse these shifted-suite "
+                        "sweeps (other runs' WORK/shifted-sweep.jsonl, rounds pooled; each waited for until complete) "
+                        "instead of sweeping")
     parser.add_argument("--no-retrain", action="store_true", help="stop after the sweep comparison")
     parser.add_argument("--train-steps", type=int, default=60, help="`trtspec train draft --steps`")
-    parser.add_argument("--before", type=float, default=30.0, help="seconds of held-out traffic before the rollout")
-    parser.add_argument("--after", type=float, default=75.0, help="seconds of held-out traffic from the rollout on")
+    parser.add_argument("--before", type=float, default=45.0, help="seconds of held-out traffic before the rollout")
+    parser.add_argument("--after", type=float, default=150.0, help="seconds of held-out traffic from the rollout "
+                        "on (the rollout itself takes about a minute here; the window should then hold only N+1)")
     parser.set_defaults(work=ROOT / "out" / "ops-loop", steady=60.0, shifted=65.0, max_k=8)
     args = parser.parse_args(argv)
     args.log_prompts = args.log_prompts or args.work / "prompt-log"
@@ -80,31 +84,70 @@ def heldout_prompts(log: Path) -> list[list[int]]:
     return split_prompts(logged, no_text, vocab, DistillRecipe()).heldout
 
 
-def sweep_fixed_k(args: object, k_values: list[int]) -> dict:
-    """Sweep the shifted suite over fixed k (see the module docstring); per k: tokens per CPU and wall second."""
-    from trtspec.sweep.analysis import load_results
+def sweep_fixed_k(args: object, k_values: list[int]) -> list[Path]:
+    """Sweep the shifted suite over fixed k (see the module docstring), or reuse --sweep-results; the files."""
+    if args.sweep_results:  # type: ignore[attr-defined]
+        for path in args.sweep_results:  # type: ignore[attr-defined]
+            wait_complete(path)
+        return list(args.sweep_results)  # type: ignore[attr-defined]
+    results = args.work / "shifted-sweep.jsonl"  # type: ignore[attr-defined]
+    results.unlink(missing_ok=True)  # a fresh measurement (an existing file would be resumed)
+    config = args.work / "shifted-sweep.yaml"  # type: ignore[attr-defined]
+    config.write_text(json.dumps({
+        "model": "tiny", "methods": ["draft_target"], "drafts": ["tiny-draft"], "k": k_values,
+        "temperatures": [0.0], "suites": [args.shifted_suite], "concurrency": [args.concurrency],  # type: ignore[attr-defined]
+        "num_prompts": args.sweep_prompts, "max_new_tokens": args.max_tokens,  # type: ignore[attr-defined]
+        "prompt_tokens": args.prompt_tokens, "calibration_batch_sizes": [args.concurrency],  # type: ignore[attr-defined]
+        "max_draft_len": max(k_values), "threads": 1, "repeats": args.sweep_repeats}))  # type: ignore[attr-defined]
+    drift_demo.sh("sweep", str(config), "--out", str(results), "--no-progress")
+    return [results]
 
-    results = args.sweep_results  # type: ignore[attr-defined]
-    if results is not None:
-        wait_complete(results)
-    else:
-        results = args.work / "shifted-sweep.jsonl"  # type: ignore[attr-defined]
-        results.unlink(missing_ok=True)  # a fresh measurement (an existing file would be resumed)
-        config = args.work / "shifted-sweep.yaml"  # type: ignore[attr-defined]
-        config.write_text(json.dumps({
-            "model": "tiny", "methods": ["draft_target"], "drafts": ["tiny-draft"], "k": k_values,
-            "temperatures": [0.0], "suites": [args.shifted_suite], "concurrency": [args.concurrency],  # type: ignore[attr-defined]
-            "num_prompts": args.sweep_prompts, "max_new_tokens": args.max_tokens,  # type: ignore[attr-defined]
-            "prompt_tokens": args.prompt_tokens, "calibration_batch_sizes": [args.concurrency],  # type: ignore[attr-defined]
-            "max_draft_len": max(k_values), "threads": 1, "repeats": args.sweep_repeats}))  # type: ignore[attr-defined]
-        drift_demo.sh("sweep", str(config), "--out", str(results), "--no-progress")
-    table: dict = {}
-    for timing in ("cpu", "wall"):
-        for row in load_results(results, timing=timing).rows:
-            entry = table.setdefault(row.k, {"mean_acceptance_length": round(row.tokens_per_step, 3)})
-            entry[f"tokens_per_{timing}_s"] = round(row.tokens_per_s, 2)
-            entry["repeats"] = row.repeats
-    return dict(sorted(table.items()))
+
+def sweep_table(files: list[Path]) -> dict[int, dict]:
+    """Per fixed k, over every round of every file: the median, lowest and highest tokens per CPU second and per
+    wall second (each round's own numbers, as the engine backend recorded them), and the mean acceptance length."""
+    from trtspec.sweep.records import read_records
+
+    rounds: dict[int, list[dict]] = {}
+    for path in files:
+        for rec in read_records(path):
+            if rec.get("kind") == "case" and rec.get("status", "ok") == "ok":
+                rounds.setdefault(int(rec["params"]["k"]), []).append(rec["metrics"])
+    table = {}
+    for k, runs in sorted(rounds.items()):
+        entry: dict = {"rounds": len(runs),
+                       "mean_acceptance_length": round(statistics.fmean(
+                           m["stats"]["mean_acceptance_length"] for m in runs), 3)}
+        for timing, key in (("cpu", "tokens_per_cpu_s"), ("wall", "tokens_per_s")):
+            values = [m[key] for m in runs]
+            entry[timing] = {"median": round(statistics.median(values), 1), "min": round(min(values), 1),
+                             "max": round(max(values), 1)}
+        table[k] = entry
+    return table
+
+
+def keep_scraping(server: object, monitor: object, interval_s: float = 1.0) -> Callable[[], None]:
+    """Scrape into `monitor` every interval in a thread (as a running `trtspec monitor` would) until the returned
+    function is called (it waits for the thread); a failed scrape is skipped."""
+    from trtspec.ops.scrape import scraper
+
+    scrape, stop = scraper(server.metrics_url), threading.Event()  # type: ignore[attr-defined]
+
+    def run() -> None:
+        while not stop.wait(interval_s):
+            try:
+                monitor.observe(scrape())  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001, S112 - the next scrape may work
+                continue
+
+    thread = threading.Thread(target=run, name="monitor", daemon=True)
+    thread.start()
+
+    def done() -> None:
+        stop.set()
+        thread.join()
+
+    return done
 
 
 def wait_complete(results: Path, poll_s: float = 10.0) -> None:
@@ -121,11 +164,11 @@ def wait_complete(results: Path, poll_s: float = 10.0) -> None:
 
 
 def compare(table: dict, k: int, timing: str = "cpu") -> dict:
-    """Throughput at k over the best fixed k's, in one timing."""
-    key = f"tokens_per_{timing}_s"
-    best = max(table, key=lambda kk: table[kk][key])
-    return {"timing": timing, "k": k, "best_k": best, "tokens_per_s_at_k": table[k][key],
-            "tokens_per_s_at_best": table[best][key], "ratio": round(table[k][key] / table[best][key], 3)}
+    """Throughput at k over the best fixed k's (medians over the rounds), in one timing."""
+    best = max(table, key=lambda kk: table[kk][timing]["median"])
+    at_k, at_best = table[k][timing]["median"], table[best][timing]["median"]
+    return {"timing": timing, "k": k, "best_k": best, "tokens_per_s_at_k": at_k, "tokens_per_s_at_best": at_best,
+            "ratio": round(at_k / at_best, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,13 +227,16 @@ def main(argv: list[str] | None = None) -> int:
 
         # 3. the sweep that checks the recommendation (the server idles meanwhile)
         gap_start = time.monotonic()
-        table = sweep_fixed_k(args, list(range(0, args.max_k + 1)))
+        stop_scraping = keep_scraping(server, monitor)  # the monitor keeps watching the idle server meanwhile
+        files = sweep_fixed_k(args, list(range(0, args.max_k + 1)))
+        table = sweep_table(files)
         k_rec = int(rec.get("recommended_k", args.k))
-        summary["sweep"] = {"table": table, "cpu": compare(table, k_rec, "cpu"), "wall": compare(table, k_rec, "wall"),
-                            "prompts": args.sweep_prompts, "repeats": args.sweep_repeats}
+        summary["sweep"] = {"files": [str(f) for f in files], "table": table, "cpu": compare(table, k_rec, "cpu"),
+                            "wall": compare(table, k_rec, "wall")}
         print(f"[loop] sweep: {summary['sweep']['cpu']}", flush=True)
 
         if args.no_retrain:
+            stop_scraping()
             summary["windows"] = {phase: last_window(ticks_a, phase) for phase in ("steady", "shifted", "set-k")}
             return finish(args, summary, t_start)
         # 4. retrain the draft on the prompts logged since the shift
@@ -205,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                             if k in report} | {"steps": args.train_steps}
         heldout = heldout_prompts(log)
         gap_s = time.monotonic() - gap_start
+        stop_scraping()
 
         # 5. roll the new draft out under held-out traffic
         rollout: dict = {}
