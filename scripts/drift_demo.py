@@ -132,18 +132,15 @@ def plot(path: Path, ticks: list, baseline: object, events: list[tuple[float, st
     positions = max((len(r.conditional_per_pos) for _, r in rows), default=0)
     threshold = next((r.drift.threshold for _, r in rows if r.drift), None)
     for i in range(positions):
-        xs = [t for t, r in rows if i < len(r.conditional_per_pos)]
-        line, = top.plot(xs, [r.conditional_per_pos[i] for _, r in rows if i < len(r.conditional_per_pos)],
+        line, = top.plot(*broken([(t, r.conditional_per_pos[i]) for t, r in rows if i < len(r.conditional_per_pos)]),
                          label=f"position {i}")
         if i < len(baseline.conditional_per_pos):  # type: ignore[attr-defined]
             top.axhline(baseline.conditional_per_pos[i], color=line.get_color(), linestyle="--", linewidth=0.8)  # type: ignore[attr-defined]
         stats = [(t, next((p.statistic for p in r.drift.positions if p.position == i), None)) for t, r in rows
                  if r.drift]
-        bottom.plot([t for t, v in stats if v is not None], [v for _, v in stats if v is not None],
-                    color=line.get_color())
-    top.plot([t for t, r in rows if r.acceptance_rate is not None],
-             [r.acceptance_rate for _, r in rows if r.acceptance_rate is not None], color="grey", linewidth=2.5,
-             alpha=0.6, label="acceptance rate (window)")
+        bottom.plot(*broken([(t, v) for t, v in stats if v is not None]), color=line.get_color())
+    top.plot(*broken([(t, r.acceptance_rate) for t, r in rows if r.acceptance_rate is not None]), color="grey",
+             linewidth=2.5, alpha=0.6, label="acceptance rate (window)")
     if threshold is not None:
         bottom.axhline(threshold, color="red", linestyle=":", label=f"threshold h = {threshold:.1f}")
         bottom.set_yscale("symlog", linthresh=threshold)
@@ -154,12 +151,13 @@ def plot(path: Path, ticks: list, baseline: object, events: list[tuple[float, st
         for start, end, _ in spans:
             ax.axvspan(start, end, color="lightgrey", alpha=0.5)
     for i, (t, label, color) in enumerate(events):
-        top.annotate(label, (t, 0.04 + 0.09 * (i % 4)), xytext=(3, 0), textcoords="offset points", color=color,
+        top.annotate(label, (t, 1.04 + 0.07 * (i % 3)), xytext=(3, 0), textcoords="offset points", color=color,
                      fontsize=8)
     for start, end, label in spans:
         top.annotate(label, ((start + end) / 2, 0.5), ha="center", rotation=90, fontsize=8)
     top.set_ylabel("conditional acceptance (window)")
-    top.set_ylim(0, 1.02)
+    top.set_ylim(0, 1.25 if events else 1.02)
+    top.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     top.set_title("tensorrt_llm: per-position acceptance over the window (dashed: deploy-time baseline)")
     top.legend(loc="lower left", fontsize=8)
     bottom.set_ylabel("CUSUM statistic")
@@ -167,6 +165,19 @@ def plot(path: Path, ticks: list, baseline: object, events: list[tuple[float, st
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def broken(points: list[tuple[float, float]], gap_s: float = 5.0) -> tuple[list[float], list[float]]:
+    """(xs, ys) with a NaN wherever consecutive points are more than gap_s apart: no line across a pause."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for t, v in points:
+        if xs and t - xs[-1] > gap_s:
+            xs.append(xs[-1])
+            ys.append(float("nan"))
+        xs.append(t)
+        ys.append(v)
+    return xs, ys
 
 
 def dispersion(streams: list[tuple[list[float], list[float]]], baseline: object) -> list[float]:

@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             events.append((marks["rollout_t"] + offset + rollout["seconds"], "v1 retired", "darkgreen"))
     spans = [(offset - 18.0, offset - 2.0, f"sweep + train ({gap_s / 60:.0f} min, no traffic)")]
     drift_demo.plot(args.out / "loop-acceptance.png", ticks, baseline, events, spans)
+    summary["events"] = [{"t": round(t, 1), "event": label} for t, label, _ in events]
     return finish(args, summary, t_start)
 
 
