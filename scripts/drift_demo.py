@@ -154,7 +154,7 @@ def plot(path: Path, ticks: list, baseline: object, events: list[tuple[float, st
         top.annotate(label, (t, 1.04 + 0.07 * (i % 3)), xytext=(3, 0), textcoords="offset points", color=color,
                      fontsize=8)
     for start, end, label in spans:
-        top.annotate(label, ((start + end) / 2, 0.5), ha="center", rotation=90, fontsize=8)
+        top.annotate(label, ((start + end) / 2, 0.05), ha="center", rotation=90, fontsize=8)
     top.set_ylabel("conditional acceptance (window)")
     top.set_ylim(0, 1.25 if events else 1.02)
     top.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
