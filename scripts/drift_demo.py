@@ -24,6 +24,7 @@ import json
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,7 @@ def prepare(args: argparse.Namespace) -> Path:
     build = work / "build"
     if not (build / "trtspec-manifest.json").is_file():
         sh("build", str(ROOT / "build_configs" / "tiny-torch.yaml"), "--out", str(build))
+    max_k = args.max_k or args.k  # calibrated up to max_k + 1 tokens: the recommendation may choose 1..max_k
     results = work / "baseline.jsonl"
     config = work / "baseline-sweep.yaml"
     config.write_text(json.dumps({
@@ -48,11 +50,12 @@ def prepare(args: argparse.Namespace) -> Path:
         "temperatures": [0.0], "suites": [args.steady_suite], "concurrency": [args.concurrency],
         "num_prompts": args.num_prompts, "max_new_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
         # one torch thread: on a shared CPU, a multi-threaded sweep measures contention, not the models
-        "calibration_batch_sizes": [1, args.concurrency], "max_draft_len": args.k, "threads": 1}))
+        "calibration_batch_sizes": [1, args.concurrency], "max_draft_len": max_k, "threads": 1}))
     sh("sweep", str(config), "--out", str(results), "--no-progress")
     repo = work / "repo"
+    logging = ["--log-prompts", str(args.log_prompts), "--log-sample-rate", "1"] if args.log_prompts else []
     sh("deploy", "--backend", "torch", "--build", str(build), "--out", str(repo), "--k", str(args.k),
-       "--baseline", str(results), "--force")
+       "--max-k", str(max_k), "--baseline", str(results), "--force", *logging)
     return repo
 
 
@@ -66,34 +69,42 @@ def scenario(repo: Path, phases: list[tuple[str, list[str], float]], args: argpa
              capture: dict[str, Path] | None = None) -> tuple[list, object]:
     """Serve `repo`, run the phases with the monitor; returns (ticks, traffic counts)."""
     from trtspec.ops.baseline import load_baseline
-    from trtspec.ops.dashboard import to_text
-    from trtspec.ops.loadgen import run_phases
     from trtspec.ops.monitor import Monitor
-    from trtspec.ops.scrape import scraper
     from trtspec.triton.server import TritonServer
 
-    baseline = load_baseline(repo)
     with TritonServer(repo) as server:
-        monitor = Monitor(args.window, baseline, price_per_hour=args.price_per_hour, models={"tensorrt_llm"})
-        first_alarm: list[float] = []
+        monitor = Monitor(args.window, load_baseline(repo), price_per_hour=args.price_per_hour,
+                          models={"tensorrt_llm"})
+        return watch(server, monitor, phases, args, capture)
 
-        def on_tick(tick: object) -> None:
-            report = tick.report  # type: ignore[attr-defined]
-            drifted = bool(report and report.drift and report.drift.drifted)
-            if drifted and not first_alarm:
-                first_alarm.append(tick.t)  # type: ignore[attr-defined]
-            if capture and tick.phase in capture and report is not None:  # type: ignore[attr-defined]
-                capture[tick.phase].write_text(to_text(monitor.reports(), source=server.metrics_url))  # type: ignore[attr-defined]
-            if args.verbose and report is not None:
-                stats = " ".join(f"{p.statistic:5.1f}" for p in report.drift.positions) if report.drift else ""
-                print(f"[demo] t={tick.t:6.1f}s {tick.phase:8s} MAL={report.mean_acceptance_length or 0:.2f} "  # type: ignore[attr-defined]
-                      f"c={[round(c, 2) for c in report.conditional_per_pos]} S=[{stats}] "
-                      f"{'DRIFT' if drifted else ''}", flush=True)
 
-        ticks, counts = run_phases(server.grpc_url, scraper(server.metrics_url), monitor, phases,
-                                   concurrency=args.concurrency, max_tokens=args.max_tokens,
-                                   prompt_tokens=args.prompt_tokens, on_tick=on_tick)
-    return ticks, counts
+def watch(server: object, monitor: object, phases: list, args: argparse.Namespace,
+          capture: dict[str, Path] | None = None, on_tick: object = None) -> tuple[list, object]:
+    """Traffic through `phases` on a running server while `monitor` scrapes it; `capture` maps a phase to the file
+    that gets the dashboard text at each of its scrapes (so the phase's last one stays); `on_tick(tick)` runs after
+    each scrape. Returns (ticks, traffic counts)."""
+    from trtspec.ops.dashboard import to_text
+    from trtspec.ops.loadgen import run_phases
+    from trtspec.ops.scrape import scraper
+
+    metrics_url = server.metrics_url  # type: ignore[attr-defined]
+
+    def tick_done(tick: object) -> None:
+        report = tick.report  # type: ignore[attr-defined]
+        if capture and tick.phase in capture and report is not None:  # type: ignore[attr-defined]
+            capture[tick.phase].write_text(to_text(monitor.reports(), source=metrics_url))  # type: ignore[attr-defined]
+        if args.verbose and report is not None:
+            drifted = bool(report.drift and report.drift.drifted)
+            stats = " ".join(f"{p.statistic:5.1f}" for p in report.drift.positions) if report.drift else ""
+            print(f"[demo] t={tick.t:6.1f}s {tick.phase:8s} {report.model} k={report.k} "  # type: ignore[attr-defined]
+                  f"MAL={report.mean_acceptance_length or 0:.2f} c={[round(c, 2) for c in report.conditional_per_pos]} "
+                  f"S=[{stats}] {'DRIFT' if drifted else ''}", flush=True)
+        if callable(on_tick):
+            on_tick(tick)
+
+    return run_phases(server.grpc_url, scraper(metrics_url), monitor, phases,  # type: ignore[attr-defined]
+                      concurrency=args.concurrency, max_tokens=args.max_tokens, prompt_tokens=args.prompt_tokens,
+                      on_tick=tick_done)
 
 
 def write_timeline(path: Path, ticks: list) -> None:
@@ -106,9 +117,11 @@ def write_timeline(path: Path, ticks: list) -> None:
                                 "report": report.to_dict() if report else None}, default=str) + "\n")
 
 
-def plot(path: Path, ticks: list, baseline: object, shift_t: float | None, alarm_t: float | None) -> None:
-    """Top: per-position conditional acceptance over the window, baseline dashed. Bottom: the CUSUM statistic per
-    position and its threshold h."""
+def plot(path: Path, ticks: list, baseline: object, events: list[tuple[float, str, str]],
+         spans: Sequence[tuple[float, float, str]] = ()) -> None:
+    """Top: per-position conditional acceptance over the window, baseline dashed, and the window's acceptance rate
+    (all positions, grey). Bottom: the CUSUM statistic per position and its threshold h. `events` are vertical
+    markers (seconds, label, colour); `spans` are shaded intervals without traffic (start, end, label)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,30 +132,32 @@ def plot(path: Path, ticks: list, baseline: object, shift_t: float | None, alarm
     positions = max((len(r.conditional_per_pos) for _, r in rows), default=0)
     threshold = next((r.drift.threshold for _, r in rows if r.drift), None)
     for i in range(positions):
-        xs = [t for t, r in rows if i < len(r.conditional_per_pos)]
-        line, = top.plot(xs, [r.conditional_per_pos[i] for _, r in rows if i < len(r.conditional_per_pos)],
+        line, = top.plot(*broken([(t, r.conditional_per_pos[i]) for t, r in rows if i < len(r.conditional_per_pos)]),
                          label=f"position {i}")
         if i < len(baseline.conditional_per_pos):  # type: ignore[attr-defined]
             top.axhline(baseline.conditional_per_pos[i], color=line.get_color(), linestyle="--", linewidth=0.8)  # type: ignore[attr-defined]
         stats = [(t, next((p.statistic for p in r.drift.positions if p.position == i), None)) for t, r in rows
                  if r.drift]
-        bottom.plot([t for t, v in stats if v is not None], [v for _, v in stats if v is not None],
-                    color=line.get_color())
+        bottom.plot(*broken([(t, v) for t, v in stats if v is not None]), color=line.get_color())
+    top.plot(*broken([(t, r.acceptance_rate) for t, r in rows if r.acceptance_rate is not None]), color="grey",
+             linewidth=2.5, alpha=0.6, label="acceptance rate (window)")
     if threshold is not None:
         bottom.axhline(threshold, color="red", linestyle=":", label=f"threshold h = {threshold:.1f}")
         bottom.set_yscale("symlog", linthresh=threshold)
         bottom.legend(loc="upper left", fontsize=8)
     for ax in (top, bottom):
-        if shift_t is not None:
-            ax.axvline(shift_t, color="black", linewidth=1.0)
-        if alarm_t is not None:
-            ax.axvline(alarm_t, color="red", linewidth=1.5)
-    if shift_t is not None:
-        top.annotate("traffic shifts", (shift_t, 0.05), xytext=(-80, 0), textcoords="offset points")
-    if alarm_t is not None:
-        top.annotate("drift flagged", (alarm_t, 0.15), xytext=(4, 0), textcoords="offset points", color="red")
+        for t, _, color in events:
+            ax.axvline(t, color=color, linewidth=1.2)
+        for start, end, _ in spans:
+            ax.axvspan(start, end, color="lightgrey", alpha=0.5)
+    for i, (t, label, color) in enumerate(events):
+        top.annotate(label, (t, 1.04 + 0.07 * (i % 3)), xytext=(3, 0), textcoords="offset points", color=color,
+                     fontsize=8)
+    for start, end, label in spans:
+        top.annotate(label, ((start + end) / 2, 0.05), ha="center", rotation=90, fontsize=8)
     top.set_ylabel("conditional acceptance (window)")
-    top.set_ylim(0, 1.02)
+    top.set_ylim(0, 1.25 if events else 1.02)
+    top.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     top.set_title("tensorrt_llm: per-position acceptance over the window (dashed: deploy-time baseline)")
     top.legend(loc="lower left", fontsize=8)
     bottom.set_ylabel("CUSUM statistic")
@@ -150,6 +165,19 @@ def plot(path: Path, ticks: list, baseline: object, shift_t: float | None, alarm
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def broken(points: list[tuple[float, float]], gap_s: float = 5.0) -> tuple[list[float], list[float]]:
+    """(xs, ys) with a NaN wherever consecutive points are more than gap_s apart: no line across a pause."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for t, v in points:
+        if xs and t - xs[-1] > gap_s:
+            xs.append(xs[-1])
+            ys.append(float("nan"))
+        xs.append(t)
+        ys.append(v)
+    return xs, ys
 
 
 def dispersion(streams: list[tuple[list[float], list[float]]], baseline: object) -> list[float]:
@@ -185,8 +213,9 @@ def simulate(streams: list[tuple[list[float], list[float]]], baseline: object, r
     return alarms / runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser(doc: str) -> argparse.ArgumentParser:
+    """The demo's options (scripts/ops_loop.py adds its own to these)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "drift-demo")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "operations")
     parser.add_argument("--steady-suite", default="code")
@@ -203,8 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--false-alarm-runs", type=int, default=0)
     parser.add_argument("--false-alarm-minutes", type=float, default=10.0)
     parser.add_argument("--simulate", type=int, default=0, help="offline bootstrap runs over recorded streams")
+    parser.add_argument("--max-k", type=int, default=None, help="deploy's max_k and the baseline's calibration "
+                        "range: the largest k a recommendation may choose (default --k)")
+    parser.add_argument("--log-prompts", type=Path, default=None, help="deploy with every prompt logged here")
     parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser(__doc__).parse_args(argv)
 
     from trtspec.ops.baseline import load_baseline
 
@@ -219,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         write_timeline(args.work / "timeline.jsonl", ticks)
         shift_t = next((t.t for t in ticks if t.phase == "shifted"), None)
         alarm = next((t for t in ticks if t.report and t.report.drift and t.report.drift.drifted), None)
-        plot(args.out / "acceptance.png", ticks, baseline, shift_t, alarm.t if alarm else None)
+        plot(args.out / "acceptance.png", ticks, baseline,
+             [(shift_t, "traffic shifts", "black")] * (shift_t is not None)
+             + [(alarm.t, "drift flagged", "red")] * (alarm is not None))
         when = "never" if alarm is None else f"at t={alarm.t:.1f}s ({alarm.phase}" + (
             f", {alarm.t - shift_t:.1f}s after the shift)" if shift_t is not None and alarm.t >= shift_t else ")")
         print(f"[demo] drift flagged {when}; {counts.ok} requests ok, {counts.failed} failed")

@@ -2,9 +2,10 @@
 
 `Traffic(url, prompts, concurrency)` runs `concurrency` client threads; each sends one request at a time, the next
 prompt of the current suite (round-robin), token ids in, to the engine model (`tensorrt_llm`), and counts successes
-and failures. `switch(prompts)` changes the suite for every request sent afterwards. Prompts are tokenized by the
-served repository's `preprocessing` model and cut to their last `prompt_tokens` tokens, as the sweep does; no end_id
-is sent, so each request runs to `max_tokens` (as the sweep's: EOS ignored).
+and failures. `switch(prompts)` changes the suite for every request sent afterwards. Text prompts are tokenized by
+the served repository's `preprocessing` model (a prompt given as token ids is sent as is) and cut to their last
+`prompt_tokens` tokens, as the sweep does; no end_id is sent, so each request runs to `max_tokens` (as the sweep's:
+EOS ignored). A scenario's ticks follow the newest version of the watched model (a draft rollout moves it to N+1).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trtspec.sweep.prompts import last_tokens
+
+Prompts = Sequence[str | Sequence[int]]  # text, or token ids
 
 
 @dataclass
@@ -31,7 +34,7 @@ class TrafficCounts:
 class Traffic:
     """Closed-loop load: `concurrency` requests in flight, from `start()` to `stop()`."""
 
-    def __init__(self, url: str, prompts: Sequence[str], *, concurrency: int = 4, max_tokens: int = 48,
+    def __init__(self, url: str, prompts: Prompts, *, concurrency: int = 4, max_tokens: int = 48,
                  prompt_tokens: int | None = 64, model: str = "tensorrt_llm", temperature: float = 0.0) -> None:
         self.url, self.model, self.concurrency = url, model, concurrency
         self.max_tokens, self.prompt_tokens, self.temperature = max_tokens, prompt_tokens, temperature
@@ -42,18 +45,20 @@ class Traffic:
         self._cache: dict[str, list[int]] = {}
         self.switch(prompts)
 
-    def switch(self, prompts: Sequence[str]) -> None:
+    def switch(self, prompts: Prompts) -> None:
         """Send these prompts from now on (round-robin, shared by the threads)."""
         if not prompts:
             raise ValueError("no prompts to send")
         with self._lock:
             self._prompts = itertools.cycle(list(prompts))
 
-    def _next(self) -> str:
+    def _next(self) -> str | Sequence[int]:
         with self._lock:
             return next(self._prompts)
 
-    def _ids(self, client: object, text: str) -> list[int]:
+    def _ids(self, client: object, text: str | Sequence[int]) -> list[int]:
+        if not isinstance(text, str):
+            return last_tokens(list(text), self.prompt_tokens)
         if text not in self._cache:
             ids, _ = client.tokenize(text)  # type: ignore[attr-defined]
             self._cache[text] = last_tokens(ids, self.prompt_tokens)
@@ -110,7 +115,7 @@ class Tick:
     rejections_per_pos: list[float]
 
 
-def run_phases(grpc_url: str, scrape: object, monitor: object, phases: Sequence[tuple[str, Sequence[str], float]],
+def run_phases(grpc_url: str, scrape: object, monitor: object, phases: Sequence[tuple[str, Prompts, float]],
                *, concurrency: int = 4, max_tokens: int = 48, prompt_tokens: int | None = 64,
                interval_s: float = 1.0, model: str = "tensorrt_llm",
                on_tick: object = None, stop_when: object = None) -> tuple[list[Tick], TrafficCounts]:
@@ -133,8 +138,10 @@ def run_phases(grpc_url: str, scrape: object, monitor: object, phases: Sequence[
             while time.monotonic() < phase_end:
                 time.sleep(max(0.0, min(interval_s, phase_end - time.monotonic())))
                 monitor.observe(scrape())  # type: ignore[attr-defined]
-                report = next((r for r in monitor.reports() if r.model.split("/")[0] == model), None)  # type: ignore[attr-defined]
-                step = next((s for m, s in monitor.steps.items() if m.model == model), None)  # type: ignore[attr-defined]
+                report = max((r for r in monitor.reports() if r.model.split("/")[0] == model),  # type: ignore[attr-defined]
+                             key=lambda r: _version(r.model.split("/")[-1]), default=None)
+                step = max(((m, s) for m, s in monitor.steps.items() if m.model == model),  # type: ignore[attr-defined]
+                           key=lambda ms: _version(ms[0].version), default=(None, None))[1]
                 tick = Tick(time.monotonic() - start, name, report,
                             list(step.accepted_per_pos) if step else [], list(step.rejections_per_pos) if step else [])
                 ticks.append(tick)
@@ -143,3 +150,8 @@ def run_phases(grpc_url: str, scrape: object, monitor: object, phases: Sequence[
                 if callable(stop_when) and name == phases[-1][0] and stop_when(tick):
                     return ticks, traffic.stop()
     return ticks, traffic.counts
+
+
+def _version(version: str) -> tuple[int, str]:
+    """Order of Triton model versions (numeric; anything else first)."""
+    return (int(version), version) if version.isdigit() else (-1, version)
