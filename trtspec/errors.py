@@ -77,6 +77,20 @@ class OverloadedError(TrtspecError):
 # --- values in messages ----------------------------------------------------------------------------------------------
 
 
+# The tag a served model appends to the message of a bad-input error (Triton code INVALID_ARG). On tritonserver 2.51
+# an error on a gRPC stream (a decoupled model) carries only its message: the code travels in Triton's
+# `triton_grpc_error` stream mode alone, and that mode crashes 2.51 (SIGSEGV) when an error ends a stream under load
+# (a race of the stream's completion with its last response, triton-inference-server/server#8078). So trtspec's
+# models tag bad-input messages, and its client reads a stream error with the tag as INVALID_ARG. The stdlib-only
+# models (model_repo/: preprocessing, postprocessing, tensorrt_llm_bls) repeat it; a test checks every copy.
+BAD_INPUT_TAG = "[INVALID_ARG]"
+
+
+def tag_bad_input(message: str) -> str:
+    """`message` with BAD_INPUT_TAG appended once."""
+    return message if message.endswith(BAD_INPUT_TAG) else f"{message} {BAD_INPUT_TAG}"
+
+
 class _Shown:
     """A value shown by a short, one-line repr (for errors about large or deep values)."""
 

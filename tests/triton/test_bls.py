@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.triton.helpers import CHARS, counting_model
-from trtspec.errors import RequestError, ServerError
+from trtspec.errors import RequestError
 from trtspec.targets import SUPPORTED_TARGETS, load_target
 from trtspec.triton.build_output import EngineInfo
 from trtspec.triton.client import TritonClient
@@ -121,8 +121,8 @@ def test_bls_refuses_what_it_cannot_do(served):
         raw(text_input=text, max_tokens=four, use_draft_logits=(np.array([[True]]), "BOOL"))
     with TritonClient(server.grpc_url, model="tensorrt_llm_bls") as client:
         # preprocessing's INVALID_ARG reaches the BLS as INTERNAL on tritonserver 2.51 (its python backend drops the
-        # code of a BLS call's error; r25.05 and later keep it): a ServerError here, a RequestError there
-        with pytest.raises((ServerError, RequestError), match="preprocessing: empty prompt"):
+        # code of a BLS call's error), but tagged (trtspec.errors.BAD_INPUT_TAG): the BLS answers INVALID_ARG
+        with pytest.raises(RequestError, match="preprocessing: empty prompt"):
             client.generate(" ", max_tokens=4, k=2)
         expected = "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
         assert client.generate("abc", max_tokens=3, k=2).text == expected

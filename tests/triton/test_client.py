@@ -216,3 +216,37 @@ def test_renamed_inputs_are_sent_under_the_served_models_spelling(server, base):
         assert json.loads(log.read_text().splitlines()[-1]).items() >= {"seed": 5, "min_tokens": 1}.items()
         out = client.infer("counting_target", request([3], 2, seed=np.array([[5]], dtype=np.uint64)), ["output_ids"])
     assert out["output_ids"].reshape(-1).tolist() == [3, *counting(3, 2)]  # without respelling Triton refuses `seed`
+
+
+def test_a_stream_that_ended_is_closed_without_a_cancel(server, monkeypatch):
+    """tritonserver 2.51 can crash (SIGSEGV) on a cancellation racing the completion of a stream's last response
+    (reproduced under load with the CLI's refused requests; server#8078): the client cancels only what did not end."""
+    import tritonclient.grpc as grpcclient
+
+    stops: list[bool] = []  # what the client asked for (close() also calls stop_stream(), without an argument)
+    original = grpcclient.InferenceServerClient.stop_stream
+
+    def stop_stream(self, cancel_requests=None):
+        if cancel_requests is not None:
+            stops.append(cancel_requests)
+        original(self, bool(cancel_requests))
+
+    monkeypatch.setattr(grpcclient.InferenceServerClient, "stop_stream", stop_stream)
+    with TritonClient(server.grpc_url, model="counting_target", timeout_s=30) as client:
+        client.infer("counting_target", request([5], 3), ["output_ids"])  # the final response came
+        with pytest.raises(RequestError):
+            client.infer("refusing_stream", request([5], 3), ["output_ids"])  # the error ended the stream
+    with TritonClient(server.grpc_url, model="counting_slow", timeout_s=0.5) as client:
+        with pytest.raises(ServerError, match="no final response"):
+            client.infer("counting_slow", request([5], 3), ["output_ids"])  # still running: cancelled
+    assert stops == [False, False, True]
+
+
+def test_the_stdlib_models_tag_bad_input_as_trtspec_does():
+    """model_repo's stdlib-only models repeat trtspec.errors.BAD_INPUT_TAG: every copy is the one definition."""
+    from trtspec.errors import BAD_INPUT_TAG
+
+    root = Path(__file__).resolve().parents[2] / "model_repo"
+    for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
+        text = (root / model / "1" / "model.py").read_text()
+        assert f"BAD_INPUT_TAG = {BAD_INPUT_TAG!r}".replace("'", '"') in text, model

@@ -13,11 +13,13 @@ only code that talks to the server: a unary call for ordinary models, one gRPC s
 responses into Chunks: they ask for the generated part alone (exclude_input_in_output) and for the perf outputs where
 the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target, or the torch flavour's engine
 models); a text prompt to an engine model goes through the repository's `preprocessing` and `postprocessing`
-models. Every request is bounded by `timeout_s` from sending to its final response; a stream that errs, times out or
-is abandoned by its reader is stopped with its request cancelled. A request the server refuses as bad input (Triton's
+models. Every request is bounded by `timeout_s` from sending to its final response; a stream that times out or is
+abandoned by its reader before its final response is cancelled, one that ended (final response or error) is closed
+gracefully. A request the server refuses as bad input (Triton's
 INVALID_ARG: a served model's own check, or Triton's check of dtypes and shapes) raises RequestError (exit 2) with
-the server's message; any other failure raises ServerError (exit 1). Streams ask for Triton's `triton_grpc_error`
-mode so that an error ends the stream with its gRPC status (a stream response alone carries only the message).
+the server's message; any other failure raises ServerError (exit 1). A gRPC stream's error carries its message
+alone (Triton's `triton_grpc_error` mode, which adds the code, crashes tritonserver 2.51 under load and is not used):
+trtspec's models tag bad-input messages (trtspec.errors.BAD_INPUT_TAG), which the client reads as INVALID_ARG.
 Used by the CLI, the sweep and scripts.
 TensorRT-LLM renamed two request inputs after 0.19.0 (`random_seed` -> `seed`, `min_length` -> `min_tokens`); an
 input is sent under whichever spelling the served model declares (read from its config), so one caller works
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.errors import ConfigError, RequestError, ServerError, ToolNotFoundError, UsageError
+from trtspec.errors import BAD_INPUT_TAG, ConfigError, RequestError, ServerError, ToolNotFoundError, UsageError
 from trtspec.spec.metrics import mean_acceptance_length  # data only, no torch
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds one request may take, sending to final response
@@ -62,9 +64,6 @@ RENAMED_INPUTS = {"random_seed": "seed", "min_length": "min_tokens"}
 _OTHER_SPELLING = {**RENAMED_INPUTS, **{new: old for old, new in RENAMED_INPUTS.items()}}
 # Triton's INVALID_ARG as tritonclient reports it: a bad request, not a failure of the server
 BAD_REQUEST_STATUS = "StatusCode.INVALID_ARGUMENT"
-# gRPC stream headers: `triton_grpc_error` makes an error end the stream with its gRPC status (tritonserver 2.51 has
-# it; a server without it sends the error message alone, which reads as a ServerError)
-STRICT_STREAM = {"triton_grpc_error": "true"}
 _DTYPES: dict[str, type] = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "seed": np.uint64, "stream": np.bool_,
                             "return_perf_metrics": np.bool_, "k": np.int32, "end_id": np.int32,
@@ -389,8 +388,9 @@ class TritonClient:
         """One request on a fresh gRPC stream: yields each response that has outputs, until the final flag."""
         results: queue.Queue[tuple[Any, Any]] = queue.Queue()
         client = self._grpc.InferenceServerClient(url=self.url)  # one stream per client object; requests may overlap
-        client.start_stream(callback=lambda result, error: results.put((result, error)), headers=STRICT_STREAM)
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
         deadline = time.monotonic() + self.timeout_s
+        ended = False  # the final response or an error came: nothing left to cancel
         try:
             client.async_stream_infer(model, tensors, outputs=requested, enable_empty_final_response=True)
             while True:
@@ -401,15 +401,19 @@ class TritonClient:
                                       "cancelled)", hint="the server may be overloaded or the request long; raise "
                                       "timeout_s (`trtspec sweep --timeout SECONDS`)") from None
                 if error is not None:
+                    ended = True
                     raise _request_failed(model, error, hint="see the server log for details")
                 response = result.get_response()
+                final = response.parameters.get("triton_final_response")
+                ended = final is not None and final.bool_param
                 if response.outputs:
                     yield _arrays(result, outputs)
-                final = response.parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
+                if ended:
                     return
-        finally:  # also when the reader stops early (generator closed): cancel what the server still runs
-            client.stop_stream(cancel_requests=True)
+        finally:
+            # a request that ended closes its stream gracefully; one that did not (timeout, the reader stopped early)
+            # is cancelled, so the server stops generating for nobody
+            client.stop_stream(cancel_requests=not ended)
             client.close()
 
 
@@ -456,8 +460,10 @@ def _chunk(arrays: Mapping[str, np.ndarray]) -> Chunk:
 def _request_failed(model: str, exc: BaseException, *, hint: str) -> RequestError | ServerError:
     """The error for a failed request: RequestError when the server refused it as bad input, else ServerError."""
     message = _message(exc)
+    tagged = message.endswith(BAD_INPUT_TAG)  # a stream error carries the message alone (trtspec.errors.BAD_INPUT_TAG)
+    message = message.removesuffix(BAD_INPUT_TAG).rstrip()
     message = message if message.startswith(f"{model}: ") else f"{model}: {message}"
-    if _status(exc) == BAD_REQUEST_STATUS:
+    if _status(exc) == BAD_REQUEST_STATUS or tagged:
         return RequestError(message, hint="the server refused the request as bad input: fix the value it names")
     return ServerError(message, hint=hint)
 

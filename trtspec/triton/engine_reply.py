@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trtspec.errors import OverloadedError, TrtspecError, UsageError
+from trtspec.errors import OverloadedError, TrtspecError, UsageError, tag_bad_input
 from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_request import Job, ParsedRequest, with_hint
 
@@ -28,11 +28,12 @@ def triton_error(pb: Any, error: BaseException) -> Any:
     """The Triton error that answers a failed request, with its code: INVALID_ARG for bad input (a RequestError, a
     parameter the engine refuses), UNAVAILABLE when the engine is full (OverloadedError), INTERNAL for the rest.
     Clients see the code as gRPC INVALID_ARGUMENT / UNAVAILABLE / INTERNAL and HTTP 400 / 503 / 500; trtspec's
-    client raises RequestError (exit 2) for INVALID_ARGUMENT."""
+    client raises RequestError (exit 2) for INVALID_ARGUMENT, and for a stream error tagged BAD_INPUT_TAG (a stream
+    on tritonserver 2.51 carries the message alone: trtspec.errors.BAD_INPUT_TAG)."""
     code = ("INVALID_ARG" if isinstance(error, UsageError) else "UNAVAILABLE" if isinstance(error, OverloadedError)
             else "INTERNAL")
     message = with_hint(error) if isinstance(error, TrtspecError) else str(error)
-    return pb.TritonError(message, getattr(pb.TritonError, code))
+    return pb.TritonError(tag_bad_input(message) if code == "INVALID_ARG" else message, getattr(pb.TritonError, code))
 
 
 class Reply:
@@ -40,8 +41,8 @@ class Reply:
     flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set.
 
     An error is the request's final response, also when other jobs of it still run: their later responses raise
-    ReplyClosed (so the serving loop aborts them), because nothing may follow an error on a gRPC stream in Triton's
-    triton_grpc_error mode (the error closed it; tritonserver 2.51 crashes on a later send)."""
+    ReplyClosed (so the serving loop aborts them): nothing may follow an error on a gRPC stream (in Triton's
+    triton_grpc_error mode the error closed it, and tritonserver 2.51 crashes on a later send)."""
 
     def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | None = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:

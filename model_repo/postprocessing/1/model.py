@@ -14,6 +14,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from text_codec import TextCodec
 
+BAD_INPUT_TAG = "[INVALID_ARG]"  # trtspec.errors.BAD_INPUT_TAG (this file is stdlib-only; a test checks the copy)
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -28,7 +30,7 @@ class TritonPythonModel:
             try:
                 output = self._decode(request)  # [batch * beam] bytes
             except ValueError as exc:  # bad input: INVALID_ARG
-                error = pb_utils.TritonError(f"postprocessing: {exc}", pb_utils.TritonError.INVALID_ARG)
+                error = pb_utils.TritonError(f"postprocessing: {exc} {BAD_INPUT_TAG}", pb_utils.TritonError.INVALID_ARG)
                 responses.append(pb_utils.InferenceResponse(error=error))
                 continue
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", output)]))

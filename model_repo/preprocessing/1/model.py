@@ -28,6 +28,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from text_codec import TextCodec
 
+BAD_INPUT_TAG = "[INVALID_ARG]"  # trtspec.errors.BAD_INPUT_TAG (this file is stdlib-only; a test checks the copy)
+
 DEFAULT_MAX_INPUT_LEN = 8192  # prompt tokens assumed when the engine model's max_input_len cannot be read
 NORMALIZER_SLACK = 4  # input bytes per token-text byte a normalizer may drop or fold (NFKC, stripped spaces)
 MAX_WORDS = 1024  # words per batch row in BAD_WORDS_DICT / STOP_WORDS_DICT / EMBEDDING_BIAS_WORDS
@@ -85,7 +87,7 @@ class TritonPythonModel:
             try:
                 responses.append(self._tokenize(request))
             except ValueError as exc:  # bad input (UnicodeDecodeError included): INVALID_ARG
-                error = pb_utils.TritonError(f"preprocessing: {exc}", pb_utils.TritonError.INVALID_ARG)
+                error = pb_utils.TritonError(f"preprocessing: {exc} {BAD_INPUT_TAG}", pb_utils.TritonError.INVALID_ARG)
                 responses.append(pb_utils.InferenceResponse(error=error))
         return responses
 

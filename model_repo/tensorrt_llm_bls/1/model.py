@@ -43,6 +43,7 @@ try:  # rendered next to this file on the TensorRT-LLM flavour only (see the mod
 except ImportError:
     trtspec_series = None
 
+BAD_INPUT_TAG = "[INVALID_ARG]"  # trtspec.errors.BAD_INPUT_TAG (this file is stdlib-only; a test checks the copy)
 PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
 # BLS input -> preprocessing input
 TO_PREPROCESSING = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
@@ -109,8 +110,11 @@ class TritonPythonModel:
             except (ValueError, CallError, pb_utils.TritonModelException) as exc:
                 code = (exc.code if isinstance(exc, CallError) else pb_utils.TritonError.INVALID_ARG
                         if isinstance(exc, ValueError) else pb_utils.TritonError.INTERNAL)
+                message = f"tensorrt_llm_bls: {exc}"
+                if code == pb_utils.TritonError.INVALID_ARG and not message.endswith(BAD_INPUT_TAG):
+                    message = f"{message} {BAD_INPUT_TAG}"
                 error = pb_utils.InferenceResponse(output_tensors=[],
-                                                   error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}", code))
+                                                   error=pb_utils.TritonError(message, code))
             # An error is the request's final response and nothing follows it: a gRPC stream in triton_grpc_error
             # mode is closed by the error, and tritonserver 2.51 crashes on a later send to it.
             if sender is None:
@@ -305,7 +309,9 @@ def _raise_error(model, response):
     """Raise the error of `model`'s response as a CallError with the same code (bad input stays INVALID_ARG)."""
     error = response.error()
     message = error.message()
-    raise CallError(message if message.startswith(f"{model}: ") else f"{model}: {message}", error.code())
+    # a tagged message is bad input whatever code arrived (2.51's Python backend drops the code of a BLS response)
+    code = pb_utils.TritonError.INVALID_ARG if message.endswith(BAD_INPUT_TAG) else error.code()
+    raise CallError(message if message.startswith(f"{model}: ") else f"{model}: {message}", code)
 
 
 def _words(word_list):

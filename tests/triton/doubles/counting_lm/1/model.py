@@ -7,7 +7,7 @@ Decoupled or not, as its config says. Parameters for client tests: delay_s (slee
 (a file that gets a line per request found cancelled after the sleep; that request gets no output); input_log (a
 file that gets one JSON line per request: the names and values of the one-element inputs it received); error (a
 message every request is answered with, as a Triton error of code error_code: a pb_utils.TritonError code name,
-INTERNAL by default).
+INTERNAL by default; an INVALID_ARG message carries trtspec.errors.BAD_INPUT_TAG, as trtspec's models do).
 With return_perf_metrics set, the target reports its own acceptance counters for the draft it verified.
 """
 
@@ -51,7 +51,9 @@ class TritonPythonModel:
                     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     continue
             if self.error:
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(self.error, self.error_code))
+                bad_input = self.error_code == pb_utils.TritonError.INVALID_ARG  # tagged as trtspec's models do
+                message = f"{self.error} [INVALID_ARG]" if bad_input else self.error
+                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message, self.error_code))
                 if self.decoupled:
                     request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 else:
