@@ -250,3 +250,22 @@ def test_the_stdlib_models_tag_bad_input_as_trtspec_does():
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
         text = (root / model / "1" / "model.py").read_text()
         assert f"BAD_INPUT_TAG = {BAD_INPUT_TAG!r}".replace("'", '"') in text, model
+
+
+def test_streams_do_not_ask_for_triton_grpc_error_mode(server, monkeypatch):
+    """That mode ends a stream from inside the error's completion, which races and crashes tritonserver 2.51 under
+    load (reproduced with the CLI's refused requests): the client must not ask for it, and still exits 2."""
+    import tritonclient.grpc as grpcclient
+
+    headers: list[object] = []
+    original = grpcclient.InferenceServerClient.start_stream
+
+    def start_stream(self, callback, stream_timeout=None, headers_=None, **kwargs):
+        headers.append(kwargs.get("headers") or headers_)
+        return original(self, callback, stream_timeout, **kwargs)
+
+    monkeypatch.setattr(grpcclient.InferenceServerClient, "start_stream", start_stream)
+    with TritonClient(server.grpc_url, model="refusing_stream", timeout_s=30) as client:
+        with pytest.raises(RequestError, match="refusing_stream: refusing it$"):  # the tag is read, not shown
+            client.infer("refusing_stream", request([5], 3), ["output_ids"])
+    assert headers and all("triton_grpc_error" not in (h or {}) for h in headers)
