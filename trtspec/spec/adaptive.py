@@ -93,6 +93,14 @@ def cpu_clock() -> float:
     return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
+def _axis(arm: tuple[int, bool]) -> int | None:
+    """An arm's place on the curve of decode seconds vs K (`PairedCosts.curve`): K for arms that run a draft model
+    (a target forward K + 1 tokens wide and K draft forwards); None for the others (plain decoding, draft-free
+    methods), priced through their differences to the curve."""
+    k, drafting = arm
+    return k if drafting else None
+
+
 def load_bucket(rows: int) -> int:
     """Running requests -> the load level whose costs they share: exact up to 8, then four levels per doubling
     (10, 11, 13, 16, 19, 23, 27, 32, ...), so 15-17 running requests use the costs measured at 16."""
@@ -280,6 +288,11 @@ class AdaptiveK:
         step's arm (`PairedCosts`) through at least MIN_SAMPLES differences; else a low quantile of its own decode
         steps and of its admitting steps less their admissions (measured at whatever speed the machine had then), or
         the larger of the two when both exist; None when it never ran here."""
+        curve = load.paired.curve(_axis)
+        if curve is not None and key[1]:
+            return curve.seconds(key[0])
+        if curve is not None and key in curve.off:
+            return curve.off[key]
         paired = load.paired.seconds(key)
         if paired is not None and load.paired.support(key) >= MIN_SAMPLES:
             return paired
