@@ -142,7 +142,7 @@ class PairedCosts:
         differences span it): each difference counts per unit of x it spans, at the quantile its noise direction
         asks for (`_difference`); a step is never negative (a decode step drafting more tokens does not cost less).
         Arms off the axis are priced through their differences to arms on it; the level is the same low quantile
-        of the latest steps as `seconds`. None until some pair of arms on the axis has LINE_MIN differences or when
+        of the latest steps as `seconds`. None until LINE_MIN differences between arms on the axis exist or when
         no latest step is on or connected to the axis."""
         if self._fit is None or self._fit[0] != self._version:
             self._fit = (self._version, self._fit_curve(x))
@@ -165,8 +165,7 @@ class PairedCosts:
                 continue
             for diff, tried_b in window:  # tried b: diff too high
                 spans.append((pa, pb, diff, tried_b) if pa < pb else (pb, pa, -diff, not tried_b))
-        if not spans or max(len(w) for (a, b), w in self._pairs.items()
-                            if x(a) is not None and x(b) is not None and x(a) != x(b)) < LINE_MIN:
+        if len(spans) < LINE_MIN:
             return None
         lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
         on = {lo: 0.0}
