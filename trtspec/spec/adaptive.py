@@ -284,15 +284,27 @@ class AdaptiveK:
         return max(0.0, self._measured_seconds(rows, load, (j, drafting)) + line(k) - line(j))  # type: ignore[operator]
 
     def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
-        """The arm's decode-step seconds at the machine's current speed when adjacent steps connect it to the latest
-        step's arm (`PairedCosts`) through at least MIN_SAMPLES differences; else a low quantile of its own decode
-        steps and of its admitting steps less their admissions (measured at whatever speed the machine had then), or
-        the larger of the two when both exist; None when it never ran here."""
+        """The arm's decode-step seconds at the machine's current speed. Drafting arms: the curve in K whose steps pool
+        every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span; outside it the arm
+        alone (`_arm_seconds`), never cheaper than the span's edge above it. Other arms (plain decoding): through
+        their differences to the curve, else alone. None when it never ran here."""
         curve = load.paired.curve(_axis)
         if curve is not None and key[1]:
-            return curve.seconds(key[0])
+            inside = curve.seconds(key[0])
+            if inside is not None:
+                return inside
+            outside = self._arm_seconds(rows, load, key)  # beyond the span: never cheaper than its larger edge
+            lo, hi = min(curve.on), max(curve.on)
+            if outside is None:
+                return None
+            return max(outside, curve.on[hi]) if key[0] > hi else min(outside, curve.on[lo])
         if curve is not None and key in curve.off:
             return curve.off[key]
+        return self._arm_seconds(rows, load, key)
+
+    def _arm_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
+        """The arm alone: through its best pair of adjacent steps (`PairedCosts.seconds`) when that rests on
+        MIN_SAMPLES differences, else no cheaper than a low quantile of its own steps; None when it never ran here."""
         paired = load.paired.seconds(key)
         if paired is not None and load.paired.support(key) >= MIN_SAMPLES:
             return paired

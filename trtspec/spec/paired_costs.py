@@ -53,16 +53,10 @@ class Curve:
     on: dict[int, float]  # x -> seconds, every x from the lowest to the highest measured arm
     off: dict[Hashable, float]  # arm off the axis -> its seconds
 
-    def seconds(self, x: int) -> float:
-        """Inside the measured span its value; outside it extended linearly with the edge's last step."""
-        lo, hi = min(self.on), max(self.on)
-        if lo <= x <= hi:
-            return self.on[x]
-        if hi == lo:
-            return self.on[lo]
-        if x > hi:
-            return self.on[hi] + (x - hi) * (self.on[hi] - self.on[hi - 1])
-        return max(0.0, self.on[lo] - (lo - x) * (self.on[lo + 1] - self.on[lo]))
+    def seconds(self, x: int) -> float | None:
+        """Its seconds inside the measured span (lowest to highest x measured), else None: a step at the span's edge
+        rests on the fewest differences, and extended flat it would make every larger x look free."""
+        return self.on.get(x)
 
 
 class PairedCosts:
