@@ -285,19 +285,18 @@ class AdaptiveK:
 
     def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
         """The arm's decode-step seconds at the machine's current speed. Drafting arms: the curve in K whose steps pool
-        every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span; outside it the arm
-        alone (`_arm_seconds`), never cheaper than the span's edge above it. Other arms (plain decoding): through
+        every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span, beyond it extended from
+        the nearer edge by the load's line. Other arms (plain decoding): through
         their differences to the curve, else alone. None when it never ran here."""
         curve = load.paired.curve(_axis)
         if curve is not None and key[1]:
             inside = curve.seconds(key[0])
             if inside is not None:
                 return inside
-            outside = self._arm_seconds(rows, load, key)  # beyond the span: never cheaper than its larger edge
-            lo, hi = min(curve.on), max(curve.on)
-            if outside is None:
-                return None
-            return max(outside, curve.on[hi]) if key[0] > hi else min(outside, curve.on[lo])
+            # beyond the span: extended from its nearer edge by the load's line (the arm's own steps may date from
+            # another speed, and a flat extension would make every larger K look free)
+            line, edge = self._line(load, rows, True), min(max(key[0], min(curve.on)), max(curve.on))
+            return max(0.0, curve.on[edge] + line(key[0]) - line(edge))
         if curve is not None and key in curve.off:
             return curve.off[key]
         return self._arm_seconds(rows, load, key)
