@@ -13,8 +13,12 @@ Objective: the engine's long-run output tokens per second, at the current load l
            times the current speed level from the latest steps. A shared CPU's speed drifts by 30-40% over seconds
            while consecutive steps run at nearly the same speed, so only costs measured close together in time are
            comparable; noise is one-sided (another process only ever adds time), so the estimates are low
-           quantiles. Until an arm's relative cost rests on MIN_SAMPLES differences it is priced no cheaper than a
-           low quantile of its own last WINDOW steps (measured at whatever speed the machine had then);
+           quantiles. Drafting arms are priced on a curve in K (`PairedCosts.curve`) whose steps pool every
+           difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
+           it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
+           edge by the load's line. Until the curve exists (LINE_MIN differences), and for arms off it, an arm's
+           relative cost from its best pair, priced no cheaper than a low quantile of its own last WINDOW steps
+           (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES differences;
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;

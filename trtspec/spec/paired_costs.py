@@ -26,6 +26,12 @@ So seconds(a) = exp(level + r_a) prices every connected arm at the machine's cur
 within a few steps. `support(a)` says on how many differences an arm's relative cost rests: the policy explores an
 arm until it rests on enough of them (a first difference may be a spike or a change of speed).
 
+Arms on an ordered axis (`curve`: drafting arms at x = K) are priced instead by pooling: on the real machine single
+steps jitter by 10-30% and a short run gives each pair 1-3 differences, so a tree that prices each arm through one
+pair made D(K) non-monotone (D(4) = 41.6 ms next to D(5) = 34 ms) and the choice jumped between distant K. The
+curve's log-step from x to x + 1 is the `_difference` quantile of every difference spanning it from arms within one
+(widened until LINE_MIN) of it, each per unit of x it spans, never negative; it covers only the measured span.
+
 Example (arm 1 tried once after two arm-0 steps; then the machine slows down by 40% while only arm 0 runs):
     costs = PairedCosts(); costs.observe(0, 0.020, 1); costs.observe(0, 0.020, 2); costs.observe(1, 0.030, 3)
     for t in range(4, 30): costs.observe(0, 0.028, t)
