@@ -288,10 +288,10 @@ class AdaptiveK:
         return max(0.0, self._measured_seconds(rows, load, (j, drafting)) + line(k) - line(j))  # type: ignore[operator]
 
     def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
-        """The arm's decode-step seconds at the machine's current speed. Drafting arms: the curve in K whose steps pool
-        every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span, beyond it extended from
-        the nearer edge by the load's line. Other arms (plain decoding): through
-        their differences to the curve, else alone. None when it never ran here."""
+        """The arm's decode-step seconds at the machine's current speed. Drafting arms: the curve in K whose steps
+        pool every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span, beyond it
+        extended from the nearer edge by the load's line. Other arms (plain decoding): through their differences to
+        the curve, else alone (`_arm_seconds`). None when it never ran here."""
         curve = load.paired.curve(_axis)
         if curve is not None and key[1]:
             inside = curve.seconds(key[0])
