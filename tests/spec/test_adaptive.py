@@ -83,3 +83,20 @@ def test_forward_grouped_equals_one_pass(random_pair):
     for i, row in enumerate(rows):
         n = len(row)
         assert torch.allclose(outs[0].logits[i, :n], outs[1].logits[i, :n], atol=1e-4)
+
+
+def test_drafting_costs_follow_the_pooled_curve_and_grow_beyond_its_span():
+    """Decode steps at K = 2, 3, 4 compared through adjacent steps: the policy prices them on the curve
+    (`PairedCosts.curve`); K = 3 -> 4 measured flat must not make K = 5..8 look free (extended by the load's line)."""
+    policy = AdaptiveK()
+
+    def step(k: int, seconds: float) -> None:
+        policy.observe_step(rows=4, width=k + 1, target_s=seconds, draft_steps=k, draft_rows=4, draft_s=0.0,
+                            overhead_s=0.0, prefill_rows=0, max_k=k)
+
+    for base, tried in ((2, 3), (3, 4)) * 3:
+        for k in (base, base, tried):
+            step(k, 0.030 if k == 2 else 0.036)  # K = 3 and 4 cost the same
+    costs = [policy.decode_seconds(4, k, True) for k in range(2, 9)]
+    assert abs(costs[1] / costs[0] - 1.2) < 1e-9 and costs[2] == costs[1]
+    assert all(later > earlier for earlier, later in zip(costs[2:], costs[3:], strict=False))

@@ -13,8 +13,12 @@ Objective: the engine's long-run output tokens per second, at the current load l
            times the current speed level from the latest steps. A shared CPU's speed drifts by 30-40% over seconds
            while consecutive steps run at nearly the same speed, so only costs measured close together in time are
            comparable; noise is one-sided (another process only ever adds time), so the estimates are low
-           quantiles. Until an arm's relative cost rests on MIN_SAMPLES differences it is priced no cheaper than a
-           low quantile of its own last WINDOW steps (measured at whatever speed the machine had then);
+           quantiles. Drafting arms are priced on a curve in K (`PairedCosts.curve`) whose steps pool every
+           difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
+           it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
+           edge by the load's line. Until the curve exists (LINE_MIN differences), and for arms off it, an arm's
+           relative cost from its best pair, priced no cheaper than a low quantile of its own last WINDOW steps
+           (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES differences;
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;
@@ -91,6 +95,14 @@ def cpu_clock() -> float:
     import torch
 
     return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
+
+
+def _axis(arm: tuple[int, bool]) -> int | None:
+    """An arm's place on the curve of decode seconds vs K (`PairedCosts.curve`): K for arms that run a draft model
+    (a target forward K + 1 tokens wide and K draft forwards); None for the others (plain decoding, draft-free
+    methods), priced through their differences to the curve."""
+    k, drafting = arm
+    return k if drafting else None
 
 
 def load_bucket(rows: int) -> int:
@@ -276,10 +288,26 @@ class AdaptiveK:
         return max(0.0, self._measured_seconds(rows, load, (j, drafting)) + line(k) - line(j))  # type: ignore[operator]
 
     def _measured_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
-        """The arm's decode-step seconds at the machine's current speed when adjacent steps connect it to the latest
-        step's arm (`PairedCosts`) through at least MIN_SAMPLES differences; else a low quantile of its own decode
-        steps and of its admitting steps less their admissions (measured at whatever speed the machine had then), or
-        the larger of the two when both exist; None when it never ran here."""
+        """The arm's decode-step seconds at the machine's current speed. Drafting arms: the curve in K whose steps
+        pool every adjacent-step difference around them (`PairedCosts.curve`) inside its measured span, beyond it
+        extended from the nearer edge by the load's line. Other arms (plain decoding): through their differences to
+        the curve, else alone (`_arm_seconds`). None when it never ran here."""
+        curve = load.paired.curve(_axis)
+        if curve is not None and key[1]:
+            inside = curve.seconds(key[0])
+            if inside is not None:
+                return inside
+            # beyond the span: extended from its nearer edge by the load's line (the arm's own steps may date from
+            # another speed, and a flat extension would make every larger K look free)
+            line, edge = self._line(load, rows, True), min(max(key[0], min(curve.on)), max(curve.on))
+            return max(0.0, curve.on[edge] + line(key[0]) - line(edge))
+        if curve is not None and key in curve.off:
+            return curve.off[key]
+        return self._arm_seconds(rows, load, key)
+
+    def _arm_seconds(self, rows: int, load: _Load, key: tuple[int, bool]) -> float | None:
+        """The arm alone: through its best pair of adjacent steps (`PairedCosts.seconds`) when that rests on
+        MIN_SAMPLES differences, else no cheaper than a low quantile of its own steps; None when it never ran here."""
         paired = load.paired.seconds(key)
         if paired is not None and load.paired.support(key) >= MIN_SAMPLES:
             return paired

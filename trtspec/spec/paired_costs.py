@@ -26,6 +26,12 @@ So seconds(a) = exp(level + r_a) prices every connected arm at the machine's cur
 within a few steps. `support(a)` says on how many differences an arm's relative cost rests: the policy explores an
 arm until it rests on enough of them (a first difference may be a spike or a change of speed).
 
+Arms on an ordered axis (`curve`: drafting arms at x = K) are priced instead by pooling: on the real machine single
+steps jitter by 10-30% and a short run gives each pair 1-3 differences, so a tree that prices each arm through one
+pair made D(K) non-monotone (D(4) = 41.6 ms next to D(5) = 34 ms) and the choice jumped between distant K. The
+curve's log-step from x to x + 1 is the `_difference` quantile of every difference spanning it from arms within one
+(widened until LINE_MIN) of it, each per unit of x it spans, never negative; it covers only the measured span.
+
 Example (arm 1 tried once after two arm-0 steps; then the machine slows down by 40% while only arm 0 runs):
     costs = PairedCosts(); costs.observe(0, 0.020, 1); costs.observe(0, 0.020, 2); costs.observe(1, 0.030, 3)
     for t in range(4, 30): costs.observe(0, 0.028, t)
@@ -36,11 +42,27 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 PAIR_WINDOW = 8  # differences remembered per pair of arms
 PAIR_GAP = 2  # two decode steps at most this many engine steps apart form a pair (an admitting step may sit between)
 LEVEL_WINDOW = 8  # latest steps whose speed estimates give the current level
+LINE_MIN = 3  # differences spanning an increment of the curve before it is priced from them
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Decode-step seconds along an ordered axis x = 0, 1, 2, ... (the draft cap K) at the machine's current speed,
+    and of the arms off the axis that adjacent steps connect to it (`PairedCosts.curve`)."""
+
+    on: dict[int, float]  # x -> seconds, every x from the lowest to the highest measured arm
+    off: dict[Hashable, float]  # arm off the axis -> its seconds
+
+    def seconds(self, x: int) -> float | None:
+        """Its seconds inside the measured span (lowest to highest x measured), else None: a step at the span's edge
+        rests on the fewest differences, and extended flat it would make every larger x look free."""
+        return self.on.get(x)
 
 
 class PairedCosts:
@@ -56,6 +78,8 @@ class PairedCosts:
         self._support: dict[Hashable, int] = {}  # arm -> differences of the pair that priced it (`support`)
         self._reference: Hashable | None = None  # the arm r is anchored at
         self._level: float | None = None  # the current level (log seconds of the reference arm); None = stale
+        self._version = 0  # counts differences added (the line's cache key)
+        self._fit: tuple[int, tuple[dict[int, float], dict[Hashable, float]] | None] | None = None  # version, fit
 
     def observe(self, arm: Hashable, seconds: float, step: int) -> None:
         """A decode step at `arm` took `seconds`; `step` = the engine's step count (adjacency in time)."""
@@ -73,6 +97,7 @@ class PairedCosts:
             window = self._pairs.setdefault(key, deque(maxlen=PAIR_WINDOW))
             window.append((y - base, True) if key[0] == other else (base - y, False))
             self._relative = None
+            self._version += 1
         self._history.append((arm, y, step))
         self._recent.append((arm, y))
         self._level = None
@@ -104,6 +129,65 @@ class PairedCosts:
         0 when it is not connected to the latest step's arm, PAIR_WINDOW for that arm itself."""
         relative = self.relative()
         return PAIR_WINDOW if arm == self._reference else self._support.get(arm, 0) if arm in relative else 0
+
+
+    def curve(self, x: Callable[[Hashable], int | None]) -> Curve | None:
+        """The arms at x = 0, 1, 2, ... (None = off the axis) priced through increments pooled over all their
+        differences.
+
+        A tree prices each arm through one pair, so on a machine whose single steps jitter by 10-30% an arm priced by
+        one or two differences can come out cheaper than a smaller one (issue 15 at concurrency 4: D(4) = 41.6 ms
+        next to D(5) = 34 ms), and the choice jumps between distant arms. Here the curve's log-step from x to x + 1
+        comes from every difference whose arms lie around it (within one arm on either side, widened until LINE_MIN
+        differences span it): each difference counts per unit of x it spans, at the quantile its noise direction
+        asks for (`_difference`); a step is never negative (a decode step drafting more tokens does not cost less).
+        Arms off the axis are priced through their differences to arms on it; the level is the same low quantile
+        of the latest steps as `seconds`. None until LINE_MIN differences between arms on the axis exist or when
+        no latest step is on or connected to the axis."""
+        if self._fit is None or self._fit[0] != self._version:
+            self._fit = (self._version, self._fit_curve(x))
+        fit = self._fit[1]
+        if fit is None:
+            return None
+        on, off = fit
+        recent = [y - (on[x(a)] if x(a) in on else off[a]) for a, y in self._recent if x(a) in on or a in off]
+        if not recent:
+            return None
+        level = low_quantile(recent)
+        return Curve({k: math.exp(level + r) for k, r in on.items()}, {a: math.exp(level + r) for a, r in off.items()})
+
+    def _fit_curve(self, x: Callable[[Hashable], int | None]) -> tuple[dict[int, float], dict[Hashable, float]] | None:
+        """(r per x over the measured span, r per arm off the axis connected to it) or None (see `curve`)."""
+        spans: list[tuple[int, int, float, bool]] = []  # (x_lo, x_hi, log s_hi - log s_lo, whether too high)
+        for (a, b), window in self._pairs.items():
+            pa, pb = x(a), x(b)
+            if pa is None or pb is None or pa == pb:
+                continue
+            for diff, tried_b in window:  # tried b: diff too high
+                spans.append((pa, pb, diff, tried_b) if pa < pb else (pb, pa, -diff, not tried_b))
+        if len(spans) < LINE_MIN:
+            return None
+        lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+        on = {lo: 0.0}
+        for j in range(lo, hi):  # the step from j to j + 1
+            for reach in range(1, hi - lo + 2):
+                near = [(d / (top - low), high) for low, top, d, high in spans if j - reach < low <= j < top <= j + 1 + reach]
+                if len(near) >= LINE_MIN or reach > hi - lo:
+                    break
+            on[j + 1] = on[j] + max(0.0, _difference(near) if near else 0.0)
+        # arms off the axis: r_off from each difference with an arm on it; a difference whose noise makes r_off too
+        # high (the off arm was the tried one) counts at the low quantile, as in `_difference`
+        samples: dict[Hashable, list[tuple[float, bool]]] = {}
+        for (a, b), window in self._pairs.items():
+            pa, pb = x(a), x(b)
+            if (pa is None) == (pb is None) or (pa if pb is None else pb) not in on:
+                continue
+            for diff, tried_b in window:
+                if pa is not None:  # b off: r_b = r_a + d, too high when b was tried
+                    samples.setdefault(b, []).append((on[pa] + diff, tried_b))
+                else:  # a off: r_a = r_b - d, too high when a was tried (d too low)
+                    samples.setdefault(a, []).append((on[pb] - diff, not tried_b))
+        return on, {arm: _difference(v) for arm, v in samples.items() if len(v) >= LINE_MIN}
 
 
 def low_quantile(values: Sequence[float]) -> float:
