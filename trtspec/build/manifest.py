@@ -46,8 +46,6 @@ def read_manifest(out_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
-
-
 class Hasher:
     """sha256 of files and directory trees, cached by (size, mtime_ns) so re-runs do not re-read big weights."""
 

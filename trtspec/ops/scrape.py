@@ -158,9 +158,10 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
     fulls = list(dict.fromkeys(metrics_url(u) for u in ([urls] if isinstance(urls, str) else urls)))
     if not fulls:
         raise UsageError("no metrics URL given", hint="pass --metrics HOST:PORT")
-    first = [True]
+    first = True
 
     def scrape() -> Sample:
+        nonlocal first
         models: dict[ModelId, ModelCounters] = {}
         failed: list[ServerError] = []
         texts = {}
@@ -168,19 +169,19 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
             try:
                 texts[full] = fetch(full, timeout_s=timeout_s)
             except ServerError as exc:
-                if first[0]:
+                if first:
                     raise
                 failed.append(exc)
         if not texts:
             raise failed[0]
         when = clock()
         for full, text in texts.items():
-            if first[0] and not has_series(text) and "dynamo_frontend_" in text:
+            if first and not has_series(text) and "dynamo_frontend_" in text:
                 raise UsageError(f"--metrics {full} is a Dynamo frontend's page: the trtspec series are on each "
                                  "worker's system port", hint="pass the workers' ports, e.g. --metrics "
                                  "localhost:8081,localhost:8082 (`trtspec serve --dynamo N` prints them)")
             models.update(parse(text, when, source=full if len(fulls) > 1 else "").models)
-        first[0] = False
+        first = False
         return Sample(when, models)
 
     return scrape

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
+from trtspec.triton.supervise import LOG_NAME, kept_log
 
 POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
 PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
@@ -356,7 +357,7 @@ class TritonServer:
             backend_dir = prepare_bundled_backends(work / "backends")
         self.plan = plan_launch(self.repo, ports=self.ports, binary=binary, backend_dir=backend_dir,
                                 load_models=self.load_models, log_verbose=self.log_verbose, host=self.host)
-        self.log_path = self.log_path or work / "tritonserver.log"
+        self.log_path = self.log_path or work / LOG_NAME
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
         env = {**self.plan.environment(), **self.extra_env}
         # The supervisor (own session = own process group) stops tritonserver and its stubs and removes the work dir
@@ -445,11 +446,9 @@ class TritonServer:
         run's summary shows it even when the test that noticed only saw a refused connection)."""
         import warnings
 
-        from trtspec.triton.supervise import kept_log
-
-        log = Path(kept_log(str(self._workdir)))
-        where = f"its log: {log}" if log.is_file() else f"its log: {self.log_path}"
-        warnings.warn(f"tritonserver (repository {self.repo}) exited by itself with code {code}; {where}",
+        kept = Path(kept_log(str(self._workdir)))
+        log = kept if kept.is_file() else self.log_path
+        warnings.warn(f"tritonserver (repository {self.repo}) exited by itself with code {code}; its log: {log}",
                       RuntimeWarning, stacklevel=3)
 
     def _cleanup(self) -> None:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+LOG_NAME = "tritonserver.log"  # the server's default log, inside the work directory (TritonServer writes it there)
 
 
 def set_parent_death_signal(signum: int = signal.SIGTERM) -> bool:
@@ -97,7 +98,7 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
     # 3. nothing of the group survives the server (backend stubs), and the work directory goes
     kill_group_except(os.getpgrp(), keep=os.getpid())
     if workdir:
-        log = os.path.join(workdir, "tritonserver.log")
+        log = os.path.join(workdir, LOG_NAME)
         if not stop_requested and os.path.isfile(log):
             print(f"trtspec supervise: tritonserver exited by itself with code {child.returncode}; log kept at "
                   f"{kept_log(workdir)}", file=sys.stderr, flush=True)
