@@ -78,8 +78,11 @@ class PairedCosts:
         self._support: dict[Hashable, int] = {}  # arm -> differences of the pair that priced it (`support`)
         self._reference: Hashable | None = None  # the arm r is anchored at
         self._level: float | None = None  # the current level (log seconds of the reference arm); None = stale
-        self._version = 0  # counts differences added (the line's cache key)
-        self._fit: tuple[int, tuple[dict[int, float], dict[Hashable, float]] | None] | None = None  # version, fit
+        self._version = 0  # counts differences added (the fit's cache key)
+        # ((differences added, axis), r per x on the axis and per arm off it): refitted only when a difference is added
+        self._fit: tuple[tuple[int, Callable], tuple[dict[int, float], dict[Hashable, float]] | None] | None = None
+        self._observed = 0  # steps observed (the priced curve's cache key: the level moves with every step)
+        self._priced: tuple[tuple[int, Callable], Curve | None] | None = None  # (observed, axis), the curve
 
     def observe(self, arm: Hashable, seconds: float, step: int) -> None:
         """A decode step at `arm` took `seconds`; `step` = the engine's step count (adjacency in time)."""
@@ -100,6 +103,7 @@ class PairedCosts:
             self._version += 1
         self._history.append((arm, y, step))
         self._recent.append((arm, y))
+        self._observed += 1
         self._level = None
         if arm != self._reference:
             self._relative = None
@@ -144,8 +148,13 @@ class PairedCosts:
         Arms off the axis are priced through their differences to arms on it; the level is the same low quantile
         of the latest steps as `seconds`. None until LINE_MIN differences between arms on the axis exist or when
         no latest step is on or connected to the axis."""
-        if self._fit is None or self._fit[0] != self._version:
-            self._fit = (self._version, self._fit_curve(x))
+        if self._priced is None or self._priced[0] != (self._observed, x):  # one pricing per step (the policy asks
+            self._priced = ((self._observed, x), self._price_curve(x))  # for every K of every choice)
+        return self._priced[1]
+
+    def _price_curve(self, x: Callable[[Hashable], int | None]) -> Curve | None:
+        if self._fit is None or self._fit[0] != (self._version, x):  # refitted when a difference is added
+            self._fit = ((self._version, x), self._fit_curve(x))
         fit = self._fit[1]
         if fit is None:
             return None

@@ -167,14 +167,17 @@ class BatchingVerdict:
     wall_ratio: float  # adaptive median / the best other median, wall tokens/s
     cpu_ratio: float  # the same on tokens per CPU second
     clock: str  # "cpu" (one torch thread: time-slicing by other processes is not the engine's cost) or "wall"
+    per_round: list[float]  # adaptive / the best other of the same round on the judged clock (shown, not judged)
 
     @property
     def passed(self) -> bool:
         return (self.cpu_ratio if self.clock == "cpu" else self.wall_ratio) >= ADAPTIVE_MARGIN
 
     def line(self) -> str:
+        rounds = (f" (per round: median {statistics.median(self.per_round):.2f}, {min(self.per_round):.2f}-"
+                  f"{max(self.per_round):.2f})" if self.per_round else "")
         return (f"c={self.concurrency}: adaptive / best ({self.best}) = {self.cpu_ratio:.2f} CPU, "
-                f"{self.wall_ratio:.2f} wall: {'PASS' if self.passed else 'FAIL'}")
+                f"{self.wall_ratio:.2f} wall{rounds}: {'PASS' if self.passed else 'FAIL'}")
 
 
 def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) -> Section:
@@ -199,8 +202,13 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
         best = max((n for n in judged if n != adaptive), key=judged.__getitem__)
         best_wall = max(rate for n, rate in wall.items() if n != adaptive)
         best_cpu = max(rate for n, rate in cpu.items() if n != adaptive)
+        metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
+        by_name = {name: [r["metrics"].get(metric, 0.0) for r in runs] for name, runs in modes}
+        others = [v for n, v in by_name.items() if n != adaptive]
+        per_round = [a / best_r for i, a in enumerate(by_name[adaptive])
+                     if (best_r := max((v[i] for v in others if i < len(v)), default=0.0)) > 0]
         verdict = BatchingVerdict(c, best.split(" (")[0], wall[adaptive] / best_wall,
-                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock)
+                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock, per_round)
         verdicts.append(verdict)
         for name, runs in modes:
             spread = [r["metrics"]["tokens_per_s"] for r in runs]
@@ -234,7 +242,8 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
             "grid runs once per round); spread = (max - min) / median over those runs; tokens per CPU s = the same "
             "tokens per process CPU second (with one torch thread this ignores time-slicing by other processes, so "
             "it is the steadier comparison on a shared machine); vs best = median / the best non-adaptive median on "
-            "the judged clock; "
+            "the judged clock; per round = adaptive / the best other configuration of the same round, on the judged clock "
+            "(the machine's speed moves between rounds; shown, not judged); "
             "latency = submit to last token of each request (p50/p99 over the requests of the median run).",
             "Adaptive k: each step the engine picks one draft cap K in [0, max k] maximising predicted output "
             "tokens/s from per-request acceptance estimates, decode-step costs measured per load level and K, and "
