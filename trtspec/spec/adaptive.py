@@ -80,9 +80,9 @@ from trtspec.spec.paired_costs import PairedCosts, low_quantile
 
 WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
 MIN_SAMPLES = 3  # an arm with fewer steps is explored like an unmeasured one (one unlucky step must not bury it)
-METHOD_DECAY = 0.97  # forgetting per trial of a method's acceptance counts (remembers ~30 trials)
+METHOD_DECAY = 0.995  # forgetting per trial of a method's acceptance counts (remembers ~200 trials)
 REQUEST_DECAY = 0.9  # the same for one request's counts (~10 trials)
-PRIOR_TRIALS = 2.0  # weight of the method's estimate in a request's, in trials
+PRIOR_TRIALS = 4.0  # weight of the method's estimate in a request's, in trials
 LENGTH_EMA = 0.1  # weight of the newest finished request in L
 
 
@@ -363,7 +363,15 @@ class AdaptiveK:
         k = best
         if self.explore_every and load.choices % max(1, self.explore_every // 2) == 0:
             k = self._explore(load, batch, best, rates)
-        return [min(k, r.cap) if r.adaptive else r.cap for r in batch]
+        ks = [min(k, r.cap) if r.adaptive else r.cap for r in batch]
+        for r, k in zip(batch, ks, strict=True):
+            if r.adaptive and k == 0 and r.request_id in self._request:
+                # a step without a draft still moves the request on by a token: its acceptance evidence ages per
+                # token, not per trial, so a dip (one early rejection) that made K = 0 win does not freeze there
+                # (no drafts, no new evidence) but relaxes towards its method's estimate
+                acc = self._request[r.request_id]
+                acc[0], acc[1] = REQUEST_DECAY * acc[0], REQUEST_DECAY * acc[1]
+        return ks
 
     def settled_k(self, rows: int) -> int | None:
         """The latest exploiting choice at the load level of `rows` running requests (None before any)."""
