@@ -49,6 +49,22 @@ def test_drafts_deep_when_verification_is_nearly_free():
     assert policy.choose(requests(1, cap=6)) == [6]
 
 
+def test_a_dip_in_acceptance_does_not_freeze_plain_decoding():
+    """Choosing K = 0 stops a request's drafts, so its acceptance evidence stops changing: before its evidence aged
+    per token, three early rejections kept a request at K = 0 for good while its method accepted 80% (on the real
+    engine at concurrency 4, 70% of the steps at K = 0 while fixed k = 3 was fastest)."""
+    policy = AdaptiveK(explore_every=0)
+    teach(policy, 1, lambda k: 0.1 + 0.05 * k, (4, 5))  # the method: alpha ~ 0.8, where K = 1..3 beat K = 0
+    policy.forget(0)
+    for _ in range(3):
+        policy.observe_draft(0, "draft_target", 4, 0)  # request 0 starts badly: alpha ~ 0.46, K = 0 wins
+    dip = policy.alpha(0, "draft_target")
+    assert dip < 0.5 and policy.choose(requests(1)) == [0]
+    chosen = [policy.choose(requests(1))[0] for _ in range(30)]
+    assert max(chosen) > 0 and chosen[-1] > 0, chosen  # it drafts again as its evidence ages, not never
+    assert dip < policy.alpha(0, "draft_target") < policy.alpha(1, "draft_target")  # towards the method's estimate
+
+
 def test_fixed_requests_keep_their_k_and_exploration_moves_by_one():
     policy = AdaptiveK(explore_every=2)
     teach(policy, 2, lambda k: 0.1 * (1 + k), (0, 4))

@@ -6,7 +6,9 @@ Objective: the engine's long-run output tokens per second, at the current load l
     T(K) = sum_i E(alpha_i, k_i)             tokens per step; E(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha)
     S(K) = D(K) + a(K > 0) * T(K) / L        seconds per step
   alpha_i  request i's per-token acceptance: its own forgotten counts of accepted tokens and trials (a rejection
-           ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials;
+           ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials; the counts
+           also age on every step the request does not draft (evidence ages per token: K = 0 yields no new trials,
+           so a dip that made K = 0 win would otherwise keep it there; at concurrency 4 it held 70% of the steps);
   D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host) AT THE MACHINE'S
            CURRENT SPEED: K's cost relative to the other arms from differences between steps run next to each
            other (`trtspec.spec.paired_costs.PairedCosts`: an explored step against the incumbent's steps just before it),
