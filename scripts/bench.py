@@ -291,8 +291,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")
     parser.add_argument("--batching-new-tokens", type=int, default=32, help="batching: tokens generated per request")
     parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
-    # 32 requests per cell (at least 2 s of a CPU core) and 5 rounds: with 6 requests per cell and 3 rounds the medians
-    # spread by 20-40% on this shared machine, more than the 5% the verdict judges (docs/benchmarks.md, issue 15)
+    # 32 requests per cell (2-6 s) and 5 rounds (~14 minutes): this machine's speed swings by 15-25% with a
+    # correlation time of 1-2 s, so short cells give medians that move by more than the 5% the verdict judges;
+    # resolving 5% needs ~60 s of cells per configuration (docs/benchmarks.md, "The bench's noise", issue 15)
     parser.add_argument("--batching-min-requests", type=int, default=32, help="batching: requests per cell at least")
     parser.add_argument("--batching-repeats", type=int, default=5, help="batching: interleaved runs per cell (medians)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")
