@@ -44,6 +44,26 @@ def policy_at(rev: str) -> type:
     return modules["rev_adaptive"].AdaptiveK
 
 
+def bench_inputs(requests: int, new_tokens: int = 32):
+    """(engine, prompts, samplings) of the batching bench's closed loop: one SpecEngine on tiny + tiny-draft (one
+    torch thread), `requests` held-out prompts of the mixed suite cut to their last 64 tokens, greedy, EOS ignored."""
+    import torch
+
+    torch.set_num_threads(1)
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.params import SamplingParams
+    from trtspec.sweep.backend_engine import encode_prompt
+    from trtspec.sweep.benchmarks import MIXED
+    from trtspec.sweep.prompts import last_tokens, load_suite
+
+    engine = SpecEngine.from_pretrained("tiny", draft="tiny-draft", max_k=8)
+    suite = load_suite(MIXED, max(32, requests)).prompts
+    prompts = [last_tokens(encode_prompt(engine, p), 64) for p in suite][:requests]
+    samplings = [SamplingParams(temperature=0.0, seed=i, max_new_tokens=new_tokens, ignore_eos=True)
+                 for i in range(len(prompts))]
+    return engine, prompts, samplings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4)
@@ -52,20 +72,12 @@ def main() -> None:
     parser.add_argument("--baseline-rev", default=None, help="a git revision whose AdaptiveK runs beside this one")
     args = parser.parse_args()
 
-    import torch
-
-    torch.set_num_threads(1)
+    engine, prompts, samplings = bench_inputs(max(2 * args.concurrency, 6))
     from trtspec.spec.adaptive import AdaptiveK, cpu_clock
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SamplingParams, SpecParams
-    from trtspec.sweep.backend_engine import closed_loop, encode_prompt
-    from trtspec.sweep.prompts import last_tokens, load_suite
+    from trtspec.spec.params import SpecParams
+    from trtspec.sweep.backend_engine import closed_loop
 
     fixed = [int(k) for k in args.fixed_ks.split(",")]
-    n = max(2 * args.concurrency, 6)
-    engine = SpecEngine.from_pretrained("tiny", draft="tiny-draft", max_k=8)
-    prompts = [last_tokens(encode_prompt(engine, p), 64) for p in load_suite("code+prose+grounded", 32).prompts][:n]
-    samplings = [SamplingParams(temperature=0.0, seed=i, max_new_tokens=32, ignore_eos=True) for i in range(n)]
     policies = {"adaptive": AdaptiveK(clock=cpu_clock)}
     if args.baseline_rev:
         policies[f"adaptive@{args.baseline_rev}"] = policy_at(args.baseline_rev)(clock=cpu_clock)

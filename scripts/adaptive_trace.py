@@ -24,19 +24,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32)
     args = parser.parse_args()
 
-    import torch
+    from adaptive_side_by_side import bench_inputs  # scripts/ (the script's own folder) is on sys.path
 
-    torch.set_num_threads(1)
+    engine, prompts, samplings = bench_inputs(args.requests)
     from trtspec.spec.adaptive import AdaptiveK, cpu_clock
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SamplingParams, SpecParams
-    from trtspec.sweep.backend_engine import closed_loop, encode_prompt
-    from trtspec.sweep.prompts import last_tokens, load_suite
-
-    engine = SpecEngine.from_pretrained("tiny", draft="tiny-draft", max_k=8)
-    suite = load_suite("code+prose+grounded", max(32, args.requests)).prompts
-    prompts = [last_tokens(encode_prompt(engine, p), 64) for p in suite][:args.requests]
-    samplings = [SamplingParams(temperature=0.0, seed=i, max_new_tokens=32, ignore_eos=True) for i in range(len(prompts))]
+    from trtspec.spec.params import SpecParams
+    from trtspec.sweep.backend_engine import closed_loop
     policy = AdaptiveK(clock=cpu_clock)
     engine.k_policy = policy
     seen: list[tuple[int, float]] = []  # (step cap, mean acceptance estimate of the batch) at full load

@@ -19,17 +19,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=90.0)
     args = parser.parse_args()
 
-    import torch
+    from adaptive_side_by_side import bench_inputs  # scripts/ (the script's own folder) is on sys.path
 
-    torch.set_num_threads(1)
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SamplingParams, SpecParams
-    from trtspec.sweep.backend_engine import closed_loop, encode_prompt
-    from trtspec.sweep.prompts import last_tokens, load_suite
-
-    engine = SpecEngine.from_pretrained("tiny", draft="tiny-draft", max_k=8)
-    prompts = [last_tokens(encode_prompt(engine, p), 64) for p in load_suite("code+prose+grounded", 32).prompts][:4]
-    samplings = [SamplingParams(temperature=0.0, seed=i, max_new_tokens=16, ignore_eos=True) for i in range(4)]
+    engine, prompts, samplings = bench_inputs(4, new_tokens=16)
+    from trtspec.spec.params import SpecParams
+    from trtspec.sweep.backend_engine import closed_loop
     spec = SpecParams(method="draft_target", k=3)
     start, runs = time.perf_counter(), []
     while time.perf_counter() - start < args.seconds:

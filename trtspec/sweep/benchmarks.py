@@ -196,7 +196,7 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
     for c, modes in by_concurrency.items():
         plain = modes[0][1][0]["metrics"]["output_sha256"]  # the baseline runs first
         wall = {name: _median_rate(runs) for name, runs in modes}
-        cpu = {name: statistics.median(r["metrics"].get("tokens_per_cpu_s", 0.0) for r in runs) for name, runs in modes}
+        cpu = {name: _median_cpu_rate(runs) for name, runs in modes}
         adaptive = next(n for n in wall if n.startswith("adaptive"))
         judged = cpu if clock == "cpu" else wall
         best = max((n for n in judged if n != adaptive), key=judged.__getitem__)
