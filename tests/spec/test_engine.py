@@ -194,3 +194,35 @@ def test_tree_layout_masks_and_positions():
     # row 1: pending token p at 4, node 0 at depth 1, nodes 1 and 2 at depth 2 (siblings do not see each other)
     assert positions[1, :4].tolist() == [4, 5, 6, 6]
     assert mask[1, :4, :4].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]
+
+
+def test_a_draft_catching_up_does_not_pad_the_one_token_rows(random_pair):
+    """A request whose draft cache lacks its prompt (just admitted, or back from steps without drafts) next to rows
+    that feed one token: the draft runs the long row and the short rows as separate forwards (one padded pass would
+    run every row at the prompt's width: 16x the draft compute at 16 rows), and drafts what each request gets alone."""
+    from trtspec.spec.model import LlamaModel
+    from trtspec.spec.proposers.base import ProposeInput
+    from trtspec.spec.proposers.draft_model import DraftModelProposer
+
+    def proposer() -> tuple[DraftModelProposer, list[tuple[int, int]]]:
+        model = LlamaModel.from_pretrained(random_pair[1])
+        shapes: list[tuple[int, int]] = []  # (rows, width) of every draft forward
+        model.register_forward_pre_hook(lambda _m, args: shapes.append(tuple(args[0].shape)))
+        return DraftModelProposer(model, model.config.vocab_size), shapes
+
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+    contexts = {0: list(range(3, 23)), 1: [5, 6], 2: [7, 8], 3: [9, 10]}  # request 0: a 20-token prompt
+    together, shapes = proposer()
+    for rid in contexts:
+        together.add_request(rid)
+    for rid in (1, 2, 3):  # the short rows' caches hold all but their last token
+        together.propose([ProposeInput(rid, contexts[rid][:1], 1, greedy, None)])
+        together.commit(rid, contexts[rid][:1])
+    shapes.clear()
+    drafts = together.propose([ProposeInput(rid, ctx, 2, greedy, None) for rid, ctx in contexts.items()])
+    assert set(shapes[:2]) == {(1, 20), (3, 1)}, shapes  # split, not one (4, 20) pass
+    alone, _ = proposer()
+    for rid, ctx in contexts.items():
+        alone.add_request(rid)
+        assert alone.propose([ProposeInput(rid, ctx, 2, greedy, None)])[0].token_ids.tolist() == \
+            drafts[rid].token_ids.tolist()

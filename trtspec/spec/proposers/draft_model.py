@@ -17,7 +17,7 @@ from torch import Tensor
 
 from trtspec.errors import ConfigError
 from trtspec.spec.logits_process import LogitsControls, process_logits
-from trtspec.spec.model import LlamaModel
+from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
 from trtspec.spec.sampling import sample, scores_to_probs
 
@@ -110,7 +110,10 @@ class DraftModelProposer:
         num_tokens = torch.tensor([len(f) for f in feed])  # [rows]
         slots = torch.tensor([s.slot for s in states])  # [rows]
         device = self.model.lm_head.weight.device
-        out = self.model(input_ids.to(device), self.cache, slots.to(device), num_tokens=num_tokens.to(device))
+        # a row catching up (a prompt, or tokens committed while it did not draft) next to one-token rows: split, so
+        # the others are not padded to its width (at 16 rows one admission would run the draft over 16 prompts)
+        out = forward_grouped(self.model, input_ids.to(device), self.cache, slots.to(device),
+                              num_tokens=num_tokens.to(device))
         for state, f in zip(states, feed, strict=True):
             state.cached_ids.extend(f)
         logits = out.logits[torch.arange(len(feed)), num_tokens.to(device) - 1]  # [rows, draft vocab]
