@@ -18,14 +18,18 @@ Objective: the engine's long-run output tokens per second, at the current load l
            quantiles. Drafting arms are priced on a curve in K (`PairedCosts.curve`) whose steps pool every
            difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
            it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
-           edge by the load's line. Until the curve exists (LINE_MIN differences), and for arms off it, an arm's
+           edge by the load's line. The choice then takes D(K) no cheaper than the largest D of a smaller drafting
+           K, whatever priced each (`predicted_rates`). Until the curve exists (LINE_MIN differences), and for arms off it, an arm's
            relative cost from its best pair, priced no cheaper than a low quantile of its own last WINDOW steps
            (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES differences;
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;
   L        MEASURED output tokens per finished request, so T(K) / L admissions fall on each step.
-K = 0 (plain decoding) is always a candidate; near-ties go to the smaller K, and the last choice at a load level is
+K = 0 (plain decoding) is always a candidate; a larger K must be predicted `larger_k_margin` better per extra draft
+token than a smaller one (near the top rate(K) is flat within the estimates' error: at concurrency 16 the predicted
+rates of K = 2..5 lay within 2% while fixed k = 4 measured 10% below k = 2; and when the estimate is wrong a smaller
+K loses less: fewer rejected tokens drafted and verified, shorter steps), and the last choice at a load level is
 kept unless another K is predicted `switch_margin` better (hysteresis: flapping desynchronises the batch).
 Steps with prefill rows use the same choice as a decode step of the same batch: their prompt passes cost the same
 whatever K is (sunk), and dividing by a sunk cost would make large K look free.
@@ -193,16 +197,18 @@ class AdaptiveK:
         stale_after: choices at a load level after which an arm's measurement is re-taken.
         explore_margin: a measured neighbour predicted at least this share of the best rate is explored.
         switch_margin: another K must be predicted this much better to replace the latest choice.
+        larger_k_margin: a larger K must be predicted this much better per extra draft token than a smaller one.
         clock: times a step from `choose` to `observe_step` (e.g. `cpu_clock` on a CPU); None = the seconds the
             engine reports (draft + target + host, synchronised on a GPU).
     """
 
     def __init__(self, *, prior_alpha: float = 0.6, step_costs: Mapping[int, Any] | None = None,
                  explore_every: int = 8, stale_after: int = 64, explore_margin: float = 0.9,
-                 switch_margin: float = 0.02, clock: Callable[[], float] | None = None) -> None:
+                 switch_margin: float = 0.02, larger_k_margin: float = 0.02,
+                 clock: Callable[[], float] | None = None) -> None:
         self.prior_alpha = prior_alpha
         self.explore_every, self.stale_after = explore_every, stale_after
-        self.explore_margin, self.switch_margin = explore_margin, switch_margin
+        self.explore_margin, self.switch_margin, self.larger_k_margin = explore_margin, switch_margin, larger_k_margin
         self.step_costs = dict(step_costs) if step_costs else None
         self.clock = clock
         self._step_start: float | None = None  # clock() when the current step's choice was made
@@ -332,16 +338,28 @@ class AdaptiveK:
         return 0.0
 
     # -- choice --------------------------------------------------------------------------------------------------
-    def predicted_rate(self, batch: Sequence[KRequest], cap: int, alphas: Sequence[float] | None = None) -> float:
-        """rate(K) of the module docstring for this batch under adaptive cap `cap`: tokens per second."""
+    def predicted_rates(self, batch: Sequence[KRequest], top: int,
+                        alphas: Sequence[float] | None = None) -> list[float]:
+        """rate(K) of the module docstring for this batch under every adaptive cap K = 0..top: tokens per second.
+
+        The drafting arms' D(K) are made non-decreasing in K (each no cheaper than the largest D below it): a step
+        drafting more tokens does not cost less, and an arm priced apart from the others (its own steps, from
+        another second of a drifting machine; a fixed-k run long ago) must not look cheaper than a smaller K by
+        noise (at concurrency 16 a fixed k = 6 run measured in a fast second made D(6) < D(5) and the choice
+        jumped to K = 6)."""
         alphas = alphas if alphas is not None else [self.alpha(r.request_id, r.method) for r in batch]
-        ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
-        tokens = sum(expected_tokens(a, k) for a, k in zip(alphas, ks, strict=True))
-        step_k, drafting = self._arm_key(batch, ks)
-        seconds = self.decode_seconds(len(batch), step_k, drafting)
-        if self.request_tokens:
-            seconds += self.admission_seconds(len(batch), step_k > 0) * tokens / self.request_tokens
-        return tokens / seconds if seconds > 0 else math.inf
+        rates, floor = [], 0.0
+        for cap in range(top + 1):
+            ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
+            tokens = sum(expected_tokens(a, k) for a, k in zip(alphas, ks, strict=True))
+            step_k, drafting = self._arm_key(batch, ks)
+            seconds = self.decode_seconds(len(batch), step_k, drafting)
+            if drafting:
+                seconds = floor = max(floor, seconds)
+            if self.request_tokens:
+                seconds += self.admission_seconds(len(batch), step_k > 0) * tokens / self.request_tokens
+            rates.append(tokens / seconds if seconds > 0 else math.inf)
+        return rates
 
     def choose(self, batch: Sequence[KRequest]) -> list[int]:
         """Draft tokens per request this step: fixed requests keep their cap; adaptive ones share the best cap K."""
@@ -352,15 +370,16 @@ class AdaptiveK:
             return [r.cap for r in batch]
         top = max(adaptive_caps)
         alphas = [self.alpha(r.request_id, r.method) for r in batch]
-        rates = [self.predicted_rate(batch, cap, alphas) for cap in range(top + 1)]
+        rates = self.predicted_rates(batch, top, alphas)
         best = 0
         for cap in range(1, top + 1):
-            if rates[cap] > rates[best] * 1.0001:  # near-ties go to the smaller K
+            if rates[cap] > rates[best] * (1 + self.larger_k_margin) ** (cap - best):  # (module docstring)
                 best = cap
         load = self._load(len(batch))
         if load.best is not None and load.best <= top and rates[load.best] * (1 + self.switch_margin) >= rates[best]:
             best = load.best  # hysteresis
-        load.best = best
+        if load.best is None or load.best <= top or best < top:  # (a choice capped by requests near their end
+            load.best = best  # does not replace the load's preferred K)
         load.choices += 1
         k = best
         if self.explore_every and load.choices % max(1, self.explore_every // 2) == 0:
