@@ -116,3 +116,49 @@ def test_drafting_costs_follow_the_pooled_curve_and_grow_beyond_its_span():
     costs = [policy.decode_seconds(4, k, True) for k in range(2, 9)]
     assert abs(costs[1] / costs[0] - 1.2) < 1e-9 and costs[2] == costs[1]
     assert all(later > earlier for earlier, later in zip(costs[2:], costs[3:], strict=False))
+
+
+def measured_apart(policy: AdaptiveK, rows: int, seconds: dict[int, float], accepted: tuple[int, int]) -> None:
+    """Each K's decode steps in its own block (as fixed-k runs are), blocks too far apart in steps to be compared
+    as adjacent steps: every arm priced by its own steps alone."""
+    for k, s in seconds.items():
+        for _ in range(3):  # steps at another load between the blocks
+            policy.observe_step(rows=1, width=1, target_s=0.01, draft_steps=0, draft_rows=0, draft_s=0.0,
+                                overhead_s=0.0, prefill_rows=0, max_k=0)
+        for _ in range(8):
+            policy.observe_step(rows=rows, width=1 + k, target_s=s, draft_steps=k, draft_rows=rows if k else 0,
+                                draft_s=0.0, overhead_s=0.0, prefill_rows=0, max_k=k)
+            if k:
+                policy.observe_draft(0, "draft_target", *accepted[::-1])
+
+
+def test_an_arm_measured_in_a_fast_second_does_not_look_cheaper_than_a_smaller_k():
+    """At 16 rows D(K) = 30 + 12 K ms, but fixed k = 6 ran in a fast second (30% off). Priced alone, D(6) < D(5)
+    made K = 6 the best by far (on the real engine at concurrency 16 the choice jumped to K = 6); drafting costs are
+    non-decreasing in K, so K = 2 stays the best (alpha ~ 0.8)."""
+    policy = AdaptiveK(explore_every=0)
+    seconds = {k: 0.030 + 0.012 * k for k in range(9)}
+    seconds[6] *= 0.7
+    measured_apart(policy, 16, seconds, (4, 5))
+    assert policy.decode_seconds(16, 6, True) < policy.decode_seconds(16, 5, True)  # priced alone, it is cheaper
+    assert policy.choose(requests(16)) == [2] * 16
+
+
+def test_a_larger_k_must_be_predicted_clearly_better():
+    """rate(K) rising by 0.5% per K beyond K = 2 is within any estimate's error: the smaller K is chosen."""
+    policy = AdaptiveK(explore_every=0)
+    alpha = 0.8
+    tokens = [expected_tokens(alpha, k) for k in range(9)]
+    seconds = {k: tokens[k] / (100 * (0.8 if k < 2 else 1 + 0.005 * (k - 2))) for k in range(9)}
+    measured_apart(policy, 4, seconds, (4, 5))
+    rates = policy.predicted_rates(requests(4), 8)
+    assert max(range(9), key=rates.__getitem__) == 8  # the prediction's argmax ...
+    assert policy.choose(requests(4)) == [2] * 4  # ... is not 2% better per extra token than K = 2
+
+
+def test_a_request_near_its_end_does_not_reset_the_settled_k():
+    policy = AdaptiveK(explore_every=0)
+    teach(policy, 1, lambda k: 0.05 + 0.001 * k, (4, 4))  # alpha ~ 1, flat cost: K = 6 at cap 6
+    assert policy.choose(requests(1, cap=6)) == [6] and policy.settled_k(1) == 6
+    assert policy.choose(requests(1, cap=2)) == [2]  # two tokens left: capped
+    assert policy.settled_k(1) == 6
