@@ -84,7 +84,7 @@ from typing import Any
 from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
 from trtspec.spec.paired_costs import PairedCosts, low_quantile
 
-WINDOW = 8  # decode steps remembered per (load, K, draft model) arm
+WINDOW = 24  # decode steps remembered per (load, K, draft model) arm
 MIN_SAMPLES = 3  # an arm with fewer steps is explored like an unmeasured one (one unlucky step must not bury it)
 METHOD_DECAY = 0.995  # forgetting per trial of a method's acceptance counts (remembers ~200 trials)
 REQUEST_DECAY = 0.9  # the same for one request's counts (~10 trials)
