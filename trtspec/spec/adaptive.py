@@ -19,9 +19,10 @@ Objective: the engine's long-run output tokens per second, at the current load l
            difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
            it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
            edge by the load's line. The choice then takes D(K) no cheaper than the largest D of a smaller drafting
-           K, whatever priced each (`predicted_rates`). Until the curve exists (LINE_MIN differences), and for arms off it, an arm's
-           relative cost from its best pair, priced no cheaper than a low quantile of its own last WINDOW steps
-           (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES differences;
+           K, whatever priced each (`predicted_rates`). Until the curve exists (LINE_MIN differences), and for
+           arms off it, an arm's relative cost from its best pair, priced no cheaper than a low quantile of its own
+           last WINDOW steps (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES
+           differences;
   a(s)     MEASURED seconds per admitted request beyond the decode step it rode in (the target's and the draft's
            prompt passes, the extra forward of a split batch), separately for steps that speculated (s) or not,
            the same low quantile over the last admission steps;
@@ -348,6 +349,8 @@ class AdaptiveK:
         noise (at concurrency 16 a fixed k = 6 run measured in a fast second made D(6) < D(5) and the choice
         jumped to K = 6)."""
         alphas = alphas if alphas is not None else [self.alpha(r.request_id, r.method) for r in batch]
+        # seconds per admitted request, speculating or not: the same for every K (looked up once per choice)
+        admission = {s: self.admission_seconds(len(batch), s) for s in (False, True)} if self.request_tokens else {}
         rates, floor = [], 0.0
         for cap in range(top + 1):
             ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
@@ -357,7 +360,7 @@ class AdaptiveK:
             if drafting:
                 seconds = floor = max(floor, seconds)
             if self.request_tokens:
-                seconds += self.admission_seconds(len(batch), step_k > 0) * tokens / self.request_tokens
+                seconds += admission[step_k > 0] * tokens / self.request_tokens
             rates.append(tokens / seconds if seconds > 0 else math.inf)
         return rates
 
