@@ -19,12 +19,6 @@ import random
 import statistics
 
 
-def bootstrap_median(values: list[float], rng: random.Random, draws: int = 2000) -> tuple[float, float]:
-    """90% interval of the median by resampling."""
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.05 * draws)], medians[int(0.95 * draws)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4)
@@ -40,6 +34,7 @@ def main() -> None:
     from trtspec.spec.adaptive import AdaptiveK, cpu_clock
     from trtspec.spec.params import SpecParams
     from trtspec.sweep.backend_engine import closed_loop
+    from trtspec.sweep.benchmarks import median_interval
 
     policy = engine.k_policy = AdaptiveK(clock=cpu_clock)
     choose, mode = policy.choose, {"now": "adaptive"}
@@ -76,7 +71,7 @@ def main() -> None:
             if other in tested[: tested.index(name) + 1]:
                 continue
             ratios = [a / b for a, b in zip(rates[name], rates[other], strict=True)]
-            lo, hi = bootstrap_median(ratios, rng)
+            lo, hi = median_interval(ratios)
             print(f"{name} / {other}: median paired ratio {statistics.median(ratios):.3f} (90% interval {lo:.3f}-{hi:.3f})")
 
 

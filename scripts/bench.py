@@ -8,8 +8,8 @@ Sections (run all, or pick with --section):
            and how close the cost model's predicted speedup comes to the measured one
   lookahead lookahead decoding on the embedded target alone: mean acceptance length per prompt suite, lossless check
   batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k = 1..8 vs
-           adaptive k (output tokens/s median and spread over interleaved runs, per-request latency p50/p99), and
-           the verdict: adaptive k within 5% of the best of the others at every concurrency
+           adaptive k (output tokens/s median and spread over shuffled rounds, per-request latency p50/p99), and
+           the verdict: adaptive k within 5% of the best of the others at every concurrency (paired by round)
   dynamo   `trtspec serve --dynamo N` with 1 and 2 workers under the same openai sweep (and aiperf when
            `make aiperf` installed it): throughput and latency side by side
   suffix   suffix decoding with a cold and a warm cache on code, prose, grounded and repetitive prompts at batch 1,
@@ -291,11 +291,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")
     parser.add_argument("--batching-new-tokens", type=int, default=32, help="batching: tokens generated per request")
     parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
-    # 32 requests per cell (2-6 s) and 5 rounds (~14 minutes): this machine's speed swings by 15-25% with a
-    # correlation time of 1-2 s, so short cells give medians that move by more than the 5% the verdict judges;
-    # resolving 5% needs ~60 s of cells per configuration (docs/benchmarks.md, "The bench's noise", issue 15)
-    parser.add_argument("--batching-min-requests", type=int, default=32, help="batching: requests per cell at least")
-    parser.add_argument("--batching-repeats", type=int, default=5, help="batching: interleaved runs per cell (medians)")
+    # 16 requests per cell (1-4 s) and 12 rounds, each in its own random order (~14 minutes): this machine's speed
+    # swings by 15-25% with a correlation time of 1-2 s and drifts more slowly too, so the verdict pairs adaptive with
+    # the best other configuration round by round, over many short rounds (docs/benchmarks.md, issue 15)
+    parser.add_argument("--batching-min-requests", type=int, default=16, help="batching: requests per cell at least")
+    parser.add_argument("--batching-repeats", type=int, default=12,
+                        help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")
     parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")
     parser.add_argument("--lookahead-prompts", type=int, default=8, help="lookahead: prompts per suite")

@@ -122,6 +122,21 @@ def test_repeats_run_in_rounds_and_keep_round_zero_ids(spec_kwargs):
     assert [c.repeat for c in two] == [0, 0, 1, 1] and len({c.case_id for c in two}) == 4
 
 
+def test_shuffle_reorders_each_round_alone_and_keeps_the_case_ids(spec_kwargs):
+    grid = {**spec_kwargs, "methods": ["draft_target", "ngram"], "k": [0, 1, 2, 3], "concurrency": [1, 4],
+            "repeats": 3}
+    plain, shuffled = SweepSpec.build(**grid).cases(), SweepSpec.build(**grid, shuffle=True).cases()
+    assert sorted(c.case_id for c in shuffled) == sorted(c.case_id for c in plain)  # a resume finds its done cases
+    size = len(plain) // 3
+    rounds = [shuffled[r * size:(r + 1) * size] for r in range(3)]
+    assert all({c.repeat for c in one} == {r} for r, one in enumerate(rounds))  # rounds stay whole and in order
+    orders = [[(c.concurrency, c.method, c.k) for c in one] for one in rounds]
+    assert len({tuple(o) for o in orders}) == 3 and orders[0] != [(c.concurrency, c.method, c.k) for c in plain[:size]]
+    assert SweepSpec.build(**grid, shuffle=True).cases() == shuffled  # seeded: the same order every time
+    other_seed = SweepSpec.build(**grid, shuffle=True, seed=1).cases()[:size]
+    assert [(c.concurrency, c.method, c.k) for c in other_seed] != orders[0]  # another seed, another order
+
+
 def test_via_and_its_old_name_backend(tmp_path, spec_kwargs):
     assert SweepSpec.build(**spec_kwargs).via == "engine"
     spec = SweepSpec.build(**spec_kwargs, via="triton", url="x:1")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -145,56 +146,84 @@ def batching_spec(*, model: str, draft: str, concurrency: Sequence[int], fixed_k
                   adaptive_max_k: int, max_new_tokens: int, prompt_tokens: int, min_requests: int, repeats: int,
                   threads: int) -> SweepSpec:
     """At each concurrency: no speculation, every fixed k in `fixed_ks` and adaptive k, max(2 x concurrency,
-    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` interleaved
-    rounds (grid.SweepSpec.cases), so a burst of load from other processes hits one run of many rows."""
+    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` rounds, each in
+    its own random order (grid.SweepSpec.cases), so the cells one round's ratio compares run close together and a
+    burst of load from other processes hits one run of many rows."""
     return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target"], k=[0, *fixed_ks],
                            adaptive=[adaptive_max_k], suites=[MIXED], concurrency=list(concurrency),
                            num_prompts=2 * max(concurrency), num_requests=min_requests, waves=2,
                            prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                           max_draft_len=max(8, *fixed_ks, adaptive_max_k), repeats=repeats, threads=threads,
-                           calibrate=False)
+                           max_draft_len=max(8, *fixed_ks, adaptive_max_k), repeats=repeats, shuffle=True,
+                           threads=threads, calibrate=False)
 
 
 ADAPTIVE_MARGIN = 0.95  # issue 15: adaptive k >= 0.95 x the best of no speculation and every fixed k
 
 
+def median_interval(values: Sequence[float], *, level: float = 0.9, draws: int = 2000,
+                    seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval (percentile method, seeded: the same numbers give the same interval) of the median."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    tail = (1 - level) / 2
+    return medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]
+
+
 @dataclass
 class BatchingVerdict:
-    """Adaptive k against the best other configuration at one concurrency, on wall and on CPU time."""
+    """Adaptive k against the best other configuration at one concurrency.
+
+    The best other configuration is the one with the highest median on the judged clock; the verdict is the median
+    over rounds of adaptive / that configuration in the same round (a paired ratio: the rounds are shuffled and
+    short, so the machine's slower drift cancels in each ratio). Ratios of the medians are shown beside it.
+    """
 
     concurrency: int
     best: str  # the best other configuration on the judged clock
-    wall_ratio: float  # adaptive median / the best other median, wall tokens/s
-    cpu_ratio: float  # the same on tokens per CPU second
+    per_round: list[float]  # adaptive / best in the same round, judged clock, round order
+    wall_ratio: float  # adaptive median / the best other median, wall tokens/s (shown, not judged)
+    cpu_ratio: float  # the same on tokens per CPU second (shown, not judged)
     clock: str  # "cpu" (one torch thread: time-slicing by other processes is not the engine's cost) or "wall"
-    per_round: list[float]  # adaptive / the best other of the same round on the judged clock (shown, not judged)
+
+    @property
+    def paired(self) -> float:
+        return statistics.median(self.per_round) if self.per_round else 0.0
 
     @property
     def passed(self) -> bool:
-        return (self.cpu_ratio if self.clock == "cpu" else self.wall_ratio) >= ADAPTIVE_MARGIN
+        return self.paired >= ADAPTIVE_MARGIN
 
     def line(self) -> str:
-        rounds = (f" (per round: median {statistics.median(self.per_round):.2f}, {min(self.per_round):.2f}-"
-                  f"{max(self.per_round):.2f})" if self.per_round else "")
-        return (f"c={self.concurrency}: adaptive / best ({self.best}) = {self.cpu_ratio:.2f} CPU, "
-                f"{self.wall_ratio:.2f} wall{rounds}: {'PASS' if self.passed else 'FAIL'}")
+        spread = ""
+        if self.per_round:
+            low, high = median_interval(self.per_round)
+            spread = (f" (90% interval {low:.2f}-{high:.2f}, rounds {min(self.per_round):.2f}-"
+                      f"{max(self.per_round):.2f})")
+        return (f"c={self.concurrency}: adaptive / best ({self.best}) = {self.paired:.2f}, median of "
+                f"{len(self.per_round)} paired rounds{spread}; ratio of medians {self.cpu_ratio:.2f} CPU, "
+                f"{self.wall_ratio:.2f} wall: {'PASS' if self.passed else 'FAIL'}")
+
+
+def _batching_name(params: dict[str, Any]) -> tuple[tuple[int, int], str]:
+    """(sort key, row name): no speculation, fixed k ascending, then adaptive."""
+    if params["method"] == BASELINE:
+        return (0, 0), "no speculation"
+    if params.get("adaptive"):
+        return (2, params["k"]), f"adaptive k<={params['k']} ({params['method']})"
+    return (1, params["k"]), f"fixed k={params['k']} ({params['method']})"
 
 
 def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) -> Section:
-    by_concurrency: dict[int, list[tuple[str, list[Record]]]] = {}
+    by_concurrency: dict[int, list[tuple[tuple[int, int], str, list[Record]]]] = {}
     for runs in _by_case(measured.records).values():
         params = runs[0]["params"]
-        if params["method"] == BASELINE:
-            name = "no speculation"
-        elif params.get("adaptive"):
-            name = f"adaptive k<={params['k']} ({params['method']})"
-        else:
-            name = f"fixed k={params['k']} ({params['method']})"
-        by_concurrency.setdefault(params["concurrency"], []).append((name, runs))
+        by_concurrency.setdefault(params["concurrency"], []).append((*_batching_name(params), runs))
     rows, verdicts = [], []
     clock = "cpu" if spec.threads == 1 else "wall"  # what the verdict judges (see BatchingVerdict)
-    for c, modes in by_concurrency.items():
-        plain = modes[0][1][0]["metrics"]["output_sha256"]  # the baseline runs first
+    metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
+    for c in sorted(by_concurrency):
+        modes = [(name, runs) for _, name, runs in sorted(by_concurrency[c], key=lambda mode: mode[0])]
+        plain = modes[0][1][0]["metrics"]["output_sha256"]  # no speculation sorts first
         wall = {name: _median_rate(runs) for name, runs in modes}
         cpu = {name: _median_cpu_rate(runs) for name, runs in modes}
         adaptive = next(n for n in wall if n.startswith("adaptive"))
@@ -202,13 +231,12 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
         best = max((n for n in judged if n != adaptive), key=judged.__getitem__)
         best_wall = max(rate for n, rate in wall.items() if n != adaptive)
         best_cpu = max(rate for n, rate in cpu.items() if n != adaptive)
-        metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
-        by_name = {name: [r["metrics"].get(metric, 0.0) for r in runs] for name, runs in modes}
-        others = [v for n, v in by_name.items() if n != adaptive]
-        per_round = [a / best_r for i, a in enumerate(by_name[adaptive])
-                     if (best_r := max((v[i] for v in others if i < len(v)), default=0.0)) > 0]
-        verdict = BatchingVerdict(c, best.split(" (")[0], wall[adaptive] / best_wall,
-                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock, per_round)
+        by_round = {name: {r["params"].get("repeat", 0): r["metrics"].get(metric, 0.0) for r in runs}
+                    for name, runs in modes}
+        per_round = [rate / by_round[best][r] for r, rate in sorted(by_round[adaptive].items())
+                     if by_round[best].get(r, 0.0) > 0]
+        verdict = BatchingVerdict(c, best.split(" (")[0], per_round, wall[adaptive] / best_wall,
+                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock)
         verdicts.append(verdict)
         for name, runs in modes:
             spread = [r["metrics"]["tokens_per_s"] for r in runs]
@@ -229,8 +257,10 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
                  "same tokens as plain", "verdict"],
         rows=rows,
         notes=[
-            f"Verdict (adaptive k >= {ADAPTIVE_MARGIN:.2f} x the best of no speculation and every fixed k, medians, "
-            f"judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}): "
+            f"Verdict (adaptive k >= {ADAPTIVE_MARGIN:.2f} x the best of no speculation and every fixed k, judged on "
+            f"{'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}: the best is the other configuration "
+            "with the highest median, and the verdict the median over rounds of adaptive / that configuration in the "
+            "same round, with a 90% bootstrap interval of that median): "
             + "; ".join(v.line() for v in verdicts) + (". PASS." if passed else ". FAIL.")
             + (" With one torch thread, CPU seconds are the engine's own work: on this shared machine wall time "
                "also counts the time other processes held the cores (see the spread column)." if clock == "cpu"
@@ -238,13 +268,15 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
             f"Closed loop: `concurrency` requests in flight, a new one submitted when one finishes, "
             f"max(2 x concurrency, {min_requests}) requests per cell; held-out prompts (last "
             f"{spec.prompt_tokens} tokens), {spec.max_new_tokens} new tokens each, greedy, EOS ignored. "
-            f"Output tokens/s = all output tokens / wall time, median of {spec.repeats} interleaved runs (the whole "
-            "grid runs once per round); spread = (max - min) / median over those runs; tokens per CPU s = the same "
-            "tokens per process CPU second (with one torch thread this ignores time-slicing by other processes, so "
-            "it is the steadier comparison on a shared machine); vs best = median / the best non-adaptive median on "
-            "the judged clock; per round = adaptive / the best other configuration of the same round, on the judged clock "
-            "(the machine's speed moves between rounds; shown, not judged); "
-            "latency = submit to last token of each request (p50/p99 over the requests of the median run).",
+            f"The whole grid runs once per round, {spec.repeats} rounds, each round in its own random order, so the "
+            "cells a round's ratio compares run within a minute or so of each other and no configuration always "
+            "follows the same one (adaptive k learns from every step the engine runs). "
+            "Output tokens/s = all output tokens / wall time, median over the rounds; spread = (max - min) / median "
+            "over them; tokens per CPU s = the same tokens per process CPU second (with one torch thread this "
+            "ignores time-slicing by other processes, so it is the steadier comparison on a shared machine); vs "
+            "best = median / the best non-adaptive median on the judged clock (a ratio of medians: the machine's "
+            "speed moves between rounds, which the paired verdict cancels); latency = submit to last token of each "
+            "request (p50/p99 over the requests of the run nearest the median).",
             "Adaptive k: each step the engine picks one draft cap K in [0, max k] maximising predicted output "
             "tokens/s from per-request acceptance estimates, decode-step costs measured per load level and K, and "
             "the measured cost of admitting a request with and without speculation (trtspec/spec/adaptive.py); it "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -84,6 +85,8 @@ class SweepSpec(BaseModel):
         "(the case's requests ran once before it); None = both (via engine)")
     calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
+    shuffle: bool = Field(False, description="run each round's cases in a random order (seeded by seed and round), "
+                          "so no case always runs at the same point of a round or next to the same neighbours")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
     via: Literal["engine", "triton", "openai"] = Field(
         "engine", validation_alias=AliasChoices("via", "backend"),
@@ -239,10 +242,17 @@ class SweepSpec(BaseModel):
         """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
 
         With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
-        other processes hits one measurement of many cases rather than every measurement of one case.
+        other processes hits one measurement of many cases rather than every measurement of one case. With shuffle
+        each round runs in its own seeded random order (the order is not part of a case id: a resumed sweep finds
+        its done cases whatever the order).
         """
-        return [replace(case, repeat=r, **self._run_options(case.concurrency))
-                for r in range(self.repeats) for case in self._round()]
+        out = []
+        for r in range(self.repeats):
+            round_ = [replace(case, repeat=r, **self._run_options(case.concurrency)) for case in self._round()]
+            if self.shuffle:
+                random.Random(f"{self.seed}:{r}").shuffle(round_)
+            out.extend(round_)
+        return out
 
     def _round(self) -> list[Case]:
         out: list[Case] = []
