@@ -61,9 +61,9 @@ def test_batching_section_rows_per_concurrency_typical_run_and_verdict():
                                     adaptive_max_k=8, max_new_tokens=8, prompt_tokens=32, min_requests=6, repeats=3,
                                     threads=1)
     assert {c.concurrency: c.num_requests for c in spec.cases()} == {1: 6, 4: None}  # 8 = 2 x max(c) prompts
-    assert [c.repeat for c in spec.cases()] == [0] * 8 + [1] * 8 + [2] * 8  # rounds over the whole grid
-    assert [(c.concurrency, c.k, c.adaptive) for c in spec.cases()[:8]] != [
-        (c.concurrency, c.k, c.adaptive) for c in spec.cases()[8:16]]  # each round in its own order
+    cases = spec.cases()  # rounds over the whole grid; in each, every concurrency's cases together, shuffled
+    assert [(c.repeat, c.concurrency) for c in cases] == [(r, c) for r in range(3) for c in (1, 4) for _ in range(4)]
+    assert [(c.k, c.adaptive) for c in cases[:4]] != [(c.k, c.adaptive) for c in cases[8:12]]
     records = []
     for c in spec.cases():
         rate = {0: 100.0, 1: 90.0, 2: 80.0}[c.repeat]  # the machine's speed, round by round

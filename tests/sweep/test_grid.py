@@ -122,19 +122,21 @@ def test_repeats_run_in_rounds_and_keep_round_zero_ids(spec_kwargs):
     assert [c.repeat for c in two] == [0, 0, 1, 1] and len({c.case_id for c in two}) == 4
 
 
-def test_shuffle_reorders_each_round_alone_and_keeps_the_case_ids(spec_kwargs):
+def test_shuffle_reorders_each_point_of_a_round_alone_and_keeps_the_case_ids(spec_kwargs):
     grid = {**spec_kwargs, "methods": ["draft_target", "ngram"], "k": [0, 1, 2, 3], "concurrency": [1, 4],
             "repeats": 3}
     plain, shuffled = SweepSpec.build(**grid).cases(), SweepSpec.build(**grid, shuffle=True).cases()
     assert sorted(c.case_id for c in shuffled) == sorted(c.case_id for c in plain)  # a resume finds its done cases
-    size = len(plain) // 3
-    rounds = [shuffled[r * size:(r + 1) * size] for r in range(3)]
-    assert all({c.repeat for c in one} == {r} for r, one in enumerate(rounds))  # rounds stay whole and in order
-    orders = [[(c.concurrency, c.method, c.k) for c in one] for one in rounds]
-    assert len({tuple(o) for o in orders}) == 3 and orders[0] != [(c.concurrency, c.method, c.k) for c in plain[:size]]
+    size = len(plain) // 6  # 3 rounds x 2 concurrencies
+    blocks = [shuffled[i * size:(i + 1) * size] for i in range(6)]
+    # rounds in order, and in each round every concurrency's cases together, in grid order: compared cases run close
+    assert [({c.repeat for c in b}, {c.concurrency for c in b}) for b in blocks] == [
+        ({r}, {c}) for r in range(3) for c in (1, 4)]
+    orders = [tuple((c.method, c.k) for c in b) for b in blocks]
+    assert len(set(orders)) == 6 and orders[0] != tuple((c.method, c.k) for c in plain[:size])
     assert SweepSpec.build(**grid, shuffle=True).cases() == shuffled  # seeded: the same order every time
     other_seed = SweepSpec.build(**grid, shuffle=True, seed=1).cases()[:size]
-    assert [(c.concurrency, c.method, c.k) for c in other_seed] != orders[0]  # another seed, another order
+    assert tuple((c.method, c.k) for c in other_seed) != orders[0]  # another seed, another order
 
 
 def test_via_and_its_old_name_backend(tmp_path, spec_kwargs):

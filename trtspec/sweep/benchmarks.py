@@ -146,9 +146,9 @@ def batching_spec(*, model: str, draft: str, concurrency: Sequence[int], fixed_k
                   adaptive_max_k: int, max_new_tokens: int, prompt_tokens: int, min_requests: int, repeats: int,
                   threads: int) -> SweepSpec:
     """At each concurrency: no speculation, every fixed k in `fixed_ks` and adaptive k, max(2 x concurrency,
-    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` rounds, each in
-    its own random order (grid.SweepSpec.cases), so the cells one round's ratio compares run close together and a
-    burst of load from other processes hits one run of many rows."""
+    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` rounds, each
+    concurrency's cases together in their own random order (grid.SweepSpec.cases), so the cells one round's ratio
+    compares run close together and a burst of load from other processes hits one run of many rows."""
     return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target"], k=[0, *fixed_ks],
                            adaptive=[adaptive_max_k], suites=[MIXED], concurrency=list(concurrency),
                            num_prompts=2 * max(concurrency), num_requests=min_requests, waves=2,
@@ -268,9 +268,9 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
             f"Closed loop: `concurrency` requests in flight, a new one submitted when one finishes, "
             f"max(2 x concurrency, {min_requests}) requests per cell; held-out prompts (last "
             f"{spec.prompt_tokens} tokens), {spec.max_new_tokens} new tokens each, greedy, EOS ignored. "
-            f"The whole grid runs once per round, {spec.repeats} rounds, each round in its own random order, so the "
-            "cells a round's ratio compares run within a minute or so of each other and no configuration always "
-            "follows the same one (adaptive k learns from every step the engine runs). "
+            f"The whole grid runs once per round, {spec.repeats} rounds; in each round every concurrency's cells run "
+            "together in their own random order, so the cells a round's ratio compares run seconds apart and no "
+            "configuration always follows the same one (adaptive k learns from every step the engine runs). "
             "Output tokens/s = all output tokens / wall time, median over the rounds; spread = (max - min) / median "
             "over them; tokens per CPU s = the same tokens per process CPU second (with one torch thread this "
             "ignores time-slicing by other processes, so it is the steadier comparison on a shared machine); vs "

@@ -85,8 +85,9 @@ class SweepSpec(BaseModel):
         "(the case's requests ran once before it); None = both (via engine)")
     calibrate: bool = Field(True, description="time forwards for the cost model before the cases (engine backend)")
     repeats: int = Field(1, description="rounds over the whole grid; the report takes each case's median timing")
-    shuffle: bool = Field(False, description="run each round's cases in a random order (seeded by seed and round), "
-                          "so no case always runs at the same point of a round or next to the same neighbours")
+    shuffle: bool = Field(False, description="run each round's cases of every (suite, temperature, concurrency) in "
+                          "a random order (seeded by seed and round), so no case always runs at the same place or "
+                          "next to the same neighbours")
     max_draft_len: int = Field(8, description="the engine's maximum k (engine max_k / TensorRT-LLM max_draft_len)")
     via: Literal["engine", "triton", "openai"] = Field(
         "engine", validation_alias=AliasChoices("via", "backend"),
@@ -243,34 +244,38 @@ class SweepSpec(BaseModel):
 
         With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
         other processes hits one measurement of many cases rather than every measurement of one case. With shuffle
-        each round runs in its own seeded random order (the order is not part of a case id: a resumed sweep finds
-        its done cases whatever the order).
+        each (suite, temperature, concurrency) point of a round runs its cases in their own seeded random order,
+        points in grid order (the cases compared with each other stay seconds apart; the order is not part of a
+        case id: a resumed sweep finds its done cases whatever the order).
         """
         out = []
         for r in range(self.repeats):
-            round_ = [replace(case, repeat=r, **self._run_options(case.concurrency)) for case in self._round()]
-            if self.shuffle:
-                random.Random(f"{self.seed}:{r}").shuffle(round_)
-            out.extend(round_)
+            for i, point in enumerate(self._points()):
+                point = [replace(case, repeat=r, **self._run_options(case.concurrency)) for case in point]
+                if self.shuffle:
+                    random.Random(f"{self.seed}:{r}:{i}").shuffle(point)
+                out.extend(point)
         return out
 
-    def _round(self) -> list[Case]:
-        out: list[Case] = []
+    def _points(self) -> list[list[Case]]:
+        """The cases of one round per (suite, temperature, concurrency), its baseline first."""
+        out: list[list[Case]] = []
         for suite in self.suites:
             for temperature in self.temperatures:
                 for concurrency in self.concurrency:
                     common = {"model": self.model, "temperature": float(temperature), "suite": suite,
                               "concurrency": concurrency, "max_new_tokens": self.max_new_tokens,
                               "num_prompts": self.num_prompts, "seed": self.seed, "via": self.via}
-                    out.append(Case(method=BASELINE, k=0, **common))  # always: speedups divide by it
+                    point = [Case(method=BASELINE, k=0, **common)]  # always: speedups divide by it
                     for method in self.methods:
                         if method == BASELINE:
                             continue
                         for variant in self._variants(method):
-                            out.extend(Case(method=method, k=k, **variant, **common)
-                                       for k in self._ks(method, variant, self.k))
-                            out.extend(Case(method=method, k=k, adaptive=True, **variant, **common)
-                                       for k in self._ks(method, variant, self.adaptive))
+                            point.extend(Case(method=method, k=k, **variant, **common)
+                                         for k in self._ks(method, variant, self.k))
+                            point.extend(Case(method=method, k=k, adaptive=True, **variant, **common)
+                                         for k in self._ks(method, variant, self.adaptive))
+                    out.append(point)
         return out
 
     def _run_options(self, concurrency: int) -> dict[str, int | None]:
