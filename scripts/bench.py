@@ -291,10 +291,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adaptive-max-k", type=int, default=8, help="batching: largest k adaptive may choose")
     parser.add_argument("--batching-new-tokens", type=int, default=32, help="batching: tokens generated per request")
     parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
-    # 16 requests per cell (1-4 s) and 12 rounds, each concurrency's cells shuffled (~18 minutes): this machine's speed
-    # swings by 15-25% with a correlation time of 1-2 s and drifts more slowly too, so the verdict pairs adaptive with
-    # the best other configuration round by round, over many short rounds (docs/benchmarks.md, issue 15)
-    parser.add_argument("--batching-min-requests", type=int, default=16, help="batching: requests per cell at least")
+    # cells of max(4 x concurrency, 8) requests (1-5 s) and 12 rounds, each concurrency's cells shuffled (~16
+    # minutes): this machine's speed swings by 15-25% with a correlation time of 1-2 s and drifts more slowly too, so
+    # the verdict pairs adaptive with the best other configuration round by round (docs/benchmarks.md, issue 15)
+    parser.add_argument("--batching-min-requests", type=int, default=8, help="batching: requests per cell at least")
     parser.add_argument("--batching-repeats", type=int, default=12,
                         help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")

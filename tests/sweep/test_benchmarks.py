@@ -60,7 +60,8 @@ def test_batching_section_rows_per_concurrency_typical_run_and_verdict():
     spec = benchmarks.batching_spec(model="tiny", draft="tiny-draft", concurrency=[1, 4], fixed_ks=[2, 4],
                                     adaptive_max_k=8, max_new_tokens=8, prompt_tokens=32, min_requests=6, repeats=3,
                                     threads=1)
-    assert {c.concurrency: c.num_requests for c in spec.cases()} == {1: 6, 4: None}  # 8 = 2 x max(c) prompts
+    assert spec.num_prompts == 8  # 2 x max(concurrency) prompts, reused round-robin up to max(4 x c, min_requests)
+    assert {c.concurrency: c.num_requests for c in spec.cases()} == {1: 6, 4: 16}
     cases = spec.cases()  # rounds over the whole grid; in each, every concurrency's cases together, shuffled
     assert [(c.repeat, c.concurrency) for c in cases] == [(r, c) for r in range(3) for c in (1, 4) for _ in range(4)]
     assert [(c.k, c.adaptive) for c in cases[:4]] != [(c.k, c.adaptive) for c in cases[8:12]]

@@ -142,16 +142,19 @@ def engine_section(spec: SweepSpec, measured: Measured, comparisons: Sequence[Co
 # batching: closed loop at several concurrencies
 
 
+BATCHING_WAVES = 4  # requests per cell >= 4 x concurrency: at 16 most of a cell is the steady loop, not its start/tail
+
+
 def batching_spec(*, model: str, draft: str, concurrency: Sequence[int], fixed_ks: Sequence[int],
                   adaptive_max_k: int, max_new_tokens: int, prompt_tokens: int, min_requests: int, repeats: int,
                   threads: int) -> SweepSpec:
-    """At each concurrency: no speculation, every fixed k in `fixed_ks` and adaptive k, max(2 x concurrency,
-    min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` rounds, each
+    """At each concurrency: no speculation, every fixed k in `fixed_ks` and adaptive k, max(BATCHING_WAVES x
+    concurrency, min_requests) requests per case over 2 x max(concurrency) mixed prompts; the grid in `repeats` rounds, each
     concurrency's cases together in their own random order (grid.SweepSpec.cases), so the cells one round's ratio
     compares run close together and a burst of load from other processes hits one run of many rows."""
     return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target"], k=[0, *fixed_ks],
                            adaptive=[adaptive_max_k], suites=[MIXED], concurrency=list(concurrency),
-                           num_prompts=2 * max(concurrency), num_requests=min_requests, waves=2,
+                           num_prompts=2 * max(concurrency), num_requests=min_requests, waves=BATCHING_WAVES,
                            prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                            max_draft_len=max(8, *fixed_ks, adaptive_max_k), repeats=repeats, shuffle=True,
                            threads=threads, calibrate=False)
@@ -266,7 +269,7 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
                "also counts the time other processes held the cores (see the spread column)." if clock == "cpu"
                else ""),
             f"Closed loop: `concurrency` requests in flight, a new one submitted when one finishes, "
-            f"max(2 x concurrency, {min_requests}) requests per cell; held-out prompts (last "
+            f"max({BATCHING_WAVES} x concurrency, {min_requests}) requests per cell; held-out prompts (last "
             f"{spec.prompt_tokens} tokens), {spec.max_new_tokens} new tokens each, greedy, EOS ignored. "
             f"The whole grid runs once per round, {spec.repeats} rounds; in each round every concurrency's cells run "
             "together in their own random order, so the cells a round's ratio compares run seconds apart and no "
