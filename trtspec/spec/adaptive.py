@@ -19,7 +19,9 @@ Objective: the engine's long-run output tokens per second, at the current load l
            difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
            it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
            edge by the load's line. The choice then takes D(K) no cheaper than the largest D of a smaller drafting
-           K, whatever priced each (`predicted_rates`). Until the curve exists (LINE_MIN differences), and for
+           K plus the measured least cost of the extra draft tokens (one more draft-model forward over the rows per
+           token, from the steps' own draft seconds), whatever priced each
+           (`predicted_rates`, `draft_token_seconds`). Until the curve exists (LINE_MIN differences), and for
            arms off it, an arm's relative cost from its best pair, priced no cheaper than a low quantile of its own
            last WINDOW steps (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES
            differences;
@@ -328,6 +330,12 @@ class AdaptiveK:
         # few differences (one may be a spike at the arm it was measured through): never cheaper than its own steps
         return own if paired is None else max(paired, own)
 
+    def draft_token_seconds(self, rows: int) -> float:
+        """The least one more draft token per row adds to a drafting step of `rows` requests: one more draft-model
+        forward over the rows (the line fitted on every step's own draft seconds per draft forward). The target's
+        extra token per row is not counted: its marginal cost is ~0 on a memory-bound GPU, so it is no sure floor."""
+        return self.draft_cost(rows)
+
     def admission_seconds(self, rows: int, speculated: bool) -> float:
         """a(s): seconds per admitted request at this load, else over all loads, from at least MIN_SAMPLES admitting
         steps; until then the other kind's (so no difference is charged before both were measured), else 0."""
@@ -343,22 +351,26 @@ class AdaptiveK:
                         alphas: Sequence[float] | None = None) -> list[float]:
         """rate(K) of the module docstring for this batch under every adaptive cap K = 0..top: tokens per second.
 
-        The drafting arms' D(K) are made non-decreasing in K (each no cheaper than the largest D below it): a step
-        drafting more tokens does not cost less, and an arm priced apart from the others (its own steps, from
-        another second of a drifting machine; a fixed-k run long ago) must not look cheaper than a smaller K by
-        noise (at concurrency 16 a fixed k = 6 run measured in a fast second made D(6) < D(5) and the choice
-        jumped to K = 6)."""
+        The drafting arms' D(K) rise with K at least by `draft_token_seconds` per extra draft token (each no cheaper
+        than the largest D below it plus that): a step drafting more tokens runs one more draft forward, and an
+        arm priced apart from the others (its own steps, from another second of a drifting machine; a fixed-k run
+        long ago) or through a few noisy differences must not look cheaper by noise (at concurrency 16 a fixed k = 6
+        run measured in a fast second made D(6) < D(5) and the choice jumped to K = 6; a curve with D(3) = D(2) at
+        16 rows made K = 3-4 the choice where fixed k = 2 ran 10% faster)."""
         alphas = alphas if alphas is not None else [self.alpha(r.request_id, r.method) for r in batch]
         # seconds per admitted request, speculating or not: the same for every K (looked up once per choice)
         admission = {s: self.admission_seconds(len(batch), s) for s in (False, True)} if self.request_tokens else {}
-        rates, floor = [], 0.0
+        per_token = self.draft_token_seconds(len(batch))
+        rates, below = [], None  # below: (K, D(K)) of the largest drafting K so far
         for cap in range(top + 1):
             ks = [min(cap, r.cap) if r.adaptive else r.cap for r in batch]
             tokens = sum(expected_tokens(a, k) for a, k in zip(alphas, ks, strict=True))
             step_k, drafting = self._arm_key(batch, ks)
             seconds = self.decode_seconds(len(batch), step_k, drafting)
             if drafting:
-                seconds = floor = max(floor, seconds)
+                if below is not None:
+                    seconds = max(seconds, below[1] + (step_k - below[0]) * per_token)
+                below = (step_k, seconds)
             if self.request_tokens:
                 seconds += admission[step_k > 0] * tokens / self.request_tokens
             rates.append(tokens / seconds if seconds > 0 else math.inf)
