@@ -33,7 +33,7 @@ from trtspec.methods import METHODS
 @click.option("--seed", type=SEED, help="Request i samples with seed + i.")
 @click.option("--repeats", type=click.IntRange(1, 1000), help="Measurement rounds over the whole grid (the report takes medians).")
 @click.option("--shuffle/--no-shuffle", default=None,
-              help="Run each round's cases in a seeded random order (no case always runs at the same point of a round).")
+              help="Run each round's cases of every (suite, temperature, concurrency) in a seeded random order.")
 @click.option("--max-draft-len", type=click.IntRange(0, 1024), help="The engine's maximum k (tokens).")
 @click.option("--via", type=click.Choice(["engine", "triton", "openai"]),
               help="How cases run: engine = the in-process reference engine; triton = a served repository (gRPC); "
