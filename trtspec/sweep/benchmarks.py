@@ -186,7 +186,6 @@ class BatchingVerdict:
     per_round: list[float]  # adaptive / best in the same round, judged clock, round order
     wall_ratio: float  # adaptive median / the best other median, wall tokens/s (shown, not judged)
     cpu_ratio: float  # the same on tokens per CPU second (shown, not judged)
-    clock: str  # "cpu" (one torch thread: time-slicing by other processes is not the engine's cost) or "wall"
 
     @property
     def paired(self) -> float:
@@ -222,7 +221,9 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
         params = runs[0]["params"]
         by_concurrency.setdefault(params["concurrency"], []).append((*_batching_name(params), runs))
     rows, verdicts = [], []
-    clock = "cpu" if spec.threads == 1 else "wall"  # what the verdict judges (see BatchingVerdict)
+    # what the verdict judges: CPU time with one torch thread (time-slicing by other processes is not the engine's
+    # cost), else wall time
+    clock = "cpu" if spec.threads == 1 else "wall"
     metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
     for c in sorted(by_concurrency):
         modes = [(name, runs) for _, name, runs in sorted(by_concurrency[c], key=lambda mode: mode[0])]
@@ -239,7 +240,7 @@ def batching_section(spec: SweepSpec, measured: Measured, *, min_requests: int) 
         per_round = [rate / by_round[best][r] for r, rate in sorted(by_round[adaptive].items())
                      if by_round[best].get(r, 0.0) > 0]
         verdict = BatchingVerdict(c, best.split(" (")[0], per_round, wall[adaptive] / best_wall,
-                                  cpu[adaptive] / best_cpu if best_cpu else 0.0, clock)
+                                  cpu[adaptive] / best_cpu if best_cpu else 0.0)
         verdicts.append(verdict)
         for name, runs in modes:
             spread = [r["metrics"]["tokens_per_s"] for r in runs]

@@ -240,7 +240,8 @@ class SweepSpec(BaseModel):
                               hint="sweep fewer values (k, methods, temperatures, suites, concurrency) or repeats")
 
     def cases(self) -> list[Case]:
-        """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline.
+        """All cases in a deterministic order; each (suite, temperature, concurrency) starts with its k = 0 baseline
+        unless shuffled.
 
         With repeats > 1 the whole grid is run in rounds (round r = cases with repeat r), so a burst of load from
         other processes hits one measurement of many cases rather than every measurement of one case. With shuffle
@@ -248,9 +249,9 @@ class SweepSpec(BaseModel):
         points in grid order (the cases compared with each other stay seconds apart; the order is not part of a
         case id: a resumed sweep finds its done cases whatever the order).
         """
-        out = []
+        out, points = [], self._points()
         for r in range(self.repeats):
-            for i, point in enumerate(self._points()):
+            for i, point in enumerate(points):
                 point = [replace(case, repeat=r, **self._run_options(case.concurrency)) for case in point]
                 if self.shuffle:
                     random.Random(f"{self.seed}:{r}:{i}").shuffle(point)
