@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trtspec.errors import ConfigError, shown
+from trtspec.textfile import read_text_file
 
 Choices = list[list[int]]
 # Bounds checked before a tree is walked or built: ranks go into int32 tensors; real trees have tens to hundreds of
@@ -140,25 +141,9 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _read_file(path: Path, field: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(field, str(path), f"is larger than {MAX_FILE_BYTES // 1024} KiB: not a choices file",
-                          hint="a choices file holds one list of paths, e.g. [[0], [0, 0], [1]]")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ConfigError(field, str(path), "is not UTF-8 text: not a choices file",
-                          hint="a choices file holds one list of paths, e.g. [[0], [0, 0], [1]]") from None
-
-
 def _parse_file(path: Path, field: str) -> Choices:
     """Choices from a file; errors name the file and the problem, not the content (it may be any file)."""
-    text = _read_file(path, field)
+    text = read_text_file(path, field, limit=MAX_FILE_BYTES, what="a choices file")
     try:
         return _coerce(_parse_text(text.strip(), field), field)
     except ConfigError as exc:

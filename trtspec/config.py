@@ -33,6 +33,7 @@ from trtspec.choices import MAX_DEPTH, MAX_TOPK
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
+from trtspec.textfile import read_text_file
 
 # Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
 COUNT_MAX = 2**31 - 1
@@ -336,33 +337,6 @@ def load_yaml(path: Path, *, what: str) -> Any:
                           hint="quote the value if it is a string") from None
     _check_size(data, str(path), what)
     return data
-
-
-def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
-    """The text of a small UTF-8 file (a UTF-8 byte-order mark is dropped); ConfigError naming `field`, the file and
-    the fix when it cannot be read, is larger than `limit` bytes or is not UTF-8. Never echoes the file's content."""
-    import codecs
-
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
-    except OSError as exc:
-        raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
-    if len(raw) > limit:
-        raise ConfigError(field, str(path), f"is larger than {limit // 1024} KiB: not {what}",
-                          hint=f"check the path; {what} is a small text file")
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)):
-        raise ConfigError(field, str(path), "is UTF-16/UTF-32 text, not UTF-8",
-                          hint=f"save it as UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path.name} > fixed.yaml`")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(field, str(path), f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-                          hint=f"save it as UTF-8; check that it is {what}") from None
-    if "\0" in text:
-        raise ConfigError(field, str(path), "contains NUL bytes: a binary file, or UTF-16 without a byte-order mark",
-                          hint=f"save it as UTF-8; check that it is {what}")
-    return text
 
 
 def _check_size(data: Any, source: str, what: str) -> None:

@@ -125,6 +125,16 @@ def test_choices_files_are_named_never_echoed(tmp_path, capsys):
             assert code == 2 and str(path) in line and "TOPSECRET" not in out + err and "root:" not in err, err
 
 
+def test_a_utf16_choices_file_gets_the_config_files_errors(tmp_path, capsys):
+    # one reader for every small user file (trtspec/textfile.py): a choices file saved as UTF-16 is named as such,
+    # with the conversion that fixes it, as a build config would be
+    path = tmp_path / "tree.json"
+    path.write_bytes(codecs.BOM_UTF16_LE + "[[0], [1]]".encode("utf-16-le"))
+    code, _, err = run(["generate", "--method", "medusa", "--choices", str(path), "--max-new-tokens", "2", "x"], capsys)
+    line = one_error(err)
+    assert code == 2 and str(path) in line and "UTF-16" in line and "tree-utf8.json" in err, err
+
+
 def test_generate_refuses_out_of_vocabulary_choices(capsys):
     code, _, err = run(["generate", "--method", "medusa", "--choices", "[[0], [100000]]", "--max-new-tokens", "2",
                         "x"], capsys)
