@@ -31,8 +31,8 @@ from typing import Any
 from trtspec.atomic import atomic_path, replace_dir
 from trtspec.errors import ConfigError, UsageError
 from trtspec.ops.prompt_log import LoggedPrompt, read_prompt_log
+from trtspec.training.recipe import Progress, silent
 
-Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
 REPORT = "training-report.json"
 STATE = "state.pt"  # training checkpoint inside the resume directory
 DATA = "data.pt"  # the generated sequences inside the resume directory
@@ -95,7 +95,7 @@ def split_prompts(logged: Sequence[LoggedPrompt], encode: Callable[[str], list[i
 
 
 def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: DistillRecipe | None = None, *,
-                  progress: Progress = lambda *_: None) -> dict[str, Any]:
+                  progress: Progress = silent) -> dict[str, Any]:
     """Run the pipeline (module docstring); returns the report written to OUT/training-report.json.
 
     Args:

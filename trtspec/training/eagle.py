@@ -30,7 +30,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,15 +38,19 @@ import torch
 
 from trtspec.atomic import atomic_path, write_json
 from trtspec.errors import ConfigError, ToolNotFoundError
+from trtspec.training.recipe import Progress, SelfDistillRecipe, silent
 
-Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
 CHECKPOINT_DIR = ".trtspec-train"  # inside OUT: the resumable training state
 TRAINER = ("NVIDIA ModelOpt modelopt.torch.speculative (eagle mode, EAGLE-3 config: aux hidden states, "
            "training-time test), frozen target, soft-label self-distillation")
 
 
 @dataclass
-class EagleRecipe:
+class EagleRecipe(SelfDistillRecipe):
+    """The self-distillation data (`SelfDistillRecipe`; its held-out prompts are continued greedily to the training
+    length prompt_len + gen_len: ModelOpt caches its training-time-test attention masks by step, for one sequence
+    length) and the drafter's training settings."""
+
     taps: tuple[int, ...] | None = None  # target layers read (vLLM convention); None = default_taps(num_layers)
     intermediate_size: int | None = None  # drafter MLP width; None = the target's
     draft_vocab_size: int | None = None  # EAGLE-3's reduced draft vocabulary (d2t); None = the target's vocabulary
@@ -55,19 +58,8 @@ class EagleRecipe:
     steps: int = 240
     batch_size: int = 8
     lr: float = 2e-3
-    num_prompts: int = 64  # self-distillation sequences: corpus prompts the target continues itself
-    prompt_len: int = 32
-    gen_len: int = 96
-    num_corpus_windows: int = 64  # plus corpus windows of prompt_len + gen_len tokens
-    eval_prompts: int = 24  # held-out prompts, continued greedily to the training length (prompt_len + gen_len):
-    # ModelOpt caches its training-time-test attention masks by step, for one sequence length
     checkpoint_every: int = 20
-    seed: int = 0
     stop_after: int | None = field(default=None, compare=False)  # stop (resumably) after this many steps: tests
-
-
-def _silent(stage: str, done: int, total: int, info: str) -> None:
-    pass
 
 
 def default_taps(num_layers: int) -> tuple[int, ...]:
@@ -202,12 +194,6 @@ def _recipe_key(recipe: EagleRecipe) -> dict[str, Any]:
     return key
 
 
-def _data_key(recipe: EagleRecipe) -> dict[str, Any]:
-    """What the self-distillation data depends on (a re-run with other training settings reuses it)."""
-    return {k: getattr(recipe, k) for k in ("seed", "num_prompts", "prompt_len", "gen_len", "num_corpus_windows",
-                                            "eval_prompts")}
-
-
 def lr_at(step: int, total: int, peak: float) -> float:
     from trtspec.training.tiny import lr_at as tiny_lr_at
 
@@ -331,7 +317,7 @@ def training_data(model: Any, target: Path, recipe: EagleRecipe, progress: Progr
 
 
 def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_name: str | None = None,
-                progress: Progress = _silent) -> dict[str, Any] | None:
+                progress: Progress = silent) -> dict[str, Any] | None:
     """Run the pipeline into `out_dir` (HF EAGLE-3 layout + training-report.json). Returns the report, or None when
     `recipe.stop_after` stopped it early (the checkpoint in OUT/.trtspec-train/ resumes it)."""
     from transformers import LlamaForCausalLM
@@ -348,8 +334,8 @@ def train_eagle(target: Path, out_dir: Path, recipe: EagleRecipe, *, base_model_
                           hint=f"e.g. --draft-vocab-size {vocab // 2}")
     data_file = state_dir / "data.pt"
     data = torch.load(data_file, weights_only=False) if data_file.is_file() else None
-    if data is None or data.get("recipe") != _data_key(recipe) or data.get("target") != name:
-        data = training_data(model, target, recipe, progress) | {"recipe": _data_key(recipe), "target": name}
+    if data is None or data.get("recipe") != recipe.data_key() or data.get("target") != name:
+        data = training_data(model, target, recipe, progress) | {"recipe": recipe.data_key(), "target": name}
         save_checkpoint(data_file, data)
     else:
         progress("generate", 1, 1, "reused the saved self-distillation data")

@@ -22,7 +22,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,30 +33,20 @@ from trtspec.atomic import replace_dir, write_json
 from trtspec.errors import ToolNotFoundError
 from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf
 from trtspec.targets import DEFAULT_TARGET
+from trtspec.training.recipe import Progress, SelfDistillRecipe, silent
 
-Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
 HEAD_LOSS_DECAY = 0.8  # Medusa / ModelOpt `medusa_decay_coefficient`
 
 
 @dataclass
-class MedusaRecipe:
+class MedusaRecipe(SelfDistillRecipe):
     num_heads: int = 4
     num_layers: int = 1
     steps: int = 150
     batch_size: int = 8
     lr: float = 3e-3
-    num_prompts: int = 64  # self-distillation sequences: corpus prompts the target continues itself
-    prompt_len: int = 32
-    gen_len: int = 96
-    num_corpus_windows: int = 64  # plus corpus windows of prompt_len + gen_len tokens, labelled by the target too
-    eval_prompts: int = 24
     eval_gen_len: int = 96
     max_draft_len: int = 63  # written to the TensorRT-LLM checkpoint (node budget of the tree)
-    seed: int = 0
-
-
-def _silent(stage: str, done: int, total: int, info: str) -> None:
-    pass
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -297,7 +286,7 @@ def heads_from_modelopt(model: Any, shape: MedusaShape) -> MedusaHeads:
 
 
 def train_medusa(target: Path, out_dir: Path, recipe: MedusaRecipe, *, base_model_name: str | None = None,
-                 trtllm_dir: Path | None = None, progress: Progress = _silent) -> dict[str, Any]:
+                 trtllm_dir: Path | None = None, progress: Progress = silent) -> dict[str, Any]:
     """Run the pipeline: HF Medusa heads in `out_dir` (+ TensorRT-LLM checkpoint in `trtllm_dir`). Returns the report."""
     from transformers import LlamaForCausalLM
 

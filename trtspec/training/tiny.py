@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 from trtspec.atomic import write_json
 from trtspec.chat import write_chat_template
 from trtspec.training.corpus import EOS, Corpus, stdlib_corpus
+from trtspec.training.recipe import Progress, silent
 
 
 @dataclass
@@ -58,11 +58,6 @@ class TinyRecipe:
     corpus_limit: int | None = None
 
 
-Progress = Callable[[str, int, int, str], None]  # (stage, done, total, info)
-
-
-def _silent(stage: str, done: int, total: int, info: str) -> None:
-    pass
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -257,7 +252,7 @@ def greedy_alpha(target: Any, draft: Any, prompts: torch.Tensor, new_tokens: int
 # orchestration
 
 
-def train_pair(out_dir: Path, recipe: TinyRecipe, progress: Progress = _silent) -> dict[str, Any]:
+def train_pair(out_dir: Path, recipe: TinyRecipe, progress: Progress = silent) -> dict[str, Any]:
     """Run the whole pipeline and write `out_dir/tiny` and `out_dir/tiny-draft`. Returns the report dict."""
     t0 = time.time()
     timings: dict[str, float] = {}
