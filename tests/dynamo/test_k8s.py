@@ -23,7 +23,8 @@ EXAMPLES = sorted(data_dir("build_configs").glob("*.yaml"))
 LLM_API_METHODS = {"draft_target", "ngram", "none"}  # the others run on the engine flow only (build/plan.py)
 
 
-def rendered(config: Path, mode: str, version: str = "1.2.1") -> tuple[DynamoRender, str]:
+def rendered(config: Path, mode: str, version: str = "1.2.1", api_version: str = "v1beta1"
+             ) -> tuple[DynamoRender, str]:
     spec = load_build_spec(config)
     spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": version}),
                                    "backend": "tensorrtllm"})
@@ -31,13 +32,25 @@ def rendered(config: Path, mode: str, version: str = "1.2.1") -> tuple[DynamoRen
     plan = plan_build(resolved)
     result = render(plan.llm_api, name=spec.name, model_path=resolved.models["target"].path,
                     served_model_name=spec.name, tp_size=spec.engine.tp_size, trtllm_version=version, mode=mode,
-                    llm_api_note="; ".join(plan.notes))
+                    api_version=api_version, llm_api_note="; ".join(plan.notes))
     return result, spec.method
 
 
+def workers_of(graph: dict) -> dict[str, tuple[str, dict, int]]:
+    """name -> (role: worker, prefill or decode; the container that runs it; GPUs) in either apiVersion."""
+    if "components" in graph["spec"]:  # v1beta1
+        return {c["name"]: (c["type"], c["podTemplate"]["spec"]["containers"][0],
+                            int(c["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]))
+                for c in graph["spec"]["components"] if c["type"] != "frontend"}
+    return {name: (s.get("subComponentType", "worker"), s["extraPodSpec"]["mainContainer"],
+                   int(s["resources"]["limits"]["gpu"]))
+            for name, s in graph["spec"]["services"].items() if s["componentType"] == "worker"}
+
+
+@pytest.mark.parametrize("api_version", ["v1beta1", "v1alpha1"])
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
 @pytest.mark.parametrize("config", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_renders_or_names_why_not(config, mode):
+def test_every_example_renders_or_names_why_not(config, mode, api_version):
     spec = load_build_spec(config)
     method = spec.method
     eagle3 = spec.eagle is not None and spec.eagle.eagle3  # EAGLE-3 drafters run through the LLM API
@@ -49,27 +62,32 @@ def test_every_example_renders_or_names_why_not(config, mode):
         with pytest.raises(ConfigError, match="trtllm.version.*no LLM-API options"):
             rendered(config, mode)
         return
-    result, _ = rendered(config, mode)
+    result, _ = rendered(config, mode, api_version=api_version)
     assert validate(result) == []
     target = load_target("1.2.1")
     docs = list(yaml.safe_load_all(result.files["dynamo-graph.yaml"]))
     configmap, graph = docs
     assert [d["kind"] for d in docs] == ["ConfigMap", "DynamoGraphDeployment"]
-    workers = {name: s for name, s in graph["spec"]["services"].items() if s["componentType"] == "worker"}
+    assert graph["apiVersion"] == f"nvidia.com/{api_version}"
+    assert "&id" not in result.files["dynamo-graph.yaml"]  # no YAML anchors: every object written out
+    workers = workers_of(graph)
     assert set(workers) == ({"TRTLLMWorker"} if mode == "agg" else {"prefill", "decode"})
-    for name, service in workers.items():
-        args = service["extraPodSpec"]["mainContainer"]["args"]
+    for name, (role, container, gpus) in workers.items():
+        args = container["args"]
+        assert gpus == spec.engine.tp_size
         engine_file = Path(args[args.index("--extra-engine-args") + 1]).name
         options = yaml.safe_load(configmap["data"][engine_file])
         assert options == yaml.safe_load(result.files[f"engine_configs/{engine_file}"])
         assert diff_llm_api(options, target) == []  # the target release's LLM-API facts
         assert ("speculative_config" in options) == (method != "none")
         if mode == "disagg":
-            assert service["subComponentType"] == name and args[args.index("--disaggregation-mode") + 1] == name
+            assert role == name and args[args.index("--disaggregation-mode") + 1] == name
+        else:
+            assert role == "worker" and "--disaggregation-mode" not in args
 
 
 def test_validate_catches_what_dynamo_would_reject():
-    result, _ = rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg")
+    result, _ = rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg", api_version="v1alpha1")
     graph = result.manifest[1]
     worker = graph["spec"]["services"]["TRTLLMWorker"]
     args = worker["extraPodSpec"]["mainContainer"]["args"]
@@ -80,6 +98,45 @@ def test_validate_catches_what_dynamo_would_reject():
     assert any("--model-path is obsolete" in p for p in problems)
     assert any("services.TRTLLMWorker.replica: not a service field" in p for p in problems)
     assert any("componentType 'gateway'" in p for p in problems)
+
+
+def test_validate_catches_what_dynamo_would_reject_in_v1beta1():
+    result, _ = rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "disagg")
+    components = {c["name"]: c for c in result.manifest[1]["spec"]["components"]}
+    prefill = components["prefill"]
+    args = prefill["podTemplate"]["spec"]["containers"][0]["args"]
+    args[args.index("--model")] = "--model-path"  # Dynamo's older examples; obsolete in 1.6.1
+    prefill["replica"] = 2
+    prefill["podTemplate"]["spec"]["containers"][0]["mainContainer"] = {}  # a v1alpha1 field in a v1beta1 container
+    components["decode"]["type"] = "prefill"  # its --disaggregation-mode says decode
+    components["Frontend"]["type"] = "gateway"
+    components["Frontend"]["podTemplate"]["spec"]["containers"][0]["name"] = "frontend"
+    result.manifest[1]["spec"]["services"] = {}
+    problems = validate(result)
+    assert any("components[prefill]: --model-path is obsolete" in p for p in problems)
+    assert any("components[prefill].replica: not a component field" in p for p in problems)
+    assert any("components[prefill].mainContainer: not a container field" in p for p in problems)
+    assert any("components[decode]: type 'prefill' differs from its --disaggregation-mode" in p for p in problems)
+    assert any("type 'gateway'" in p for p in problems)
+    assert any("components[Frontend]: no container named 'main'" in p for p in problems)
+    assert any("spec.services: not a field" in p for p in problems)
+    assert len(problems) == 7, problems
+
+
+def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+
+    config = next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram")
+    for flags, version, key in (([], "v1beta1", "components"), (["--api-version", "v1alpha1"], "v1alpha1", "services")):
+        out = tmp_path / version
+        result = CliRunner().invoke(cli, ["k8s", str(config), "--trtllm-version", "1.2.1", "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
+        assert graph["apiVersion"] == f"nvidia.com/{version}" and set(graph["spec"]) == {"backendFramework", key}
+    result = CliRunner().invoke(cli, ["k8s", str(config), "--out", str(tmp_path / "x"), "--api-version", "v2"])
+    assert result.exit_code == 2 and "--api-version" in result.output
 
 
 def test_a_release_without_llm_api_facts_is_refused_naming_the_field():
@@ -137,3 +194,48 @@ def test_operator_facts_match_what_the_installed_wheel_holds():
         for kind in ("limits", "requests"):
             assert set(s.get("resources", {}).get(kind, {})) <= set(op["resource_fields"])
     assert all("mainContainer" in s["extraPodSpec"] for s in services)  # beside the PodSpec's own fields
+
+
+def _class_fields(source: str, name: str) -> set[str]:
+    """The fields of pydantic model `name` in `source`, by their serialized names (a Field alias when given)."""
+    import ast
+
+    cls = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == name)
+    fields = set()
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            alias = [k.value.value for k in getattr(stmt.value, "keywords", []) if k.arg == "alias"]
+            fields.add(alias[0] if alias else stmt.target.id)
+    return fields
+
+
+def test_v1beta1_facts_match_what_the_installed_wheel_writes():
+    """The v1beta1 facts are what ai-dynamo 1.6.1's own tools write: its profiler's DGD model (apiVersion, component
+    and container fields), its TensorRT-LLM blueprints (component types, container `main`, nvidia.com/gpu), and a
+    v1beta1 DGD with spec.backendFramework handed to the operator's Go override engine in its tests."""
+    try:
+        dist = metadata.distribution("ai-dynamo")
+    except metadata.PackageNotFoundError:
+        pytest.skip("ai-dynamo is not installed")
+    beta = dynamo_facts()["operator"]["v1beta1"]
+    paths = list(beta["source"]["paths"])
+    model = Path(dist.locate_file(paths[0])).read_text()
+    assert f'apiVersion: str = "{beta["api_version"]}"' in model
+    assert _class_fields(model, "Component") == set(beta["component_fields"])
+    assert _class_fields(model, "Container") == set(beta["container_fields"])
+    assert _class_fields(model, "Spec") >= {"components"}
+    assert f'"{beta["gpu_resource"]}"' in model and f'container.name == "{beta["main_container"]}"' in model
+    assert 'component_type: str = Field(default="planner", alias="type")' in model
+    blueprints = [yaml.safe_load(Path(dist.locate_file(p)).read_text()) for p in paths[1:3]]
+    components = [c for b in blueprints for c in b["spec"]["components"]]
+    assert {b["apiVersion"] for b in blueprints} == {beta["api_version"]}
+    assert {c["type"] for c in components} | {"planner"} == set(beta["component_types"])
+    assert set().union(*components) <= set(beta["component_fields"])
+    containers = [x for c in components for x in c["podTemplate"]["spec"]["containers"]]
+    assert {x["name"] for x in containers} == {beta["main_container"]}
+    # envFrom: a Kubernetes container field the model passes through (extra fields allowed); trtspec does not use it
+    assert set().union(*containers) - {"envFrom"} <= set(beta["container_fields"])
+    assert {k for x in containers for k in x.get("resources", {}).get("limits", {})} == {beta["gpu_resource"]}
+    go_test = Path(dist.locate_file(paths[3])).read_text()
+    assert f'"apiVersion": "{beta["api_version"]}"' in go_test and '"backendFramework": "vllm"' in go_test
+    assert set(beta["spec_fields"]) == {"components", "backendFramework"}

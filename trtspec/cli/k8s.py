@@ -17,10 +17,13 @@ import click
               help="agg: one worker kind; disagg: prefill and decode workers.")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose LLM-API facts to use (default: the config's trtllm.version).")
+@click.option("--api-version", type=click.Choice(["v1beta1", "v1alpha1"]), default="v1beta1", show_default=True,
+              help="DynamoGraphDeployment version: v1beta1 (spec.components, what Dynamo 1.6.1's tools write) or the "
+                   "legacy v1alpha1 (spec.services) its operator still accepts.")
 @click.option("--image", default=None, help="Worker and frontend image (default: Dynamo's TensorRT-LLM runtime).")
 @click.option("--served-model-name", default=None, help="OpenAI model name (default: the config's name).")
 @click.option("--dry-run", is_flag=True, help="Check and print the commands and files; write nothing.")
-def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, image: str | None,
+def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_version: str, image: str | None,
         served_model_name: str | None, dry_run: bool) -> None:
     """Render NVIDIA Dynamo TensorRT-LLM worker configs and a Kubernetes DynamoGraphDeployment from CONFIG."""
     from trtspec.atomic import write_text
@@ -37,7 +40,8 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, image: s
     note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
     result = render(plan.llm_api, name=spec.name, model_path=resolved.models["target"].path,
                     served_model_name=served_model_name or spec.name, tp_size=spec.engine.tp_size,
-                    trtllm_version=spec.trtllm.version, mode=mode, image=image, llm_api_note=note)
+                    trtllm_version=spec.trtllm.version, mode=mode, image=image, api_version=api_version,
+                    llm_api_note=note)
     click.echo("# launch on one machine (from the directory that holds engine_configs/; etcd and NATS, or "
                "--discovery-backend file on one host):")
     for command in result.commands:

@@ -9,8 +9,11 @@ it for Dynamo:
 - aggregated: one worker kind (`TRTLLMWorker`) serving prefill and decode with `agg.yaml`;
 - disaggregated: `prefill` and `decode` workers (`--disaggregation-mode prefill|decode`, subComponentType) with
   `prefill.yaml` / `decode.yaml` (the same options: speculation runs in the decode worker);
-- a `DynamoGraphDeployment` (nvidia.com/v1alpha1) for Dynamo's Kubernetes operator: a Frontend plus the workers, the
-  engine configs in a ConfigMap mounted at /config, GPUs per worker = the engine's tensor-parallel size;
+- a `DynamoGraphDeployment` for Dynamo's Kubernetes operator: a Frontend plus the workers, the engine configs in a
+  ConfigMap mounted at /config, GPUs per worker = the engine's tensor-parallel size. nvidia.com/v1beta1 by default
+  (`spec.components[]`, each a Kubernetes pod template whose container `main` runs the component: what Dynamo 1.6.1's
+  own tools write), or the legacy nvidia.com/v1alpha1 (`spec.services`, `extraPodSpec.mainContainer`) that its
+  operator still accepts;
 - the launch commands for one machine (frontend + workers), printed.
 
 Every name is checked against the Dynamo facts (`dynamo-1.6.1.json` beside this module: the worker's flags and modes
@@ -31,6 +34,7 @@ from trtspec.errors import ConfigError
 
 FACTS_FILE = Path(__file__).resolve().parent / "dynamo-1.6.1.json"
 MODES = ("agg", "disagg")
+API_VERSIONS = ("v1beta1", "v1alpha1")  # the first is the default
 CONFIG_MOUNT = "/config"
 DISAGG_NOTE = ("Dynamo's disaggregated examples also set `cache_transceiver_config` (the KV transfer backend); "
                "trtspec's TensorRT-LLM facts do not list that key for this release, so it is left for you to add")
@@ -52,12 +56,15 @@ class DynamoRender:
 
 
 def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served_model_name: str, tp_size: int,
-           trtllm_version: str, mode: str = "agg", image: str | None = None,
+           trtllm_version: str, mode: str = "agg", image: str | None = None, api_version: str = API_VERSIONS[0],
            llm_api_note: str = "") -> DynamoRender:
     """Engine configs, the manifest and the commands for one build (its LLM-API options `llm_api`)."""
     facts = dynamo_facts()
     if mode not in MODES:
         raise ConfigError("mode", mode, f"is not one of {', '.join(MODES)}", hint="agg (one worker kind) or disagg")
+    if api_version not in API_VERSIONS:
+        raise ConfigError("api_version", api_version, f"is not one of {', '.join(API_VERSIONS)}",
+                          hint="v1beta1 (what Dynamo's tools write) or the legacy v1alpha1")
     if llm_api is None:
         raise ConfigError("trtllm.version", trtllm_version, f"has no LLM-API options for this build ({llm_api_note})",
                           hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM "
@@ -66,13 +73,10 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     image = image or f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"
     roles = {"agg": {"TRTLLMWorker": ("agg", None)},
              "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}[mode]
-    configs = {}
-    for config, _ in roles.values():
-        configs[f"{config}.yaml"] = dict(llm_api)
+    configs = {f"{config}.yaml": dict(llm_api) for config, _ in roles.values()}
     module = facts["trtllm_worker"]["module"]
-    services: dict[str, Any] = {"Frontend": {"componentType": "frontend", "replicas": 1,
-                                             "extraPodSpec": {"mainContainer": {"image": image}}}}
     commands = [shlex.join(["python3", "-m", facts["frontend"]["module"], "--http-port", "8000"])]
+    workers = []  # (role, disaggregation mode or None, worker args)
     for role, (config, disagg) in roles.items():
         args = ["--model", model_path, "--served-model-name", served_model_name, "--extra-engine-args",
                 f"{CONFIG_MOUNT}/{config}.yaml"]
@@ -80,21 +84,11 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
             args += ["--tensor-parallel-size", str(tp_size)]
         if disagg:
             args += ["--disaggregation-mode", disagg]
-        service: dict[str, Any] = {"componentType": "worker", "replicas": 1, "resources": {"limits": {"gpu": str(tp_size)}},
-                                   "extraPodSpec": {
-                                       "volumes": [{"name": "engine-config", "configMap": {"name": f"{name}-engine-config"}}],
-                                       "mainContainer": {"image": image, "command": ["python3", "-m", module],
-                                                         "args": args, "volumeMounts": [
-                                                             {"name": "engine-config", "mountPath": CONFIG_MOUNT,
-                                                              "readOnly": True}]}}}
-        if disagg:
-            service["subComponentType"] = disagg
-        services[role] = service
+        workers.append((role, disagg, args))
         commands.append(shlex.join(["python3", "-m", module, *args]).replace(f"{CONFIG_MOUNT}/", "./"))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
                  "data": {file: _yaml(options) for file, options in configs.items()}}
-    graph = {"apiVersion": facts["operator"]["api_version"], "kind": facts["operator"]["kind"],
-             "metadata": {"name": name}, "spec": {"backendFramework": "trtllm", "services": services}}
+    graph = (_graph_v1beta1 if api_version == "v1beta1" else _graph_v1alpha1)(name, image, tp_size, workers)
     header = (f"# trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API options "
               f"of release {trtllm_version}; Dynamo {facts['dynamo_version']}'s runtime ships TensorRT-LLM "
               f"{facts['trtllm_pin']['tensorrt_llm']}.\n")
@@ -118,19 +112,104 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     return result
 
 
-def validate(result: DynamoRender) -> list[str]:
-    """Every name the manifest and the commands use, checked against the Dynamo facts; [] when all are known."""
+def _volume(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The engine configs' ConfigMap as a pod volume, and its read-only mount at CONFIG_MOUNT (new objects per call:
+    shared ones would be written as YAML anchors)."""
+    return ({"name": "engine-config", "configMap": {"name": f"{name}-engine-config"}},
+            {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True})
+
+
+def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]]
+                   ) -> dict[str, Any]:
+    """nvidia.com/v1beta1: `spec.components[]`, each {name, type, replicas, podTemplate} whose container `main`
+    runs it (as the 1.6.1 wheel's TensorRT-LLM blueprints); a disaggregated worker's type is its mode."""
     facts = dynamo_facts()
-    op, worker = facts["operator"], facts["trtllm_worker"]
-    problems = []
+    beta = facts["operator"]["v1beta1"]
+    main = beta["main_container"]
+    components = [{"name": "Frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
+        {"name": main, "image": image, "command": ["python3"], "args": ["-m", facts["frontend"]["module"]]}]}}}]
+    for role, disagg, args in workers:
+        volume, mount = _volume(name)
+        container = {"name": main, "image": image, "command": ["python3", "-m", facts["trtllm_worker"]["module"]],
+                     "args": args, "resources": {"limits": {beta["gpu_resource"]: str(tp_size)}},
+                     "volumeMounts": [mount]}
+        components.append({"name": role, "type": disagg or "worker", "replicas": 1,
+                           "podTemplate": {"spec": {"volumes": [volume], "containers": [container]}}})
+    return {"apiVersion": beta["api_version"], "kind": facts["operator"]["kind"], "metadata": {"name": name},
+            "spec": {"backendFramework": "trtllm", "components": components}}
+
+
+def _graph_v1alpha1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]]
+                    ) -> dict[str, Any]:
+    """nvidia.com/v1alpha1 (legacy): `spec.services` by name, `extraPodSpec.mainContainer`, GPUs as
+    `resources.limits.gpu`, a disaggregated worker's mode as its subComponentType."""
+    facts = dynamo_facts()
+    services: dict[str, Any] = {"Frontend": {"componentType": "frontend", "replicas": 1,
+                                             "extraPodSpec": {"mainContainer": {"image": image}}}}
+    for role, disagg, args in workers:
+        volume, mount = _volume(name)
+        service: dict[str, Any] = {"componentType": "worker", "replicas": 1, "resources": {"limits": {"gpu": str(tp_size)}},
+                                   "extraPodSpec": {"volumes": [volume], "mainContainer": {
+                                       "image": image, "command": ["python3", "-m", facts["trtllm_worker"]["module"]],
+                                       "args": args, "volumeMounts": [mount]}}}
+        if disagg:
+            service["subComponentType"] = disagg
+        services[role] = service
+    return {"apiVersion": facts["operator"]["api_version"], "kind": facts["operator"]["kind"],
+            "metadata": {"name": name}, "spec": {"backendFramework": "trtllm", "services": services}}
+
+
+def validate(result: DynamoRender) -> list[str]:
+    """Every name the manifest and the commands use, checked against the Dynamo facts of its apiVersion; [] when all
+    are known."""
+    op = dynamo_facts()["operator"]
     graphs = [obj for obj in result.manifest if obj.get("kind") == op["kind"]]
     if len(graphs) != 1:
         return [f"expected one {op['kind']}, found {len(graphs)}"]
     graph = graphs[0]
-    if graph.get("apiVersion") != op["api_version"]:
-        problems.append(f"apiVersion {graph.get('apiVersion')} is not {op['api_version']}")
+    if graph.get("apiVersion") == op["v1beta1"]["api_version"]:
+        return _validate_v1beta1(graph)
+    if graph.get("apiVersion") == op["api_version"]:
+        return _validate_v1alpha1(graph)
+    return [f"apiVersion {graph.get('apiVersion')} is not {op['v1beta1']['api_version']} or {op['api_version']}"]
+
+
+def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
+    facts = dynamo_facts()
+    op, beta, worker = facts["operator"], facts["operator"]["v1beta1"], facts["trtllm_worker"]
     spec = graph.get("spec", {})
-    problems += [f"spec.{key}: not a field" for key in sorted(set(spec) - set(op["spec_fields"]))]
+    problems = [f"spec.{key}: not a field trtspec's v1beta1 facts list" for key in sorted(set(spec) - set(beta["spec_fields"]))]
+    if spec.get("backendFramework") not in op["backend_frameworks"]:
+        problems.append(f"spec.backendFramework {spec.get('backendFramework')!r} is not one of {op['backend_frameworks']}")
+    names = [c.get("name") for c in spec.get("components", [])]
+    problems += [f"components: name {n!r} is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    for component in spec.get("components", []):
+        where = f"components[{component.get('name')}]"
+        problems += [f"{where}.{key}: not a component field" for key in sorted(set(component) - set(beta["component_fields"]))]
+        kind = component.get("type")
+        if kind not in beta["component_types"]:
+            problems.append(f"{where}.type {kind!r} is not one of {beta['component_types']}")
+        containers = component.get("podTemplate", {}).get("spec", {}).get("containers", [])
+        main = [c for c in containers if c.get("name") == beta["main_container"]]
+        if len(main) != 1:
+            problems.append(f"{where}: no container named {beta['main_container']!r} (the one Dynamo runs)")
+            continue
+        container = main[0]
+        problems += [f"{where}.{key}: not a container field trtspec's facts list"
+                     for key in sorted(set(container) - set(beta["container_fields"]))]
+        if container.get("command", [None, None, None])[2:] == [worker["module"]]:
+            args = container.get("args", [])
+            problems += _check_args(where, args, worker)
+            if "--disaggregation-mode" in args and args[args.index("--disaggregation-mode") + 1] != kind:
+                problems.append(f"{where}: type {kind!r} differs from its --disaggregation-mode")
+    return problems
+
+
+def _validate_v1alpha1(graph: dict[str, Any]) -> list[str]:
+    facts = dynamo_facts()
+    op, worker = facts["operator"], facts["trtllm_worker"]
+    spec = graph.get("spec", {})
+    problems = [f"spec.{key}: not a field" for key in sorted(set(spec) - set(op["spec_fields"]))]
     if spec.get("backendFramework") not in op["backend_frameworks"]:
         problems.append(f"spec.backendFramework {spec.get('backendFramework')!r} is not one of {op['backend_frameworks']}")
     for name, service in spec.get("services", {}).items():
