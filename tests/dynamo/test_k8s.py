@@ -56,11 +56,11 @@ def test_every_example_renders_or_names_why_not(config, mode, api_version):
     eagle3 = spec.eagle is not None and spec.eagle.eagle3  # EAGLE-3 drafters run through the LLM API
     if resolve(method).trtllm_unsupported:  # suffix: refused for TensorRT-LLM before any rendering, with the reason
         with pytest.raises(ConfigError, match=f"method='{method}': cannot be built for TensorRT-LLM"):
-            rendered(config, mode)
+            rendered(config, mode, api_version=api_version)
         return
     if method not in LLM_API_METHODS and not eagle3:
         with pytest.raises(ConfigError, match="trtllm.version.*no LLM-API options"):
-            rendered(config, mode)
+            rendered(config, mode, api_version=api_version)
         return
     result, _ = rendered(config, mode, api_version=api_version)
     assert validate(result) == []
@@ -111,6 +111,9 @@ def test_validate_catches_what_dynamo_would_reject_in_v1beta1():
     components["decode"]["type"] = "prefill"  # its --disaggregation-mode says decode
     components["Frontend"]["type"] = "gateway"
     components["Frontend"]["podTemplate"]["spec"]["containers"][0]["name"] = "frontend"
+    components["decode"]["podTemplate"]["spec"]["containers"][0]["resources"]["limits"] = {"gpu": "1"}  # v1alpha1's
+    components["decode"]["podTemplate"]["spec"]["hostIPC"] = True  # a PodSpec field trtspec's facts do not list
+    result.manifest[1]["spec"]["components"].append(dict(components["prefill"], name="Prefill"))  # case-insensitive
     result.manifest[1]["spec"]["services"] = {}
     problems = validate(result)
     assert any("components[prefill]: --model-path is obsolete" in p for p in problems)
@@ -120,7 +123,10 @@ def test_validate_catches_what_dynamo_would_reject_in_v1beta1():
     assert any("type 'gateway'" in p for p in problems)
     assert any("components[Frontend]: no container named 'main'" in p for p in problems)
     assert any("spec.services: not a field" in p for p in problems)
-    assert len(problems) == 7, problems
+    assert any("components[decode].resources.limits.gpu: not nvidia.com/gpu" in p for p in problems)
+    assert any("components[decode].podTemplate.spec.hostIPC: not used" in p for p in problems)
+    assert any("name 'prefill' is used twice" in p for p in problems)
+    assert len(problems) == 10 + 3, problems  # the copied prefill repeats its three problems
 
 
 def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
@@ -238,4 +244,30 @@ def test_v1beta1_facts_match_what_the_installed_wheel_writes():
     assert {k for x in containers for k in x.get("resources", {}).get("limits", {})} == {beta["gpu_resource"]}
     go_test = Path(dist.locate_file(paths[3])).read_text()
     assert f'"apiVersion": "{beta["api_version"]}"' in go_test and '"backendFramework": "vllm"' in go_test
-    assert set(beta["spec_fields"]) == {"components", "backendFramework"}
+    pod = _class_fields(model, "PodSpec")
+    assert pod == set(beta["pod_spec_fields"])
+    request = Path(dist.locate_file(paths[4])).read_text()
+    assert "runtimeVersionOverride" in request and "non-semantic-version tag or digest" in request
+
+
+def test_a_custom_image_names_the_runtime_version():
+    config = next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram")
+    default, _ = rendered(config, "disagg")
+    assert all("runtimeVersionOverride" not in c for c in default.manifest[1]["spec"]["components"])
+    spec = load_build_spec(config)
+    resolved = run_preflight(spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": "1.2.1"}),
+                                                     "backend": "tensorrtllm"}), dry_run=True)
+    plan = plan_build(resolved)
+    for api_version in ("v1beta1", "v1alpha1"):
+        result = render(plan.llm_api, name=spec.name, model_path="/models/x", served_model_name=spec.name, tp_size=1,
+                        trtllm_version="1.2.1", mode="disagg", image="registry.example/trtllm@sha256:abc",
+                        api_version=api_version)
+        assert validate(result) == []
+        graph = yaml.safe_load_all(result.files["dynamo-graph.yaml"])
+        graph = list(graph)[1]
+        note = next(n for n in result.notes if "is not Dynamo's" in n)
+        if api_version == "v1beta1":
+            assert {c.get("runtimeVersionOverride") for c in graph["spec"]["components"]} == {"1.6.1"}
+            assert "every component sets runtimeVersionOverride: 1.6.1" in note
+        else:
+            assert "runtimeVersionOverride" not in result.files["dynamo-graph.yaml"] and "not written" in note

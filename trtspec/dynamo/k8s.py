@@ -7,7 +7,8 @@ the target release's `speculative_config`, checked against trtspec/targets/trtll
 it for Dynamo:
 
 - aggregated: one worker kind (`TRTLLMWorker`) serving prefill and decode with `agg.yaml`;
-- disaggregated: `prefill` and `decode` workers (`--disaggregation-mode prefill|decode`, subComponentType) with
+- disaggregated: `prefill` and `decode` workers (`--disaggregation-mode prefill|decode`; the component's type in
+  v1beta1, its subComponentType in v1alpha1) with
   `prefill.yaml` / `decode.yaml` (the same options: speculation runs in the decode worker);
 - a `DynamoGraphDeployment` for Dynamo's Kubernetes operator: a Frontend plus the workers, the engine configs in a
   ConfigMap mounted at /config, GPUs per worker = the engine's tensor-parallel size. nvidia.com/v1beta1 by default
@@ -17,7 +18,8 @@ it for Dynamo:
 - the launch commands for one machine (frontend + workers), printed.
 
 Every name is checked against the Dynamo facts (`dynamo-1.6.1.json` beside this module: the worker's flags and modes
-from the installed ai-dynamo 1.6.1 wheel, the operator's fields from Dynamo's sources, commit and path recorded):
+from the installed ai-dynamo 1.6.1 wheel; the v1beta1 fields from what that wheel writes and reads; the v1alpha1
+fields from Dynamo's sources, commit and path recorded):
 `validate` returns the problems, and `render` refuses to return files that have any.
 """
 
@@ -70,7 +72,9 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
                           hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM "
                                f"{facts['trtllm_pin']['tensorrt_llm']} through the LLM API: use a method with an "
                                "LLM-API form and a release whose LLM-API facts trtspec has (trtllm.version: 1.2.1)")
-    image = image or f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"
+    default_image = f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"
+    custom_image = image is not None and image != default_image
+    image = image or default_image
     roles = {"agg": {"TRTLLMWorker": ("agg", None)},
              "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}[mode]
     configs = {f"{config}.yaml": dict(llm_api) for config, _ in roles.values()}
@@ -88,7 +92,10 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
         commands.append(shlex.join(["python3", "-m", module, *args]).replace(f"{CONFIG_MOUNT}/", "./"))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
                  "data": {file: _yaml(options) for file, options in configs.items()}}
-    graph = (_graph_v1beta1 if api_version == "v1beta1" else _graph_v1alpha1)(name, image, tp_size, workers)
+    if api_version == "v1beta1":
+        graph = _graph_v1beta1(name, image, tp_size, workers, runtime_version=custom_image)
+    else:
+        graph = _graph_v1alpha1(name, image, tp_size, workers)
     header = (f"# trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API options "
               f"of release {trtllm_version}; Dynamo {facts['dynamo_version']}'s runtime ships TensorRT-LLM "
               f"{facts['trtllm_pin']['tensorrt_llm']}.\n")
@@ -102,6 +109,12 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
         notes.append(f"the options use TensorRT-LLM {trtllm_version}'s facts; the runtime image runs "
                      f"{facts['trtllm_pin']['tensorrt_llm']} ({facts['trtllm_pin']['source']['path']} of ai-dynamo "
                      f"{facts['dynamo_version']}): check the keys against that release before production")
+    if custom_image:  # the operator reads the runtime's version from the image tag, which a custom image may not carry
+        notes.append(f"image {image} is not Dynamo's: " + (
+            f"every component sets runtimeVersionOverride: {facts['dynamo_version']}, the runtime these files are for"
+            if api_version == "v1beta1" else
+            f"set runtimeVersionOverride: {facts['dynamo_version']} on each service if your operator asks for it "
+            "(trtspec's v1alpha1 facts do not list the field, so it is not written)"))
     if mode == "disagg":
         notes.append(DISAGG_NOTE)
     result = DynamoRender(files=files, commands=commands, notes=notes, manifest=[configmap, graph])
@@ -119,10 +132,13 @@ def _volume(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
             {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True})
 
 
-def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]]
-                   ) -> dict[str, Any]:
+def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]], *,
+                   runtime_version: bool = False) -> dict[str, Any]:
     """nvidia.com/v1beta1: `spec.components[]`, each {name, type, replicas, podTemplate} whose container `main`
-    runs it (as the 1.6.1 wheel's TensorRT-LLM blueprints); a disaggregated worker's type is its mode."""
+    runs it (as the 1.6.1 wheel's TensorRT-LLM blueprints); a disaggregated worker's type is its mode. With
+    `runtime_version` (an image that is not Dynamo's, whose tag need not be a Dynamo version), every component sets
+    runtimeVersionOverride to the Dynamo release (the 1.6.1 wheel's DGDR: "Set this when Image uses a
+    non-semantic-version tag or digest, or when its tag does not identify the Dynamo runtime version")."""
     facts = dynamo_facts()
     beta = facts["operator"]["v1beta1"]
     main = beta["main_container"]
@@ -135,6 +151,9 @@ def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str,
                      "volumeMounts": [mount]}
         components.append({"name": role, "type": disagg or "worker", "replicas": 1,
                            "podTemplate": {"spec": {"volumes": [volume], "containers": [container]}}})
+    if runtime_version:
+        for component in components:
+            component["runtimeVersionOverride"] = facts["dynamo_version"]
     return {"apiVersion": beta["api_version"], "kind": facts["operator"]["kind"], "metadata": {"name": name},
             "spec": {"backendFramework": "trtllm", "components": components}}
 
@@ -181,7 +200,7 @@ def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
     problems = [f"spec.{key}: not a field trtspec's v1beta1 facts list" for key in sorted(set(spec) - set(beta["spec_fields"]))]
     if spec.get("backendFramework") not in op["backend_frameworks"]:
         problems.append(f"spec.backendFramework {spec.get('backendFramework')!r} is not one of {op['backend_frameworks']}")
-    names = [c.get("name") for c in spec.get("components", [])]
+    names = [str(c.get("name")).lower() for c in spec.get("components", [])]  # unique ignoring case
     problems += [f"components: name {n!r} is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
     for component in spec.get("components", []):
         where = f"components[{component.get('name')}]"
@@ -189,7 +208,10 @@ def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
         kind = component.get("type")
         if kind not in beta["component_types"]:
             problems.append(f"{where}.type {kind!r} is not one of {beta['component_types']}")
-        containers = component.get("podTemplate", {}).get("spec", {}).get("containers", [])
+        pod = component.get("podTemplate", {}).get("spec", {})
+        problems += [f"{where}.podTemplate.spec.{key}: not used by trtspec's facts"
+                     for key in sorted(set(pod) - set(beta["pod_spec_fields"]))]
+        containers = pod.get("containers", [])
         main = [c for c in containers if c.get("name") == beta["main_container"]]
         if len(main) != 1:
             problems.append(f"{where}: no container named {beta['main_container']!r} (the one Dynamo runs)")
@@ -197,6 +219,9 @@ def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
         container = main[0]
         problems += [f"{where}.{key}: not a container field trtspec's facts list"
                      for key in sorted(set(container) - set(beta["container_fields"]))]
+        for bound in ("limits", "requests"):
+            unknown = set(container.get("resources", {}).get(bound, {})) - {beta["gpu_resource"]}
+            problems += [f"{where}.resources.{bound}.{key}: not {beta['gpu_resource']}" for key in sorted(unknown)]
         if container.get("command", [None, None, None])[2:] == [worker["module"]]:
             args = container.get("args", [])
             problems += _check_args(where, args, worker)
