@@ -3,7 +3,8 @@
     python scripts/adaptive_paired_ab.py --concurrency 4 --rounds 60 --requests 8 --ks 2,3,4 [--pin 3]
 
 This machine's speed swings by 15-25% with a correlation time of 1-2 s (docs/benchmarks.md, "The bench's noise"),
-so comparing a few configurations needs many short cells run close together. Here every round draws `requests` of the bench's held-out prompts (`adaptive_side_by_side.bench_inputs`), runs each
+so comparing a few configurations needs many short cells run close together. Here every round draws `requests`
+of the bench's held-out prompts (`adaptive_side_by_side.bench_inputs`), runs each
 configuration once on them as a closed loop at `concurrency`, in a shuffled order, and each round's adaptive / fixed
 ratio is one paired sample (cells of ~1 s sit within one period of the drift). One SpecEngine and one AdaptiveK
 for every cell, as in the bench. `--pin K` adds adaptive requests pinned at K without the policy ("pin": the engine's

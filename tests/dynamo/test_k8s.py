@@ -129,6 +129,13 @@ def test_validate_catches_what_dynamo_would_reject_in_v1beta1():
     assert len(problems) == 10 + 3, problems  # the copied prefill repeats its three problems
 
 
+@pytest.mark.parametrize("api_version", ["v1beta1", "v1alpha1"])
+def test_validate_checks_the_backend_framework_in_either_version(api_version):
+    result, _ = rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg", api_version=api_version)
+    result.manifest[1]["spec"]["backendFramework"] = "onnx"
+    assert validate(result) == ["spec.backendFramework 'onnx' is not one of ['sglang', 'vllm', 'trtllm']"]
+
+
 def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
     from click.testing import CliRunner
 
@@ -263,8 +270,7 @@ def test_a_custom_image_names_the_runtime_version():
                         trtllm_version="1.2.1", mode="disagg", image="registry.example/trtllm@sha256:abc",
                         api_version=api_version)
         assert validate(result) == []
-        graph = yaml.safe_load_all(result.files["dynamo-graph.yaml"])
-        graph = list(graph)[1]
+        graph = list(yaml.safe_load_all(result.files["dynamo-graph.yaml"]))[1]
         note = next(n for n in result.notes if "is not Dynamo's" in n)
         if api_version == "v1beta1":
             assert {c.get("runtimeVersionOverride") for c in graph["spec"]["components"]} == {"1.6.1"}

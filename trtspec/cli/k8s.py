@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from trtspec.dynamo.k8s import API_VERSIONS
+
 
 @click.command()
 @click.argument("config", type=click.Path(path_type=Path, dir_okay=False))
@@ -17,7 +19,7 @@ import click
               help="agg: one worker kind; disagg: prefill and decode workers.")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose LLM-API facts to use (default: the config's trtllm.version).")
-@click.option("--api-version", type=click.Choice(["v1beta1", "v1alpha1"]), default="v1beta1", show_default=True,
+@click.option("--api-version", type=click.Choice(API_VERSIONS), default=API_VERSIONS[0], show_default=True,
               help="DynamoGraphDeployment version: v1beta1 (spec.components, what Dynamo 1.6.1's tools write) or the "
                    "legacy v1alpha1 (spec.services) its operator still accepts.")
 @click.option("--image", default=None, help="Worker and frontend image (default: Dynamo's TensorRT-LLM runtime).")

@@ -186,25 +186,28 @@ def validate(result: DynamoRender) -> list[str]:
     if len(graphs) != 1:
         return [f"expected one {op['kind']}, found {len(graphs)}"]
     graph = graphs[0]
+    framework = graph.get("spec", {}).get("backendFramework")
+    problems = [] if framework in op["backend_frameworks"] else [
+        f"spec.backendFramework {framework!r} is not one of {op['backend_frameworks']}"]
     if graph.get("apiVersion") == op["v1beta1"]["api_version"]:
-        return _validate_v1beta1(graph)
+        return problems + _validate_v1beta1(graph)
     if graph.get("apiVersion") == op["api_version"]:
-        return _validate_v1alpha1(graph)
+        return problems + _validate_v1alpha1(graph)
     return [f"apiVersion {graph.get('apiVersion')} is not {op['v1beta1']['api_version']} or {op['api_version']}"]
 
 
 def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
     facts = dynamo_facts()
-    op, beta, worker = facts["operator"], facts["operator"]["v1beta1"], facts["trtllm_worker"]
+    beta, worker = facts["operator"]["v1beta1"], facts["trtllm_worker"]
     spec = graph.get("spec", {})
-    problems = [f"spec.{key}: not a field trtspec's v1beta1 facts list" for key in sorted(set(spec) - set(beta["spec_fields"]))]
-    if spec.get("backendFramework") not in op["backend_frameworks"]:
-        problems.append(f"spec.backendFramework {spec.get('backendFramework')!r} is not one of {op['backend_frameworks']}")
+    problems = [f"spec.{key}: not a field trtspec's v1beta1 facts list"
+                for key in sorted(set(spec) - set(beta["spec_fields"]))]
     names = [str(c.get("name")).lower() for c in spec.get("components", [])]  # unique ignoring case
     problems += [f"components: name {n!r} is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
     for component in spec.get("components", []):
         where = f"components[{component.get('name')}]"
-        problems += [f"{where}.{key}: not a component field" for key in sorted(set(component) - set(beta["component_fields"]))]
+        problems += [f"{where}.{key}: not a component field"
+                     for key in sorted(set(component) - set(beta["component_fields"]))]
         kind = component.get("type")
         if kind not in beta["component_types"]:
             problems.append(f"{where}.type {kind!r} is not one of {beta['component_types']}")
@@ -235,8 +238,6 @@ def _validate_v1alpha1(graph: dict[str, Any]) -> list[str]:
     op, worker = facts["operator"], facts["trtllm_worker"]
     spec = graph.get("spec", {})
     problems = [f"spec.{key}: not a field" for key in sorted(set(spec) - set(op["spec_fields"]))]
-    if spec.get("backendFramework") not in op["backend_frameworks"]:
-        problems.append(f"spec.backendFramework {spec.get('backendFramework')!r} is not one of {op['backend_frameworks']}")
     for name, service in spec.get("services", {}).items():
         problems += [f"services.{name}.{key}: not a service field" for key in sorted(set(service) - set(op["service_fields"]))]
         if service.get("componentType") not in op["component_types"]:
