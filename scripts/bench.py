@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batching-prompt-tokens", type=int, default=64, help="batching: prompt length cap")
     # cells of max(4 x concurrency, 8) requests (1-5 s) and 12 rounds, each concurrency's cells shuffled (~16
     # minutes): this machine's speed swings by 15-25% with a correlation time of 1-2 s and drifts more slowly too, so
-    # the verdict pairs adaptive with the best other configuration round by round (docs/benchmarks.md, issue 15)
+    # the verdict pairs adaptive with the best other configuration round by round (docs/history/adaptive-k.md)
     parser.add_argument("--batching-min-requests", type=int, default=8, help="batching: requests per cell at least")
     parser.add_argument("--batching-repeats", type=int, default=12,
                         help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
