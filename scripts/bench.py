@@ -17,7 +17,7 @@ Sections (run all, or pick with --section):
   eagle    EAGLE-3 (chain and dynamic trees) vs the draft model vs Medusa at equal target compute (node budget k),
            batch 1: mean acceptance length, draft cost per drafted token, speedup, and issue 17's goal verdict
 
-Every section is a sweep (trtspec/sweep/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
+Every section is a sweep (scripts/benchlib/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure, the transformers rows of the engine section, and writes the Markdown.
 A new section is a function `(args) -> Section` registered in SECTIONS. EOS is ignored everywhere, so all rows of a
 section produce the same number of tokens; --repeats / --batching-repeats run the grid in rounds (medians).
@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchlib import benchmarks, benchmarks_eagle
+from benchlib.benchmarks import Comparison, Section
 from trtspec.atomic import write_text
-from trtspec.sweep import benchmarks, benchmarks_eagle
-from trtspec.sweep.benchmarks import Comparison, Section
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.report import markdown_table
 

@@ -4,7 +4,7 @@
     python scripts/eagle_acceptance.py                  # ~5-10 min on 2 shared CPU cores
     python scripts/eagle_acceptance.py --prompts 3      # quicker
 
-The measurement is the `eagle` bench section (trtspec/sweep/benchmarks_eagle.py: one sweep, engine backend, batch 1,
+The measurement is the `eagle` bench section (scripts/benchlib/benchmarks_eagle.py: one sweep, engine backend, batch 1,
 greedy, held-out code/prose/grounded prompts, every method at the same node budgets k), so the model card, this
 file's acceptance.json and docs/benchmarks.md (`scripts/bench.py --section eagle`) share one definition. Writes
 trtspec/assets/models/tiny-eagle/{acceptance.json, README.md}.
@@ -26,7 +26,7 @@ OUT = embedded_path("tiny-eagle")
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from trtspec.sweep import benchmarks, benchmarks_eagle
+    from benchlib import benchmarks, benchmarks_eagle
 
     spec = benchmarks_eagle.eagle_spec(model="tiny", draft="tiny-draft", medusa="tiny-medusa", eagle=str(OUT),
                                        trees=args.trees, ks=args.ks, num_prompts=args.prompts,

@@ -3,8 +3,8 @@ and the bench section's table and goal verdict come from the measured numbers.""
 
 from __future__ import annotations
 
-from trtspec.sweep.benchmarks import MIXED, measure
-from trtspec.sweep.benchmarks_eagle import eagle_rows, goal_verdict
+from benchlib.benchmarks import MIXED, measure
+from benchlib.benchmarks_eagle import eagle_rows, goal_verdict
 from trtspec.sweep.grid import SweepSpec
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchlib import benchmarks
+from benchlib.benchmarks import Comparison, Measured
 from trtspec.spec.metrics import AcceptanceStats
-from trtspec.sweep import benchmarks
-from trtspec.sweep.benchmarks import Comparison, Measured
 from trtspec.sweep.runner import SweepSummary
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
@@ -122,7 +122,7 @@ def test_lookahead_section_rows_per_suite_and_overall():
 
 
 def test_dynamo_section_puts_1_and_2_workers_side_by_side():
-    from trtspec.sweep import benchmarks
+    from benchlib import benchmarks
 
     spec = benchmarks.dynamo_spec(url="127.0.0.1:8000", model="tiny", k=4, concurrency=[1, 4], max_new_tokens=8,
                                   min_requests=6)

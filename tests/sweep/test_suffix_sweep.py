@@ -110,9 +110,9 @@ def test_report_says_where_suffix_wins_and_where_not(tmp_path, monkeypatch):
 def test_bench_suffix_section_rows_goals_and_docs_columns():
     """docs/benchmarks.md's suffix section from synthetic sweep records: per-suite rows against each sweep's own
     plain run, warm caches kept out of the goals, the columns the docs show."""
+    from benchlib import benchmarks
+    from benchlib.benchmarks import Comparison
     from tests.sweep.test_benchmarks import _docs_columns, _measured, _rec, _stats
-    from trtspec.sweep import benchmarks
-    from trtspec.sweep.benchmarks import Comparison
 
     def measured(spec, rates, cpu_rates, accepted):
         return _measured([_rec(c, 0, rates[(c.method, c.suffix_cache, c.adaptive)],

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from trtspec.sweep.benchmarks import MIXED, Measured, Section, _by_case, _machine, _median_rate, _yes
+from benchlib.benchmarks import MIXED, Measured, Section, _by_case, _machine, _median_rate, _yes
 from trtspec.sweep.grid import BASELINE, SweepSpec
 from trtspec.sweep.records import Record
 
