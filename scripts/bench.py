@@ -16,9 +16,12 @@ Sections (run all, or pick with --section):
            beside ngram, draft_target (fixed and adaptive k), transformers' prompt lookup and assisted generation
   eagle    EAGLE-3 (chain and dynamic trees) vs the draft model vs Medusa at equal target compute (node budget k),
            batch 1: mean acceptance length, draft cost per drafted token, speedup, and issue 17's goal verdict
+  eagle-cost  the draft cost alone: EAGLE-3 (chain, dynamic tree) vs the draft model per drafted token in CPU time,
+           the proposers called directly and interleaved (steadier than the eagle section's wall-clock draft time)
 
 Every section is a sweep (scripts/benchlib/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
-script adds only what a sweep cannot measure, the transformers rows of the engine section, and writes the Markdown.
+script adds only what a sweep cannot measure (the transformers rows; eagle-cost times the proposers directly) and
+writes the Markdown.
 A new section is a function `(args) -> Section` registered in SECTIONS. EOS is ignored everywhere, so all rows of a
 section produce the same number of tokens; --repeats / --batching-repeats run the grid in rounds (medians).
 """
@@ -227,10 +230,17 @@ def bench_eagle(args: argparse.Namespace) -> Section:
     return benchmarks_eagle.eagle_section(spec, benchmarks.measure(spec))
 
 
+def bench_eagle_cost(args: argparse.Namespace) -> Section:
+    spec = benchmarks_eagle.DraftCostSpec(model=args.model, draft=args.draft, eagle=args.eagle, ks=tuple(args.eagle_ks),
+                                          num_prompts=args.prompts, new_tokens=args.max_new_tokens,
+                                          rounds=args.eagle_cost_rounds)
+    return benchmarks_eagle.draft_cost_section(spec, benchmarks_eagle.measure_draft_costs(spec))
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo,
-    "suffix": bench_suffix, "eagle": bench_eagle,
+    "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost,
 }
 
 
@@ -305,7 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--medusa", default="tiny-medusa", help="eagle: Medusa heads")
     parser.add_argument("--eagle", default="tiny-eagle", help="eagle: EAGLE-3 drafter")
     parser.add_argument("--eagle-trees", nargs="+", default=["chain", "dynamic"], help="eagle: EAGLE trees")
-    parser.add_argument("--eagle-ks", type=int, nargs="+", default=[4, 8], help="eagle: node budgets k")
+    parser.add_argument("--eagle-ks", type=int, nargs="+", default=[4, 8], help="eagle, eagle-cost: node budgets k")
+    parser.add_argument("--eagle-cost-rounds", type=int, default=3,
+                        help="eagle-cost: interleaved rounds (median)")
     parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
     parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")
     parser.add_argument("--suffix-suites", nargs="+", default=list(benchmarks.SUFFIX_SUITES),

@@ -1,10 +1,10 @@
 """EAGLE in sweeps: the engine backend runs each eagle3 case with its drafter and tree (lossless at temperature 0),
-and the bench section's table and goal verdict come from the measured numbers."""
+and the bench sections' tables and goal verdict come from the measured numbers."""
 
 from __future__ import annotations
 
 from benchlib.benchmarks import MIXED, measure
-from benchlib.benchmarks_eagle import eagle_rows, goal_verdict
+from benchlib.benchmarks_eagle import DraftCostSpec, draft_cost_section, eagle_rows, goal_verdict
 from trtspec.sweep.grid import SweepSpec
 
 
@@ -44,3 +44,23 @@ def test_goal_verdict_reads_the_rows():
     rows[1]["mal"] = 2.7
     assert "short by 0.10" in goal_verdict(rows)
     assert goal_verdict(rows, k=8).startswith("Goal not evaluated")
+
+
+def test_draft_cost_section_compares_each_k_with_the_draft_model():
+    from tests.sweep.test_benchmarks import DOCS, _docs_columns
+
+    spec = DraftCostSpec(model="tiny", draft="tiny-draft", eagle="tiny-eagle", ks=(4, 8), num_prompts=2,
+                         new_tokens=16, rounds=3)
+    costs = {("draft_target (chain)", 4): [(0.005, 4.0), (0.007, 4.0), (0.004, 4.0)],  # median over rounds: 5 ms
+             ("eagle3 chain", 4): [(0.006, 4.0)] * 3, ("eagle3 dynamic tree", 4): [(0.0025, 4.0)] * 3,
+             ("draft_target (chain)", 8): [(0.008, 8.0)] * 3,
+             ("eagle3 chain", 8): [(0.006, 6.0)] * 3,  # the chain stops at depth 6: fewer tokens per step
+             ("eagle3 dynamic tree", 8): [(0.004, 8.0)] * 3}
+    section = draft_cost_section(spec, costs)
+    assert section.columns == _docs_columns("EAGLE-3 vs draft model: draft cost")
+    assert f"## {section.title}\n" in DOCS.read_text()  # a rerun replaces the recorded section
+    assert section.rows[0] == ["draft_target (chain)", "4", "5.00", "4.00", "1.25", "1.00x"]
+    assert section.rows[1] == ["eagle3 chain", "4", "6.00", "4.00", "1.50", "1.20x"]
+    assert section.rows[2][-1] == "0.50x"
+    assert section.rows[4] == ["eagle3 chain", "8", "6.00", "6.00", "1.00", "1.00x"]
+    assert [r[-1] for r in section.rows[3::3]] == ["1.00x"] and section.rows[5][-1] == "0.50x"
