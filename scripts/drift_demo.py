@@ -1,7 +1,7 @@
 """The operations loop on the embedded pair: baseline sweep -> deploy --baseline -> serve -> steady traffic -> shift
 -> the monitor flags drift and recommends k. Also measures the drift test's false-alarm rate.
 
-    python scripts/drift_demo.py [--steady 120] [--shifted 90] [--out docs/operations]
+    python scripts/drift_demo.py [--steady 120] [--shifted 90] [--out DIR | --docs]
     python scripts/drift_demo.py --false-alarm-runs 3 --false-alarm-minutes 10 --simulate 2000
 
 1. `trtspec build build_configs/tiny-torch.yaml` (once), then the baseline sweep on the steady suite (`trtspec sweep`,
@@ -11,7 +11,9 @@
    while the monitor scrapes every second (the same Monitor `trtspec monitor` runs),
 4. writes WORK/timeline.jsonl (one line per scrape), OUT/acceptance.png (per-position conditional acceptance over
    the window, baseline dashed, drift marked), OUT/dashboard-steady.txt and OUT/dashboard-shifted.txt (the dashboard
-   as text) and prints when drift was flagged relative to the shift.
+   as text) and prints when drift was flagged relative to the shift. OUT is --out, by default --work
+   (out/drift-demo, not tracked); --docs writes OUT = docs/operations/, the tracked copies docs/operations.md shows
+   (`make assets` regenerates them so).
 False alarms: --false-alarm-runs N serves unshifted traffic N times for --false-alarm-minutes each and counts runs
 that alarmed; --simulate M replays the recorded unshifted per-scrape accept streams (block bootstrap, 10-minute
 streams) M times through the detector offline and reports the fraction that alarmed.
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS_OUT = ROOT / "docs" / "operations"  # the tracked figure and dashboards of docs/operations.md (--docs)
 
 
 def sh(*args: str) -> None:
@@ -217,7 +220,10 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     """The demo's options (scripts/ops_loop.py adds its own to these)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "drift-demo")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "operations")
+    parser.add_argument("--out", type=Path, default=None, help="where the figure and the dashboards go (default: "
+                        "--work)")
+    parser.add_argument("--docs", action="store_true", help=f"write them into {DOCS_OUT.relative_to(ROOT)}/, "
+                        "replacing the tracked copies the docs show")
     parser.add_argument("--steady-suite", default="code")
     parser.add_argument("--shifted-suite", default="grounded")
     parser.add_argument("--steady", type=float, default=120.0, help="seconds of steady traffic before the shift")
@@ -239,8 +245,17 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed options with --out resolved: --docs -> docs/operations, else --out, else --work."""
+    args = parser.parse_args(argv)
+    if args.docs and args.out is not None:
+        parser.error("--docs writes into docs/operations; give --out DIR or --docs, not both")
+    args.out = DOCS_OUT if args.docs else (args.out or args.work)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(__doc__).parse_args(argv)
+    args = parse_args(build_parser(__doc__), argv)
 
     from trtspec.ops.baseline import load_baseline
 

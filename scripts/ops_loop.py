@@ -1,7 +1,7 @@
 """The whole operations loop in one run, on one tritonserver: drift -> k applied live -> a sweep checks it -> the
 draft retrained on the logged shifted prompts -> rolled out under load -> the monitor sees acceptance recover.
 
-    python scripts/ops_loop.py [--work out/ops-loop] [--out docs/operations] [--verbose]
+    python scripts/ops_loop.py [--work out/ops-loop] [--out DIR | --docs] [--verbose]
 
 Built on scripts/drift_demo.py (its options, baseline sweep, deploy, traffic and plot), with every prompt logged:
 1. steady traffic (--steady-suite), then the shift (--shifted-suite) while the monitor scrapes every second;
@@ -17,7 +17,8 @@ Built on scripts/drift_demo.py (its options, baseline sweep, deploy, traffic and
 Writes OUT/loop-acceptance.png (the window's acceptance over both traffic sessions, markers for the shift, the
 alarm, set-k and the rollout; the sweep and training in between are a grey band), OUT/loop-dashboard-*.txt (the
 dashboard as text at the end of each phase), OUT/loop-summary.json (every number the docs quote) and
-WORK/loop-timeline.jsonl (one line per scrape).
+WORK/loop-timeline.jsonl (one line per scrape). OUT is --out, by default --work (out/ops-loop, not tracked); --docs
+writes OUT = docs/operations/, the tracked copies docs/operations.md shows (`make assets` regenerates them so).
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import drift_demo  # noqa: E402 - the demo this loop extends (scripts/ is not a package)
+import drift_demo  # the demo this loop extends (a script's own directory, scripts/, is on sys.path)
 
 ROOT = drift_demo.ROOT
 
@@ -52,7 +52,7 @@ def parse(argv: list[str] | None) -> object:
     parser.add_argument("--after", type=float, default=150.0, help="seconds of held-out traffic from the rollout "
                         "on (the rollout itself takes about a minute here; the window should then hold only N+1)")
     parser.set_defaults(work=ROOT / "out" / "ops-loop", steady=60.0, shifted=65.0, max_k=8)
-    args = parser.parse_args(argv)
+    args = drift_demo.parse_args(parser, argv)
     args.log_prompts = args.log_prompts or args.work / "prompt-log"
     return args
 
@@ -172,7 +172,7 @@ def compare(table: dict, k: int, timing: str = "cpu") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trtspec.cli.monitor import _applier, _apply
+    from trtspec.cli.monitor import _applier, _apply  # TODO(refactor): private call
     from trtspec.ops.baseline import load_baseline
     from trtspec.ops.monitor import Monitor
     from trtspec.ops.rollout import execute_rollout, plan_rollout
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 marks["recommendation"] = report.recommendation.to_dict() if report and report.recommendation else None
                 marks["drifted_at_apply"] = bool(report and report.drift and report.drift.drifted)
                 began = time.monotonic()
-                marks["applied"] = _apply(monitor, monitor.reports(), applier)  # the --apply path, under load
+                # TODO(refactor): private call (cli.monitor._apply, the --apply path), under load
+                marks["applied"] = _apply(monitor, monitor.reports(), applier)
                 marks["set_k_s"] = round(time.monotonic() - began, 2)
                 message = marks["recommendation"]["message"] if marks["recommendation"] else "no recommendation"
                 print(f"[loop] t={tick.t:.1f}s {message}; "  # type: ignore[attr-defined]
