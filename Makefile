@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # NVIDIA Dynamo's two wheels, without their placeholder dependency `aisimulate` (the real ones: extra `dynamo`).
 DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 
-.PHONY: install demo test lint bench aiperf clean
+.PHONY: install demo test lint bench aiperf assets assets-models assets-prompts assets-docs clean
 
 $(STAMP): pyproject.toml Makefile scripts/install_suffix.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -39,6 +39,42 @@ aiperf: $(AIPERF_STAMP)
 
 bench: install aiperf
 	$(PY) scripts/bench.py
+
+# `make assets` regenerates every shipped asset from its recipe, in dependency order (hours on 2 CPU cores; `make -n
+# assets` lists the commands): the embedded models and prompt suites in trtspec/assets/, then the recorded runs in
+# docs/ that use them (the sweep reports and the operations figures). Afterwards rerun `make bench`: the numbers in
+# docs/ and the tests that read docs/sweep/results.jsonl move with the models.
+ASSET_MODELS := trtspec/assets/models
+EAGLE_RECIPE := --draft-vocab-size 2048 --steps 400 --batch-size 12 --prompts 256 --gen-len 224 --corpus-windows 256
+
+assets: assets-models assets-prompts assets-docs
+
+assets-models: install
+	$(PY) scripts/train_tiny_models.py  # tiny + tiny-draft and the code/prose/grounded suites (~20 min)
+	$(PY) scripts/add_chat_template.py  # idempotent: the trained tokenizers already carry the chat template
+	$(PY) scripts/train_tiny_medusa.py  # tiny-medusa: heads, tuned tree, acceptance card (~10-15 min)
+	$(PY) -m trtspec train eagle --model tiny $(EAGLE_RECIPE) --out $(ASSET_MODELS)/tiny-eagle  # (~30 min)
+	$(PY) scripts/eagle_acceptance.py --prompts 6 --new-tokens 64 --ks 4 8 16  # tiny-eagle's acceptance card
+
+assets-prompts: install
+	$(PY) scripts/make_repetitive_suite.py  # trtspec/assets/prompts/repetitive.jsonl
+
+# A sweep resumes an existing results file, so each starts from an empty one. The k = 8 loop (docs/operations/k8)
+# reuses the shifted-suite sweep of the loop before it (the recorded run pooled three earlier sweeps).
+assets-docs: install
+	rm -f docs/sweep/results.jsonl docs/sweep-suffix/results.jsonl
+	$(PY) -m trtspec sweep --model tiny --draft tiny-draft --method draft_target,ngram --k 0-8 --temperature 0,1 \
+	    --suite code,grounded --concurrency 1,4 --num-prompts 4 --max-new-tokens 64 --threads 1 \
+	    --out docs/sweep/results.jsonl
+	$(PY) -m trtspec report docs/sweep/results.jsonl --out docs/sweep --price-per-hour 2.5
+	$(PY) -m trtspec sweep --model tiny --method ngram,suffix --k 0,8 --temperature 0,1 \
+	    --suite code,prose,repetitive --concurrency 1 --num-prompts 8 --max-new-tokens 48 --threads 1 \
+	    --calibration-batch-sizes 1 --out docs/sweep-suffix/results.jsonl
+	$(PY) -m trtspec report docs/sweep-suffix/results.jsonl --out docs/sweep-suffix --no-plots --gpu H100
+	$(PY) scripts/drift_demo.py --docs  # docs/operations/{acceptance.png,dashboard-*.txt}
+	$(PY) scripts/ops_loop.py --verbose --docs  # docs/operations/loop-* (~10 min)
+	$(PY) scripts/ops_loop.py --verbose --k 8 --work out/ops-loop-k8 --out docs/operations/k8 --no-retrain \
+	    --sweep-results out/ops-loop/shifted-sweep.jsonl
 
 clean:
 	rm -rf $(VENV) $(AIPERF_VENV) .pytest_cache out
