@@ -8,7 +8,7 @@ Objective: the engine's long-run output tokens per second, at the current load l
   alpha_i  request i's per-token acceptance: its own forgotten counts of accepted tokens and trials (a rejection
            ends a draft's trials), shrunk towards its method's estimate by PRIOR_TRIALS pseudo-trials; the counts
            also age on every step the request does not draft (evidence ages per token: K = 0 yields no new trials,
-           so a dip that made K = 0 win would otherwise keep it there; at concurrency 4 it held 70% of the steps);
+           so a dip that made K = 0 win would otherwise keep it there);
   D(K)     MEASURED seconds of a decode step at this load with step cap K (target + draft + host) AT THE MACHINE'S
            CURRENT SPEED: K's cost relative to the other arms from differences between steps run next to each
            other (`trtspec.spec.paired_costs.PairedCosts`: an explored step against the incumbent's steps just before it),
@@ -16,12 +16,11 @@ Objective: the engine's long-run output tokens per second, at the current load l
            while consecutive steps run at nearly the same speed, so only costs measured close together in time are
            comparable; noise is one-sided (another process only ever adds time), so the estimates are low
            quantiles. Drafting arms are priced on a curve in K (`PairedCosts.curve`) whose steps pool every
-           difference around them and are never negative (D(K) does not fall as K grows; a tree of single pairs made
-           it non-monotone on the real machine), inside the span of K measured; beyond it, extended from the nearer
-           edge by the load's line. The choice then takes D(K) no cheaper than the largest D of a smaller drafting
-           K plus the measured least cost of the extra draft tokens (one more draft-model forward over the rows per
-           token, from the steps' own draft seconds), whatever priced each
-           (`predicted_rates`, `draft_token_seconds`). Until the curve exists (LINE_MIN differences), and for
+           difference around them and are never negative (D(K) does not fall as K grows), inside the span of K
+           measured; beyond it, extended from the nearer edge by the load's line. The choice then takes D(K) no
+           cheaper than the largest D of a smaller drafting K plus the measured least cost of the extra draft tokens
+           (one more draft-model forward over the rows per token, from the steps' own draft seconds), whatever
+           priced each (`predicted_rates`, `draft_token_seconds`). Until the curve exists (LINE_MIN differences), and for
            arms off it, an arm's relative cost from its best pair, priced no cheaper than a low quantile of its own
            last WINDOW steps (measured at whatever speed the machine had then) until that pair has MIN_SAMPLES
            differences;
@@ -30,27 +29,14 @@ Objective: the engine's long-run output tokens per second, at the current load l
            the same low quantile over the last admission steps;
   L        MEASURED output tokens per finished request, so T(K) / L admissions fall on each step.
 K = 0 (plain decoding) is always a candidate; a larger K must be predicted `larger_k_margin` better per extra draft
-token than a smaller one (near the top rate(K) is flat within the estimates' error: at concurrency 16 the predicted
-rates of K = 2..5 lay within 2% while fixed k = 4 measured 10% below k = 2; and when the estimate is wrong a smaller
-K loses less: fewer rejected tokens drafted and verified, shorter steps), and the last choice at a load level is
+token than a smaller one (near the top rate(K) is flat within the estimates' error, and when the estimate is wrong a
+smaller K loses less: fewer rejected tokens drafted and verified, shorter steps), and the last choice at a load level is
 kept unless another K is predicted `switch_margin` better (hysteresis: flapping desynchronises the batch).
 Steps with prefill rows use the same choice as a decode step of the same batch: their prompt passes cost the same
 whatever K is (sunk), and dividing by a sunk cost would make large K look free.
 
-Why measured (root cause of issue 15, "adaptive does not back off at concurrency 16"). The previous policy predicted
-D(K) from one least-squares line in K per batch size, chose by the step's own tokens/seconds, and ignored admissions:
-  1. the line's slope was its prior's whenever the data sat at one or two K (fixed-k traffic, or a policy that had
-     settled): a least-squares line through a cloud at one x takes its slope from the two prior pseudo-points, and
-     the prior came from a global line of target time vs padded tokens fitted mostly on small batches, where a
-     forward costs nearly the same for 1 or 9 tokens. At batch 16 a draft token costs target compute;
-  2. a step that admitted requests was judged by its own ratio, so its prompt passes (independent of K) diluted the
-     cost of drafting and K went up to max k exactly on those steps (and a prefill-only step counted no draft cost);
-  3. speculation's admission tax was not in the objective: on the embedded pair at concurrency 16 an admitted request
-     cost ~16 ms of prompt passes under plain decoding (16 prompts in one forward) but 22-33 ms when speculating (the
-     draft's prompt pass; requests finish at different steps, so admissions come in small split batches), while a
-     decode step at K = 2..4 was within noise of K = 0 per token. That tax decides batch 16.
-Now every number that decides is measured where it is used; the line (prior: the global fits, or a sweep's measured
-`trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
+Every number that decides is measured where it is used; a line in K per load (prior: the global fits, or a sweep's
+measured `trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
 measured, shifted to pass through the nearest measured arm of the same load.
 
 Exploration (cheap): every `explore_every / 2`-th choice at a load level tries a neighbour of the best K
@@ -61,15 +47,16 @@ clearly worse neighbour is re-measured only when stale. So the policy hill-climb
 unimodal: T is concave in K, D about linear), settles, and at K = 0 still drafts now and then, which keeps the
 acceptance estimates fresh for when load drops or acceptance recovers.
 
-Why adjacent steps (root cause of issue 15's shortfall at concurrency 4, docs/benchmarks.md "Adaptive k at
-concurrency 4"): D(K) used to be a low quantile of K's own last WINDOW steps. The incumbent's window follows the
-machine, an explored arm's keeps the speed of whenever it ran (an earlier fixed-k run, a slow second), so the policy
-compared K = 1 measured fast with K = 3 measured slow and kept K = 1 for the wrong reason. A difference between two
-steps a few milliseconds apart cancels the speed; the level that prices all arms at once comes from the latest steps.
+Why adjacent steps: a low quantile of an arm's own recent steps keeps the machine's speed of whenever that arm last
+ran, while the incumbent's follows the machine, so arms measured at different speeds would be compared; a difference
+between two steps a few milliseconds apart cancels the speed, and the level that prices all arms at once comes from
+the latest steps.
 
 Clock: a CPU engine times steps in process CPU time while torch runs one thread (`cpu_clock`): on a CPU shared
-with other processes, wall time mostly measures them (at a load of 10 on 2 cores the measured cost of K = 2..7 at
-one request came out non-monotone), CPU time measures the step. Elsewhere the engine's synchronised wall time.
+with other processes, wall time mostly measures them, CPU time measures the step. Elsewhere the engine's
+synchronised wall time.
+
+The measurements and the investigation behind these choices (issue 15): docs/history/adaptive-k.md.
 
 Greedy outputs do not depend on k; a seeded sampled output does (k decides which random draws are made), so fixed k
 stays the reproducible mode.

@@ -4,7 +4,7 @@ On a CPU shared with other processes the same forward takes 30-40% longer in one
 (caches and memory bandwidth are shared, so even process CPU time drifts), while two consecutive steps run at nearly
 the same speed (step-to-step jitter ~2%). A policy that compares the cost of K = 1 measured in a fast period with
 the cost of K = 3 measured in a slow one picks K = 1 for the wrong reason, and keeps it: the incumbent is re-measured
-every step, the others only when explored (docs/benchmarks.md, "Adaptive k at concurrency 4").
+every step, the others only when explored (measured in docs/history/adaptive-k.md, "Adaptive k at concurrency 4").
 
 So the cost of an arm (a step cap K, with or without a draft model) is split into the machine's speed and the arm's
 cost relative to the others, on a log scale:
@@ -26,9 +26,9 @@ So seconds(a) = exp(level + r_a) prices every connected arm at the machine's cur
 within a few steps. `support(a)` says on how many differences an arm's relative cost rests: the policy explores an
 arm until it rests on enough of them (a first difference may be a spike or a change of speed).
 
-Arms on an ordered axis (`curve`: drafting arms at x = K) are priced instead by pooling: on the real machine single
+Arms on an ordered axis (`curve`: drafting arms at x = K) are priced instead by pooling: on a shared CPU single
 steps jitter by 10-30% and a short run gives each pair 1-3 differences, so a tree that prices each arm through one
-pair made D(K) non-monotone (D(4) = 41.6 ms next to D(5) = 34 ms) and the choice jumped between distant K. The
+pair can make D(K) non-monotone and the choice jump between distant K. The
 curve's log-step from x to x + 1 is the `_difference` quantile of every difference spanning it from arms within one
 (widened until LINE_MIN) of it, each per unit of x it spans, never negative; it covers only the measured span.
 
