@@ -148,8 +148,8 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
 def bench_dynamo(args: argparse.Namespace) -> Section:
     """A Dynamo deployment of 1, then 2 workers; the same openai sweep against each (and aiperf when installed)."""
     from trtspec.dynamo.launch import MAX_SYSTEM_PORT, DynamoDeployment, plan_deployment
+    from trtspec.ports import free_ports
     from trtspec.triton.engine_params import EngineParams
-    from trtspec.triton.server import free_ports
 
     by_workers, aiperf_rows, spec = {}, [], None
     for workers in (1, 2):

@@ -71,7 +71,7 @@ def suite(name: str) -> list[str]:
 def scenario(repo: Path, phases: list[tuple[str, list[str], float]], args: argparse.Namespace,
              capture: dict[str, Path] | None = None) -> tuple[list, object]:
     """Serve `repo`, run the phases with the monitor; returns (ticks, traffic counts)."""
-    from trtspec.ops.baseline import load_baseline
+    from trtspec.contracts.baseline import load_baseline
     from trtspec.ops.monitor import Monitor
     from trtspec.triton.server import TritonServer
 
@@ -87,8 +87,8 @@ def watch(server: object, monitor: object, phases: list, args: argparse.Namespac
     that gets the dashboard text at each of its scrapes (so the phase's last one stays); `on_tick(tick)` runs after
     each scrape. Returns (ticks, traffic counts)."""
     from trtspec.ops.dashboard import to_text
-    from trtspec.ops.loadgen import run_phases
     from trtspec.ops.scrape import scraper
+    from trtspec.sweep.loadgen import run_phases
 
     metrics_url = server.metrics_url  # type: ignore[attr-defined]
 
@@ -257,7 +257,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(__doc__), argv)
 
-    from trtspec.ops.baseline import load_baseline
+    from trtspec.contracts.baseline import load_baseline
 
     repo = prepare(args)
     baseline = load_baseline(repo)

@@ -59,7 +59,7 @@ def parse(argv: list[str] | None) -> object:
 
 def shifted_log(log_dir: Path, since: float, out: Path) -> int:
     """Write the log lines of requests that arrived at or after `since` (Unix seconds) to `out`; how many."""
-    from trtspec.ops.prompt_log import log_files
+    from trtspec.contracts.prompt_log import log_files
 
     lines = [raw for f in log_files(log_dir) for raw in f.read_bytes().splitlines()
              if raw.strip() and json.loads(raw).get("time", 0) >= since]
@@ -71,8 +71,8 @@ def heldout_prompts(log: Path) -> list[list[int]]:
     """The held-out side of `trtspec train draft`'s split of `log` (same function, same default recipe)."""
     from transformers import AutoConfig
 
+    from trtspec.contracts.prompt_log import read_prompt_log
     from trtspec.models import resolve_model
-    from trtspec.ops.prompt_log import read_prompt_log
     from trtspec.training.distill import DistillRecipe, split_prompts
 
     logged, _ = read_prompt_log(log)
@@ -173,9 +173,9 @@ def compare(table: dict, k: int, timing: str = "cpu") -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from trtspec.cli.monitor import _applier, _apply  # TODO(refactor): private call
-    from trtspec.ops.baseline import load_baseline
+    from trtspec.contracts.baseline import load_baseline
     from trtspec.ops.monitor import Monitor
-    from trtspec.ops.rollout import execute_rollout, plan_rollout
+    from trtspec.triton.rollout import execute_rollout, plan_rollout
     from trtspec.triton.server import TritonServer
 
     args = parse(argv)

@@ -6,13 +6,13 @@ import sys
 import pytest
 
 LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
-         "trtspec.suffix_config", "trtspec.config", "trtspec.triton.engine_params",
+         "trtspec.contracts.suffix", "trtspec.config", "trtspec.triton.engine_params",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output",
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",
          "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.cli.k8s",
-         "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.ops.rules", "trtspec.ops.dashboard",
-         "trtspec.ops.series", "trtspec.triton.spec_metrics"]
+         "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.contracts.observability", "trtspec.ops.dashboard",
+         "trtspec.contracts.series", "trtspec.triton.spec_metrics"]
 
 
 @pytest.mark.parametrize("module", LIGHT)

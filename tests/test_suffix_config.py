@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trtspec.config import parse_build_spec
+from trtspec.contracts.suffix import MAX_CACHED_REQUESTS, MAX_TREE_DEPTH, SuffixConfig
 from trtspec.errors import ConfigError
-from trtspec.suffix_config import MAX_CACHED_REQUESTS, MAX_TREE_DEPTH, SuffixConfig
 
 CONFIGS = st.builds(
     SuffixConfig,

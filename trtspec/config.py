@@ -30,8 +30,8 @@ from pydantic import (
 )
 
 from trtspec.choices import MAX_DEPTH, MAX_TOPK
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
-from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
 from trtspec.textfile import read_text_file
 
@@ -235,7 +235,7 @@ class BuildSpec(_Spec):
     ngram: NgramSpec | None = None
     suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
                                         "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
-                                        "(vLLM's suffix_decoding_* options; trtspec.suffix_config)")
+                                        "(vLLM's suffix_decoding_* options; trtspec.contracts.suffix)")
     engine: EngineSpec = EngineSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     gpu: GPUSpec = GPUSpec()

@@ -364,7 +364,7 @@ def lookahead_spec(*, model: str, configs: Sequence[str], num_prompts: int, prom
 
 
 def lookahead_section(spec: SweepSpec, measured: Measured) -> Section:
-    from trtspec.spec.metrics import AcceptanceStats
+    from trtspec.contracts.metrics import AcceptanceStats
 
     rows = []
     overall = {config: AcceptanceStats() for config in spec.lookahead}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.triton.server import free_ports
+from trtspec.ports import free_ports
 
 pytestmark = pytest.mark.dynamo
 if not os.environ.get("CI"):  # CI installs Dynamo (make install): there a missing install fails instead of skipping
@@ -326,8 +326,8 @@ def test_sigkill_of_a_worker_hangs_no_request_and_the_survivor_keeps_serving(cli
 
 
 def test_stop_leaves_no_process_and_no_files(deployment):
-    from trtspec.triton.server import check_ports_free
-    from trtspec.triton.supervise import group_members
+    from trtspec.ports import check_ports_free
+    from trtspec.supervise import group_members
 
     groups = [p.pid for p in deployment.processes.values()]
     tmpdir = Path(deployment.tmpdir)

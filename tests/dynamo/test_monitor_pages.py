@@ -10,11 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.ops.test_window import stats_of
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.errors import ServerError, UsageError
 from trtspec.ops.monitor import Monitor
 from trtspec.ops.scrape import ModelId, Sample, parse, scraper
-from trtspec.spec.metrics import AcceptanceStats
 
 DYNAMO_LABELS = {"dynamo_namespace": "dynamo", "dynamo_component": "trtspec", "dynamo_endpoint": "generate",
                  "model": "/models/tiny", "model_name": "tiny"}  # what Dynamo 1.6.1 adds to a worker's series

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
+from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.series import SERIES
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT, check_dynamo, plan_deployment
 from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.dynamo.requests import annotations, engine_request, usage
 from trtspec.dynamo.worker import parse_args, served_name
 from trtspec.errors import ConfigError, RequestError, ToolNotFoundError, UsageError
-from trtspec.ops.series import SERIES
-from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_params import EngineParams
 
 PARAMS = EngineParams(target="tiny", draft="tiny-draft", method="draft_target", default_k=3)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT
-from trtspec.triton.server import free_ports
+from trtspec.ports import free_ports
 
 pytestmark = pytest.mark.dynamo
 if not os.environ.get("CI"):

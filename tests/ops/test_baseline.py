@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trtspec.contracts import costmodel
+from trtspec.contracts.baseline import Baseline, StepCostsRecord, load_baseline
 from trtspec.errors import UsageError
-from trtspec.ops.baseline import Baseline, StepCostsRecord, load_baseline
 from trtspec.ops.recommend import expected_tokens_by_k, recommend
 from trtspec.ops.scrape import ModelId
 from trtspec.ops.window import WindowStats
-from trtspec.sweep import costmodel
+from trtspec.sweep.baseline import from_results
 from trtspec.sweep.records import latest_by_id, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ RESULTS = ROOT / "docs" / "sweep" / "results.jsonl"
 
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    return Baseline.from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0, suites=["code"])
+    return from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0, suites=["code"])
 
 
 def test_from_results_pools_the_sweeps_counts(baseline):
@@ -92,9 +93,9 @@ def test_repository_without_baseline_is_an_error(tmp_path):
 
 def test_results_without_the_method_or_with_two_temperatures_are_refused(tmp_path):
     with pytest.raises(UsageError, match="no medusa cases"):
-        Baseline.from_results(RESULTS, method="medusa", k=4, max_k=8)
+        from_results(RESULTS, method="medusa", k=4, max_k=8)
     with pytest.raises(UsageError, match=r"temperatures \[0.0, 1.0\]"):
-        Baseline.from_results(RESULTS, method="draft_target", k=4, max_k=8)
+        from_results(RESULTS, method="draft_target", k=4, max_k=8)
 
 
 def _window(baseline: Baseline, per_pos: list[float], drafts: int = 1000, concurrency: float = 1.0) -> WindowStats:

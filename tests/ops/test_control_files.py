@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from trtspec.errors import ConfigError, IncompatibleModelsError, UsageError
-from trtspec.ops.control import check_k, config_params, config_with_parameter
-from trtspec.ops.rollout import plan_rollout, stage_version, with_versions
+from trtspec.triton.control import check_k, config_params, config_with_parameter
 from trtspec.triton.engine_params import VERSION_FILE, EngineParams
 from trtspec.triton.render import validate_model_config, write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
+from trtspec.triton.rollout import plan_rollout, stage_version, with_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.triton.helpers import torch_bundle, trt_manifest, write_manifest
-from trtspec.ops import rules
-from trtspec.ops.baseline import BASELINE_FILE, Baseline
-from trtspec.ops.series import SERIES
+from trtspec.contracts import observability as rules
+from trtspec.contracts.baseline import BASELINE_FILE, Baseline
+from trtspec.contracts.series import SERIES
+from trtspec.sweep.baseline import from_results
 from trtspec.triton.repo import SERIES_MODULE, RepoSpec, plan_repository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    return Baseline.from_results(ROOT / "docs" / "sweep" / "results.jsonl", method="draft_target", k=4, max_k=8,
+    return from_results(ROOT / "docs" / "sweep" / "results.jsonl", method="draft_target", k=4, max_k=8,
                                  temperature=0.0, suites=["code"])
 
 
@@ -32,7 +33,7 @@ def test_tensorrtllm_flavour_puts_the_series_beside_the_bls(tmp_path, tokenized_
                                                             draft=True))
     spec = replace(RepoSpec.from_build(build, "tensorrtllm"), baseline=baseline)
     plan = plan_repository(spec)
-    assert plan[f"tensorrt_llm_bls/1/{SERIES_MODULE}"].copy_from == Path(sys.modules["trtspec.ops.series"].__file__)
+    assert plan[f"tensorrt_llm_bls/1/{SERIES_MODULE}"].copy_from == Path(sys.modules["trtspec.contracts.series"].__file__)
     assert Baseline.model_validate_json(plan[BASELINE_FILE].text) == baseline
     record = json.loads(plan["trtspec-repo.json"].text)
     assert record["baseline"] == BASELINE_FILE
@@ -49,7 +50,7 @@ def test_torch_flavour_engine_models_publish_so_the_bls_does_not(tmp_path, rando
 
 
 def test_series_module_needs_only_the_standard_library(tmp_path):
-    (tmp_path / SERIES_MODULE).write_bytes(Path(sys.modules["trtspec.ops.series"].__file__).read_bytes())
+    (tmp_path / SERIES_MODULE).write_bytes(Path(sys.modules["trtspec.contracts.series"].__file__).read_bytes())
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import trtspec_series as s; "
             "print(','.join(sorted(s.SERIES)))")
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)  # no site-packages

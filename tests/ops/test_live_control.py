@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.contracts.prompt_log import read_prompt_log
 from trtspec.errors import ConfigError, IncompatibleModelsError
-from trtspec.ops.control import set_default_k
-from trtspec.ops.prompt_log import read_prompt_log
-from trtspec.ops.rollout import execute_rollout, plan_rollout
 from trtspec.triton.client import TritonClient
+from trtspec.triton.control import set_default_k
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
+from trtspec.triton.rollout import execute_rollout, plan_rollout
 from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton

@@ -50,16 +50,16 @@ def test_repository_without_baseline_is_one_line_exit_2(tmp_path):
 
 
 def test_apply_needs_the_grpc_url_and_refuses_before_scraping(tmp_path):
-    from trtspec.ops.baseline import Baseline
+    from trtspec.sweep.baseline import from_results
 
-    path = Baseline.from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0).write(
+    path = from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0).write(
         tmp_path / "b.json")
     proc = run_cli("monitor", "--metrics", "127.0.0.1:1", "--baseline", str(path), "--apply", "--once")
     assert proc.returncode == 2 and "--apply needs --url" in proc.stderr, proc.stderr
     proc = run_cli("monitor", "--metrics", "127.0.0.1:1", "--baseline", str(path), "--apply", "--url",
                    "127.0.0.1:1", "--once")
-    if importlib.util.find_spec("trtspec.ops.control") is None:
-        _one_error_line(proc, 3, "trtspec.ops.control")
+    if importlib.util.find_spec("trtspec.triton.control") is None:
+        _one_error_line(proc, 3, "trtspec.triton.control")
     else:  # the live k change exists: the unreachable metrics URL is what fails, before anything is reloaded
         _one_error_line(proc, 1, "cannot read metrics")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.ops.baseline import load_baseline
+from trtspec.contracts.baseline import load_baseline
+from trtspec.contracts.series import __file__ as SERIES_SOURCE
 from trtspec.ops.scrape import ModelId, scraper
-from trtspec.ops.series import __file__ as SERIES_SOURCE
 from trtspec.triton.repo import SERIES_MODULE
 
 pytestmark = pytest.mark.triton
@@ -86,8 +86,8 @@ def test_repository_names_its_baseline_and_observability_files(repo):
 
 
 def test_shift_is_flagged_within_60s_and_steady_traffic_is_not(server, repo):
-    from trtspec.ops.loadgen import run_phases
     from trtspec.ops.monitor import Monitor
+    from trtspec.sweep.loadgen import run_phases
 
     monitor = Monitor(60.0, load_baseline(repo), models={"tensorrt_llm"})
 
@@ -146,7 +146,7 @@ def test_bls_publishes_the_same_series_as_the_engine(server):
 
 
 def test_apply_seam_changes_k_live(server, repo):
-    """`--apply`'s function sets a recommendation's k on the running server (trtspec.ops.control), and the k gauge
+    """`--apply`'s function sets a recommendation's k on the running server (trtspec.triton.control), and the k gauge
     the monitor reads follows the reload."""
     from trtspec.cli.monitor import _applier
     from trtspec.ops.recommend import Recommendation

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from trtspec.contracts.prompt_log import BACKUPS, LOG_NAME, MIB, PromptLog, log_files, read_prompt_log
 from trtspec.errors import ConfigError
-from trtspec.ops.prompt_log import BACKUPS, LOG_NAME, MIB, PromptLog, log_files, read_prompt_log
 from trtspec.triton.engine_params import EngineParams
 
 

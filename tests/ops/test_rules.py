@@ -1,5 +1,5 @@
 """Observability files: the Prometheus rules pass `promtool check rules`, and `promtool test rules` shows the drift
-alert firing after acceptance drops and not before; every series they read is one trtspec.ops.series defines; the
+alert firing after acceptance drops and not before; every series they read is one trtspec.contracts.series defines; the
 Grafana dashboard is valid JSON whose queries parse (checked by promtool as recording rules)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtspec.ops import rules
-from trtspec.ops.baseline import Baseline
-from trtspec.ops.series import SERIES
+from trtspec.contracts import observability as rules
+from trtspec.contracts.baseline import Baseline
+from trtspec.contracts.series import SERIES
+from trtspec.sweep.baseline import from_results
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = shutil.which("promtool")
@@ -25,7 +26,7 @@ LABELS = 'model="tensorrt_llm",version="1",method="draft_target"'
 
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    return Baseline.from_results(ROOT / "docs" / "sweep" / "results.jsonl", method="draft_target", k=4, max_k=8,
+    return from_results(ROOT / "docs" / "sweep" / "results.jsonl", method="draft_target", k=4, max_k=8,
                                  temperature=0.0, suites=["code"])
 
 

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.series import SERIES, name
 from trtspec.ops.scrape import ModelCounters, ModelId, Sample, metrics_url, parse
-from trtspec.ops.series import SERIES, name
 from trtspec.ops.window import Ring, increments
-from trtspec.spec.metrics import AcceptanceStats
 
 LABELS = {"model": "tensorrt_llm", "version": "1", "method": "draft_target"}
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from trtspec.contracts.metrics import expected_tokens_per_step
 from trtspec.spec.adaptive import AdaptiveK, KRequest, load_bucket
-from trtspec.spec.metrics import expected_tokens_per_step
 
 MAX_K = 8
 

@@ -1,10 +1,10 @@
-"""The acceptance definitions of spec/metrics.py: the pure functions and AcceptanceStats agree."""
+"""The acceptance definitions of contracts/metrics.py: the pure functions and AcceptanceStats agree."""
 
 from __future__ import annotations
 
 import pytest
 
-from trtspec.spec.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length
+from trtspec.contracts.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length
 
 
 def test_mean_acceptance_length_and_rate_from_counters():

@@ -15,6 +15,7 @@ import torch
 from scipy.stats import chisquare
 
 from tests.spec.conftest import hf_greedy
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, ToolNotFoundError
 from trtspec.methods import resolve
 from trtspec.models import PROMPTS as PROMPT_SUITES
@@ -24,7 +25,6 @@ from trtspec.spec.proposers import PROPOSERS, ProposeInput
 from trtspec.spec.proposers.suffix import SuffixProposer
 from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
-from trtspec.suffix_config import SuffixConfig
 from trtspec.sweep.prompts import shipped_suites
 
 

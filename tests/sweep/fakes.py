@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.sweep import costmodel
+from trtspec.contracts import costmodel
 
 ALPHA = {"draft_target": 0.7, "ngram": 0.4, "none": 0.0}
 

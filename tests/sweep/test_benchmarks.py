@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchlib import benchmarks
 from benchlib.benchmarks import Comparison, Measured
-from trtspec.spec.metrics import AcceptanceStats
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.sweep.runner import SweepSummary
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trtspec.sweep import costmodel as cm
+from trtspec.contracts import costmodel as cm
 
 
 def test_expected_tokens_geometric_and_per_position():

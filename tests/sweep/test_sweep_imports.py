@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-PURE = ["trtspec.sweep.grid", "trtspec.sweep.records", "trtspec.sweep.costmodel", "trtspec.sweep.analysis",
+PURE = ["trtspec.sweep.grid", "trtspec.sweep.records", "trtspec.contracts.costmodel", "trtspec.sweep.analysis",
         "trtspec.sweep.report", "trtspec.sweep.runner", "trtspec.cli.sweep", "trtspec.cli.report",
         "trtspec.sweep.backend_triton", "trtspec.sweep.backend_openai"]
 

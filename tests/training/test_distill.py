@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trtspec.contracts.prompt_log import LoggedPrompt
 from trtspec.models import resolve_model
-from trtspec.ops.prompt_log import LoggedPrompt
 from trtspec.training.distill import DistillRecipe, distill_draft, resume_dir, split_prompts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -264,7 +264,7 @@ def test_an_error_is_the_final_response_and_nothing_follows_it():
 
 
 def test_metrics_accumulate_requests_and_positions():
-    from trtspec.spec.metrics import AcceptanceStats
+    from trtspec.contracts.metrics import AcceptanceStats
 
     metrics = SpecMetrics(FakePb, {"model": "m"})
     first, second = AcceptanceStats(), AcceptanceStats()

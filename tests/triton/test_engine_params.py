@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_suffix_config import CONFIGS
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError
-from trtspec.suffix_config import SuffixConfig
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import pbtxt_parameters, validate_model_config
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.supervise import group_members
 from trtspec.triton.server import Ports
-from trtspec.triton.supervise import group_members
 
 pytestmark = pytest.mark.triton
 DOUBLES = Path(__file__).parent / "doubles"
@@ -57,7 +57,7 @@ def _supervisor(serve: subprocess.Popen, timeout: float = 60) -> tuple[int, Path
     while time.monotonic() < deadline:
         for pid, cmdline in _children(serve.pid):
             argv = cmdline.split("\0")
-            if "trtspec.triton.supervise" in argv:
+            if "trtspec.supervise" in argv:
                 return pid, Path(argv[argv.index("--workdir") + 1])
         time.sleep(0.05)
     raise AssertionError("trtspec serve started no supervisor")
@@ -126,8 +126,8 @@ def test_busy_port_is_refused_with_its_owner(repo):
 def test_a_server_that_dies_by_itself_is_reported_with_its_log_kept(repo):
     """A crash (tritonserver SIGKILLed, nobody asked it to stop): the supervisor keeps the log beside the removed
     work directory and TritonServer.stop() warns with that path; a requested stop keeps nothing."""
+    from trtspec.supervise import kept_log
     from trtspec.triton.server import TritonServer
-    from trtspec.triton.supervise import kept_log
 
     server = TritonServer(repo).start()
     try:

@@ -16,7 +16,7 @@ import pytest
 from tests.triton import helpers
 from tests.triton.helpers import build_example
 from trtspec.cli.main import main
-from trtspec.suffix_config import SuffixConfig
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.triton.client import TritonClient
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.server import TritonServer

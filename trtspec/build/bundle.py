@@ -23,8 +23,8 @@ from typing import Any
 
 from trtspec.build.manifest import MANIFEST
 from trtspec.build.plan import BUNDLE_FILE
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, ModelNotFoundError
-from trtspec.suffix_config import SuffixConfig
 
 BUNDLE_FORMAT = "trtspec-bundle/1"
 

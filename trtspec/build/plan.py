@@ -24,8 +24,8 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import BuildError
-from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, diff_llm_api, load_target, nearest_target
 
 TRTLLM = "tensorrt_llm"

@@ -59,8 +59,8 @@ def serve_dynamo(workers: int, *, http_port: int, startup_timeout: float, dry_ru
     from trtspec.dynamo.launch import DynamoDeployment, check_dynamo, plan_deployment
     from trtspec.dynamo.worker import check_params
     from trtspec.errors import ServerError
+    from trtspec.ports import check_ports_free
     from trtspec.triton.engine_params import EngineParams
-    from trtspec.triton.server import check_ports_free
 
     params = EngineParams(target=model, method=method, draft=draft, medusa=medusa, max_k=max_k, default_k=k)
     check_params(params)  # models and method before anything starts (exit 2 naming the option)

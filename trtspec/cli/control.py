@@ -1,6 +1,6 @@
 """`trtspec set-k` and `trtspec rollout-draft`: change a running torch-flavour deployment without failing a request.
 
-Thin: parse, call trtspec.ops.control / trtspec.ops.rollout, print. Both refuse bad input (a k outside the model's
+Thin: parse, call trtspec.triton.control / trtspec.triton.rollout, print. Both refuse bad input (a k outside the model's
 range, a draft whose vocabulary differs from the target's) before anything on the server or on disk changes.
 """
 
@@ -33,7 +33,7 @@ def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry
     The model is reloaded through Triton's model-control API with its live configuration carrying the new k;
     requests in flight finish on the old instance, later ones get K. 0 turns speculation off.
     """
-    from trtspec.ops.control import set_default_k
+    from trtspec.triton.control import set_default_k
 
     change = set_default_k(url, model, k, repo=repo, dry_run=dry_run, timeout_s=timeout_s)
     if as_json:
@@ -61,7 +61,7 @@ def rollout_draft(url: str, repo: Path, draft: Path, timeout_s: float, dry_run: 
 
     Requests in flight finish on version N; new ones go to N+1. The old version's directory stays on disk.
     """
-    from trtspec.ops.rollout import execute_rollout, plan_rollout
+    from trtspec.triton.rollout import execute_rollout, plan_rollout
 
     plan = plan_rollout(repo, draft)
     for line in plan.describe():

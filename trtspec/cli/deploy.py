@@ -127,7 +127,7 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
 def _baseline(spec: Any, path: Path, temperature: float | None, suites: str | None) -> Any:
     """The baseline for `spec`: a baseline file as it is, or one made from a sweep's results for the deployment's
     method and k (max_k: the largest k the deployment serves)."""
-    from trtspec.ops.baseline import baseline_for
+    from trtspec.sweep.baseline import baseline_for
 
     engine = spec.engines.get("target")
     max_k = spec.max_k if spec.backend == "torch" else max(getattr(engine, "max_draft_len", 0) or 0, 1)

@@ -4,7 +4,7 @@ Scrapes Triton's metrics page, or every worker's page of a NVIDIA Dynamo deploym
 --interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
 drift test against the deploy-time baseline (trtspec.ops.drift) and the cost model's recommendation
 (trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
-recommended k to `trtspec.ops.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
+recommended k to `trtspec.triton.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
 test; this command never reloads anything itself.
 """
 
@@ -87,8 +87,8 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
             apply: bool, grpc_url: str | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
     plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
+    from trtspec.contracts.baseline import load_baseline
     from trtspec.errors import UsageError
-    from trtspec.ops.baseline import load_baseline
     from trtspec.ops.drift import DriftConfig
     from trtspec.ops.monitor import Monitor
     from trtspec.ops.scrape import scraper
@@ -131,7 +131,7 @@ def _baseline_of_results(results: Path, sample: Any, models: set[str], temperatu
     """A baseline from a sweep's results for what the scraped server runs: the one speculative model's method
     (its `method` label) and default k (its `k` gauge); UsageError naming what the pages serve otherwise."""
     from trtspec.errors import UsageError
-    from trtspec.ops.baseline import baseline_for
+    from trtspec.sweep.baseline import baseline_for
 
     served = {(m.pooled.model, m.method, int(c.k)) for m, c in sample.models.items()
               if m.method not in ("", "none") and c.k and (not models or m.model in models)}
@@ -187,13 +187,13 @@ def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, 
 
 
 def _applier(grpc_url: str | None, repo: Path | None) -> Any:
-    """The seam: a function Recommendation -> one line saying what changed, through trtspec.ops.control."""
+    """The seam: a function Recommendation -> one line saying what changed, through trtspec.triton.control."""
     try:
-        from trtspec.ops.control import set_default_k
+        from trtspec.triton.control import set_default_k
     except ImportError:
         from trtspec.errors import ToolNotFoundError
 
-        raise ToolNotFoundError("--apply: live k changes (trtspec.ops.control) are not in this trtspec",
+        raise ToolNotFoundError("--apply: live k changes (trtspec.triton.control) are not in this trtspec",
                                 hint="run without --apply and change k by redeploying: trtspec deploy --k K") from None
 
     def apply_recommendation(rec: Any) -> str:

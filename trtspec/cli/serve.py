@@ -2,7 +2,7 @@
 Dynamo deployment: cli/_dynamo.py).
 
 SIGINT, SIGTERM and SIGHUP stop it cleanly, also while the models are still loading; if `trtspec serve` itself is
-killed (SIGKILL), the supervisor stops tritonserver and removes its temporary directory (trtspec/triton/supervise.py).
+killed (SIGKILL), the supervisor stops tritonserver and removes its temporary directory (trtspec/supervise.py).
 A busy port is refused before anything starts (exit 2, naming the port and its owner)."""
 
 from __future__ import annotations

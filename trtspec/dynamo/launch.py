@@ -6,7 +6,7 @@ zmq`, the file store lives in a private TMPDIR (so deployments and tests never s
 socket is bound and advertised on 127.0.0.1 (`DYN_*_HOST`). Each worker serves its health and `/metrics` on its
 own system port (`DYN_SYSTEM_PORT`, from --system-port upwards).
 
-Processes are supervised like tritonserver (trtspec/triton/supervise.py, one supervisor per process, its own
+Processes are supervised like tritonserver (trtspec/supervise.py, one supervisor per process, its own
 session): SIGTERM drains (Dynamo's worker unregisters, finishes what runs, then cleans up), whatever is left after
 the stop timeout is killed, and if the launcher dies, even by SIGKILL, Linux tells each supervisor to stop its
 process; the frontend's supervisor removes the private TMPDIR. A worker that fails to start is reported (its log
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from trtspec.dynamo.worker import DYNAMO_HINT, LOCAL_PLANES, WorkerOptions, served_name
 from trtspec.errors import ServerError, ToolNotFoundError, UsageError
+from trtspec.ports import HOST, check_ports_free
+from trtspec.supervise import group_members, kill_group_except
 from trtspec.triton.engine_params import EngineParams
-from trtspec.triton.server import HOST, check_ports_free
-from trtspec.triton.supervise import group_members, kill_group_except
 
 POLL_INTERVAL_S = 0.25
 PROBE_TIMEOUT_S = 2.0
@@ -165,7 +165,7 @@ class DynamoDeployment:
     def _spawn(self, proc: ProcessPlan) -> None:
         assert self.tmpdir is not None and self.log_dir is not None
         workdir = ["--workdir", str(self.tmpdir)] if proc.name == "frontend" else []
-        supervisor = [sys.executable, "-m", "trtspec.triton.supervise", *workdir, "--stop-timeout",
+        supervisor = [sys.executable, "-m", "trtspec.supervise", *workdir, "--stop-timeout",
                       str(self.stop_timeout), "--parent", str(os.getpid()), "--", *proc.argv]
         env = {**os.environ, **proc.env, "TMPDIR": str(self.tmpdir)}
         with open(self.log_dir / f"{proc.name}.log", "wb") as log:

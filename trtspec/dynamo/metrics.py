@@ -1,4 +1,4 @@
-"""A Dynamo worker's acceptance series: trtspec's spec-decode series (trtspec.ops.series, the names the Triton models
+"""A Dynamo worker's acceptance series: trtspec's spec-decode series (trtspec.contracts.series, the names the Triton models
 export too) in a prometheus_client registry, which the worker bridges into Dynamo's `/metrics` (the worker's system
 port, `DYN_SYSTEM_PORT`; Dynamo adds its namespace/component/endpoint/worker labels at scrape time).
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from trtspec.ops.series import SERIES
-from trtspec.spec.metrics import AcceptanceStats
+from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.series import SERIES
 
 
 class WorkerMetrics:

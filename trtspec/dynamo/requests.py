@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.errors import RequestError
-from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.triton.engine_params import EngineParams
 

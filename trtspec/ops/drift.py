@@ -1,7 +1,7 @@
 """Drift detection: a one-sided Bernoulli CUSUM per draft position against the deploy-time baseline.
 
 The events: every draft that reaches position i accepts or rejects its token there, a Bernoulli trial with
-probability c_i (conditional acceptance, `trtspec.spec.metrics`). Under the baseline c_i = p0; the alternative is a
+probability c_i (conditional acceptance, `trtspec.contracts.metrics`). Under the baseline c_i = p0; the alternative is a
 drop to p1 = p0 - shift. Each scrape adds the log-likelihood ratio of its x accepts in n trials,
     llr = x log(p1 / p0) + (n - x) log((1 - p1) / (1 - p0)),
 divided by `dispersion` (> 1 discounts trials that are not independent: tokens of one request share a prompt),
@@ -21,7 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-DEFAULT_ALPHA = 0.01
+from trtspec.contracts.observability import DEFAULT_ALPHA
+
 DEFAULT_HORIZON = 600  # scrapes the false-alarm bound covers (10 minutes at 1 s)
 DEFAULT_SHIFT = 0.1  # the drop in conditional acceptance the test is tuned for (absolute)
 DEFAULT_DISPERSION = 2.0  # trials per request are correlated; measured in docs/operations.md

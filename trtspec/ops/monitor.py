@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trtspec.ops.baseline import Baseline
+from trtspec.contracts.baseline import Baseline
+from trtspec.contracts.costmodel import cost_per_million_tokens
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
 from trtspec.ops.recommend import Recommendation, recommend
 from trtspec.ops.scrape import ModelId, Sample
 from trtspec.ops.window import Ring, WindowStats, increments, pool
-from trtspec.sweep.costmodel import cost_per_million_tokens
 
 
 @dataclass(frozen=True)

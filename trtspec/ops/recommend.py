@@ -1,4 +1,4 @@
-"""What k should be now: the cost model (trtspec.sweep.costmodel) at the window's acceptance, as a typed object.
+"""What k should be now: the cost model (trtspec.contracts.costmodel) at the window's acceptance, as a typed object.
 
 E(k') for the candidates k' = 1..max_k comes from the window's per-position acceptance r_i (unconditional, so the
 first k' positions of today's drafts give E(k') = 1 + sum r_i for every k' <= the served k); positions the served k
@@ -8,7 +8,7 @@ highest predicted speedup over plain decoding; when even that is below 1.0, the 
 recommendation is to retrain it (and to serve k = 0 meanwhile).
 
 Acting on it is not this module's: `trtspec monitor --apply` passes `recommended_k` to
-`trtspec.ops.control.set_default_k` (the live reload through Triton's model control, as `trtspec set-k`).
+`trtspec.triton.control.set_default_k` (the live reload through Triton's model control, as `trtspec set-k`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from trtspec.ops.baseline import Baseline
+from trtspec.contracts import costmodel
+from trtspec.contracts.baseline import Baseline
 from trtspec.ops.window import WindowStats
-from trtspec.sweep import costmodel
 
 Action = Literal["keep", "reduce_k", "increase_k", "retrain_draft", "no_data"]
 MIN_GAIN = 0.03  # recommend a different k only when it predicts at least 3% more throughput

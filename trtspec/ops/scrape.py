@@ -1,4 +1,4 @@
-"""Scrape metrics pages into typed samples: the `trtspec.ops.series` counters of every served model.
+"""Scrape metrics pages into typed samples: the `trtspec.contracts.series` counters of every served model.
 
 A `Sample` is one scrape: a timestamp and, per model, the cumulative counters, per-position counters, requests by
 finish reason, latency histograms and the served k. Parsing uses prometheus-client's text parser; fetching is one
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+from trtspec.contracts.series import COUNTERS, PER_POSITION, PREFIX, SERIES
 from trtspec.errors import ServerError, UsageError
-from trtspec.ops.series import COUNTERS, PER_POSITION, PREFIX, SERIES
 
 HISTOGRAMS = tuple(key for key, s in SERIES.items() if s.kind == "histogram")
 _KEY_OF = {s.name: key for key, s in SERIES.items()}

@@ -5,7 +5,7 @@ diffs two scrapes of one model with Prometheus' counter-reset rule, per model: w
 model reloaded and all of its series restarted at 0, so the increments are the new values. (A reload whose new counts
 all overtook the old ones between two scrapes cannot be seen; with 1 s scrapes and reloads that take seconds, it
 does not happen.) `WindowStats` is what a window holds, with the seed's numbers derived
-from it through the one definition of each formula (`trtspec.spec.metrics`).
+from it through the one definition of each formula (`trtspec.contracts.metrics`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from trtspec.contracts.metrics import acceptance_rate, conditional_acceptance, mean_acceptance_length
+from trtspec.contracts.series import PER_POSITION
 from trtspec.ops.scrape import HISTOGRAMS, Histogram, ModelCounters, ModelId, Sample
-from trtspec.ops.series import PER_POSITION
-from trtspec.spec.metrics import acceptance_rate, conditional_acceptance, mean_acceptance_length
 
 
 def _went_down(new: ModelCounters, old: ModelCounters) -> bool:

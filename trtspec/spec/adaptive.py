@@ -36,7 +36,7 @@ Steps with prefill rows use the same choice as a decode step of the same batch: 
 whatever K is (sunk), and dividing by a sunk cost would make large K look free.
 
 Every number that decides is measured where it is used; a line in K per load (prior: the global fits, or a sweep's
-measured `trtspec.sweep.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
+measured `trtspec.contracts.costmodel.StepCosts`, duck-typed so trtspec.sweep is never imported) only ranks arms not yet
 measured, shifted to pass through the nearest measured arm of the same load.
 
 Exploration (cheap): every `explore_every / 2`-th choice at a load level tries a neighbour of the best K
@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.spec.metrics import expected_tokens_per_step as expected_tokens
+from trtspec.contracts.metrics import expected_tokens_per_step as expected_tokens
 from trtspec.spec.paired_costs import PairedCosts, low_quantile
 
 WINDOW = 24  # decode steps remembered per (load, K, draft model) arm
@@ -181,7 +181,7 @@ class AdaptiveK:
 
     Args:
         prior_alpha: acceptance assumed for a method before any of its drafts were verified.
-        step_costs: optional {batch size: trtspec.sweep.costmodel.StepCosts} measured by a sweep; the prior of arms
+        step_costs: optional {batch size: trtspec.contracts.costmodel.StepCosts} measured by a sweep; the prior of arms
             not measured yet (the nearest measured batch size is used).
         explore_every: every n-th choice at a load level may try a neighbouring K (0 = never explore).
         stale_after: choices at a load level after which an arm's measurement is re-taken.

@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.logits_process import LogitsControls
-from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Proposer, ProposerContext, runnable_methods

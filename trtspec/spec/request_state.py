@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.spec.logits_process import LogitsControls
-from trtspec.spec.metrics import AcceptanceStats
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import Proposer
 

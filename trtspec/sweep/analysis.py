@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts import costmodel
 from trtspec.errors import UsageError
 from trtspec.methods import resolve
-from trtspec.sweep import costmodel
 from trtspec.sweep.records import Record, latest_by_id, read_records
 
 TOLERANCE = 0.15  # the acceptance bound for |predicted / measured - 1|

@@ -59,7 +59,7 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
                 concurrency: int) -> LoopRun:
     """Run request i = (prompts[i], samplings[i], spec) for every i, keeping `concurrency` in flight: a finished
     request is replaced before the next step."""
-    from trtspec.spec.metrics import AcceptanceStats
+    from trtspec.contracts.metrics import AcceptanceStats
 
     stats = AcceptanceStats()
     outputs: list[list[int]] = [[] for _ in prompts]

@@ -20,8 +20,8 @@ import math
 import time
 from typing import Any
 
+from trtspec.contracts.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.errors import ConfigError, ServerError
-from trtspec.spec.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.sweep.grid import BASELINE, Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
 

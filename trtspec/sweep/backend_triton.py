@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from trtspec.contracts.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.errors import ConfigError, ServerError
 from trtspec.methods import resolve
-from trtspec.spec.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.sweep.grid import Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
 from trtspec.triton.client import PERF_OUTPUTS, TRTLLM_PERF_OUTPUTS, perf_values  # tritonclient loads lazily

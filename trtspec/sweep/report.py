@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.atomic import write_text
+from trtspec.contracts import costmodel
 from trtspec.errors import ConfigError, UsageError
-from trtspec.sweep import costmodel
 from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
 
 

@@ -1,7 +1,7 @@
 """Distil a draft on the traffic it serves: the target's own continuations of logged prompts (`trtspec train draft`).
 
 Pipeline (deterministic for a seed; resumable):
-  1. prompts    the log (ops/prompt_log.py) -> token ids, de-duplicated, cut from the left to max_prompt_len; split
+  1. prompts    the log (contracts/prompt_log.py) -> token ids, de-duplicated, cut from the left to max_prompt_len; split
                 by a hash of each prompt into train and held out (a prompt is on one side only, whatever its count)
   2. generate   the target continues every training prompt (reference engine, plain decoding): a share greedy, the
                 rest sampled at temperature 1, so the draft learns the target's distribution, not one path
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.atomic import atomic_path, replace_dir
+from trtspec.contracts.prompt_log import LoggedPrompt, read_prompt_log
 from trtspec.errors import ConfigError, UsageError
-from trtspec.ops.prompt_log import LoggedPrompt, read_prompt_log
 from trtspec.training.recipe import Progress, silent
 
 REPORT = "training-report.json"
@@ -187,7 +187,7 @@ def generate(engine: Any, prompts: list[list[int]], recipe: DistillRecipe, progr
 def acceptance(engine: Any, prompts: list[list[int]], recipe: DistillRecipe, progress: Progress,
                stage: str) -> dict[str, Any]:
     """Acceptance of the engine's draft on `prompts`: greedy speculative decoding with k draft tokens."""
-    from trtspec.spec.metrics import AcceptanceStats
+    from trtspec.contracts.metrics import AcceptanceStats
     from trtspec.spec.params import SamplingParams, SpecParams
 
     stats = AcceptanceStats()
@@ -301,7 +301,7 @@ def resume_dir(out: Path) -> Path:
 
 def run_key(target: Path, draft: Path, prompts: Path, recipe: DistillRecipe) -> str:
     """What a resume checkpoint must match: the recipe and the content of every input file."""
-    from trtspec.ops.prompt_log import log_files
+    from trtspec.contracts.prompt_log import log_files
 
     digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode())
     for path in [*sorted(Path(target).glob("*")), *sorted(Path(draft).glob("*")), *log_files(prompts)]:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import UsageError
 from trtspec.methods import resolve
-from trtspec.suffix_config import SuffixConfig
 
 MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
 

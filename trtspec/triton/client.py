@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from trtspec.contracts.metrics import mean_acceptance_length  # data only, no torch
 from trtspec.errors import BAD_INPUT_TAG, ConfigError, RequestError, ServerError, ToolNotFoundError, UsageError
-from trtspec.spec.metrics import mean_acceptance_length  # data only, no torch
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds one request may take, sending to final response
 TEXT_INPUT = "text_input"

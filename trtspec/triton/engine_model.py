@@ -36,11 +36,11 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   response answers it); a cancelled request ends with a final response holding what it generated so far, as
   TensorRT-LLM's executor answers a cancellation.
 
-With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (ops/prompt_log.py).
+With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (contracts/prompt_log.py).
 A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
 
 Acceptance counters, target forwards and latency histograms are published as Prometheus metrics (the series of
-`trtspec.ops.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
+`trtspec.contracts.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
 the engine is built.
 """
 
@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from trtspec.contracts.prompt_log import PromptLog
 from trtspec.errors import RequestError, TrtspecError
-from trtspec.ops.prompt_log import PromptLog
 from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.engine_reply import JobSink, Reply, ReplyClosed, requested_outputs, triton_error
 from trtspec.triton.engine_request import Job, ParsedRequest, engine_features, parse_request, word_lists

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import choices as tree_choices
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError
-from trtspec.suffix_config import SuffixConfig
 
 SUFFIX_PREFIX = "suffix_"  # suffix decoding's options as Triton parameters: suffix_<SuffixConfig field>
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.errors import OverloadedError, TrtspecError, UsageError, tag_bad_input
-from trtspec.spec.metrics import AcceptanceStats
 from trtspec.triton.engine_request import Job, ParsedRequest, with_hint
 
 if TYPE_CHECKING:

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import choices as tree_choices
+from trtspec.contracts import observability, series
+from trtspec.contracts.baseline import BASELINE_FILE, Baseline
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
-from trtspec.ops import rules as observability
-from trtspec.ops import series
-from trtspec.ops.baseline import BASELINE_FILE, Baseline
-from trtspec.suffix_config import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
 from trtspec.triton import contract
 from trtspec.triton.build_output import EngineInfo, read_build_output
@@ -33,7 +32,7 @@ from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_
 
 BACKENDS = ("tensorrtllm", "torch")
 ENGINE_BACKEND = {"tensorrtllm": "tensorrtllm", "torch": "python"}  # Triton backend of the engine models
-SERIES_MODULE = "trtspec_series.py"  # trtspec.ops.series, next to the tensorrtllm flavour's BLS model.py
+SERIES_MODULE = "trtspec_series.py"  # trtspec.contracts.series, next to the tensorrtllm flavour's BLS model.py
 CODEC = {"text_codec.py": "text_codec.py"}  # model_repo/common/ helper the tokenizing Python models import
 ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
@@ -74,7 +73,7 @@ class RepoSpec:
     eagle_topk: int | None = None  # method eagle3 without a static tree: the dynamic tree's children per expansion
     eagle_depth: int | None = None  # ... and its levels (None: the proposer's defaults)
     dtype: str = EngineParams.dtype
-    # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; ops/prompt_log.py)
+    # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; contracts/prompt_log.py)
     log_prompts: Path | None = None
     log_sample_rate: float = EngineParams.log_sample_rate
     log_max_mb: float = EngineParams.log_max_mb

@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
-from trtspec.triton.supervise import LOG_NAME, kept_log
+from trtspec.ports import HOST, check_ports_free, free_ports, port_owner, process_group
+from trtspec.supervise import LOG_NAME, kept_log
 
 POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
 PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
 STOP_MARGIN_S = 5.0  # past the supervisor's own stop timeout, its whole process group is killed
 
-HOST = "127.0.0.1"
 # Log fragments after which tritonserver keeps running but never becomes ready (strict readiness).
 FATAL_LOG_MARKERS = ("failed to load", "Failed to preinitialize", "failed to initialize", "Traceback (most recent")
 
@@ -54,46 +53,6 @@ class Ports:
         """Three distinct free ports on 127.0.0.1 (held open together while choosing, then released)."""
         grpc, http, metrics = free_ports(3)
         return cls(grpc=grpc, http=http, metrics=metrics)
-
-
-def check_ports_free(ports: dict[str, int], host: str = HOST) -> None:
-    """Refuse ports another process listens on, or one port given twice: UsageError naming the option (a key of
-    `ports`, e.g. `--http-port`), the port and its owner. Run before anything starts."""
-    for name, port in ports.items():
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((host if host else "", port))
-            except OSError:
-                owner = port_owner(port)
-                who = f"pid {owner[0]} ({owner[1]})" if owner else "another process"
-                option = name.split(" ", 1)[0]
-                raise UsageError(f"{name}={port}: the port is in use by {who}",
-                                 hint=f"stop that process, or pick another port ({option})") from None
-    if len(set(ports.values())) < len(ports):
-        raise UsageError(f"ports {' '.join(f'{k}={v}' for k, v in ports.items())} must differ",
-                         hint="give each endpoint its own port")
-
-
-def free_ports(count: int, *, below: int | None = None) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1 (held open together while choosing, then released); with `below`,
-    ports under it (the kernel's ephemeral range starts at 32768: some servers take only smaller ones)."""
-    import random
-
-    socks: list[socket.socket] = []
-    try:
-        while len(socks) < count:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind((HOST, 0 if below is None else random.randrange(10000, below)))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass(frozen=True)
@@ -118,41 +77,6 @@ class LaunchPlan:
         parts = [f"{k}={shlex.quote(v)}" for k, v in self.env_set.items()]
         parts += [f"{k}={shlex.quote(os.pathsep.join(dirs))}:${k}" for k, dirs in self.env_prepend.items()]
         return " ".join([*parts, shlex.join(self.argv)])
-
-
-def port_owner(port: int) -> tuple[int, str] | None:
-    """(pid, command line) of the process listening on TCP `port`, from Linux /proc; None when unknown."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
-                inodes.add(fields[9])
-    if not inodes:
-        return None
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:[") and target[8:-1] in inodes:
-                    cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                    return int(proc.name), cmdline[:120]
-        except OSError:
-            continue
-    return None
-
-
-def process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 def pytriton_root() -> Path | None:
@@ -361,8 +285,8 @@ class TritonServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
         env = {**self.plan.environment(), **self.extra_env}
         # The supervisor (own session = own process group) stops tritonserver and its stubs and removes the work dir
-        # when asked, and when this process dies, even by SIGKILL (see trtspec/triton/supervise.py).
-        supervisor = [sys.executable, "-m", "trtspec.triton.supervise", "--workdir", str(work), "--stop-timeout",
+        # when asked, and when this process dies, even by SIGKILL (see trtspec/supervise.py).
+        supervisor = [sys.executable, "-m", "trtspec.supervise", "--workdir", str(work), "--stop-timeout",
                       str(self.stop_timeout), "--parent", str(os.getpid()), "--", *self.plan.argv]
         self.process = subprocess.Popen(supervisor, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)

@@ -1,4 +1,4 @@
-"""SpecMetrics: a served engine model's requests -> the Prometheus series of `trtspec.ops.series` (Triton custom
+"""SpecMetrics: a served engine model's requests -> the Prometheus series of `trtspec.contracts.series` (Triton custom
 metrics). The series are defined there once; this module only turns AcceptanceStats and request timings into them."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from trtspec.ops.series import TritonSeries
-from trtspec.spec.metrics import AcceptanceStats
+from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.series import TritonSeries
 
 
 class SpecMetrics:

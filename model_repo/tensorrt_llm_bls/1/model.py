@@ -15,7 +15,7 @@ target makes no progress or returns exactly the draft (end_id reached), or at a 
 tensorrtllm_backend's BLS and e2e_grpc_speculative_decoding_client.py). Batch 1, no streaming, no log probs; the
 acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration.
 
-Metrics: on the TensorRT-LLM flavour `trtspec deploy` puts `trtspec_series.py` (trtspec.ops.series) next to this
+Metrics: on the TensorRT-LLM flavour `trtspec deploy` puts `trtspec_series.py` (trtspec.contracts.series) next to this
 file, and this model then publishes trtspec's speculation series (Triton custom metrics, labelled with this model's
 name): for its own draft-target loop every count but target forwards (drafts, draft tokens, accepted and rejected
 per position, emitted tokens; a verifying call may run more than one forward), for requests the engine speculates

@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ToolNotFoundError
 from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
-from trtspec.suffix_config import SuffixConfig
 
 ARCTIC_VERSION = "0.3.0"  # the release trtspec is tested with (pyproject: the `suffix` extra; scripts/install_suffix.sh)
 # PyPI ships it as source only: pip compiles a C++20 extension, and its isolated build would first download torch>=2.10

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from trtspec.spec.metrics import expected_tokens_per_step as geometric_tokens_per_step
+from trtspec.contracts.metrics import expected_tokens_per_step as geometric_tokens_per_step
 
 PROJECTION_LABEL = "projection (roofline from model size and datasheet bandwidth/FLOPs; not measured)"
 

@@ -5,7 +5,7 @@ flavour's engine models (`trtspec.triton.spec_metrics`), and on the TensorRT-LLM
 model from the per-request perf outputs (the C++ backend publishes no acceptance series). `trtspec monitor`, the
 Prometheus rules and the Grafana dashboard read them by these names.
 
-Names follow vLLM's spec-decode metrics (see trtspec.spec.metrics for what each word means). Counters count since
+Names follow vLLM's spec-decode metrics (see trtspec.contracts.metrics for what each word means). Counters count since
 the model was loaded; a reload starts them at 0 again (readers handle the reset).
 
 Standard library only: `trtspec deploy` copies this file next to the BLS's model.py, so it also runs in NVIDIA's

@@ -28,7 +28,7 @@ from typing import Any
 
 from trtspec.atomic import replace_dir
 from trtspec.errors import ServerError, UsageError
-from trtspec.ops.control import config_params
+from trtspec.triton.control import config_params
 from trtspec.triton.engine_params import VERSION_FILE
 
 DRAFT_MODELS = {"tensorrt_llm_draft": "target", "tensorrt_llm": "draft"}  # model -> its EngineParams field of the draft

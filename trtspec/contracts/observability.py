@@ -9,7 +9,7 @@ latency quantiles. With a baseline they also record its constants (c_i per posit
   window counterpart of the monitor's sequential CUSUM (trtspec.ops.drift).
 - `trtspec:speedup_vs_plain:5m`: effective tokens/s over the baseline's plain decoding; alert
   `TrtspecSpeculationNotPaying` when it stays below 1 for 10 minutes.
-Series names come from trtspec.ops.series. Pure: returns text; `plan` maps relative paths to file text.
+Series names come from trtspec.contracts.series. Pure: returns text; `plan` maps relative paths to file text.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from trtspec.ops.baseline import Baseline
-from trtspec.ops.drift import DEFAULT_ALPHA
-from trtspec.ops.series import name
+from trtspec.contracts.baseline import Baseline
+from trtspec.contracts.series import name
 
+DEFAULT_ALPHA = 0.01  # false-alarm rate of the drift alert and of the monitor's CUSUM (trtspec.ops.drift)
 RULES_FILE = "trtspec-prometheus-rules.yml"  # at the root: Triton takes every directory for a model
 DASHBOARD_FILE = "trtspec-grafana-dashboard.json"
 BY = "model, version"
@@ -109,7 +109,7 @@ def prometheus_rules(baseline: Baseline | None, *, alpha: float = DEFAULT_ALPHA)
         record, alerts = baseline_rules(baseline, alpha)
         groups.append({"name": "trtspec-baseline", "rules": record})
         groups.append({"name": "trtspec-alerts", "rules": alerts})
-    header = "# Rendered by `trtspec deploy` (trtspec.ops.rules); load with rule_files in prometheus.yml.\n"
+    header = "# Rendered by `trtspec deploy` (trtspec.contracts.observability); load with rule_files in prometheus.yml.\n"
     return header + yaml.safe_dump({"groups": groups}, sort_keys=False, width=200)
 
 

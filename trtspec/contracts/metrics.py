@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-# The Prometheus series every server exports from these stats are named once in trtspec/ops/series.py.
+# The Prometheus series every server exports from these stats are named once in trtspec/contracts/series.py.
 
 
 @dataclass

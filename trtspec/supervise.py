@@ -1,6 +1,6 @@
 """The supervisor between `trtspec serve` (or any TritonServer user) and tritonserver: nothing is left behind.
 
-`python -m trtspec.triton.supervise --workdir DIR --stop-timeout S -- ARGV...` runs ARGV (tritonserver) as its
+`python -m trtspec.supervise --workdir DIR --stop-timeout S -- ARGV...` runs ARGV (tritonserver) as its
 child, in the process group the launcher gave it (its own session). It guarantees, whatever happens to the launcher:
 - the launcher dies, even by SIGKILL: Linux delivers SIGTERM here (`PR_SET_PDEATHSIG`), and the supervisor stops the
   server as if asked to; the supervisor itself dies (SIGKILL): Linux delivers SIGTERM to the server the same way;
@@ -108,7 +108,7 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
 
 
 def main(args: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trtspec.triton.supervise")
+    parser = argparse.ArgumentParser(prog="python -m trtspec.supervise")
     parser.add_argument("--workdir", help="directory to remove once the server is gone")
     parser.add_argument("--stop-timeout", type=float, default=20.0)
     parser.add_argument("--parent", type=int, default=None, help="the launcher's PID (stop at once if it is gone)")
