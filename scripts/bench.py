@@ -147,14 +147,14 @@ def bench_lookahead(args: argparse.Namespace) -> Section:
 
 def bench_dynamo(args: argparse.Namespace) -> Section:
     """A Dynamo deployment of 1, then 2 workers; the same openai sweep against each (and aiperf when installed)."""
+    from trtspec.contracts.engine import EngineConfig
     from trtspec.dynamo.launch import MAX_SYSTEM_PORT, DynamoDeployment, plan_deployment
     from trtspec.ports import free_ports
-    from trtspec.triton.engine_params import EngineParams
 
     by_workers, aiperf_rows, spec = {}, [], None
     for workers in (1, 2):
         http, *system = free_ports(1 + workers, below=MAX_SYSTEM_PORT)
-        params = EngineParams(target=args.model, draft=args.draft, method="draft_target", default_k=args.dynamo_k)
+        params = EngineConfig(target=args.model, draft=args.draft, method="draft_target", default_k=args.dynamo_k)
         plan = plan_deployment(params, workers=workers, http_port=http, system_port=system, threads=args.threads)
         with DynamoDeployment(plan) as deployment:
             spec = benchmarks.dynamo_spec(url=f"127.0.0.1:{http}", model=args.model, k=args.dynamo_k,

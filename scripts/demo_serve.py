@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                        check=True)
     spec = RepoSpec.from_build(args.build, "torch", decoupled=True)  # the demo streams: decoupled_mode on
     repo = write_repository(plan_repository(spec), args.repo, force=True)
-    print(f"[demo] model repository: {repo} (method {spec.method}, k {spec.default_k})")
+    print(f"[demo] model repository: {repo} (method {spec.method}, k {spec.engine.default_k})")
     start = time.perf_counter()
     with TritonServer(repo) as server:
         print(f"[demo] tritonserver ready in {time.perf_counter() - start:.1f} s: gRPC {server.grpc_url}, "

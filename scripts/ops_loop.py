@@ -6,7 +6,7 @@ draft retrained on the logged shifted prompts -> rolled out under load -> the mo
 Built on scripts/drift_demo.py (its options, baseline sweep, deploy, traffic and plot), with every prompt logged:
 1. steady traffic (--steady-suite), then the shift (--shifted-suite) while the monitor scrapes every second;
 2. at the first scrape after --shifted seconds of shifted traffic (the window then holds only shifted requests), the
-   `trtspec monitor --apply` path (trtspec.cli.monitor._apply: set_default_k for a drifted model whose recommended
+   `trtspec monitor --apply` path (ops.monitor.Monitor.apply through triton.control.TritonControl: a drifted model whose recommended
    k differs) reloads tensorrt_llm with the recommended k while the clients keep sending; --applied more seconds;
 3. traffic stops; a sweep of the shifted suite over fixed k 0..max_k (engine backend, the baseline sweep's settings:
    one torch thread, the same concurrency, prompt and output lengths; --sweep-repeats rounds, each round every k once,
@@ -172,9 +172,9 @@ def compare(table: dict, k: int, timing: str = "cpu") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trtspec.cli.monitor import _applier, _apply  # TODO(refactor): private call
     from trtspec.contracts.baseline import load_baseline
     from trtspec.ops.monitor import Monitor
+    from trtspec.triton.control import TritonControl
     from trtspec.triton.rollout import execute_rollout, plan_rollout
     from trtspec.triton.server import TritonServer
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     shifted = drift_demo.suite(args.shifted_suite)
     with TritonServer(repo) as server:
         monitor = Monitor(args.window, baseline, price_per_hour=args.price_per_hour, models={"tensorrt_llm"})
-        applier = _applier(server.grpc_url, repo)  # what `trtspec monitor --apply --url URL --repo REPO` runs
+        control = TritonControl(server.grpc_url, repo)  # what `trtspec monitor --apply --url URL --repo REPO` uses
         marks: dict = {}
 
         def session_a(tick: object) -> None:
@@ -206,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 marks["recommendation"] = report.recommendation.to_dict() if report and report.recommendation else None
                 marks["drifted_at_apply"] = bool(report and report.drift and report.drift.drifted)
                 began = time.monotonic()
-                # TODO(refactor): private call (cli.monitor._apply, the --apply path), under load
-                marks["applied"] = _apply(monitor, monitor.reports(), applier)
+                marks["applied"] = monitor.apply(monitor.reports(), control)  # the --apply path, under load
                 marks["set_k_s"] = round(time.monotonic() - began, 2)
                 message = marks["recommendation"]["message"] if marks["recommendation"] else "no recommendation"
                 print(f"[loop] t={tick.t:.1f}s {message}; "  # type: ignore[attr-defined]

@@ -37,6 +37,8 @@ def held_out_prompts(per_suite: int) -> list[str]:
 
 def measure(budgets: list[int], per_suite: int, new_tokens: int, accuracy: torch.Tensor, ranks: torch.Tensor) -> dict:
     """Mean acceptance length of Medusa trees and the draft-model chain at equal node budgets (engine runs)."""
+    from trtspec import choices as tree_choices
+    from trtspec.contracts.engine import MedusaTree, ProposerOptions
     from trtspec.spec.engine import SpecEngine
     from trtspec.spec.params import SamplingParams, SpecParams
     from trtspec.training.tree_tune import tune_tree
@@ -46,10 +48,11 @@ def measure(budgets: list[int], per_suite: int, new_tokens: int, accuracy: torch
 
     def run(label: str, method: str, k: int, temperature: float, choices: object = None,
             acceptance: str = "exact") -> None:
-        options = {} if choices is None else {"medusa_choices": choices}
+        options = ProposerOptions(medusa_tree=MedusaTree() if choices is None else MedusaTree(
+            choices=tuple(map(tuple, tree_choices.parse(choices)))))
         engine = SpecEngine.from_pretrained("tiny", "tiny-draft" if method == "draft_target" else None,
                                             "tiny-medusa" if method == "medusa" else None, max_k=max(8, k),
-                                            proposer_options=options)
+                                            options=options)
         sampling = SamplingParams(temperature=temperature, max_new_tokens=new_tokens, seed=0)
         t = time.perf_counter()
         outs = engine.generate(prompts, sampling, SpecParams(method=method, k=k, acceptance=acceptance))

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
-         "trtspec.contracts.suffix", "trtspec.config", "trtspec.triton.engine_params",
+         "trtspec.contracts.suffix", "trtspec.contracts.engine", "trtspec.contracts.openai", "trtspec.config",
+         "trtspec.triton.served_config", "trtspec.spec.host", "trtspec.cli._engine",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output",
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",

@@ -99,7 +99,7 @@ def test_bundle_records_the_options_the_served_engine_runs_with(random_pair, tmp
         (bundle / "target" / "config.json").write_text("{}")
         (bundle / "trtspec-bundle.json").write_text(write.content)
         (bundle / "trtspec-manifest.json").write_text(json.dumps({"backend": "torch", "method": method}))
-        assert load_bundle(bundle).suffix == want and read_build_output(bundle).suffix == want
+        assert load_bundle(bundle).engine.suffix == want and read_build_output(bundle).engine.suffix == want
 
 
 def test_a_bundle_with_bad_options_is_refused_naming_the_file(tmp_path):

@@ -27,7 +27,6 @@ Choices = list[list[int]]
 RANK_MAX = 2**31 - 1
 MAX_NODES = 4096
 MAX_DEPTH = 64
-MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_FILE_BYTES = 1 << 20
 
 # Medusa's default 63-node tree (FasterDecoding/Medusa `medusa_choices.py`, also TensorRT-LLM's default):
@@ -205,46 +204,7 @@ def _coerce(value: object, field: str) -> Choices:
 
 
 class _Problem(ConfigError):
-    """A ConfigError that also keeps its problem text apart from the value (a file's errors show only the problem)."""
+    """A ConfigError whose value is shown short (a file's errors show only the problem, never the content)."""
 
     def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
         super().__init__(field, shown(value), problem, hint=hint)
-        self.problem = problem
-
-
-EAGLE_CHAIN, EAGLE_DYNAMIC = "chain", "dynamic"
-
-
-def check_dynamic_tree(topk: int | None, depth: int | None, static: object | None,
-                       names: tuple[str, str, str] = ("eagle_topk", "eagle_depth", "eagle_choices")) -> None:
-    """Refuse a dynamic EAGLE tree shape (top-k children per expansion, levels) outside the reference engine's limits,
-    or given together with a static tree (`static`: choices in any form; they exclude each other, as in TensorRT-LLM's
-    EagleDecodingConfig). `names`: how the caller spells topk, depth and the static tree (parameter, flag, field)."""
-    for name, value, limit, example in ((names[0], topk, MAX_TOPK, 4), (names[1], depth, MAX_DEPTH, 6)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit):
-            raise ConfigError(name, value, f"must be an integer in [1, {limit}] (the limit of the dynamic tree)",
-                              hint=f"e.g. {name} {example}")
-    if static is not None and (topk is not None or depth is not None):
-        given = names[0] if topk is not None else names[1]
-        raise ConfigError(given, topk if topk is not None else depth, f"sets a dynamic tree but {names[2]} sets a "
-                          "static one", hint=f"drop {given} (static tree) or {names[2]} (dynamic tree)")
-
-
-def eagle_tree_options(value: str, field: str = "eagle_trees") -> dict[str, object]:
-    """An EAGLE tree as the eagle proposer's options: `chain` (top-1, a chain of k), `dynamic` (EAGLE-2 defaults:
-    top-4 per node, 6 levels, the k best nodes), `dynamic:TOPKxDEPTH`, or static choices (preset, JSON, file)."""
-    if value == EAGLE_CHAIN:
-        return {"eagle_topk": 1}
-    if value == EAGLE_DYNAMIC:
-        return {}
-    if value.startswith(EAGLE_DYNAMIC + ":"):
-        try:
-            topk, depth = (int(v) for v in value.split(":", 1)[1].split("x"))
-        except ValueError:
-            raise ConfigError(field, value, "must be dynamic:TOPKxDEPTH with two integers",
-                              hint="e.g. dynamic:4x6 (top-4 children per node, 6 levels)") from None
-        if not (1 <= topk <= MAX_TOPK and 1 <= depth <= MAX_DEPTH):
-            raise ConfigError(field, value, f"TOPK must be in [1, {MAX_TOPK}] and DEPTH in [1, {MAX_DEPTH}]",
-                              hint="e.g. dynamic:4x6")
-        return {"eagle_topk": topk, "eagle_depth": depth}
-    return {"eagle_choices": validate(parse(value, field=field), field=field)}

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from trtspec.choices import MAX_DEPTH, MAX_TOPK
+from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, spelled
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
@@ -113,6 +113,16 @@ class EagleSpec(_Spec):
     eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
                                             "max_draft_len = draft layers (default num_layers), targets with "
                                             "eagle3_llmapi only")
+
+    def tree(self, choices: list[list[int]] | None = None) -> EagleTree:
+        """The engine configuration's tree: the resolved static `choices`, else the dynamic shape set here (errors name
+        `eagle.<field>`)."""
+        with spelled(lambda name: "eagle." + name.removeprefix("eagle_")):
+            return EagleTree(choices=tuple(map(tuple, choices)) if choices else None, topk=self.topk, depth=self.depth)
+
+    def dynamic_shape(self) -> dict[str, int]:
+        """The dynamic tree's fields set here, by YAML path (`eagle.topk`: value); empty when none is."""
+        return {f"eagle.{name}": value for name in ("topk", "depth") if (value := getattr(self, name)) is not None}
 
 
 class RedrafterSpec(_Spec):

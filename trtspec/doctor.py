@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -62,23 +60,9 @@ def tensorrt_llm_target_check(version: str) -> Check:
                  label="unsupported")
 
 
-def find_tritonserver() -> Path | None:
-    """A tritonserver binary: on PATH / NVIDIA's container first, else the one bundled in nvidia-pytriton."""
-    for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    try:
-        spec = importlib.util.find_spec("pytriton")
-    except (ImportError, ValueError):
-        spec = None
-    if spec and spec.submodule_search_locations:
-        binary = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "bin" / "tritonserver"
-        if binary.is_file():
-            return binary
-    return None
-
-
 def check_tritonserver() -> Check:
+    from trtspec.triton.server import find_tritonserver
+
     binary = find_tritonserver()
     if binary is None:
         return Check("tritonserver", False, "not found (pip install nvidia-pytriton, or use NVIDIA's container)")

@@ -36,6 +36,7 @@ class ConfigError(UsageError):
     def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
         self.field = field
         self.value = value
+        self.problem = problem
         super().__init__(f"{field}={value!r}: {problem}", hint=hint)
 
 

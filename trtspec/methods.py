@@ -171,8 +171,6 @@ def engine_methods() -> list[str]:
     return sorted(name for name, m in METHODS.items() if m.proposer is not None or name == "none")
 
 
-DEFAULT_LOOKAHEAD = (4, 4, 4)  # (W, N, G) when none is given
-
 
 def lookahead_trie_nodes(window: int, ngram: int, verification_set: int) -> int:
     """The reference engine's k for lookahead (W, N, G) that verifies every candidate: G x (N - 1) trie nodes.

@@ -40,18 +40,17 @@ def check_llama_checkpoint_dtype_free(ckpt: Path, hf: Path) -> None:
 def test_tiny_torch_bundle(tmp_path):
     out = tmp_path / "bundle"
     assert run_build(ROOT / "build_configs/tiny-torch.yaml", "--out", out) == 0
-    info = load_bundle(out)
-    assert info.method == "draft_target" and info.max_draft_len == 4
-    assert (info.target / "tokenizer.json").is_file() and (info.draft / "model.safetensors").is_file()
+    config = load_bundle(out).engine
+    assert config.method == "draft_target" and config.default_k == 4
+    assert (Path(config.target) / "tokenizer.json").is_file() and (Path(config.draft) / "model.safetensors").is_file()
     # the reference engine consumes the bundle: speculative greedy output == plain greedy output
     from trtspec.spec.engine import SpecEngine
     from trtspec.spec.params import SamplingParams, SpecParams
 
-    engine = SpecEngine.from_pretrained(target=info.target, draft=info.draft, max_k=info.max_draft_len,
-                                        dtype=info.dtype)
+    engine = SpecEngine.from_config(config)
     sampling = SamplingParams(max_new_tokens=12, ignore_eos=True)
-    spec = engine.generate(["def add(a, b):"], sampling=sampling, spec=SpecParams(info.method, info.max_draft_len))
-    plain = engine.generate(["def add(a, b):"], sampling=sampling, spec=SpecParams(info.method, 0))
+    spec = engine.generate(["def add(a, b):"], sampling=sampling, spec=SpecParams(config.method, config.default_k))
+    plain = engine.generate(["def add(a, b):"], sampling=sampling, spec=SpecParams(config.method, 0))
     assert spec[0].token_ids == plain[0].token_ids and len(spec[0].token_ids) == 12
     assert spec[0].stats.num_drafts > 0
 

@@ -65,10 +65,10 @@ def test_torch_bundle_follows_a_changed_k(random_pair, tmp_path):
                           backend="torch", engine={"dtype": "float32", "max_input_len": 64, "max_seq_len": 128})
     out = tmp_path / "bundle"
     build(config, out)
-    assert load_bundle(out).max_draft_len == 4
+    assert load_bundle(out).engine.default_k == 4
     again = build(config, out, max_draft_len=2)
     assert "write-bundle" in again.done and {"copy-target", "copy-draft"} <= set(again.skipped)
-    assert load_bundle(out).max_draft_len == 2 and manifest(out)["derived"]["max_draft_len"] == 2
+    assert load_bundle(out).engine.default_k == 2 and manifest(out)["derived"]["max_draft_len"] == 2
     # unchanged config: everything skipped
     assert set(build(config, out, max_draft_len=2).skipped) == {"copy-target", "copy-draft", "write-bundle"}
 
@@ -81,7 +81,7 @@ def test_method_change_removes_files_of_the_old_plan(random_pair, tmp_path):
     build(config, out)
     assert (out / "draft").is_dir()
     build(config, out, method="ngram", draft=None)
-    assert not (out / "draft").exists() and load_bundle(out).method == "ngram" and load_bundle(out).draft is None
+    assert not (out / "draft").exists() and load_bundle(out).engine.method == "ngram" and load_bundle(out).engine.draft is None
     assert [s["id"] for s in manifest(out)["steps"]] == ["copy-target", "write-bundle"]
 
 

@@ -30,11 +30,11 @@ CLIENT_TIMEOUT_S = 120.0  # a hung request fails the test instead of hanging it
 
 @pytest.fixture(scope="module")
 def deployment():
+    from trtspec.contracts.engine import EngineConfig
     from trtspec.dynamo.launch import MAX_SYSTEM_PORT, DynamoDeployment, plan_deployment
-    from trtspec.triton.engine_params import EngineParams
 
     http, *system = free_ports(3, below=MAX_SYSTEM_PORT)
-    params = EngineParams(target="tiny", draft="tiny-draft", method="draft_target", default_k=4)
+    params = EngineConfig(target="tiny", draft="tiny-draft", method="draft_target", default_k=4)
     plan = plan_deployment(params, workers=2, http_port=http, system_port=system, migration_limit=3)
     saved = os.environ.get("DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS")
     os.environ["DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS"] = "1"  # Dynamo's default grace before a drain is 5 s
@@ -56,28 +56,6 @@ def client(deployment):
     from openai import OpenAI
 
     return OpenAI(base_url=deployment.plan.url, api_key="unused", timeout=CLIENT_TIMEOUT_S, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """The target's own greedy output: the reference engine without speculation (plain decoding)."""
-    import torch
-
-    from trtspec.spec.engine import SpecEngine
-    from trtspec.spec.params import SamplingParams, SpecParams
-
-    torch.set_num_threads(1)
-    engine = SpecEngine.from_pretrained("tiny")
-    cache: dict[tuple[str, int], object] = {}
-
-    def greedy(prompt: str, max_tokens: int = MAX_TOKENS):
-        if (prompt, max_tokens) not in cache:
-            cache[prompt, max_tokens] = engine.generate(
-                [engine.encode(prompt)], SamplingParams(temperature=0.0, max_new_tokens=max_tokens),
-                SpecParams(method="none"))[0]
-        return cache[prompt, max_tokens]
-
-    return greedy
 
 
 def worker_counts(deployment, metric: str = "trtspec_spec_decode_requests") -> dict[str, float]:
@@ -157,7 +135,7 @@ def test_sixteen_concurrent_clients_are_served_by_both_workers(client, deploymen
 def test_bad_requests_get_an_error_and_the_deployment_keeps_serving(client, deployment, reference):
     import openai
 
-    from trtspec.dynamo.requests import annotations
+    from trtspec.contracts.openai import annotations
 
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="x", max_tokens=4)

@@ -8,16 +8,18 @@ import sys
 
 import pytest
 
+from trtspec.contracts.engine import EngineConfig, Lookahead, PromptLog
 from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.openai import annotations, served_name
+from trtspec.contracts.prompt_log import WORKER_PREFIX
 from trtspec.contracts.series import SERIES
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT, check_dynamo, plan_deployment
 from trtspec.dynamo.metrics import WorkerMetrics
-from trtspec.dynamo.requests import annotations, engine_request, usage
-from trtspec.dynamo.worker import parse_args, served_name
+from trtspec.dynamo.requests import engine_request, usage
+from trtspec.dynamo.worker import parse_args
 from trtspec.errors import ConfigError, RequestError, ToolNotFoundError, UsageError
-from trtspec.triton.engine_params import EngineParams
 
-PARAMS = EngineParams(target="tiny", draft="tiny-draft", method="draft_target", default_k=3)
+PARAMS = EngineConfig(target="tiny", draft="tiny-draft", method="draft_target", default_k=3)
 
 
 def request(**parts):
@@ -96,8 +98,8 @@ def test_worker_metrics_export_the_shared_series():
     assert values[f"{prefix}num_rejections_per_pos_total", (("position", "2"),)] == 1
 
 
-def test_plan_round_trips_engine_params_through_the_worker_command_line():
-    params = EngineParams(target="tiny", method="lookahead", lookahead=(3, 3, 2), default_k=2, max_queue=9)
+def test_plan_round_trips_the_engine_configuration_through_the_worker_command_line():
+    params = EngineConfig(target="tiny", method="lookahead", lookahead=Lookahead(3, 3, 2), default_k=2, max_queue=9)
     plan = plan_deployment(params, workers=3, http_port=9000, system_port=9100, threads=2)
     frontend, *workers = plan.processes
     assert frontend.argv[1:3] == ["-m", "dynamo.frontend"] and "--http-port" in frontend.argv
@@ -108,6 +110,17 @@ def test_plan_round_trips_engine_params_through_the_worker_command_line():
         assert worker.env["DYN_SYSTEM_PORT"] == str(9100 + i) and worker.env["DYN_TCP_RPC_HOST"] == "127.0.0.1"
     assert plan.ports() == {"--http-port": 9000, "--system-port (worker 0)": 9100,
                             "--system-port (worker 1)": 9101, "--system-port (worker 2)": 9102}
+
+
+def test_each_worker_logs_prompts_to_its_own_directory_within_the_bound(tmp_path):
+    """Several processes must not rotate one file: worker i logs to DIR/worker-i with its share of the size bound,
+    and the log's reader (trtspec train draft) reads them all."""
+    log = PromptLog(str(tmp_path / "logs"), sample_rate=1.0, max_mb=64.0)
+    plan = plan_deployment(EngineConfig(target="tiny", method="none", prompt_log=log), workers=2, http_port=9000,
+                           system_port=9100)
+    parsed = [parse_args(worker.argv[3:])[0].prompt_log for worker in plan.processes[1:]]
+    assert [p.directory for p in parsed] == [str(tmp_path / "logs" / f"{WORKER_PREFIX}{i}") for i in (0, 1)]
+    assert sum(p.max_mb for p in parsed) == 64.0 and {p.sample_rate for p in parsed} == {1.0}
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -122,8 +135,10 @@ def test_bad_plans_are_refused(kwargs, message):
 
 
 def test_worker_arguments_are_checked_before_dynamo_starts():
-    with pytest.raises(ConfigError, match="parameter max_k"):
+    with pytest.raises(ConfigError, match="--max-k='many': is not an integer"):
         parse_args(["--target", "tiny", "--max-k", "many"])
+    with pytest.raises(ConfigError, match=r"--default-k=50: must be in \[0, max_k=8\]"):
+        parse_args(["--target", "tiny", "--default-k", "50", "--max-k", "8"])
     with pytest.raises(ConfigError, match="--threads"):
         parse_args(["--target", "tiny", "--threads", "0"])
     assert served_name("tiny") == "tiny"
@@ -157,12 +172,38 @@ def test_cli_dry_run_prints_the_processes_and_refuses_a_busy_port():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--dynamo", "1", "--model", "/nonexistent/model", "--dry-run"], "Error: --target='/nonexistent/model': no "),
+    (["--dynamo", "1", "--model", "/nonexistent/model", "--dry-run"], "Error: --model='/nonexistent/model': no "),
+    (["--dynamo", "1", "--k", "50", "--max-k", "8", "--dry-run"], "Error: --k=50: must be in [0, max_k=8]"),
+    (["--dynamo", "1", "--method", "eagle3", "--dry-run"], "Error: --eagle is required by --method eagle3"),
+    (["--dynamo", "1", "--method", "eagle3", "--eagle", "/nonexistent", "--dry-run"], "Error: --eagle='/nonexistent'"),
+    (["--dynamo", "1", "--method", "ngram", "--eagle-topk", "2", "--dry-run"],
+     "Error: --eagle-topk=2: shapes method eagle / eagle3, but the method is ngram"),
+    (["--k", "3"], "Error: --k applies to a Dynamo deployment (--dynamo N)"),
     (["--dynamo", "1", "--method", "medusa", "--dry-run"], "Error: --medusa is required by --method medusa"),
     (["--dynamo", "2", "--system-port", "32767", "--dry-run"], "16-bit signed"),
-    (["/", "--dynamo", "1"], "and --dynamo: a Dynamo deployment serves --model"),
+    (["/", "--dynamo", "1"], "Error: SOURCE / is neither a build output"),
     ([], "Error: REPO is missing"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, message):
     out = serve(*args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_dynamo_workers_get_the_configuration_triton_serves(tmp_path):
+    """From a build output, or from the repository `trtspec deploy` rendered from it (with engine flags), the
+    workers' arguments parse to exactly what the Triton model reads from its config.pbtxt."""
+    from tests.triton.helpers import build_example
+    from trtspec.cli._dynamo import dynamo_engine
+    from trtspec.cli.main import main
+    from trtspec.triton.control import config_params
+
+    bundle = build_example("tiny-eagle", tmp_path / "bundle", eagle={"model": "tiny-eagle", "eagle3": True, "topk": 2})
+    main(["deploy", "--backend", "torch", "--build", str(bundle), "--out", str(tmp_path / "repo"), "--k", "5",
+          "--eagle-depth", "3"])
+    served = config_params(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
+    assert (served.method, served.default_k, served.eagle_tree.topk, served.eagle_tree.depth) == ("eagle3", 5, 2, 3)
+    from_repo = dynamo_engine(tmp_path / "repo", {})
+    from_build = dynamo_engine(bundle, {"engine_k": 5, "engine_eagle_depth": 3})
+    assert from_repo == served and from_build == served
+    plan = plan_deployment(from_build, workers=2, http_port=9000, system_port=9100)
+    assert all(parse_args(worker.argv[3:])[0] == served for worker in plan.processes[1:])

@@ -13,6 +13,7 @@ import torch
 from tests.eagle.conftest import PROMPTS
 from tests.spec.test_controls import _p_value
 from tests.spec.test_scheduler import run_with_arrivals
+from trtspec.contracts.engine import EagleTree, ProposerOptions
 from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -21,12 +22,13 @@ from trtspec.spec.proposers.eagle import EagleProposer
 from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
 
-TREES = {"chain": {"eagle_topk": 1}, "dynamic": {"eagle_topk": 3, "eagle_depth": 4},
-         "static": {"eagle_choices": "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [2], [0, 0, 0, 0]]"}}
+TREES = {"chain": EagleTree(topk=1), "dynamic": EagleTree(topk=3, depth=4),
+         "static": EagleTree.parse("[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [2], [0, 0, 0, 0]]")}
 
 
-def make_engine(target, drafter, options=None, draft=None, **scheduler) -> SpecEngine:
-    return SpecEngine.from_pretrained(target, draft, eagle=drafter, max_k=8, proposer_options=options,
+def make_engine(target, drafter, tree: EagleTree | None = None, draft=None, **scheduler) -> SpecEngine:
+    return SpecEngine.from_pretrained(target, draft, eagle=drafter, max_k=8,
+                                      options=ProposerOptions(eagle_tree=tree or EagleTree()),
                                       scheduler=SchedulerConfig(**scheduler) if scheduler else None)
 
 
@@ -119,7 +121,7 @@ def test_sampling_with_eagle_trees_follows_the_target(eagle_target, trained_eagl
         monkeypatch.setattr(EagleProposer, "_select", uniform)
     prompt, n = PROMPTS[2], 1000
     joint = _joint(eagle_target, prompt, 1.0, 3, 3)
-    engine = make_engine(eagle_target, trained_eagle[0], {"eagle_topk": 2, "eagle_depth": 2})
+    engine = make_engine(eagle_target, trained_eagle[0], EagleTree(topk=2, depth=2))
     samplings = [SamplingParams(temperature=1.0, top_k=3, seed=i, max_new_tokens=6, ignore_eos=True)
                  for i in range(n)]
     outs = engine.generate([prompt] * n, samplings, SpecParams("eagle3", 4))
@@ -149,7 +151,7 @@ def test_drafter_chain_equals_modelopt_drafting(eagle_target, trained_eagle):
     assert not unexpected and all("rotary" in m for m in missing)
     mo.eval()
     target = LlamaModel.from_pretrained(eagle_target)
-    engine = make_engine(eagle_target, drafter_dir, {"eagle_topk": 1})
+    engine = make_engine(eagle_target, drafter_dir, EagleTree(topk=1))
     proposer = engine.proposers["eagle"]
     for rid, prompt in enumerate(PROMPTS[::2] + [[9, 8, 7, 6, 5, 4, 3, 2]]):
         with torch.no_grad():
@@ -184,7 +186,7 @@ def test_pruned_dynamic_tree_drafts_the_same_nodes_with_fewer_forwards(eagle_tar
     for mode in ("pruned", "full"):
         if mode == "full":
             monkeypatch.setattr(_Tree, "kth_score", lambda self, k: float("-inf"))
-        engine = make_engine(eagle_target, trained_eagle[0], {"eagle_topk": 4, "eagle_depth": 6})
+        engine = make_engine(eagle_target, trained_eagle[0], EagleTree(topk=4, depth=6))
         proposer = engine.proposers["eagle"]
         seen: list = []
 

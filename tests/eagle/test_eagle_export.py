@@ -95,15 +95,17 @@ def test_drafter_that_does_not_fit_the_target_is_refused_with_both_values(traine
 
 
 def test_bad_taps_and_tree_options_are_refused(eagle_target, trained_eagle):
+    from trtspec.contracts.engine import EagleTree, ProposerOptions
     from trtspec.spec.engine import SpecEngine
     from trtspec.spec.params import SpecParams
 
     with pytest.raises(ConfigError, match=r"taps=\[0, 1, 1\]: must be three distinct target layers in \[1, 4\)"):
         check_taps((0, 1, 1), 4)
     with pytest.raises(ConfigError, match=r"eagle_topk=0: must be an integer in \[1, 64\]"):
-        SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0], proposer_options={"eagle_topk": 0})
-    with pytest.raises(ConfigError, match="eagle_choices"):
-        SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0], proposer_options={"eagle_choices": [[0], [64]]})
+        EagleTree(topk=0)
+    with pytest.raises(ConfigError, match="eagle_choices"):  # rank 64 of a 64-token draft vocabulary
+        SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0],
+                                   options=ProposerOptions(eagle_tree=EagleTree(choices=((0,), (64,)))))
     engine = SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0], max_k=8)
     with pytest.raises(ConfigError, match="k=9"):  # a node budget above the engine's limit names it
         engine.add_request([1, 2, 3], spec=SpecParams("eagle3", 9))

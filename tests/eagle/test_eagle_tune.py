@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from tests.eagle.conftest import PROMPTS
 from trtspec.cli.main import cli
+from trtspec.contracts.engine import EagleTree
 from trtspec.training.eagle_tree_tune import calibrate_eagle, eagle_ranks, replay_proposer, tune_static
 from trtspec.training.tree_tune import replay_accept_length
 
@@ -28,7 +29,8 @@ def test_batched_ranks_equal_the_proposer_chain(calibration):
     ranks = eagle_ranks(calibration, DEPTH, max_rank=8)  # [n, span, depth]
     chain = [[0] * d for d in range(1, DEPTH + 1)]
     # the walk with a chain accepts the leading run of rank-0 depths, at every commit point it visits
-    assert replay_proposer(calibration, DEPTH, DEPTH, choices=chain)["replayed_acceptance_length"] == \
+    tree = EagleTree(choices=tuple(map(tuple, chain)))
+    assert replay_proposer(calibration, DEPTH, tree, horizon=DEPTH)["replayed_acceptance_length"] == \
         pytest.approx(replay_accept_length(chain, ranks))
     assert 0 < (ranks == 0).float().mean() < 1  # the drafter is right sometimes, wrong sometimes
 
@@ -64,12 +66,13 @@ def test_static_tree_replay_equals_the_proposer_walk(calibration):
     result = tune_static(calibration, budget=8, depth=DEPTH, max_rank=8)
     tree = result["eagle_choices"]
     assert len(tree) == 8 and max(len(p) for p in tree) <= DEPTH
-    walked = replay_proposer(calibration, 8, DEPTH, choices=tree)
+    walked = replay_proposer(calibration, 8, EagleTree(choices=tuple(map(tuple, tree))), horizon=DEPTH)
     assert walked["replayed_acceptance_length"] == pytest.approx(result["replayed_acceptance_length"])
     assert result["replayed_acceptance_length"] > 1.0
 
 
 def test_cli_tunes_static_and_dynamic_and_the_engine_runs_the_result(eagle_target, trained_eagle, tmp_path):
+    from trtspec.contracts.engine import ProposerOptions
     from trtspec.spec.engine import SpecEngine
     from trtspec.spec.params import SamplingParams, SpecParams
 
@@ -86,7 +89,7 @@ def test_cli_tunes_static_and_dynamic_and_the_engine_runs_the_result(eagle_targe
     assert report["dynamic"]["best"]["replayed_acceptance_length"] == best
     assert set(report["recommended"]) in ({"eagle_choices"}, {"eagle_topk", "eagle_depth"})
     engine = SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0], max_k=8,
-                                        proposer_options={"eagle_choices": str(out)})
+                                        options=ProposerOptions(eagle_tree=EagleTree.parse(str(out))))
     sampling = SamplingParams(max_new_tokens=24)
     plain = [o.token_ids for o in engine.generate(PROMPTS, sampling, SpecParams("none", 0))]
     assert [o.token_ids for o in engine.generate(PROMPTS, sampling, SpecParams("eagle3", 6))] == plain
@@ -97,6 +100,6 @@ def test_cli_refuses_both_or_neither_drafter_and_bad_shapes(eagle_target):
 
     for extra, message in (([], "exactly one of --medusa and --eagle"),
                            (["--eagle", "x", "--medusa", "y"], "exactly one of --medusa and --eagle"),
-                           (["--eagle", "tiny-eagle", "--eagle-topk", "0,2"], "--eagle-topk='0,2': every value")):
+                           (["--eagle", "tiny-eagle", "--eagle-topk", "0,2"], "--eagle-topk=0: must be an integer in [1, 64]")):
         code, _, err = run_cli(["tune", "tree", "--model", str(eagle_target), *extra])
         assert code == 2 and message in err

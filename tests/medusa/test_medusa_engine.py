@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trtspec import choices as tree_choices
 from trtspec.choices import MC_SIM_7B_63
+from trtspec.contracts.engine import MedusaTree, ProposerOptions
 from trtspec.errors import ConfigError, IncompatibleModelsError
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf
@@ -22,8 +24,8 @@ TREES = {
 
 
 def _engine(target, heads, choices: str | None = None) -> SpecEngine:
-    options = {} if choices is None else {"medusa_choices": choices}
-    return SpecEngine.from_pretrained(target, medusa=heads, max_k=64, proposer_options=options)
+    tree = MedusaTree() if choices is None else MedusaTree(choices=tuple(map(tuple, tree_choices.parse(choices))))
+    return SpecEngine.from_pretrained(target, medusa=heads, max_k=64, options=ProposerOptions(medusa_tree=tree))
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError, IncompatibleModelsError, UsageError
 from trtspec.triton.control import check_k, config_params, config_with_parameter
-from trtspec.triton.engine_params import VERSION_FILE, EngineParams
 from trtspec.triton.render import validate_model_config, write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.rollout import plan_rollout, stage_version, with_versions
+from trtspec.triton.served_config import VERSION_FILE, for_version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def repo(tmp_path):
     from trtspec.models import resolve_model
 
     bundle = torch_bundle(tmp_path / "bundle", resolve_model("tiny"), resolve_model("tiny-draft"), k=4)
-    spec = RepoSpec.from_build(bundle, "torch", max_k=6, default_k=3)
+    spec = RepoSpec.from_build(bundle, "torch", engine={"max_k": 6, "default_k": 3})
     return write_repository(plan_repository(spec), tmp_path / "repo")
 
 
@@ -41,7 +42,7 @@ def test_the_config_edit_changes_default_k_and_nothing_else(repo):
 
 def test_the_config_edit_refuses_another_repositorys_model(repo):
     path = repo / "tensorrt_llm" / "config.pbtxt"
-    other = EngineParams(target="/elsewhere/target", draft="/elsewhere/draft", default_k=3)
+    other = EngineConfig(target="/elsewhere/target", draft="/elsewhere/draft", default_k=3)
     with pytest.raises(UsageError, match="not the served model"):
         config_with_parameter(path, "default_k", "1", expect=other)
     with pytest.raises(UsageError, match="does not exist"):
@@ -51,9 +52,9 @@ def test_the_config_edit_refuses_another_repositorys_model(repo):
 @pytest.mark.parametrize("k, error", [(7, ConfigError), (-1, ConfigError)])
 def test_k_outside_the_models_range_is_refused(k, error):
     with pytest.raises(error, match=r"must be in \[0, max_k=6\]"):
-        check_k(EngineParams(target="tiny", max_k=6), k, "tensorrt_llm")
+        check_k(EngineConfig(target="tiny", max_k=6), k, "tensorrt_llm")
     with pytest.raises(UsageError, match="method none"):
-        check_k(EngineParams(target="tiny", method="none"), 1, "tensorrt_llm_draft")
+        check_k(EngineConfig(target="tiny", method="none"), 1, "tensorrt_llm_draft")
 
 
 def test_rollout_plan_and_staged_version(repo, tmp_path):
@@ -65,7 +66,7 @@ def test_rollout_plan_and_staged_version(repo, tmp_path):
         assert sorted(p.name for p in version.iterdir()) == ["draft", "model.py", VERSION_FILE]
         assert (version / "model.py").read_bytes() == (repo / step.model / "1" / "model.py").read_bytes()
         assert json.loads((version / VERSION_FILE).read_text()) == {step.field: "draft"}
-        params = config_params(repo / step.model / "config.pbtxt").for_version(version)
+        params = for_version(config_params(repo / step.model / "config.pbtxt"), version)
         assert getattr(params, step.field) == str(version / "draft")
         with pytest.raises(UsageError, match="already exists"):
             stage_version(plan, step)

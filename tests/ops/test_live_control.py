@@ -47,8 +47,7 @@ def deployment(tmp_path_factory):
     spec = load_build_spec(ROOT / "build_configs" / "tiny-torch.yaml", overrides={"output": str(base / "bundle")})
     resolved = run_preflight(spec)
     execute(plan_build(resolved), resolved, base / "bundle", quiet=True)
-    repo_spec = RepoSpec.from_build(base / "bundle", "torch", max_k=MAX_K, default_k=K, decoupled=True,
-                                    log_prompts=base / "log", log_sample_rate=1.0)
+    repo_spec = RepoSpec.from_build(base / "bundle", "torch", decoupled=True, engine={"max_k": MAX_K, "default_k": K, "log_prompts": base / "log", "log_sample_rate": 1.0})
     repo = write_repository(plan_repository(repo_spec), base / "repo")
     with TritonServer(repo) as server:
         yield server, repo, base / "log"

@@ -146,14 +146,18 @@ def test_bls_publishes_the_same_series_as_the_engine(server):
 
 
 def test_apply_seam_changes_k_live(server, repo):
-    """`--apply`'s function sets a recommendation's k on the running server (trtspec.triton.control), and the k gauge
-    the monitor reads follows the reload."""
-    from trtspec.cli.monitor import _applier
+    """`--apply`'s control interface for Triton (trtspec.triton.control.TritonControl) sets a recommendation's k on
+    the running server, and the k gauge the monitor reads follows the reload."""
+    from types import SimpleNamespace
+
+    from trtspec.ops.monitor import Monitor
     from trtspec.ops.recommend import Recommendation
     from trtspec.triton.client import TritonClient
+    from trtspec.triton.control import TritonControl
 
     rec = Recommendation("tensorrt_llm/1", "reduce_k", K, 2, 1.1, 0.9, 1.2, None, 4.0, False, "reduce k 4 -> 2")
-    line = _applier(server.grpc_url, None)(rec)
+    report = SimpleNamespace(recommendation=rec, drift=SimpleNamespace(drifted=True))
+    (line,) = Monitor(60.0).apply([report], TritonControl(server.grpc_url))
     assert "k 4 -> 2" in line
     with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
         assert client.model_parameters("tensorrt_llm")["default_k"] == "2"

@@ -7,16 +7,14 @@ import json
 
 import pytest
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.prompt_log import BACKUPS, LOG_NAME, MIB, PromptLog, log_files, read_prompt_log
 from trtspec.errors import ConfigError
-from trtspec.triton.engine_params import EngineParams
 
 
 def test_logging_is_off_by_default():
-    assert EngineParams(target="tiny").log_prompts is None
-    from trtspec.triton.repo import RepoSpec
-
-    assert RepoSpec.__dataclass_fields__["log_prompts"].default is None
+    assert EngineConfig(target="tiny").prompt_log is None
+    assert "log_prompts" not in EngineConfig(target="tiny").to_parameters()
 
 
 def test_round_trip_through_the_reader(tmp_path):
@@ -58,6 +56,17 @@ def test_rotation_keeps_the_log_under_its_bound_and_the_newest_lines(tmp_path):
     assert numbers == sorted(numbers)
 
 
+def test_a_deployments_workers_each_log_apart_and_are_read_together(tmp_path):
+    """A Dynamo deployment of two workers: each writes DIR/worker-i (one writer per file); DIR reads them all."""
+    for i in (0, 1):
+        log = PromptLog(tmp_path / f"worker-{i}", sample_rate=1.0, max_mb=1.0)
+        log.offer([i, i + 1], prompt=f"p{i}")
+        log.close()
+    prompts, skipped = read_prompt_log(tmp_path)
+    assert [p.prompt_ids for p in prompts] == [(0, 1), (1, 2)] and skipped == 0
+    assert [f.parent.name for f in log_files(tmp_path)] == ["worker-0", "worker-1"]
+
+
 def test_damaged_lines_are_skipped_and_counted(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_bytes(b'{"prompt": "ok"}\nnot json\n{"prompt_ids": []}\n{"prompt_ids": [1, true]}\n\xff\xfe\n'
@@ -80,4 +89,4 @@ def test_a_log_without_usable_prompts_is_refused(tmp_path, content):
                                           ("log_max_mb", 0.0), ("log_max_mb", float("inf"))])
 def test_bad_logging_parameters_are_refused_by_name(field, value):
     with pytest.raises(ConfigError, match=f"parameter {field}"):
-        EngineParams(target="tiny", **{field: value})
+        EngineConfig.from_parameters({"target": "tiny", "log_prompts": "logs", field: str(value)})

@@ -130,3 +130,32 @@ def test_window_sums_the_events_it_covers_across_resets(scrapes, window_scrapes)
                                              ("https://h/x/metrics", "https://h/x/metrics")])
 def test_metrics_url_forms(given_url, full):
     assert metrics_url(given_url) == full
+
+
+def test_apply_hands_only_drifted_changes_to_the_control_and_restarts_the_drift_test():
+    """The operations loop acts through the control interface (trtspec.contracts.control), never a server module."""
+    from types import SimpleNamespace
+
+    from trtspec.contracts.control import KChange
+    from trtspec.ops.monitor import Monitor
+    from trtspec.ops.recommend import Recommendation
+
+    class Control:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int]] = []
+
+        def set_default_k(self, model: str, k: int) -> KChange:
+            self.calls.append((model, k))
+            return KChange(model, 4, k, None)
+
+    def report(action: str, current: int, recommended: int, drifted: bool) -> SimpleNamespace:
+        rec = Recommendation("tensorrt_llm/1", action, current, recommended, 1.1, 0.9, 1.2, None, 4.0, False, "why")
+        return SimpleNamespace(recommendation=rec, drift=SimpleNamespace(drifted=drifted))
+
+    monitor, control = Monitor(60.0), Control()
+    resets: list[object] = []
+    monitor.reset_drift = lambda model=None: resets.append(model)  # type: ignore[method-assign]
+    reports = [report("reduce_k", 4, 2, True), report("reduce_k", 4, 2, False), report("keep", 4, 4, True),
+               report("increase_k", 4, 4, True)]
+    assert monitor.apply(reports, control) == ["applied: tensorrt_llm k 4 -> 2 (why)"]
+    assert control.calls == [("tensorrt_llm", 2)] and resets == [None]

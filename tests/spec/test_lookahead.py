@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.spec.conftest import hf_greedy
+from trtspec.contracts.engine import Lookahead, ProposerOptions
 from trtspec.methods import lookahead_max_draft_len, lookahead_trie_nodes, resolve
 from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
@@ -156,7 +157,7 @@ def held_out_prompts(engine, per_suite: int) -> list[list[int]]:
 def test_tiny_greedy_tree_lookahead_equals_plain_in_mixed_continuous_batch(embedded_pair):
     """Embedded `tiny`, held-out prompts: lookahead trees (alone, and mixed with plain and ngram requests in a
     continuous batch that admits requests as others finish) give exactly plain greedy decoding."""
-    engine = SpecEngine.from_pretrained(embedded_pair[0], max_k=12, proposer_options={"lookahead": (4, 4, 4)},
+    engine = SpecEngine.from_pretrained(embedded_pair[0], max_k=12, options=ProposerOptions(lookahead=Lookahead(4, 4, 4)),
                                         scheduler=SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=4096))
     prompts = held_out_prompts(engine, 2)
     sampling = SamplingParams(max_new_tokens=24, ignore_eos=True)

@@ -15,6 +15,7 @@ import torch
 from scipy.stats import chisquare
 
 from tests.spec.conftest import hf_greedy
+from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, ToolNotFoundError
 from trtspec.methods import resolve
@@ -157,8 +158,9 @@ def test_the_global_cache_evicts_the_oldest_past_its_bound():
 def test_out_of_range_options_are_refused_by_name(random_pair, options, match):
     with pytest.raises(ConfigError, match=match):
         SuffixConfig.from_options(options)
-    with pytest.raises(ConfigError, match=match):  # at engine load, before any request
-        SpecEngine.from_pretrained(random_pair[0], proposer_options={"suffix": options})
+    with pytest.raises(ConfigError, match=f"parameter suffix_{next(iter(options))}"):  # served: by parameter
+        EngineConfig.from_parameters({"target": "t", "method": "suffix",
+                                      **{f"suffix_{k}": str(v) for k, v in options.items()}})
 
 
 def test_options_must_be_a_mapping():

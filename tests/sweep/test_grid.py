@@ -236,10 +236,6 @@ def test_bad_eagle_fields_are_refused_naming_the_field(spec_kwargs, changes, fie
         SweepSpec.build(**spec_kwargs, **kwargs)
 
 
-def test_eagle_tree_options():
-    from trtspec.choices import eagle_tree_options
-
-    assert eagle_tree_options("chain") == {"eagle_topk": 1}
-    assert eagle_tree_options("dynamic") == {}
-    assert eagle_tree_options("dynamic:2x5") == {"eagle_topk": 2, "eagle_depth": 5}
-    assert eagle_tree_options("[[0], [1], [0, 0]]") == {"eagle_choices": [[0], [1], [0, 0]]}
+def test_eagle_trees_are_checked_when_the_spec_is_built(spec_kwargs):
+    with pytest.raises(ConfigError, match="dynamic:TOPKxDEPTH"):
+        SweepSpec.build(**spec_kwargs, methods=["eagle3"], eagle=["tiny-eagle"], eagle_trees=["dynamic:4"])

@@ -36,7 +36,7 @@ def served(tmp_path_factory, pair):
 
     base = tmp_path_factory.mktemp("sweep_parity")
     bundle = helpers.torch_bundle(base / "bundle", *pair, method="draft_target", k=MAX_K)
-    spec = RepoSpec.from_build(bundle, "torch", max_k=MAX_K, max_input_len=64, max_output_len=64)
+    spec = RepoSpec.from_build(bundle, "torch", engine={"max_k": MAX_K, "max_input_len": 64, "max_output_len": 64})
     repo = write_repository(plan_repository(spec), base / "repo")
     with TritonServer(repo) as server:
         yield server

@@ -8,7 +8,7 @@ decoding mode. An empty list means the repository conforms.
 
 The torch flavour (`flavour="torch"`) renders the same models; its engine models (tensorrt_llm, tensorrt_llm_draft) may
 add exactly trtspec's declared extensions (`trtspec.triton.contract.EXTENSIONS`, checked against their declaration
-there), and their parameters are the Python model's EngineParams, not the C++ backend's keys.
+there), and their parameters are the Python model's EngineConfig parameters, not the C++ backend's keys.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.targets import TrtllmTarget, diff_against_target, load_target, pbtxt_names
 from trtspec.triton.contract import EXTENSIONS
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import RepoFile, validate_model_config
 
 TARGET_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_draft",
@@ -49,7 +49,7 @@ def contract_problems(plan: Mapping[str, RepoFile], target: TrtllmTarget | str, 
             diff = diffs[model]
             diff.unknown_inputs = [n for n in diff.unknown_inputs if EXTENSIONS.input(n) is None]
             diff.unknown_outputs = [n for n in diff.unknown_outputs if EXTENSIONS.output(n) is None]
-            diff.unknown_parameters = []  # EngineParams keys, checked below
+            diff.unknown_parameters = []  # EngineConfig parameters, checked below
     problems = [f"{m}: {d}" for m, d in diffs.items() if not d.ok]
     for model in rendered:
         config, facts = configs[model], target.model(model)
@@ -76,9 +76,9 @@ def contract_problems(plan: Mapping[str, RepoFile], target: TrtllmTarget | str, 
         if torch and model in engine_models:
             params = {key: value.string_value for key, value in config.parameters.items()}
             try:
-                EngineParams.from_parameters(params)
+                EngineConfig.from_parameters(params)
             except Exception as exc:  # noqa: BLE001 - reported as a problem
-                problems.append(f"{model}: parameters are not EngineParams: {exc}")
+                problems.append(f"{model}: parameters are not EngineConfig parameters: {exc}")
             continue
         known = set(facts.parameters)
         if model in engine_models:

@@ -36,15 +36,16 @@ def with_tokenizer(model_dir: Path, tokenizer_dir: Path, dest: Path) -> Path:
     return dest
 
 
-def build_example(name: str, out: Path) -> Path:
-    """`trtspec build build_configs/<name>.yaml` into `out` (in-process), e.g. the tiny-torch or tiny-suffix bundle."""
+def build_example(name: str, out: Path, **overrides: object) -> Path:
+    """`trtspec build build_configs/<name>.yaml` into `out` (in-process), e.g. the tiny-torch or tiny-suffix bundle;
+    `overrides` replace top-level sections of the example (e.g. backend="torch")."""
     from trtspec.build.execute import execute
     from trtspec.build.plan import plan_build
     from trtspec.build.preflight import run_preflight
     from trtspec.config import load_build_spec
 
     spec = load_build_spec(Path(__file__).resolve().parents[2] / "build_configs" / f"{name}.yaml",
-                           overrides={"output": str(out)})
+                           overrides={**overrides, "output": str(out)})
     resolved = run_preflight(spec)
     execute(plan_build(resolved), resolved, out, quiet=True)
     return out

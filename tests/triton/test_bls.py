@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.triton.helpers import CHARS, counting_model
+from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError
 from trtspec.targets import SUPPORTED_TARGETS, load_target
 from trtspec.triton.build_output import EngineInfo
@@ -36,8 +37,9 @@ def served(request, tmp_path_factory, tokenizer_dir):
     engines = {role: EngineInfo(role=role, path=base / "engines" / role, max_draft_len=8 if role == "target" else 0,
                                 speculative_decoding_mode="draft_tokens_external" if role == "target" else None)
                for role in ("target", "draft")}
-    spec = RepoSpec(backend="tensorrtllm", method="draft_target", tokenizer_dir=tokenizer_dir, engines=engines,
-                    default_k=4, trtllm_version=version)
+    spec = RepoSpec(backend="tensorrtllm", engine=EngineConfig(target=str(tokenizer_dir), method="draft_target",
+                                                               default_k=4), tokenizer_dir=tokenizer_dir,
+                    engines=engines, trtllm_version=version)
     plan = {rel: f for rel, f in plan_repository(spec).items() if not rel.startswith("tensorrt_llm/")
             and not rel.startswith("tensorrt_llm_draft/")}
     log = base / "target-inputs.log"

@@ -16,9 +16,10 @@ from tests.build.helpers import plan_of
 from tests.triton.helpers import trt_manifest, write_manifest
 from tests.triton.test_server_suffix import deploy, served_params
 from trtspec import choices
+from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, EngineConfig
 from trtspec.errors import ConfigError
+from trtspec.spec.engine import SpecEngine
 from trtspec.targets import SUPPORTED_TARGETS, load_target
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import validate_model_config
 from trtspec.triton.repo import RepoSpec, plan_repository
 
@@ -49,19 +50,17 @@ def test_build_config_shape_reaches_the_parameters_and_the_engine(shaped, tmp_pa
     code, output = deploy(shaped, tmp_path / "repo")
     assert code == 0, output
     params = served_params(tmp_path / "repo")
-    assert (params.method, params.eagle_topk, params.eagle_depth, params.eagle_choices) == ("eagle3", 2, 3, None)
-    proposer = params.build_engine().proposers["eagle"]  # what the served model builds on load
+    assert (params.method, params.eagle_tree) == ("eagle3", EagleTree(topk=2, depth=3))
+    proposer = SpecEngine.from_config(params).proposers["eagle"]  # what the served model builds on load
     assert (proposer.topk, proposer.depth, proposer.choices) == (2, 3, None)
 
 
 def test_deploy_flags_override_the_build(shaped, tmp_path):
     code, output = deploy(shaped, tmp_path / "repo", "--eagle-topk", "1", "--eagle-depth", "8")
     assert code == 0, output
-    params = served_params(tmp_path / "repo")
-    assert (params.eagle_topk, params.eagle_depth) == (1, 8)
-    code, output = deploy(shaped, tmp_path / "deep", "--eagle-depth", str(choices.MAX_DEPTH + 1))
-    assert code == 2 and f"--eagle-depth={choices.MAX_DEPTH + 1}: must be an integer in [1, {choices.MAX_DEPTH}]" \
-        in output, output
+    assert served_params(tmp_path / "repo").eagle_tree == EagleTree(topk=1, depth=8)
+    code, output = deploy(shaped, tmp_path / "deep", "--eagle-depth", str(MAX_DEPTH + 1))
+    assert code == 2 and f"'--eagle-depth': {MAX_DEPTH + 1} is not in the range 1<=x<={MAX_DEPTH}" in output, output
 
 
 def test_default_bundle_leaves_the_shape_to_the_proposer(tmp_path):
@@ -73,13 +72,12 @@ def test_default_bundle_leaves_the_shape_to_the_proposer(tmp_path):
     assert code == 0, output
     text = (tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text()
     assert "eagle_topk" not in text and "eagle_depth" not in text
-    proposer = served_params(tmp_path / "repo").build_engine().proposers["eagle"]
+    proposer = SpecEngine.from_config(served_params(tmp_path / "repo")).proposers["eagle"]
     assert (proposer.topk, proposer.depth) == (DEFAULT_TOPK, DEFAULT_DEPTH)
 
 
 @pytest.mark.parametrize("eagle, message", [
-    ({"topk": choices.MAX_TOPK + 1}, f"eagle.topk={choices.MAX_TOPK + 1}: Input should be less than or equal to "
-                                     f"{choices.MAX_TOPK}"),
+    ({"topk": MAX_TOPK + 1}, f"eagle.topk={MAX_TOPK + 1}: Input should be less than or equal to {MAX_TOPK}"),
     ({"depth": 0}, "eagle.depth=0: Input should be greater than or equal to 1"),
     ({"topk": 2, "choices": [[0], [0, 0]]}, "eagle.topk=2: sets a dynamic tree but eagle.choices sets a static one"),
 ])  # fmt: skip
@@ -92,19 +90,20 @@ def test_bad_tree_in_a_build_config_is_refused(tmp_path, eagle, message):
 def test_a_static_bundle_refuses_a_dynamic_override(tmp_path):
     bundle = build_eagle(tmp_path / "bundle", choices=[[0], [1], [0, 0]])
     code, output = deploy(bundle, tmp_path / "repo", "--eagle-topk", "2")
-    assert code == 2 and "--eagle-topk=2: sets a dynamic tree but the build's eagle.choices sets a static one" in output
+    assert code == 2 and "--eagle-topk=2: sets a dynamic tree but eagle_choices sets a static one" in output
 
 
 @pytest.mark.parametrize("params, message", [
     ({"eagle_topk": "65"}, "parameter eagle_topk=65: must be an integer in [1, 64]"),
     ({"eagle_depth": "deep"}, "parameter eagle_depth='deep': is not an integer"),
-    ({"eagle_topk": "2", "eagle_choices": "{0}"}, "parameter eagle_topk=2: sets a dynamic tree but parameter "
-                                                  "eagle_choices sets a static one"),
-    ({"method": "draft_target", "eagle_depth": "3"}, "parameter method='draft_target': is not eagle3"),
+    ({"eagle_topk": "2", "eagle_choices": "{0}"}, "parameter eagle_topk=2: sets a dynamic tree but eagle_choices "
+                                                  "sets a static one"),
+    ({"method": "draft_target", "eagle_depth": "3"}, "parameter eagle_depth=3: shapes method eagle / eagle3, but "
+                                                     "the method is draft_target"),
 ])  # fmt: skip
 def test_bad_tree_parameters_are_refused_by_name(params, message):
     with pytest.raises(ConfigError) as info:
-        EngineParams.from_parameters({"target": "tiny", "method": "eagle3", "eagle": "tiny-eagle", **params})
+        EngineConfig.from_parameters({"target": "tiny", "method": "eagle3", "eagle": "tiny-eagle", **params})
     assert message in str(info.value)
 
 
@@ -130,8 +129,9 @@ def test_trtllm_eagle_parameters_are_what_the_release_reads(tmp_path, tokenized_
     default = {"mc_sim_7b_63": choices.MC_SIM_7B_63}[facts["default_choices"]]
     assert choices.parse(params["eagle_choices"]) == (tree or default)
     assert facts["per_request_inputs"] == [] and facts["source"]["commit"]
-    with pytest.raises(ConfigError, match="--eagle-topk=2: shapes the reference engine's dynamic tree"):
-        RepoSpec.from_build(build, "tensorrtllm", trtllm_version=version, eagle_topk=2)
+    refused = "shapes the reference engine's dynamic tree" if tree is None else "sets a dynamic tree but eagle_choices"
+    with pytest.raises(ConfigError, match=f"eagle_topk=2: {refused}"):
+        RepoSpec.from_build(build, "tensorrtllm", trtllm_version=version, engine={"eagle_topk": 2})
 
 
 def test_llm_api_eagle3_renders_exactly_the_pinned_fields(random_pair, tmp_path):

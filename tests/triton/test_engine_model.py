@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError, OverloadedError, RequestError, ServerError
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.engine_reply import Reply, ReplyClosed, triton_error
 from trtspec.triton.engine_request import engine_features, parse_request, word_lists
 from trtspec.triton.spec_metrics import SpecMetrics
 
-PARAMS = EngineParams(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
+PARAMS = EngineConfig(target="tiny", method="draft_target", max_k=6, default_k=3, max_input_len=8, max_output_len=16)
 VOCAB = 64
 
 
@@ -47,7 +47,7 @@ def test_values_reach_the_job():
     assert (job.sampling.temperature, job.sampling.top_k, job.sampling.seed) == (pytest.approx(0.7), 4, 11)
     assert job.sampling.top_p == pytest.approx(0.9) and job.sampling.stop_token_ids == (1,) and job.end_id == 1
     assert job.exclude_input_in_output
-    draft = EngineParams(target="tiny-draft", method="none", default_k=0, max_k=6)
+    draft = EngineConfig(target="tiny-draft", method="none", default_k=0, max_k=6)
     assert parse_request(tensors(num_draft_tokens=[4]), draft, VOCAB).jobs[0].spec.k == 0  # plain decoding
 
 

@@ -144,7 +144,7 @@ def test_trtllm_repository_renders_and_parses(tmp_path, tokenized_pair, method):
 def test_torch_repository_renders(tmp_path, tokenized_pair):
     target, draft = tokenized_pair
     build = torch_bundle(tmp_path / "bundle", target, draft, k=3)
-    spec = RepoSpec.from_build(build, "torch", max_k=6)
+    spec = RepoSpec.from_build(build, "torch", engine={"max_k": 6})
     plan = plan_repository(spec)
     engines = {name: validate_model_config(plan[f"{name}/config.pbtxt"].text)
                for name in ("tensorrt_llm", "tensorrt_llm_draft")}
@@ -165,7 +165,7 @@ def test_torch_repository_renders(tmp_path, tokenized_pair):
     assert "num_draft_tokens" not in [i.name for i in ensemble.input]  # the ensemble is NVIDIA's, extensions stay
     assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["preprocessing", "tensorrt_llm",
                                                                           "postprocessing"]
-    decoupled = plan_repository(RepoSpec.from_build(build, "torch", max_k=6, decoupled=True))
+    decoupled = plan_repository(RepoSpec.from_build(build, "torch", decoupled=True, engine={"max_k": 6}))
     for name in ("tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls"):
         assert validate_model_config(decoupled[f"{name}/config.pbtxt"].text).model_transaction_policy.decoupled
     plain = plan_repository(RepoSpec.from_build(torch_bundle(tmp_path / "plain", target, None, method="ngram"),
@@ -174,7 +174,7 @@ def test_torch_repository_renders(tmp_path, tokenized_pair):
     assert json.loads(plain["trtspec-repo.json"].text)["models"] == [
         "preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_bls"]
     with pytest.raises(ConfigError, match="must be in"):
-        RepoSpec.from_build(build, "torch", default_k=7, max_k=6)
+        RepoSpec.from_build(build, "torch", engine={"default_k": 7, "max_k": 6})
 
 
 def _engine_config(build: Path, role: str, **build_config) -> None:
@@ -189,14 +189,14 @@ def _engine_config(build: Path, role: str, **build_config) -> None:
 @pytest.mark.parametrize("method, change, overrides, reason", [
     ("draft_target", {"max_draft_len": 0}, {}, "not built for draft tokens"),
     ("draft_target", {"draft": False}, {}, "needs a draft engine"),
-    ("draft_target", {}, {"default_k": 9}, "exceeds the target engine's max_draft_len=8"),
+    ("draft_target", {}, {"default_k": 9}, r"default_k=9: must be in \[0, max_k=8\]"),  # max_k: the engine's
     ("lookahead", {}, {"lookahead": (7, 7, 7)}, "needs max_draft_len=83 but the target engine has 23"),
     ("medusa", {"tree": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 0]]}, {}, "depth 5"),
 ])  # fmt: skip
 def test_mismatched_builds_are_refused(tmp_path, tokenized_pair, method, change, overrides, reason):
     build = trt_build(tmp_path, method, tokenized_pair[0], **change)
     with pytest.raises((UsageError, ConfigError), match=reason):
-        RepoSpec.from_build(build, "tensorrtllm", **overrides)
+        RepoSpec.from_build(build, "tensorrtllm", engine=overrides)
 
 
 def test_built_engines_are_checked_against_the_deployment(tmp_path, tokenized_pair):

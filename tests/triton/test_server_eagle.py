@@ -13,7 +13,6 @@ import pytest
 from tests.triton import helpers
 from tests.triton.helpers import build_example
 from tests.triton.test_server_suffix import deploy, served_params
-from trtspec import choices
 from trtspec.errors import ConfigError
 from trtspec.triton.client import TritonClient
 from trtspec.triton.server import TritonServer
@@ -48,18 +47,18 @@ def build_static(out: Path) -> Path:
 def test_bundle_and_repository_carry_the_drafter(bundle, tmp_path):
     from trtspec.build.bundle import load_bundle
 
-    info = load_bundle(bundle)
-    assert info.method == "eagle3" and info.eagle == bundle / "eagle" and info.choices is None
+    info = load_bundle(bundle).engine
+    assert info.method == "eagle3" and info.eagle == str(bundle / "eagle") and info.eagle_tree is None
     assert (bundle / "eagle" / "model.safetensors").is_file()
     code, output = deploy(bundle, tmp_path / "repo")
     assert code == 0, output
     params = served_params(tmp_path / "repo")
-    assert params.method == "eagle3" and params.eagle == str(bundle / "eagle") and params.eagle_choices is None
-    assert params.default_k == info.max_draft_len == 8
+    assert params.method == "eagle3" and params.eagle == str(bundle / "eagle") and params.eagle_tree is None
+    assert params.default_k == info.default_k == 8
     static = build_static(tmp_path / "static")
     assert deploy(static, tmp_path / "static-repo")[0] == 0
     params = served_params(tmp_path / "static-repo")
-    assert sorted(choices.parse(params.eagle_choices)) == sorted(STATIC) and params.default_k == 8
+    assert sorted(map(list, params.eagle_tree.choices)) == sorted(STATIC) and params.default_k == 8
 
 
 def test_eagle_1_2_drafters_are_refused_for_the_torch_backend(tmp_path):

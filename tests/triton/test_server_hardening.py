@@ -29,8 +29,7 @@ MAX_K = 6
 
 @pytest.fixture(scope="module")
 def server(torch_bundle):
-    spec = RepoSpec.from_build(torch_bundle, "torch", max_k=MAX_K, default_k=3, max_input_len=MAX_INPUT,
-                               max_output_len=64, decoupled=True, triton_max_batch_size=4)
+    spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=4, engine={"max_k": MAX_K, "default_k": 3, "max_input_len": MAX_INPUT, "max_output_len": 64})
     plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
     repo = write_repository(plan, torch_bundle.parent / "repo-hardening")
     with TritonServer(repo) as srv:

@@ -65,8 +65,7 @@ def model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
     bundle = torch_bundle(tmp_path_factory.mktemp("bundle") / "b", model, None, method="ngram", k=4)
-    spec = RepoSpec.from_build(bundle, "torch", max_k=4, default_k=0, max_input_len=32, max_output_len=LONG,
-                               decoupled=True)
+    spec = RepoSpec.from_build(bundle, "torch", decoupled=True, engine={"max_k": 4, "default_k": 0, "max_input_len": 32, "max_output_len": LONG})
     repo = write_repository(plan_repository(spec), bundle.parent / "repo")
     # stop_timeout: tritonserver 2.51 does not finish unloading a decoupled Python model that had a request in flight
     # at SIGTERM, even after its exit timeout (10 s) expires, so the drain test's server is killed 2 s after that

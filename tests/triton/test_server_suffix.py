@@ -16,9 +16,9 @@ import pytest
 from tests.triton import helpers
 from tests.triton.helpers import build_example
 from trtspec.cli.main import main
+from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.triton.client import TritonClient
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.server import TritonServer
 
 MAX_TOKENS = 48
@@ -44,11 +44,11 @@ def deploy(bundle: Path, out: Path, *flags: str) -> tuple[int, str]:
     return code, stdout.getvalue() + stderr.getvalue()
 
 
-def served_params(repo: Path) -> EngineParams:
+def served_params(repo: Path) -> EngineConfig:
     """The tensorrt_llm model's parameters as Triton hands them to the model."""
     text = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     pairs = re.findall(r'key: "([^"]+)"\s*value: \{\s*string_value: "([^"]*)"', text)
-    return EngineParams.from_parameters(dict(pairs))
+    return EngineConfig.from_parameters(dict(pairs))
 
 
 def test_deploy_writes_the_builds_options_and_the_flags_over_them(bundle, tmp_path):
@@ -80,7 +80,7 @@ def test_deploy_refuses_suffix_options_for_another_method(tmp_path, random_pair)
 
     build = torch_bundle(tmp_path / "ngram", random_pair[0], None, method="ngram")
     code, output = deploy(build, tmp_path / "repo", "--suffix", "max_cached_requests=5")
-    assert code == 2 and "suffix='set': configures method suffix, but the build's method is ngram" in output, output
+    assert code == 2 and "--suffix={'max_cached_requests': 5}: shapes method suffix, but the method is ngram" in output, output
 
 
 def serve_twice(repo: Path, prompts: list[str]) -> list[tuple[str, list[int], int]]:

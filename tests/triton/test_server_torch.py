@@ -40,8 +40,7 @@ PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int3
 
 @pytest.fixture(scope="module")
 def server(torch_bundle):
-    spec = RepoSpec.from_build(torch_bundle, "torch", max_k=MAX_K, default_k=K, max_input_len=64,
-                               max_output_len=MAX_OUTPUT, decoupled=True, triton_max_batch_size=MAX_BATCH)
+    spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=MAX_BATCH, engine={"max_k": MAX_K, "default_k": K, "max_input_len": 64, "max_output_len": MAX_OUTPUT})
     repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
     with TritonServer(repo) as srv:
         yield srv

@@ -30,7 +30,7 @@ PROMPTS = ["def add(a, b):", "import os", "for i in range(3):"]
 @pytest.fixture(scope="module")
 def server(torch_bundle):
     # not decoupled: the default
-    spec = RepoSpec.from_build(torch_bundle, "torch", max_input_len=64, max_output_len=64)
+    spec = RepoSpec.from_build(torch_bundle, "torch", engine={"max_input_len": 64, "max_output_len": 64})
     assert not spec.decoupled
     repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
     with TritonServer(repo) as srv:

@@ -100,8 +100,7 @@ def test_torch_flavour_renders_the_targets_models(tmp_path, tokenized_pair, vers
     models add only trtspec's declared extensions), and the same ensemble."""
     target_dir, draft_dir = tokenized_pair
     build = torch_bundle(tmp_path / "bundle", target_dir, draft_dir, k=3)
-    plan = plan_repository(RepoSpec.from_build(build, "torch", max_k=6, trtllm_version=version, decoupled=decoupled,
-                                               triton_max_batch_size=8))
+    plan = plan_repository(RepoSpec.from_build(build, "torch", trtllm_version=version, decoupled=decoupled, triton_max_batch_size=8, engine={"max_k": 6}))
     configs = parsed_configs(plan)
     assert set(configs) == {"preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_draft",
                             "tensorrt_llm_bls"}

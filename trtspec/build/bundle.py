@@ -7,46 +7,37 @@ A bundle is a directory:
       draft/                   HF checkpoint of the draft (draft_target only)
       medusa/                  Medusa heads directory (medusa only; FasterDecoding or ModelOpt layout)
       eagle/                   EAGLE-3 drafter (method eagle3: built from method eagle with eagle.eagle3; HF layout)
-      trtspec-bundle.json      spec settings: method, max_draft_len (k), choices, lookahead, ngram, suffix, dtype, ...
+      trtspec-bundle.json      {"format": "trtspec-bundle/2", "engine": EngineConfig (checkpoints relative to the
+                               bundle), "max_batch_size", "max_seq_len"}
       trtspec-manifest.json    how it was built (config, versions, hashes, steps)
 
-`load_bundle(path)` returns a BundleInfo with absolute paths and settings, ready for
-`SpecEngine.from_pretrained(target=info.target, draft=info.draft, medusa=info.medusa, max_k=info.max_draft_len)`.
+`load_bundle(path)` returns a BundleInfo whose `engine` (trtspec.contracts.engine.EngineConfig) names the bundle's
+checkpoints by absolute path, ready for `SpecEngine.from_config(info.engine)`. Bundles of format /1 (the settings as
+loose keys) are read too.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from trtspec.build.manifest import MANIFEST
-from trtspec.build.plan import BUNDLE_FILE
+from trtspec.build.plan import BUNDLE_FILE, BUNDLE_FORMAT
+from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree, Ngram
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, ModelNotFoundError
 
-BUNDLE_FORMAT = "trtspec-bundle/1"
+FORMAT_V1 = "trtspec-bundle/1"
 
 
 @dataclass(frozen=True)
 class BundleInfo:
-    """A torch-path bundle: absolute paths plus the speculative settings it was built for."""
+    """A torch-path bundle: its engine configuration (absolute checkpoint paths) and the envelope it was built for."""
 
     root: Path
-    method: str
-    max_draft_len: int                     # k for draft_target/ngram; tree nodes (medusa); f(W,N,G) (lookahead)
-    target: Path
-    draft: Path | None = None
-    medusa: Path | None = None
-    eagle: Path | None = None              # EAGLE-3 drafter (method eagle3)
-    choices: list[list[int]] | None = None  # Medusa / EAGLE static tree, list-of-paths form
-    eagle_topk: int | None = None           # EAGLE dynamic tree: children per expansion (None: the proposer's default)
-    eagle_depth: int | None = None          # EAGLE dynamic tree: levels (None: the proposer's default)
-    lookahead: tuple[int, int, int] | None = None  # (W, N, G)
-    ngram: dict[str, Any] | None = None     # {"max_matching_ngram_size": n}
-    suffix: SuffixConfig | None = None      # method suffix: the options the served engine runs with
-    dtype: str = "float32"
+    engine: EngineConfig
     max_batch_size: int = 1
     max_seq_len: int = 2048
     manifest: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -61,39 +52,53 @@ def load_bundle(path: str | Path) -> BundleInfo:
                                  hint="build one with `trtspec build CONFIG --backend torch --out DIR`")
     try:
         settings = json.loads(settings_file.read_text())
-    except json.JSONDecodeError as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file} is not valid JSON ({exc})",
                                  hint="rebuild the bundle") from None
-    if settings.get("format") != BUNDLE_FORMAT:
-        raise ModelNotFoundError(f"bundle={str(path)!r}: format {settings.get('format')!r}, expected {BUNDLE_FORMAT}",
+    if not isinstance(settings, dict) or settings.get("format") not in (BUNDLE_FORMAT, FORMAT_V1):
+        found = settings.get("format") if isinstance(settings, dict) else None
+        raise ModelNotFoundError(f"bundle={str(path)!r}: format {found!r}, expected {BUNDLE_FORMAT}",
                                  hint="rebuild the bundle with this trtspec version")
-
-    def sub(key: str) -> Path | None:
-        name = settings.get(key)
-        if name is None:
-            return None
-        full = root / name
-        if not (full / "config.json").is_file():
-            raise ModelNotFoundError(f"bundle={str(path)!r}: {key} directory {full} has no config.json",
-                                     hint="rebuild the bundle (a copy step did not complete)")
-        return full
-
     manifest_file = root / MANIFEST
     manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
-    lookahead = settings.get("lookahead")
     try:
-        suffix = SuffixConfig.from_options(settings["suffix"]) if settings.get("suffix") is not None else None
-    except ConfigError as exc:
+        engine = EngineConfig.from_dict(settings["engine"], "engine") if settings["format"] == BUNDLE_FORMAT \
+            else _engine_v1(settings, manifest)
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
         raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file}: {exc}",
                                  hint="rebuild the bundle with this trtspec version") from None
-    target = sub("target")
-    if target is None:
-        raise ModelNotFoundError(f"bundle={str(path)!r}: {settings_file} names no target model",
-                                 hint="rebuild the bundle with `trtspec build CONFIG`")
-    return BundleInfo(root=root, method=settings["method"], max_draft_len=int(settings["max_draft_len"]),
-                      target=target, draft=sub("draft"), medusa=sub("medusa"), eagle=sub("eagle"),
-                      choices=settings.get("choices"), eagle_topk=settings.get("eagle_topk"),
-                      eagle_depth=settings.get("eagle_depth"),
-                      lookahead=tuple(lookahead) if lookahead else None, ngram=settings.get("ngram"), suffix=suffix,
-                      dtype=settings.get("dtype", "float32"), max_batch_size=settings.get("max_batch_size", 1),
-                      max_seq_len=settings.get("max_seq_len", 2048), manifest=manifest)
+
+    def checkpoint(role: str, name: str) -> str:
+        full = root / name
+        if not (full / "config.json").is_file():
+            raise ModelNotFoundError(f"bundle={str(path)!r}: {role} directory {full} has no config.json",
+                                     hint="rebuild the bundle (a copy step did not complete)")
+        return str(full)
+
+    return BundleInfo(root=root, engine=engine.with_checkpoints(checkpoint),
+                      max_batch_size=int(settings.get("max_batch_size", 1)),
+                      max_seq_len=int(settings.get("max_seq_len", 2048)), manifest=manifest)
+
+
+def _engine_v1(settings: dict[str, Any], manifest: dict[str, Any]) -> EngineConfig:
+    """A format /1 bundle's loose settings (and its manifest's envelope) as an EngineConfig."""
+    method, k = settings["method"], int(settings["max_draft_len"])
+    envelope = (manifest.get("config") or {}).get("engine") or {}
+    max_input_len = int(envelope.get("max_input_len", 1024))
+    choices = tuple(map(tuple, settings["choices"])) if settings.get("choices") else None
+    tree: dict[str, Any] = {}
+    if method == "eagle3":  # the dynamic shape was kept under its parameter names
+        shape = EagleTree.from_parameters({k: str(v) for k, v in settings.items() if v is not None and k in
+                                           EagleTree.PARAMETERS.values()})
+        tree = {"eagle_tree": replace(shape, choices=choices)}
+    elif method == "medusa" and choices:
+        tree = {"medusa_tree": MedusaTree(choices=choices)}
+    ngram = settings.get("ngram")
+    return EngineConfig(
+        **{role: settings[role] for role in ("target", "draft", "medusa", "eagle") if settings.get(role)},
+        method=method, max_k=max(k, 1), default_k=k, **tree,
+        lookahead=Lookahead(*settings["lookahead"]) if method == "lookahead" and settings.get("lookahead") else None,
+        ngram=Ngram(max_size=int(ngram["max_matching_ngram_size"])) if method == "ngram" and ngram else None,
+        suffix=SuffixConfig.from_options(settings["suffix"]) if method == "suffix" else None,
+        dtype=settings.get("dtype", "float32"), max_input_len=max_input_len,
+        max_output_len=max(1, int(settings.get("max_seq_len", 2048)) - max_input_len))

@@ -43,7 +43,7 @@ from trtspec import __version__
 from trtspec import choices as tree_choices
 from trtspec.atomic import atomic_path, replace_dir, write_json, write_text
 from trtspec.build.manifest import FORMAT, MANIFEST, Hasher, read_manifest
-from trtspec.build.plan import LLM_API_FILE, OWN_CONVERTER, TRTLLM, BuildPlan, Step
+from trtspec.build.plan import LLM_API_FILE, OWN_CONVERTER, TRTLLM, BuildPlan, Step, engine_config
 from trtspec.build.preflight import Resolved
 from trtspec.errors import BuildError, TrtspecError, UsageError
 
@@ -386,6 +386,7 @@ def _manifest(plan: BuildPlan, resolved: Resolved, steps: list[dict[str, Any]], 
         "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         "versions": _versions(resolved, trtllm),
         "derived": derived_values(resolved),
+        "engine": engine_config(resolved).to_dict(),  # what the build serves (trtspec.contracts.engine.EngineConfig)
         "engines": plan.engines,
         "checkpoints": plan.checkpoints,
         "llm_api": LLM_API_FILE if plan.llm_api is not None else None,

@@ -14,6 +14,7 @@ Format (version 1), written atomically into the output directory by the executor
       "derived": {"max_draft_len", "choices": {"json", "triton"} | null, "lookahead": {...} | null,
                   "kv_cache": {role: {max_tokens_in_paged_kv_cache, kv_cache_free_gpu_mem_fraction, ...}},
                   "medusa_heads": {...} | null, "checks": [{"name", "status", "detail"}]},
+      "engine": {...EngineConfig.to_dict(): what the build serves: checkpoints, method, k, each method's knobs...},
       "engines": {"target": "engines/target", ...}, "checkpoints": {...}, "llm_api": "llm-api/...yaml" | null,
       "steps": [{"id", "stage", "kind", "title", "status": "done" | "pending", "runner": "tensorrt_llm" | "trtspec"
                  | null, "command" (shell-quoted), "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds",

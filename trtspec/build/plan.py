@@ -24,6 +24,7 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
+from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import BuildError
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, diff_llm_api, load_target, nearest_target
@@ -32,6 +33,7 @@ TRTLLM = "tensorrt_llm"
 OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
 LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
 BUNDLE_FILE = "trtspec-bundle.json"
+BUNDLE_FORMAT = "trtspec-bundle/2"  # /1: the settings as loose keys (still read by build/bundle.py)
 # Why a method has no LLM-API (trtllm-serve, PyTorch backend) form (trtllm-specdec.md 3.5).
 LLM_API_UNSUPPORTED = {
     "medusa": "Medusa runs only on the TensorRT engine flow; the LLM API / PyTorch backend does not support it",
@@ -367,25 +369,28 @@ def _plan_torch(r: Resolved) -> BuildPlan:
                      notes=("consume with trtspec.build.bundle.load_bundle(<out>) or trtspec deploy --backend torch",))
 
 
+def engine_config(r: Resolved) -> EngineConfig:
+    """The engine configuration this build serves (written into the bundle and the manifest): checkpoints (a torch
+    bundle's copies, relative to it; the HF inputs of a TensorRT-LLM build), method, k and each method's knobs."""
+    method = "eagle3" if _eagle3(r) and r.spec.backend == "torch" else r.method.name
+    torch = r.spec.backend == "torch"
+    checkpoints = {role: role if torch else r.models[role].path for role in ("target", "draft", "medusa", "eagle")
+                   if role in r.models}
+    speculates_per_request = torch or method in ("draft_target", "ngram")  # else the engine's own k
+    spec = r.spec
+    return EngineConfig(
+        **checkpoints, method=method, max_k=max(r.max_draft_len, 1),
+        default_k=r.max_draft_len if speculates_per_request else 0,
+        eagle_tree=spec.eagle.tree(r.choices) if method in ("eagle", "eagle3") and spec.eagle is not None else None,
+        medusa_tree=MedusaTree(choices=tuple(map(tuple, r.choices))) if method == "medusa" and r.choices else None,
+        lookahead=Lookahead(*r.lookahead) if method == "lookahead" and r.lookahead else None,
+        ngram=Ngram(max_size=spec.ngram.max_matching_ngram_size) if method == "ngram" and spec.ngram else None,
+        suffix=SuffixConfig.from_options(spec.suffix) if method == "suffix" else None,
+        dtype=spec.engine.dtype if torch else "float32", max_input_len=spec.engine.max_input_len,
+        max_output_len=max(1, spec.engine.max_seq_len - spec.engine.max_input_len))
+
+
 def bundle_settings(r: Resolved) -> dict[str, Any]:
-    """The torch bundle's spec settings (paths relative to the bundle root)."""
-    return {
-        "format": "trtspec-bundle/1",
-        "method": "eagle3" if _eagle3(r) else r.method.name,  # the reference engine's name for EAGLE-3
-        "max_draft_len": r.max_draft_len,
-        "target": "target",
-        "draft": "draft" if "draft" in r.models else None,
-        "medusa": "medusa" if "medusa" in r.models else None,
-        "choices": r.choices,
-        "lookahead": list(r.lookahead) if r.lookahead else None,
-        "ngram": r.spec.ngram.model_dump() if r.spec.ngram else None,
-        # method suffix: the options in force (the config's section, else the defaults), as the served model reads them
-        "suffix": asdict(SuffixConfig.from_options(r.spec.suffix)) if r.method.name == "suffix" else None,
-        "dtype": r.spec.engine.dtype,
-        "max_batch_size": r.spec.engine.max_batch_size,
-        "max_seq_len": r.spec.engine.max_seq_len,
-        **({"eagle": "eagle"} if "eagle" in r.models else {}),  # EAGLE-3 drafter (method eagle3); absent otherwise
-        # its dynamic tree's shape where the config sets it (absent: the proposer's defaults)
-        **({f"eagle_{k}": v for k in ("topk", "depth") if (v := getattr(r.spec.eagle, k)) is not None}
-           if "eagle" in r.models and r.spec.eagle is not None else {}),
-    }
+    """The torch bundle's settings: its engine configuration (checkpoints relative to the bundle root) and envelope."""
+    return {"format": BUNDLE_FORMAT, "engine": engine_config(r).to_dict(),
+            "max_batch_size": r.spec.engine.max_batch_size, "max_seq_len": r.spec.engine.max_seq_len}

@@ -329,12 +329,15 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
         _refuse_untranslatable_eagle_tree(eagle)
     if eagle.eagle3 and spec.backend == "torch":
         # the reference engine: max_draft_len is the node budget k; a static tree (eagle.choices) or, without one,
-        # the dynamic EAGLE-2 tree (eagle.topk children per expansion, eagle.depth levels)
-        tree_choices.check_dynamic_tree(eagle.topk, eagle.depth, eagle.choices,
-                                        names=("eagle.topk", "eagle.depth", "eagle.choices"))
+        # the dynamic EAGLE-2 tree (its shape: EagleSpec.tree)
+        if eagle.choices is not None and eagle.dynamic_shape():
+            name, value = next(iter(eagle.dynamic_shape().items()))
+            raise ConfigError(name, value, "sets a dynamic tree but eagle.choices sets a static one",
+                              hint=f"drop {name} (static tree) or eagle.choices (dynamic tree)")
         tree = None if eagle.choices is None else tree_choices.validate(
             _tree(eagle.choices, tree_choices.MAX_DEPTH, "eagle.choices"), max_depth=tree_choices.MAX_DEPTH,
             max_nodes=given, field="eagle.choices")
+        eagle.tree(tree)  # the engine configuration's own checks
         k = given or (len(tree) if tree else eagle.num_layers)
         checks.append(Check("eagle3", "ok", f"max_draft_len {k} = draft tree nodes (reference engine, "
                             + ("static tree)" if tree else "dynamic tree)")))
@@ -362,11 +365,11 @@ def _refuse_untranslatable_eagle_tree(eagle: EagleSpec) -> None:
     """TensorRT-LLM targets: what trtspec renders is what each release reads (the targets' `eagle_tree` facts). The
     Triton tensorrtllm backend builds EagleConfig(eagle_choices) only: no dynamic tree. The LLM-API EAGLE-3 form is
     rendered as the linear tree (max_draft_len draft layers): the tree options of the release are not pinned."""
-    if eagle.topk is not None or eagle.depth is not None:
-        name, value = ("eagle.topk", eagle.topk) if eagle.topk is not None else ("eagle.depth", eagle.depth)
+    if eagle.dynamic_shape():
+        name, value = next(iter(eagle.dynamic_shape().items()))
         raise ConfigError(name, value, "sets the reference engine's dynamic tree; TensorRT-LLM targets do not take it "
                           "from trtspec (the Triton backend reads only eagle_choices; the LLM-API form is a chain)",
-                          hint="use backend: torch, or drop eagle.topk / eagle.depth")
+                          hint=f"use backend: torch, or drop {' / '.join(eagle.dynamic_shape())}")
     if eagle.eagle3 and eagle.choices is not None:
         raise ConfigError("eagle.choices", "set", "EAGLE-3 through the LLM API is rendered as a chain of "
                           "max_draft_len draft layers; the release's static-tree option is not pinned (docs/eagle.md)",

@@ -1,4 +1,6 @@
-"""`trtspec serve --dynamo N`: NVIDIA Dynamo's OpenAI frontend plus N trtspec workers on this machine until Ctrl-C.
+"""`trtspec serve --dynamo N [SOURCE]`: NVIDIA Dynamo's OpenAI frontend plus N trtspec workers on this machine until
+Ctrl-C. The workers serve SOURCE's engine configuration (a torch build output, or the repository `trtspec deploy`
+rendered from it: what Triton serves), or the embedded pair, with the engine flags applied over it.
 
 SIGINT, SIGTERM and SIGHUP stop it cleanly (workers drain first, then the frontend), also while the workers load;
 if `trtspec serve` itself is killed (SIGKILL), each process's supervisor stops it (trtspec/dynamo/launch.py). A worker
@@ -7,7 +9,6 @@ that exits while serving is reported and the frontend keeps serving with the oth
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,26 +16,19 @@ from typing import Any
 
 import click
 
-from trtspec.cli._types import COUNT
+from trtspec.cli._engine import apply, flag_of
+from trtspec.cli._signals import Stopped, exit_code, stop_signals
+from trtspec.contracts.engine import EngineConfig
 from trtspec.dynamo.launch import ROUTER_MODES
-from trtspec.methods import engine_methods
+from trtspec.errors import UsageError
+from trtspec.ports import check_ports_free
 
-
-class _Stopped(Exception):
-    pass
+DEFAULT_ENGINE = EngineConfig(target="tiny", draft="tiny-draft")  # without SOURCE: the embedded pair, draft_target
 
 
 def dynamo_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of a Dynamo deployment (they only apply with --dynamo)."""
+    """The options of a Dynamo deployment (they only apply with --dynamo); the engine's are `_engine.FLAGS`."""
     options = [
-        click.option("--model", default="tiny", show_default=True, help="[--dynamo] Target: embedded name or HF dir."),
-        click.option("--draft", default="tiny-draft", show_default=True, help="[--dynamo] Draft model."),
-        click.option("--medusa", default=None, help="[--dynamo] Medusa heads (method medusa)."),
-        click.option("--method", type=click.Choice(engine_methods()), default="draft_target", show_default=True,
-                     help="[--dynamo] Speculative method every request runs."),
-        click.option("--k", type=COUNT, default=4, show_default=True, help="[--dynamo] Draft tokens per step."),
-        click.option("--max-k", type=click.IntRange(1, 1024), default=8, show_default=True,
-                     help="[--dynamo] Largest k the engine accepts."),
         click.option("--served-model-name", default=None, help="[--dynamo] OpenAI model name (default: the model's)."),
         click.option("--system-port", type=click.IntRange(1, 32767), default=8081, show_default=True,
                      help="[--dynamo] First worker's health and /metrics port (worker i: +i)."),
@@ -52,19 +46,56 @@ def dynamo_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def serve_dynamo(workers: int, *, http_port: int, startup_timeout: float, dry_run: bool, model: str,
-                 draft: str | None, medusa: str | None, method: str, k: int, max_k: int,
-                 served_model_name: str | None, system_port: int, router_mode: str, migration_limit: int,
-                 threads: int, log_dir: Path | None) -> None:
-    from trtspec.dynamo.launch import DynamoDeployment, check_dynamo, plan_deployment
-    from trtspec.dynamo.worker import check_params
-    from trtspec.errors import ServerError
-    from trtspec.ports import check_ports_free
-    from trtspec.triton.engine_params import EngineParams
+def dynamo_engine(source: Path | None, flags: dict[str, Any]) -> EngineConfig:
+    """What the workers serve: SOURCE's engine configuration (a torch build output, or a torch-flavour repository:
+    what its tensorrt_llm model serves, its newest version's checkpoints included), else the embedded pair; the engine
+    flags applied over it. Checked before anything starts (exit 2 naming the flag, 3 for a missing package)."""
+    from trtspec.spec.host import check
 
-    params = EngineParams(target=model, method=method, draft=draft, medusa=medusa, max_k=max_k, default_k=k)
-    check_params(params)  # models and method before anything starts (exit 2 naming the option)
-    plan = plan_deployment(params, workers=workers, http_port=http_port, system_port=system_port,
+    base = DEFAULT_ENGINE if source is None else _source_engine(source)
+    config = apply(base, flags)
+    check(config, spell=lambda name: flag_of(name) or name)
+    return config
+
+
+def _source_engine(source: Path) -> EngineConfig:
+    from trtspec.triton.build_output import MANIFEST, read_build_output
+    from trtspec.triton.server import read_repo_record
+
+    if (source / MANIFEST).is_file():
+        build = read_build_output(source)
+        if build.backend != "torch":
+            raise UsageError(f"SOURCE {source} is a TensorRT-LLM build; Dynamo's trtspec workers run the reference "
+                             "engine", hint="build with backend: torch (the same config), or serve the engines with "
+                                            "`trtspec k8s` (Dynamo's TensorRT-LLM worker)")
+        return build.engine
+    record = read_repo_record(source)
+    if not record:
+        raise UsageError(f"SOURCE {source} is neither a build output (no {MANIFEST}) nor a repository rendered by "
+                         "`trtspec deploy` (no trtspec-repo.json)", hint="pass the output of `trtspec build` or of "
+                                                                          "`trtspec deploy --backend torch`")
+    if record.get("backend") != "torch":
+        raise UsageError(f"SOURCE {source} serves TensorRT-LLM engines (backend {record.get('backend')!r}); "
+                         "Dynamo's trtspec workers run the reference engine",
+                         hint="deploy the torch build (`trtspec deploy --backend torch`) and serve that")
+    from trtspec.triton.control import config_params
+    from trtspec.triton.rollout import model_versions
+    from trtspec.triton.served_config import for_version
+
+    model = source / "tensorrt_llm"
+    versions = model_versions(model)
+    config = config_params(model / "config.pbtxt")
+    return for_version(config, model / str(versions[-1])) if versions else config
+
+
+def serve_dynamo(workers: int, source: Path | None, *, http_port: int, startup_timeout: float, dry_run: bool,
+                 served_model_name: str | None, system_port: int, router_mode: str, migration_limit: int,
+                 threads: int, log_dir: Path | None, **flags: Any) -> None:
+    from trtspec.dynamo.launch import DynamoDeployment, check_dynamo, plan_deployment
+    from trtspec.errors import ServerError
+
+    config = dynamo_engine(source, flags)
+    plan = plan_deployment(config, workers=workers, http_port=http_port, system_port=system_port,
                            router_mode=router_mode, migration_limit=migration_limit, threads=threads,
                            served_model_name=served_model_name)
     check_dynamo()
@@ -73,39 +104,36 @@ def serve_dynamo(workers: int, *, http_port: int, startup_timeout: float, dry_ru
         click.echo(plan.shell())
         return
     deployment = DynamoDeployment(plan, startup_timeout=startup_timeout, log_dir=log_dir)
-    received: list[int] = []
 
-    def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        if len(received) == 1:  # later signals must not interrupt the stop
-            raise _Stopped
+    def handle(signum: int, count: int) -> None:
+        if count == 1:  # later signals must not interrupt the stop
+            raise Stopped
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
+    code = None
+    with stop_signals(handle) as received:
         try:
-            deployment.start()
-        except (_Stopped, ServerError):
-            deployment.stop()
-            if not received:
-                raise
-            raise SystemExit(128 + received[0]) from None
-        for name, why in deployment.failed.items():
-            click.echo(f"Warning: {name} {why}", err=True)
-        serving = len(plan.processes) - 1 - len(deployment.failed)
-        click.echo(f"Dynamo ready: {plan.url} (model {plan.model!r}, {serving} worker(s); worker metrics on ports "
-                   f"{', '.join(map(str, plan.system_ports))})")
-        click.echo(f"Try: curl {plan.url}/completions -H 'content-type: application/json' "
-                   f"-d '{{\"model\": \"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   "
-                   "(Ctrl-C stops)")
-        click.echo("Monitor: trtspec monitor --metrics "
-                   + ",".join(f"127.0.0.1:{port}" for port in plan.system_ports))
-        code = _watch(deployment)
-    except _Stopped:
-        code = None
-    finally:
-        codes = deployment.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)
+            try:
+                deployment.start()
+            except (Stopped, ServerError):
+                deployment.stop()
+                if not received:
+                    raise
+                raise SystemExit(exit_code(received)) from None
+            for name, why in deployment.failed.items():
+                click.echo(f"Warning: {name} {why}", err=True)
+            serving = len(plan.processes) - 1 - len(deployment.failed)
+            click.echo(f"Dynamo ready: {plan.url} (model {plan.model!r}, method {config.method}, {serving} worker(s); "
+                       f"worker metrics on ports {', '.join(map(str, plan.system_ports))})")
+            click.echo(f"Try: curl {plan.url}/completions -H 'content-type: application/json' "
+                       f"-d '{{\"model\": \"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   "
+                       "(Ctrl-C stops)")
+            click.echo("Monitor: trtspec monitor --metrics "
+                       + ",".join(f"127.0.0.1:{port}" for port in plan.system_ports))
+            code = _watch(deployment)
+        except Stopped:
+            code = None
+        finally:
+            codes = deployment.stop()
     if code is not None:
         raise ServerError(f"the Dynamo frontend exited ({code}); the workers were stopped ({codes})",
                           hint=f"see the logs in --log-dir ({log_dir})" if log_dir else "rerun with --log-dir DIR")

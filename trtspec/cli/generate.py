@@ -131,8 +131,7 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa, eagle=eagle,
-                       proposer_options={"lookahead": (window, ngram, verification_set),
-                                         **_tree_options(medusa_choices, method)})
+                       options=_proposer_options((window, ngram, verification_set), medusa_choices, method))
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -141,7 +140,7 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
 
 
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
-              on_text: Any = None, proposer_options: dict[str, object] | None = None,
+              on_text: Any = None, options: Any = None,
               medusa: str | None = None, eagle: str | None = None) -> dict[str, Any]:
     """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
 
@@ -159,7 +158,7 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
     engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
                                         medusa if info.needs_medusa_heads else None,
                                         eagle=eagle if info.needs_eagle_drafter else None, max_k=max_k, device=device,
-                                        dtype=dtype, proposer_options=proposer_options)
+                                        dtype=dtype, options=options)
     token_ids: list[int] = []
     final = None
     for delta in engine.stream(prompt, sampling, spec):
@@ -174,8 +173,17 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
             "lossless": spec.acceptance == "exact", **final.stats.to_dict()}
 
 
-def _tree_options(choices: str | None, method: str = "medusa") -> dict[str, object]:
-    return {} if choices is None else {"eagle_choices" if method == "eagle3" else "medusa_choices": choices}
+def _proposer_options(lookahead: tuple[int, int, int], choices: str | None, method: str) -> Any:
+    """The proposers' typed parts of `generate`'s flags: lookahead's (W, N, G), and --choices as the method's tree."""
+    from trtspec import choices as tree_choices
+    from trtspec.contracts.engine import EagleTree, Lookahead, MedusaTree, ProposerOptions
+
+    trees: dict[str, Any] = {}
+    if choices is not None and method == "eagle3":
+        trees["eagle_tree"] = EagleTree.parse(choices, field="--choices")
+    elif choices is not None:
+        trees["medusa_tree"] = MedusaTree(choices=tuple(map(tuple, tree_choices.parse(choices, field="--choices"))))
+    return ProposerOptions(lookahead=Lookahead(*lookahead), **trees)
 
 
 def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: Any, stream: bool,

@@ -105,7 +105,7 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
                          hint="pass --repo DIR (deployed with --baseline) or --baseline FILE")
     if apply and grpc_url is None:
         raise click.UsageError("--apply needs --url HOST:PORT (the server's gRPC port) to reload the model")
-    applier = _applier(grpc_url, repo) if apply else None  # refuse before anything runs
+    control = _control(grpc_url, repo) if apply else None  # refuse before anything runs
     scrape = scraper([u.strip() for text in urls for u in text.split(",") if u.strip()])
     url = ", ".join(urls)
     first = scrape()  # fails here, in one line, when a URL cannot be read
@@ -117,14 +117,14 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
     if once:
         _collect(scrape, state, interval_s, stop_at)
-        _emit(state, url, as_json, applier)
+        _emit(state, url, as_json, control)
         return
     if as_json or not sys.stdout.isatty():
         while time.monotonic() < stop_at:
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
-            _emit(state, url, as_json, applier, compact=True)
+            _emit(state, url, as_json, control, compact=True)
         return
-    _live(scrape, state, url, interval_s, stop_at, applier)
+    _live(scrape, state, url, interval_s, stop_at, control)
 
 
 def _baseline_of_results(results: Path, sample: Any, models: set[str], temperature: float | None) -> Any:
@@ -159,11 +159,11 @@ def _collect(scrape: Any, state: Any, interval_s: float, until: float) -> None:
             return
 
 
-def _emit(state: Any, url: str, as_json: bool, applier: Any, *, compact: bool = False) -> None:
+def _emit(state: Any, url: str, as_json: bool, control: Any, *, compact: bool = False) -> None:
     from trtspec.ops.dashboard import to_json, to_text
 
     reports = state.reports()
-    applied = _apply(state, reports, applier) if applier else []
+    applied = state.apply(reports, control) if control else []
     if as_json:
         text = to_json(reports)
         click.echo(" ".join(text.split()) if compact else text)
@@ -173,7 +173,7 @@ def _emit(state: Any, url: str, as_json: bool, applier: Any, *, compact: bool = 
         click.echo(line, err=True)
 
 
-def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, applier: Any) -> None:
+def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, control: Any) -> None:
     from rich.live import Live
 
     from trtspec.ops.dashboard import render
@@ -182,35 +182,12 @@ def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, 
         while time.monotonic() < stop_at:
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
             reports = state.reports()
-            notes = _apply(state, reports, applier) if applier else []
+            notes = state.apply(reports, control) if control else []
             live.update(render(reports, source=url, note="; ".join(notes)))
 
 
-def _applier(grpc_url: str | None, repo: Path | None) -> Any:
-    """The seam: a function Recommendation -> one line saying what changed, through trtspec.triton.control."""
-    try:
-        from trtspec.triton.control import set_default_k
-    except ImportError:
-        from trtspec.errors import ToolNotFoundError
+def _control(grpc_url: str | None, repo: Path | None) -> Any:
+    """The server the monitor acts on with --apply: Triton model control (trtspec.triton.control)."""
+    from trtspec.triton.control import TritonControl
 
-        raise ToolNotFoundError("--apply: live k changes (trtspec.triton.control) are not in this trtspec",
-                                hint="run without --apply and change k by redeploying: trtspec deploy --k K") from None
-
-    def apply_recommendation(rec: Any) -> str:
-        change = set_default_k(str(grpc_url), rec.model.split("/")[0], rec.recommended_k, repo=repo)
-        return f"applied: {change.model} k {change.old_k} -> {change.new_k} ({rec.message})"
-
-    return apply_recommendation
-
-
-def _apply(state: Any, reports: list[Any], applier: Any) -> list[str]:
-    """Hand each drifted model's k change to the control seam; reset its drift test once applied."""
-    done = []
-    for report in reports:
-        rec = report.recommendation
-        if rec is None or report.drift is None or not report.drift.drifted:
-            continue
-        if rec.action in ("reduce_k", "increase_k", "retrain_draft") and rec.recommended_k != rec.current_k:
-            done.append(str(applier(rec)))
-            state.reset_drift()
-    return done
+    return TritonControl(str(grpc_url), repo)

@@ -7,44 +7,16 @@ A busy port is refused before anything starts (exit 2, naming the port and its o
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
 from trtspec.cli._dynamo import dynamo_options, serve_dynamo
+from trtspec.cli._engine import FLAGS, engine_flags
+from trtspec.cli._signals import Stopped, exit_code, stop_signals
 from trtspec.cli._types import FiniteFloat
-
-if TYPE_CHECKING:
-    from trtspec.triton.server import TritonServer
-
-
-class _Stopped(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
-    """For the whole life of `server`: SIGINT/SIGTERM/SIGHUP ask its supervisor to stop tritonserver (SIGTERM);
-    before the supervisor exists they raise `_Stopped`. Yields the list of signals received."""
-    received: list[int] = []
-
-    def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        if server.process is None:
-            raise _Stopped
-        if server.process.poll() is None:
-            server.process.send_signal(signal.SIGTERM)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield received
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @click.command()
@@ -61,28 +33,41 @@ def _stop_on_signals(server: TritonServer) -> Iterator[list[int]]:
               help="Write tritonserver's log here (default: a temporary file, shown on failure).")
 @click.option("--dry-run", is_flag=True, help="Check what a start would (repository, binary, free ports); print the tritonserver command and exit.")
 @click.option("--dynamo", "dynamo_workers", type=click.IntRange(1, 64), default=None, metavar="N",
-              help="Instead of Triton: NVIDIA Dynamo's OpenAI frontend (--http-port) and N trtspec workers.")
+              help="Instead of Triton: NVIDIA Dynamo's OpenAI frontend (--http-port) and N trtspec workers serving "
+                   "REPO (a torch repository or build output) or --model.")
 @dynamo_options
+@engine_flags(*FLAGS, tag="[--dynamo] ", notes={"--model": "Default: tiny (with --draft tiny-draft) without REPO."})
 def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, host: str,
           load_models: tuple[str, ...], startup_timeout: float, log_file: Path | None, dry_run: bool,
-          dynamo_workers: int | None, **dynamo: object) -> None:
-    """Serve the Triton model repository REPO (rendered by `trtspec deploy`), or, with --dynamo N, the reference
-    engine as N NVIDIA Dynamo workers behind Dynamo's OpenAI-compatible frontend (docs/dynamo.md)."""
+          dynamo_workers: int | None, **options: Any) -> None:
+    """Serve the Triton model repository REPO (rendered by `trtspec deploy`), or, with --dynamo N, the same engine as
+    N NVIDIA Dynamo workers behind Dynamo's OpenAI-compatible frontend (docs/dynamo.md): REPO may then be a torch
+    repository or the build output it was rendered from; without it, --model and the engine flags say what runs."""
     from trtspec.errors import UsageError
 
     if dynamo_workers is not None:
-        if repo is not None:
-            raise UsageError(f"REPO={str(repo)!r} and --dynamo: a Dynamo deployment serves --model, not a Triton "
-                             "repository", hint="drop REPO (choose the engine with --model/--draft/--method/--k)")
-        serve_dynamo(dynamo_workers, http_port=http_port, startup_timeout=startup_timeout, dry_run=dry_run,
-                     **dynamo)  # type: ignore[arg-type]
+        serve_dynamo(dynamo_workers, repo, http_port=http_port, startup_timeout=startup_timeout, dry_run=dry_run,
+                     **options)
         return
+    given = [FLAGS_BY_DEST[k] for k, v in options.items() if k in FLAGS_BY_DEST and v not in (None, ())]
+    given += [f"--{k.replace('_', '-')}" for k, v in options.items() if k in DYNAMO_ONLY and v != DYNAMO_ONLY[k]]
+    if given:
+        raise UsageError(f"{given[0]} applies to a Dynamo deployment (--dynamo N); a Triton repository serves what "
+                         "`trtspec deploy` rendered", hint="add --dynamo N, or change the repository: `trtspec deploy "
+                                                           "... --k K` (or live: `trtspec set-k`)")
     if repo is None:
         raise UsageError("REPO is missing: the Triton model repository to serve",
                          hint="render one with `trtspec deploy`, or serve with NVIDIA Dynamo: --dynamo N")
-    from trtspec.doctor import find_tritonserver
     from trtspec.errors import ServerError, ToolNotFoundError
-    from trtspec.triton.server import Ports, TritonServer, check_repository, is_bundled, plan_launch, read_repo_record
+    from trtspec.triton.server import (
+        Ports,
+        TritonServer,
+        check_repository,
+        find_tritonserver,
+        is_bundled,
+        plan_launch,
+        read_repo_record,
+    )
 
     ports = Ports(grpc=grpc_port, http=http_port, metrics=metrics_port)
     record = read_repo_record(repo)
@@ -103,17 +88,30 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
         return
     server = TritonServer(repo, ports=ports, load_models=load_models or None, host=host,
                           startup_timeout=startup_timeout, log_path=log_file)
-    with _stop_on_signals(server) as received:
+
+    def handle(signum: int, count: int) -> None:
+        """Before the supervisor exists: leave start(); after: ask it to stop tritonserver (SIGTERM)."""
+        if server.process is None:
+            raise Stopped
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+
+    with stop_signals(handle) as received:
         try:
             server.start()
-        except (_Stopped, ServerError):
+        except (Stopped, ServerError):
             if not received:
                 raise
             server.stop()  # stopped while the models loaded
-            raise SystemExit(128 + received[0]) from None
+            raise SystemExit(exit_code(received)) from None
         if server.plan is not None and server.plan.note:
             click.echo(server.plan.note)
         click.echo(f"tritonserver ready: gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
         click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
         code = server.wait()
     click.echo(f"tritonserver exited ({code}).")
+
+
+FLAGS_BY_DEST = {f.dest: f.flag for f in FLAGS.values()}
+DYNAMO_ONLY = {"served_model_name": None, "system_port": 8081, "router_mode": "round-robin", "migration_limit": 3,
+               "threads": 1, "log_dir": None}  # --dynamo's own options and their defaults

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
+
+from trtspec.cli._engine import eagle_tree_grid, tree_grid
 
 
 @click.group()
@@ -21,10 +24,7 @@ def tune() -> None:
               help="Medusa heads directory (HF Medusa layout or TensorRT-LLM checkpoint), or an embedded name.")
 @click.option("--eagle", default=None,
               help="EAGLE-3 drafter (embedded name or directory): tune static eagle_choices and the dynamic tree.")
-@click.option("--eagle-topk", default="1,2,4,8", show_default=True,
-              help="EAGLE dynamic tree: top-k children per node to try (comma list).")
-@click.option("--eagle-depth", default="3,4,6", show_default=True,
-              help="EAGLE: dynamic tree levels to try (comma list); the largest is the static tree's depth.")
+@eagle_tree_grid
 @click.option("--budget", type=click.IntRange(1, 1024), default=63, show_default=True,
               help="Tree size in draft nodes (the engine's max_draft_len).")
 @click.option("--out", "out_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -40,9 +40,9 @@ def tune() -> None:
 @click.option("--threads", type=click.IntRange(1, 4096), default=None,
               help="torch intra-op threads (EAGLE's proposer timings; 1 is steadiest on a shared CPU) [default: torch's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def tree(target: str, medusa_dir: str | None, eagle: str | None, eagle_topk: str, eagle_depth: str, budget: int,
-         out_file: Path | None, num_prompts: int, prompt_len: int, new_tokens: int, max_rank: int,
-         threads: int | None, as_json: bool) -> None:
+def tree(target: str, medusa_dir: str | None, eagle: str | None, budget: int, out_file: Path | None,
+         num_prompts: int, prompt_len: int, new_tokens: int, max_rank: int, threads: int | None, as_json: bool,
+         **grid: str) -> None:
     """Measure per-head (Medusa) or per-depth (EAGLE) top-k acceptance and build the best tree for --budget nodes
     (Medusa's greedy search); for EAGLE also replay the dynamic tree at each top-k x depth.
 
@@ -62,8 +62,8 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, eagle_topk: str
 
         torch.set_num_threads(threads)  # the application's choice (as `generate --threads`)
     if eagle is not None:
-        _eagle_tree(path, eagle, _int_list(eagle_topk, "--eagle-topk"), _int_list(eagle_depth, "--eagle-depth"),
-                    budget, out_file, num_prompts, prompt_len, new_tokens, max_rank, as_json)
+        _eagle_tree(path, eagle, tree_grid(grid), budget, out_file, num_prompts, prompt_len, new_tokens, max_rank,
+                    as_json)
         return
     cfg = read_config(path)
     heads = resolve_heads(medusa_dir, target_hidden_size=cfg["hidden_size"], target_vocab_size=cfg["vocab_size"])
@@ -96,34 +96,25 @@ def _written(result: dict, out_file: Path | None, as_json: bool) -> bool:
     return as_json
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    from trtspec.errors import UsageError
-    from trtspec.sweep.grid import parse_int_list
-
-    values = parse_int_list(text, option.lstrip("-"))
-    if min(values) < 1 or max(values) > 64:
-        raise UsageError(f"{option}={text!r}: every value must be in [1, 64]", hint=f"e.g. {option} 1,2,4")
-    return values
-
-
-def _eagle_tree(path: Path, eagle: str, topks: list[int], depths: list[int], budget: int, out_file: Path | None,
-                num_prompts: int, prompt_len: int, new_tokens: int, max_rank: int, as_json: bool) -> None:
+def _eagle_tree(path: Path, eagle: str, trees: list[Any], budget: int, out_file: Path | None, num_prompts: int,
+                prompt_len: int, new_tokens: int, max_rank: int, as_json: bool) -> None:
     """Static eagle_choices (greedy search over per-depth rank accuracy) and the dynamic tree's best top-k / depth,
     both replayed on the target's greedy continuations; the one with the longer replayed acceptance is recommended."""
     from trtspec.errors import ConfigError
     from trtspec.training.eagle_tree_tune import calibrate_eagle, tune_dynamic, tune_static
 
-    if new_tokens <= max(depths) + 1:
-        raise ConfigError("new_tokens", new_tokens, f"leaves no commit point for depth {max(depths)}",
-                          hint=f"use --new-tokens {max(depths) + 16} or more")
+    deepest = max(tree.depth for tree in trees)
+    if new_tokens <= deepest + 1:
+        raise ConfigError("new_tokens", new_tokens, f"leaves no commit point for depth {deepest}",
+                          hint=f"use --new-tokens {deepest + 16} or more")
     cal = calibrate_eagle(path, eagle, num_prompts=num_prompts, prompt_len=prompt_len, new_tokens=new_tokens)
-    result = tune_static(cal, budget, max(depths), max_rank)
-    dynamic = tune_dynamic(cal, budget, topks, depths)
+    result = tune_static(cal, budget, deepest, max_rank)
+    dynamic = tune_dynamic(cal, budget, trees, horizon=deepest)
     result["dynamic"] = dynamic
     static_len, best = result["replayed_acceptance_length"], dynamic["best"]
-    result["recommended"] = ({"eagle_topk": best["eagle_topk"], "eagle_depth": best["eagle_depth"]}
-                             if best["replayed_acceptance_length"] > static_len
-                             else {"eagle_choices": result["eagle_choices"]})
+    shape = trees[dynamic["shapes"].index(best)].values()
+    result["recommended"] = shape if best["replayed_acceptance_length"] > static_len else {
+        "eagle_choices": result["eagle_choices"]}
     if _written(result, out_file, as_json):
         return
     click.echo(f"calibration: {result['calibration_positions']} commit points; top-1 accuracy per depth: "
@@ -134,7 +125,7 @@ def _eagle_tree(path: Path, eagle: str, topks: list[int], depths: list[int], bud
     click.echo(f"dynamic tree at {budget} nodes (replayed acceptance length, proposer ms / step):")
     for row in dynamic["shapes"]:
         mark = "  <- best" if row == best else ""
-        click.echo(f"  top-{row['eagle_topk']} x depth {row['eagle_depth']}: {row['replayed_acceptance_length']:.3f}, "
+        click.echo(f"  {row['tree']}: {row['replayed_acceptance_length']:.3f}, "
                    f"{1e3 * row['draft_s_per_step']:.1f} ms{mark}")
     click.echo(f"recommended at {budget} nodes: {json.dumps(result['recommended'])}")
     if out_file is not None:

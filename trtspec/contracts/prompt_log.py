@@ -1,6 +1,6 @@
 """The prompt log: what the served engine model writes when a deployment opts in, and what `trtspec train draft` reads.
 
-Off by default (EngineParams.log_prompts is None). When on, a sampled share of requests (`log_sample_rate`) has its
+Off by default (EngineConfig.prompt_log is None). When on, a sampled share of requests (`log_sample_rate`) has its
 prompt appended as one JSON line to `DIR/prompts.jsonl`; the file rotates (stdlib `RotatingFileHandler`) into
 `prompts.jsonl.1` .. `prompts.jsonl.{BACKUPS}`, the oldest dropped, so all files together stay under `log_max_mb`.
 A line: {"time", "model", "version", "prompt_ids", "prompt", "max_tokens", "temperature"}. Prompts are user data:
@@ -26,6 +26,7 @@ from trtspec.errors import ConfigError
 
 LOG_NAME = "prompts.jsonl"
 BACKUPS = 3  # rotated files kept besides the current one
+WORKER_PREFIX = "worker-"  # a worker's own log inside a deployment's log directory (dynamo/launch.py)
 MIB = 1024 * 1024
 
 
@@ -86,7 +87,8 @@ class LoggedPrompt:
 
 
 def log_files(path: Path) -> list[Path]:
-    """The files of a log, oldest first: a directory's rotated `prompts.jsonl.N` .. `prompts.jsonl`, or one file."""
+    """The files of a log, oldest first: a directory's rotated `prompts.jsonl.N` .. `prompts.jsonl`, then those of
+    its `worker-*` directories (a deployment of several processes: each logs to its own), or one file."""
     path = Path(path)
     if path.is_file():
         return [path]
@@ -95,7 +97,8 @@ def log_files(path: Path) -> list[Path]:
                           hint="deploy with --log-prompts DIR and pass DIR, or a file with one {\"prompt\": ...} a line")
     rotated = sorted((p for p in path.glob(f"{LOG_NAME}.*") if p.suffix[1:].isdigit()),
                      key=lambda p: -int(p.suffix[1:]))
-    return [*rotated, *([path / LOG_NAME] if (path / LOG_NAME).is_file() else [])]
+    own = [*rotated, *([path / LOG_NAME] if (path / LOG_NAME).is_file() else [])]
+    return own + [f for worker in sorted(path.glob(f"{WORKER_PREFIX}*")) if worker.is_dir() for f in log_files(worker)]
 
 
 def read_prompt_log(path: Path) -> tuple[list[LoggedPrompt], int]:

@@ -1,9 +1,9 @@
 """Suffix decoding's options (`SuffixConfig`): one definition, torch-free, for every place they go.
 
 - the build config's `suffix:` section (`config.BuildSpec.suffix`), recorded in the torch bundle;
-- `trtspec deploy --suffix NAME=VALUE` and the served model's parameters (`triton.engine_params.EngineParams`, as
+- `trtspec deploy --suffix NAME=VALUE` and the served model's parameters (`contracts.engine.EngineConfig`, as
   `suffix_<name>` Triton string parameters: `to_parameters` / `from_strings`);
-- the proposer (`spec.proposers.suffix.SuffixProposer`) and the engine's `proposer_options={"suffix": ...}`.
+- the proposer (`spec.proposers.suffix.SuffixProposer`), through the engine's `ProposerOptions.suffix`.
 
 Names and defaults are vLLM's `suffix_decoding_*` options without the prefix. Every bad value is a ConfigError naming
 the field (`suffix.<name>`, or the parameter / flag it came from), the value and the fix. Pure Python.

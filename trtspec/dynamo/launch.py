@@ -27,14 +27,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trtspec.dynamo.worker import DYNAMO_HINT, LOCAL_PLANES, WorkerOptions, served_name
+from trtspec.contracts.engine import EngineConfig, PromptLog
+from trtspec.contracts.openai import served_name
+from trtspec.contracts.prompt_log import WORKER_PREFIX
+from trtspec.dynamo.worker import DYNAMO_HINT, LOCAL_PLANES, WorkerOptions
 from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 from trtspec.ports import HOST, check_ports_free
 from trtspec.supervise import group_members, kill_group_except
-from trtspec.triton.engine_params import EngineParams
 
 POLL_INTERVAL_S = 0.25
 PROBE_TIMEOUT_S = 2.0
@@ -80,11 +82,12 @@ class DeploymentPlan:
         return "\n".join(lines)
 
 
-def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000, system_port: int | Sequence[int] = 8081,
+def plan_deployment(params: EngineConfig, *, workers: int, http_port: int = 8000, system_port: int | Sequence[int] = 8081,
                     router_mode: str = "round-robin", migration_limit: int = 3, threads: int | None = 1,
                     served_model_name: str | None = None, python: str | None = None) -> DeploymentPlan:
-    """The frontend and `workers` worker processes for `params` (pure: nothing is checked or started). Worker i
-    serves its health and metrics on `system_port + i` (or `system_port[i]` when a list is given)."""
+    """The frontend and `workers` worker processes serving `params` (pure: nothing is checked or started). Worker i
+    serves its health and metrics on `system_port + i` (or `system_port[i]` when a list is given); with prompt logging
+    on, it logs to `<log_prompts>/worker-i` with its share of the size bound (one log: contracts/prompt_log.py)."""
     if workers < 1:
         raise UsageError(f"--dynamo={workers}: at least one worker", hint="e.g. --dynamo 2")
     if router_mode not in ROUTER_MODES:
@@ -98,10 +101,12 @@ def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000
         [python, "-m", "dynamo.frontend", "--http-host", HOST, "--http-port", str(http_port), "--router-mode",
          router_mode, "--migration-limit", str(migration_limit), *planes],
         dict(LOOPBACK_ENV), f"http://{HOST}:{http_port}/v1/models")
-    defaults = EngineParams(target=params.target).to_parameters()
-    engine_args = [arg for key, value in params.to_parameters().items()
-                   if value is not None and (key == "target" or value != defaults[key])
-                   for arg in (f"--{key.replace('_', '-')}", str(value))]
+    defaults = EngineConfig(target=params.target).to_parameters()
+
+    def engine_args(config: EngineConfig) -> list[str]:  # the parameters that differ from the defaults
+        return [arg for key, value in config.to_parameters().items() if key == "target" or value != defaults.get(key)
+                for arg in (f"--{key.replace('_', '-')}", value)]
+
     ports = [system_port + i for i in range(workers)] if isinstance(system_port, int) else list(system_port)
     if len(ports) != workers:
         raise UsageError(f"--system-port: {len(ports)} ports for {workers} workers", hint="give one port per worker")
@@ -111,7 +116,10 @@ def plan_deployment(params: EngineParams, *, workers: int, http_port: int = 8000
                          hint=f"pick a first port of at most {MAX_SYSTEM_PORT - workers + 1}")
     procs = [frontend]
     for i, port in enumerate(ports):
-        argv = [python, "-m", "trtspec.dynamo.worker", *engine_args, "--served-model-name", name, *planes]
+        log = params.prompt_log
+        config = params if log is None else replace(params, prompt_log=PromptLog(
+            str(Path(log.directory) / f"{WORKER_PREFIX}{i}"), sample_rate=log.sample_rate, max_mb=log.max_mb / workers))
+        argv = [python, "-m", "trtspec.dynamo.worker", *engine_args(config), "--served-model-name", name, *planes]
         if threads is not None:
             argv += ["--threads", str(threads)]
         procs.append(ProcessPlan(f"worker-{i}", argv, {**LOOPBACK_ENV, "DYN_SYSTEM_PORT": str(port)},
@@ -148,6 +156,12 @@ class DynamoDeployment:
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self) -> DynamoDeployment:
+        """Spawn every process, then wait until the deployment serves (`spawn` + `wait_ready`); stops it on failure."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> DynamoDeployment:
+        """Start every process without waiting for it (call from the main thread: see trtspec/supervise.py)."""
         check_dynamo()
         check_ports_free(self.plan.ports())
         self.tmpdir = Path(tempfile.mkdtemp(prefix="trtspec-dynamo-"))
@@ -156,6 +170,15 @@ class DynamoDeployment:
         try:
             for proc in self.plan.processes:
                 self._spawn(proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self) -> DynamoDeployment:
+        """Until the frontend lists the model and every worker that started is registered; ServerError (and the
+        deployment stopped) when none serves."""
+        try:
             self._wait_ready()
         except BaseException:
             self.stop()

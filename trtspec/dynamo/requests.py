@@ -11,9 +11,9 @@ Meanings (OpenAI's, as Dynamo forwards them):
 - stop_token_ids_hidden (the model's EOS ids, added by the frontend) and stop_token_ids_visible end the request;
   the frontend's decoder hides or shows the token and applies `stop` strings itself.
 - n > 1, best_of, top logprobs and guided decoding are refused naming the field (RequestError, HTTP 400).
-- The speculation (method, k) is the worker's (EngineParams.method, default_k) unless the request says otherwise in
+- The speculation (method, k) is the worker's (EngineConfig.method, default_k) unless the request says otherwise in
   Dynamo's `nvext.annotations` (strings the frontend passes through): `trtspec:method=ngram`, `trtspec:k=2`,
-  `trtspec:adaptive=true` (SPEC_ANNOTATIONS). A client's output is the same whatever the method (exact verification);
+  `trtspec:adaptive=true` (trtspec.contracts.openai). A client's output is the same whatever the method (exact verification);
   only its speed and the acceptance counters differ.
 
 Acceptance reaches the client in OpenAI's own usage fields: `completion_tokens_details.accepted_prediction_tokens`
@@ -28,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.openai import spec_annotations
 from trtspec.errors import RequestError
 from trtspec.spec.params import SamplingParams, SpecParams
-from trtspec.triton.engine_params import EngineParams
 
 # sampling options the reference engine does not have: field -> (why, the values that change nothing, the fix)
 REFUSED_SAMPLING = {
@@ -41,8 +42,6 @@ REFUSED_SAMPLING = {
 }
 
 
-ANNOTATION_PREFIX = "trtspec:"
-SPEC_ANNOTATIONS = ("method", "k", "adaptive")  # nvext.annotations "trtspec:<name>=<value>" -> SpecParams fields
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class EngineRequest:
     return_log_probs: bool
 
 
-def engine_request(request: Mapping[str, Any], params: EngineParams, *, max_context: int | None = None) -> EngineRequest:
+def engine_request(request: Mapping[str, Any], params: EngineConfig, *, max_context: int | None = None) -> EngineRequest:
     """Map a PreprocessedRequest dict; RequestError names the field, the value and the fix."""
     token_ids = request.get("token_ids")
     if not isinstance(token_ids, list) or not token_ids or not all(isinstance(t, int) for t in token_ids):
@@ -97,35 +96,6 @@ def engine_request(request: Mapping[str, Any], params: EngineParams, *, max_cont
     spec = SpecParams(**{"method": params.method, "k": params.default_k,
                          **spec_annotations(request.get("annotations") or [])})
     return EngineRequest(list(token_ids), sampling_params, spec, return_log_probs)
-
-
-def spec_annotations(annotations: list[Any]) -> dict[str, Any]:
-    """SpecParams fields from `trtspec:<name>=<value>` annotations (others are Dynamo's and ignored here)."""
-    out: dict[str, Any] = {}
-    for item in annotations:
-        if not isinstance(item, str) or not item.startswith(ANNOTATION_PREFIX):
-            continue
-        name, _, value = item[len(ANNOTATION_PREFIX):].partition("=")
-        if name not in SPEC_ANNOTATIONS or not value:
-            raise RequestError(f"annotation {item!r}: not one of {', '.join(ANNOTATION_PREFIX + n + '=...' for n in SPEC_ANNOTATIONS)}",
-                               hint="e.g. nvext.annotations: [\"trtspec:method=ngram\", \"trtspec:k=2\"]")
-        if name == "k":
-            if not value.isdigit():
-                raise RequestError(f"annotation {item!r}: k must be a whole number >= 0", hint="e.g. trtspec:k=2")
-            out["k"] = int(value)
-        elif name == "adaptive":
-            if value.lower() not in ("true", "false"):
-                raise RequestError(f"annotation {item!r}: adaptive is true or false", hint="e.g. trtspec:adaptive=true")
-            out["adaptive"] = value.lower() == "true"
-        else:
-            out[name] = value
-    return out
-
-
-def annotations(method: str | None = None, k: int | None = None, adaptive: bool | None = None) -> list[str]:
-    """The annotations a client sends to choose the speculation of one request (the inverse of spec_annotations)."""
-    values = {"method": method, "k": k, "adaptive": None if adaptive is None else str(adaptive).lower()}
-    return [f"{ANNOTATION_PREFIX}{name}={value}" for name, value in values.items() if value is not None]
 
 
 def chunk(token_ids: list[int], *, log_probs: list[float] | None = None) -> dict[str, Any]:

@@ -6,8 +6,9 @@ creates the DistributedRuntime, serves the `generate` endpoint, registers the mo
 directory), handles SIGTERM/SIGINT (unregister, drain, `cleanup`) and cancellation (`abort`). This module adds only
 what is trtspec's:
 
-- `start` loads the engine from EngineParams (the same typed parameters the Triton model reads) and runs it on the
-  one serving loop, `spec.serving.EngineLoop` (continuous batching, every speculative method);
+- `start` runs the one engine host (`spec.host.EngineHost`, as the Triton model does) on the engine configuration
+  given as arguments (`--<parameter> VALUE`: the EngineConfig parameters the Triton model reads from its config.pbtxt):
+  every speculative method, continuous batching on the one serving loop, the prompt log when configured;
 - `generate` maps Dynamo's preprocessed request (dynamo/requests.py), pushes the loop's deltas back onto the
   asyncio loop, and ends with OpenAI usage carrying the request's acceptance;
 - what the KV router and the planner read: KV events (the prompt's full blocks stored on admission, removed when
@@ -35,10 +36,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts.engine import EngineConfig, spelled
+from trtspec.contracts.openai import served_name
 from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.dynamo.requests import chunk, engine_request, usage
 from trtspec.errors import ConfigError, ToolNotFoundError, TrtspecError, UsageError
-from trtspec.triton.engine_params import EngineParams
 
 log = logging.getLogger(__name__)
 DYNAMO_HINT = "install NVIDIA Dynamo: `make install` (ai-dynamo and ai-dynamo-runtime 1.6.1, see README)"
@@ -47,7 +49,7 @@ LOCAL_PLANES = {"discovery_backend": "file", "request_plane": "tcp", "event_plan
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """Where the worker registers and how it runs (EngineParams says what it serves)."""
+    """Where the worker registers and how it runs (its EngineConfig says what it serves)."""
 
     served_model_name: str | None = None  # the OpenAI `model` name; default: the target's name or directory
     namespace: str = "dynamo"
@@ -60,19 +62,14 @@ class WorkerOptions:
     kv_events: bool = True  # publish KV events and worker load for the KV router and the planner
 
 
-def served_name(target: str) -> str:
-    """The OpenAI model name of a target: an embedded name as is (`tiny`), else its directory's name."""
-    return target if "/" not in target and not Path(target).is_dir() else Path(target).resolve().name
-
-
-def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineParams, WorkerOptions]:
-    """`--target tiny --method draft_target --draft tiny-draft ...` (EngineParams' fields) plus WorkerOptions."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, WorkerOptions]:
+    """`--target tiny --method draft_target --draft tiny-draft ...` (EngineConfig parameters) plus WorkerOptions."""
     parser = argparse.ArgumentParser(prog="python -m trtspec.dynamo.worker",
                                      description="Serve trtspec's reference engine as an NVIDIA Dynamo worker.")
-    engine = parser.add_argument_group("engine (EngineParams)")
-    for f in fields(EngineParams):
-        engine.add_argument(f"--{f.name.replace('_', '-')}", dest=f"engine_{f.name}", metavar=f.name.upper(),
-                            required=f.name == "target")
+    engine = parser.add_argument_group("engine (EngineConfig parameters)")
+    for name in EngineConfig.parameter_names():
+        engine.add_argument(f"--{name.replace('_', '-')}", dest=f"engine_{name}", metavar=name.upper(),
+                            required=name == "target")
     worker = parser.add_argument_group("dynamo")
     for f in fields(WorkerOptions):
         flag = f"--{f.name.replace('_', '-')}"
@@ -82,32 +79,19 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineParams, WorkerO
             worker.add_argument(flag, dest=f.name, default=f.default, type=int if "int" in str(f.type) else str)
     ns = vars(parser.parse_args(argv))
     values = {k.removeprefix("engine_"): v for k, v in ns.items() if k.startswith("engine_") and v is not None}
-    params = EngineParams.from_parameters(values)
+    with spelled(lambda name: "--" + name.removeprefix("parameter ").replace("_", "-")):
+        params = EngineConfig.from_parameters(values)
     options = WorkerOptions(**{f.name: ns[f.name] for f in fields(WorkerOptions)})
     if options.threads is not None and options.threads < 1:
         raise ConfigError("--threads", options.threads, "must be >= 1", hint="e.g. --threads 1 per worker on 2 cores")
     return params, options
 
 
-def check_params(params: EngineParams) -> Path:
-    """What can be checked before loading: the target (and draft / Medusa heads) exist and fit the method."""
-    from trtspec.methods import engine_methods, resolve
-    from trtspec.models import check_pair, resolve_medusa, resolve_model
+def check_params(params: EngineConfig) -> Path:
+    """What can be checked before loading (spec.host.check, naming the worker's flags); the target's directory."""
+    from trtspec.spec.host import check
 
-    if params.method not in engine_methods():
-        raise ConfigError("--method", params.method, "is not a method of the reference engine",
-                          hint=f"use one of {', '.join(engine_methods())}")
-    target = resolve_model(params.target, field="--target")
-    method = resolve(params.method)
-    if method.needs_draft_model and params.draft is None:
-        raise UsageError(f"--draft is required by --method {params.method}", hint="e.g. --draft tiny-draft")
-    if params.draft is not None:
-        check_pair(target, resolve_model(params.draft, field="--draft"))
-    if method.needs_medusa_heads:
-        if params.medusa is None:
-            raise UsageError(f"--medusa is required by --method {params.method}", hint="e.g. --medusa tiny-medusa")
-        resolve_medusa(params.medusa, field="--medusa")
-    return target
+    return check(params, spell=lambda name: "--" + name.replace("_", "-"))
 
 
 def engine_class() -> type:
@@ -124,11 +108,11 @@ def engine_class() -> type:
     class TrtspecEngine(LLMEngine):
         """trtspec's reference engine behind Dynamo's Worker (see the module docstring)."""
 
-        def __init__(self, params: EngineParams, options: WorkerOptions, target: Path) -> None:
+        def __init__(self, params: EngineConfig, options: WorkerOptions, target: Path) -> None:
             self.params, self.options, self.target = params, options, target
             self.name = options.served_model_name or served_name(params.target)
+            self.host: Any = None  # spec.host.EngineHost, once started
             self.engine: Any = None
-            self.loop: Any = None
             self.metrics = WorkerMetrics({"method": params.method}, default_k=params.default_k)
             self._handles: dict[str, int] = {}  # Dynamo request id -> EngineLoop handle
             self._kv: Any = None  # KvEventPublisher, once Dynamo hands it over
@@ -152,20 +136,17 @@ def engine_class() -> type:
 
         # -- lifecycle --------------------------------------------------------------------------------------------
         async def start(self, worker_id: int) -> Any:
-            from trtspec.spec.serving import EngineLoop
+            from trtspec.spec.host import EngineHost
 
             if self.options.threads is not None:
                 import torch
 
                 torch.set_num_threads(self.options.threads)
             try:
-                self.engine = await asyncio.to_thread(self.params.build_engine)
+                self.host = await asyncio.to_thread(EngineHost, self.params, model=self.name, version=str(worker_id))
             except TrtspecError as exc:
                 raise EngineShutdown(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from None
-            if self.params.method not in self.engine.available_methods:
-                raise EngineShutdown(f"--method {self.params.method} cannot run with this engine (available: "
-                                     f"{', '.join(self.engine.available_methods)})")
-            self.loop = EngineLoop(self.engine)
+            self.engine = self.host.engine
             scheduler = self.engine.scheduler.config
             return EngineConfig(model=str(self.target), served_model_name=self.name, llm=LlmRegistration(
                 context_length=self.engine.max_context, kv_cache_block_size=scheduler.kv_block_size,
@@ -179,13 +160,13 @@ def engine_class() -> type:
 
         async def cleanup(self) -> None:
             self._closing = True
-            if self.loop is not None:
-                await asyncio.to_thread(self.loop.shutdown, drain=True, timeout=self.params.drain_timeout_s)
+            if self.host is not None:
+                await asyncio.to_thread(self.host.close)
 
         async def abort(self, context: Any) -> None:
             handle = self._handles.get(context.id())
-            if handle is not None and self.loop is not None:
-                self.loop.cancel(handle)
+            if handle is not None and self.host is not None:
+                self.host.cancel(handle)
 
         # -- what the router and the planner read -----------------------------------------------------------------
         async def kv_event_sources(self) -> list[Any]:
@@ -237,7 +218,7 @@ def engine_class() -> type:
             queue: asyncio.Queue[Any] = asyncio.Queue()
             sink = _QueueSink(asyncio.get_running_loop(), queue)
             try:
-                handle = self.loop.submit_to(sink, req.prompt_ids, req.sampling, req.spec)
+                handle = self.host.submit_to(sink, req.prompt_ids, req.sampling, req.spec)
             except TrtspecError as exc:  # the loop is shut down
                 raise EngineShutdown(exc.message) from None
             self._handles[context.id()] = handle
@@ -275,7 +256,7 @@ def engine_class() -> type:
             finally:
                 self._handles.pop(context.id(), None)
                 if not finished:  # the stream was closed early (the client went away): stop generating
-                    self.loop.cancel(handle)
+                    self.host.cancel(handle)
                 self._load(-held)
                 self._release(stored)
 

@@ -4,7 +4,8 @@
 previous scrape, and `Monitor.reports()` derives the window's numbers. A model served by several instances (the
 workers of a Dynamo deployment, one metrics page each) is one report: their increments added up (`window.pool`).
 Rendering (rich, text, JSON) is dashboard.py; fetching is scrape.py. A model without drafts (plain decoding, the
-draft model itself) is reported with its throughput only.
+draft model itself) is reported with its throughput only. `Monitor.apply` acts on the reports through a server's
+control interface (trtspec.contracts.control: `trtspec monitor --apply`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trtspec.contracts.baseline import Baseline
+from trtspec.contracts.control import ServerControl
 from trtspec.contracts.costmodel import cost_per_million_tokens
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
 from trtspec.ops.recommend import Recommendation, recommend
@@ -100,6 +102,20 @@ class Monitor:
         for key, detector in self.detectors.items():
             if model is None or key == model:
                 detector.reset()
+
+    def apply(self, reports: list[ModelReport], control: ServerControl) -> list[str]:
+        """Hand each drifted model's recommended k to the server (`control`); its drift test starts afresh once a
+        change is applied. Returns one line per change made."""
+        done = []
+        for report in reports:
+            rec = report.recommendation
+            if rec is None or report.drift is None or not report.drift.drifted:
+                continue
+            if rec.action in ("reduce_k", "increase_k", "retrain_draft") and rec.recommended_k != rec.current_k:
+                change = control.set_default_k(rec.model.split("/")[0], rec.recommended_k)
+                done.append(f"applied: {change.model} k {change.old_k} -> {change.new_k} ({rec.message})")
+                self.reset_drift()
+        return done
 
     def reports(self) -> list[ModelReport]:
         """One report per model in the window (models with drafts first, then by name)."""

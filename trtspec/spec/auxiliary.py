@@ -65,5 +65,5 @@ def hand_back(proposer: object, request_id: int, draft: Draft, logits: Tensor, s
         return 0
     n = draft.aux.num_tokens
     argmax = logits[start : start + n].argmax(-1)  # [num_aux]
-    proposer.observe_auxiliary(request_id, argmax.tolist())  # type: ignore[attr-defined]
+    proposer.observe_auxiliary(request_id, argmax.tolist())
     return n

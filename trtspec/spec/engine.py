@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from trtspec.contracts.engine import EngineConfig, ProposerOptions
 from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
@@ -46,7 +47,7 @@ class SpecEngine(StepPhases):
 
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
                  medusa: Path | None = None, eagle: Path | None = None, max_num_seqs: int = 256,
-                 proposer_options: dict[str, object] | None = None, scheduler: SchedulerConfig | None = None,
+                 options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None,
                  k_policy: AdaptiveK | None = None) -> None:
         scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
                                                  max_num_batched_tokens=max(4096, max_num_seqs))
@@ -59,7 +60,7 @@ class SpecEngine(StepPhases):
         self.cache = target.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs)
         self.max_context = self.cache.max_seq_len
         ctx = ProposerContext(vocab_size=self.vocab_size, max_k=max_k, max_num_seqs=max_num_seqs, draft_model=draft,
-                              medusa=medusa, options=dict(proposer_options or {}),
+                              medusa=medusa, options=options or ProposerOptions(),
                               hidden_size=target.config.hidden_size, eagle=eagle, target_config=target.config,
                               target_embed=target.embed_tokens)
         loadable = [m for m in runnable_methods() if (draft is not None or not resolve(m).needs_draft_model)
@@ -79,7 +80,7 @@ class SpecEngine(StepPhases):
                 self.unavailable[m] = exc
         self.available_methods = tuple(m for m in loadable if m not in self.unavailable)
         # target layers whose input a proposer reads (EAGLE-3 taps), returned by every target forward
-        self.taps: tuple[int, ...] = next((p.target_taps for p in self.proposers.values() if hasattr(p, "target_taps")), ())
+        self.taps: tuple[int, ...] = next((p.target_taps for p in self.proposers.values() if p.target_taps), ())
         self.external = ExternalProposer.create(ctx)  # a request's own first draft (SpecParams.draft_token_ids)
         # draft lengths of requests with SpecParams(adaptive=True); a CPU engine's steps timed in CPU time
         self.k_policy = k_policy or AdaptiveK(clock=cpu_clock if self.device.type == "cpu" else None)
@@ -90,9 +91,9 @@ class SpecEngine(StepPhases):
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
-                        *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32", max_num_seqs: int = 256,
-                        allow_vocab_padding: bool = False, proposer_options: dict[str, object] | None = None,
-                        scheduler: SchedulerConfig | None = None) -> SpecEngine:
+                        *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32",
+                        max_num_seqs: int = 256, allow_vocab_padding: bool = False,
+                        options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
 
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
@@ -113,9 +114,18 @@ class SpecEngine(StepPhases):
             medusa=medusa_path,
             eagle=resolve_eagle(eagle) if eagle is not None else None,
             max_num_seqs=max_num_seqs,
-            proposer_options=proposer_options,
+            options=options,
             scheduler=scheduler,
         )
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, *, scheduler: SchedulerConfig | None = None) -> SpecEngine:
+        """The engine an EngineConfig describes (what every server runs): its checkpoints, max k, device and dtype,
+        each proposer's typed part, and a request queue of `max_queue`."""
+        return cls.from_pretrained(
+            target=config.target, draft=config.draft, medusa=config.medusa, eagle=config.eagle,
+            max_k=max(config.max_k, 1), device=config.device, dtype=config.dtype, options=config.proposer_options(),
+            scheduler=scheduler or SchedulerConfig(max_queue_len=config.max_queue).validate())
 
     # -- text --------------------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -278,8 +288,7 @@ class SpecEngine(StepPhases):
         request.slot = self.cache.alloc()
         if request.proposer is not None:
             request.proposer.add_request(request.request_id)
-            if hasattr(request.proposer, "observe_prompt"):  # proposers that learn from whole requests (suffix)
-                request.proposer.observe_prompt(request.request_id, request.prompt_ids)
+            request.proposer.observe_prompt(request.request_id, request.prompt_ids)
 
     def _step_k(self, request: EngineRequest) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
@@ -332,13 +341,12 @@ class SpecEngine(StepPhases):
         return request.request_id
 
     def _preempt(self, request: EngineRequest) -> None:
-        """Recompute preemption: free the KV slots; proposers with host-only state (`preempt`) keep it."""
-        if request.proposer is not None and hasattr(request.proposer, "preempt"):
-            request.proposer.preempt(request.request_id)
+        """Recompute preemption: free the KV slot; the proposer keeps what the context cannot rebuild (`preempt`)."""
+        if request.slot is not None:
             self.cache.free(request.slot)
             request.slot = None
-        else:
-            self._release(request)
+        if request.proposer is not None:
+            request.proposer.preempt(request.request_id)
 
     def _release(self, request: EngineRequest) -> None:
         if request.slot is not None:

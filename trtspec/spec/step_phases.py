@@ -128,7 +128,7 @@ class StepPhases:
         Args:
             hidden: [T, hidden] this request's target hidden states from the step's forward.
             target_scores: [k + 1, vocab] the processed target logits the verdict was made on.
-            aux: [T, taps * hidden] the target's tapped layers (proposers with observe_target read them).
+            aux: [T, taps * hidden] the target's tapped layers (a proposer with target_taps reads them).
         """
         cached = self.cache.length(request.slot) - num_pending - verdict.num_draft_tokens
         keep = verdict.accepted_offsets  # draft indices of the accepted tokens, in order
@@ -139,7 +139,7 @@ class StepPhases:
         if request.proposer is not None and request.proposer.needs_hidden_states:
             # the state that predicted the next token: the last accepted draft token's, else the last pending one's
             request.target_hidden = hidden[num_pending + keep[-1] if keep else num_pending - 1]  # [hidden]
-        if aux is not None and hasattr(request.proposer, "observe_target"):  # taps of the committed positions
+        if aux is not None and request.proposer is not None and request.proposer.target_taps:  # committed positions' taps
             rows = list(range(num_pending)) + [num_pending + k for k in keep]
             request.proposer.observe_target(request.request_id, cached, aux[rows])
         new_ids: list[int] = []
@@ -163,7 +163,7 @@ class StepPhases:
             finish_reason = "length"
         finished = finish_reason is not None
         if finished:
-            if request.proposer is not None and hasattr(request.proposer, "observe_finish"):
+            if request.proposer is not None:
                 request.proposer.observe_finish(request.request_id, request.token_ids)  # before free
             self.scheduler.finish(request)
         elif request.proposer is not None:

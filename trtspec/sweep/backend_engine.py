@@ -251,20 +251,17 @@ class EngineBackend:
             eagle_tree = spec.eagle_trees[0]
         key = (model_set, lookahead, eagle_tree)
         if key not in self._engines:
-            from trtspec.choices import eagle_tree_options
+            from trtspec.contracts.engine import EagleTree, Lookahead, Ngram, ProposerOptions
             from trtspec.spec.engine import SpecEngine
             from trtspec.spec.params import SamplingParams, SpecParams
 
-            options: dict[str, object] = {}
-            if spec.max_ngram is not None:
-                options["max_ngram"] = spec.max_ngram
-            if lookahead is not None:
-                options["lookahead"] = lookahead
-            if eagle_tree is not None:
-                options.update(eagle_tree_options(eagle_tree))
+            options = ProposerOptions(
+                ngram=Ngram(max_size=spec.max_ngram) if spec.max_ngram is not None else Ngram(),
+                lookahead=Lookahead(*lookahead) if lookahead is not None else Lookahead(),
+                eagle_tree=EagleTree.parse(eagle_tree) if eagle_tree is not None else EagleTree())
             engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
                                                 eagle=model_set.eagle, max_k=spec.max_draft_len, device=spec.device,
-                                                dtype=spec.dtype, proposer_options=options)
+                                                dtype=spec.dtype, options=options)
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
             warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
             engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))

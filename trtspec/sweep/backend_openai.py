@@ -5,7 +5,7 @@ Every request goes through the `openai` SDK to `http://URL/v1`: `/v1/completions
 or `/v1/chat/completions` with it as one user message when the sweep's `chat_template` is `model` (the server
 applies the model's own template). Each request states the case: `temperature`, `seed` = case seed + i,
 `max_tokens` = max_new_tokens with `ignore_eos` (as the engine backend runs), and the speculation in Dynamo's
-`nvext.annotations` (`trtspec:method=...`, `trtspec:k=...`: trtspec.dynamo.requests.annotations), so one
+`nvext.annotations` (`trtspec:method=...`, `trtspec:k=...`: trtspec.contracts.openai.annotations), so one
 deployment serves every method its workers have the models for, at every k.
 
 Acceptance comes from each response's usage: `completion_tokens_details.accepted_prediction_tokens` and
@@ -45,7 +45,7 @@ class OpenAIBackend:
         self.model: str | None = None
 
     def preflight(self, spec: SweepSpec) -> None:
-        from trtspec.dynamo.worker import served_name
+        from trtspec.contracts.openai import served_name
 
         self.url = base_url(spec.url or "")
         self.model = spec.model_name or served_name(spec.model)
@@ -93,7 +93,7 @@ class OpenAIBackend:
                 "latencies_s": [r["latency_s"] for r in results], "stats": stats}
 
     def _one_request(self, case: Case, spec: SweepSpec, prompt: str, seed: int) -> dict[str, Any]:
-        from trtspec.dynamo.requests import annotations
+        from trtspec.contracts.openai import annotations
 
         if self.client is None:
             raise ServerError("the OpenAI sweep backend has no client", hint="call preflight() before run_case()")

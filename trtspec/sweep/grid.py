@@ -31,10 +31,10 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from trtspec.choices import eagle_tree_options
 from trtspec.config import load_yaml
+from trtspec.contracts.engine import EagleTree, Lookahead
 from trtspec.errors import ConfigError, UsageError, shown
-from trtspec.methods import DEFAULT_LOOKAHEAD, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
+from trtspec.methods import engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
@@ -163,7 +163,7 @@ class SweepSpec(BaseModel):
                                       hint="lower k, or raise max_draft_len (the engine must be built for it)")
         self._validate_options()
         for tree in self.eagle_trees:
-            eagle_tree_options(tree)
+            EagleTree.parse(tree, field="eagle_trees")
         _positive("temperatures", self.temperatures, allow_zero=True)
         _positive("concurrency", self.concurrency)
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
@@ -305,7 +305,7 @@ class SweepSpec(BaseModel):
         """Sorted distinct k > 0; lookahead's k counts trie nodes and stops at the full trie (a larger k drafts the
         same, see methods.lookahead_trie_nodes)."""
         if method == LOOKAHEAD:
-            wng = parse_lookahead(str(variant["lookahead"])) if variant.get("lookahead") else DEFAULT_LOOKAHEAD
+            wng = parse_lookahead(str(variant["lookahead"])) if variant.get("lookahead") else Lookahead().as_tuple()
             ks = [min(k, lookahead_trie_nodes(*wng)) for k in ks]
         return sorted({k for k in ks if k > 0})
 

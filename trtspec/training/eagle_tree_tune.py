@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from trtspec.contracts.engine import EagleTree
 from trtspec.training.tree_tune import calibration_prompts, rank_accuracy, tune_tree
 
 
@@ -120,19 +121,17 @@ def tune_static(cal: EagleCalibration, budget: int, depth: int, max_rank: int) -
 
 
 @torch.no_grad()
-def replay_proposer(cal: EagleCalibration, budget: int, depth: int, *, topk: int = 1,
-                    choices: list[list[int]] | None = None, horizon: int | None = None) -> dict[str, Any]:
-    """The EAGLE proposer's tree (dynamic: top-`topk`, `depth` levels; or static `choices`), `budget` nodes, walked
-    along each greedy continuation while a commit point is at most T - horizon (default: depth; eagle_ranks' span
-    for that depth): mean acceptance length (tokens / steps) and proposer seconds per step."""
+def replay_proposer(cal: EagleCalibration, budget: int, tree: EagleTree, *, horizon: int) -> dict[str, Any]:
+    """The EAGLE proposer with `tree` (static or dynamic), `budget` nodes, walked along each greedy continuation while
+    a commit point is at most T - horizon (eagle_ranks' span for the deepest tree tried): mean acceptance length
+    (tokens / steps) and proposer seconds per step, with the tree's parameters."""
     from trtspec.spec.params import SamplingParams
     from trtspec.spec.proposers.base import ProposeInput
     from trtspec.spec.proposers.eagle import EagleProposer
 
     seq, aux = cal.sequences, cal.aux
     n, T = seq.shape
-    proposer = EagleProposer(cal.drafter, cal.taps, max_num_seqs=n, tree_choices=choices, topk=topk, depth=depth,
-                             max_seq_len=T + 64)
+    proposer = EagleProposer(cal.drafter, cal.taps, tree=tree, max_num_seqs=n, max_seq_len=T + 64)
     tokens = steps = 0
     draft_s = 0.0
     for i in range(n):
@@ -140,7 +139,7 @@ def replay_proposer(cal: EagleCalibration, budget: int, depth: int, *, topk: int
         proposer.add_request(i)
         length = cal.prompt_len
         proposer.observe_target(i, 0, aux[i, : length - 1])
-        while length + (horizon or depth) <= T:
+        while length + horizon <= T:
             t = time.perf_counter()
             draft = proposer.propose([ProposeInput(i, row[:length], budget, SamplingParams(), None)])[0]
             draft_s += time.perf_counter() - t
@@ -150,7 +149,7 @@ def replay_proposer(cal: EagleCalibration, budget: int, depth: int, *, topk: int
             proposer.commit(i, row[:new_length])
             tokens, steps, length = tokens + accepted + 1, steps + 1, new_length
         proposer.free(i)
-    return {"eagle_topk": topk, "eagle_depth": depth, "budget": budget,
+    return {**tree.values(), "tree": tree.label, "budget": budget,
             "replayed_acceptance_length": tokens / max(1, steps), "draft_s_per_step": draft_s / max(1, steps)}
 
 
@@ -166,8 +165,8 @@ def _walk(tokens: list[int], parents: tuple[int, ...], truth: list[int]) -> int:
     return accepted
 
 
-def tune_dynamic(cal: EagleCalibration, budget: int, topks: list[int], depths: list[int]) -> dict[str, Any]:
-    """Every (top-k, depth) at `budget` nodes, replayed; the best by acceptance length (ties: cheaper per step)."""
-    rows = [replay_proposer(cal, budget, d, topk=k, horizon=max(depths)) for k in topks for d in depths]
+def tune_dynamic(cal: EagleCalibration, budget: int, trees: list[EagleTree], *, horizon: int) -> dict[str, Any]:
+    """Every dynamic tree shape at `budget` nodes, replayed; the best by acceptance length (ties: cheaper per step)."""
+    rows = [replay_proposer(cal, budget, tree, horizon=horizon) for tree in trees]
     best = max(rows, key=lambda r: (round(r["replayed_acceptance_length"], 4), -r["draft_s_per_step"]))
     return {"budget": budget, "shapes": rows, "best": dict(best)}  # a copy: YAML writes no anchors

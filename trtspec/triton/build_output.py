@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec.contracts.suffix import SuffixConfig
-from trtspec.errors import UsageError
+from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree
+from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
 
 MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
@@ -49,26 +49,22 @@ class EngineInfo:
 
 @dataclass(frozen=True)
 class BuildOutput:
-    """A build output directory, as far as deployment cares."""
+    """A build output directory, as far as deployment cares: the engine configuration it serves, its engines and
+    envelope."""
 
     root: Path
     backend: str
-    method: str
-    target_model: str  # the target's HF checkpoint (embedded name or path): the tokenizer comes from it
-    max_draft_len: int = 0
-    engines: dict[str, EngineInfo] = field(default_factory=dict)
-    models: dict[str, str] = field(default_factory=dict)  # torch bundle: role -> checkpoint directory
-    choices: list[list[int]] | None = None
-    eagle_topk: int | None = None  # torch bundle of method eagle3: the dynamic tree's shape (None: the defaults)
-    eagle_depth: int | None = None
-    lookahead: tuple[int, int, int] | None = None
-    suffix: SuffixConfig | None = None  # torch bundle of method suffix: its options
+    engine: EngineConfig  # torch: the bundle's (absolute checkpoints); tensorrtllm: method, k, tree, lookahead, target
+    engines: dict[str, EngineInfo] = field(default_factory=dict)  # tensorrtllm: role -> engine
     max_batch_size: int = 8
     max_input_len: int = 1024
     max_seq_len: int = 2048
     enable_kv_cache_reuse: bool = True
-    dtype: str = "float32"
     trtllm_version: str | None = None  # config.trtllm.version; None when the manifest does not say
+
+    @property
+    def method(self) -> str:
+        return self.engine.method
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -103,11 +99,10 @@ def read_build_output(build_dir: Path) -> BuildOutput:
         "trtllm_version": _trtllm_version(config),
     }
     if backend == "torch":
-        return _read_bundle(root, method, common)
-    lookahead = derived.get("lookahead")
-    choices = (derived.get("choices") or {}).get("json")
+        return _read_bundle(root, common)
     heads = (derived.get("medusa_heads") or {}).get("num_heads")
     steps = {s.get("id"): s for s in manifest.get("steps") or [] if isinstance(s, dict)}
+    engine = _manifest_engine(root, manifest, method)
     engines = {}
     for role, rel in (manifest.get("engines") or {}).items():
         tp = engine_cfg.get("draft_tp_size") if role == "draft" else None
@@ -118,17 +113,31 @@ def read_build_output(build_dir: Path) -> BuildOutput:
                                 tp_size=int(tp or engine_cfg.get("tp_size", 1)),
                                 pp_size=int(engine_cfg.get("pp_size", 1)),
                                 num_medusa_heads=int(heads) if heads and role == "target" else None)
-    target = config.get("target")
-    if not target:
-        raise UsageError(f"{root / MANIFEST} names no target model (config.target)", hint="rebuild")
-    return BuildOutput(
-        root=root, backend=backend, method=method, target_model=str(target), engines=engines,
-        max_draft_len=int(derived.get("max_draft_len") or 0),
-        choices=json.loads(choices) if isinstance(choices, str) else choices,
-        lookahead=(int(lookahead["window"]), int(lookahead["ngram"]), int(lookahead["verification_set"]))
-        if lookahead else None,
-        dtype=str(engine_cfg.get("dtype", "float16")), **common,
-    )  # fmt: skip
+    return BuildOutput(root=root, backend=backend, engine=engine, engines=engines, **common)
+
+
+def _manifest_engine(root: Path, manifest: dict[str, Any], method: str) -> EngineConfig:
+    """The engine configuration a TensorRT-LLM build's manifest records (`engine`), or, in a manifest written before
+    it recorded one, the same derived from `config.target` and `derived` (max_draft_len, choices, lookahead)."""
+    try:
+        if isinstance(manifest.get("engine"), dict):
+            return EngineConfig.from_dict(manifest["engine"], "engine")
+        target = (manifest.get("config") or {}).get("target")
+        if not target:
+            raise UsageError(f"{root / MANIFEST} names no target model (config.target)", hint="rebuild")
+        derived = manifest.get("derived") or {}
+        k = int(derived.get("max_draft_len") or 0)
+        choices = (derived.get("choices") or {}).get("json")
+        paths = tuple(map(tuple, json.loads(choices) if isinstance(choices, str) else choices)) if choices else None
+        window = derived.get("lookahead")
+        return EngineConfig(
+            target=str(target), method=method, max_k=max(k, 1), default_k=k if method in ("draft_target", "ngram") else 0,
+            eagle_tree=EagleTree(choices=paths) if method == "eagle" and paths else None,
+            medusa_tree=MedusaTree(choices=paths) if method == "medusa" and paths else None,
+            lookahead=Lookahead(int(window["window"]), int(window["ngram"]), int(window["verification_set"]))
+            if method == "lookahead" and window else None)
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{root / MANIFEST}: {exc}", hint="rebuild with this trtspec") from None
 
 
 def _trtllm_version(config: dict[str, Any]) -> str | None:
@@ -136,18 +145,13 @@ def _trtllm_version(config: dict[str, Any]) -> str | None:
     return str(version) if version else None
 
 
-def _read_bundle(root: Path, method: str, common: dict[str, Any]) -> BuildOutput:
+def _read_bundle(root: Path, common: dict[str, Any]) -> BuildOutput:
     """A torch bundle through the build's own reader (`trtspec.build.bundle.load_bundle`)."""
     from trtspec.build.bundle import load_bundle
 
     bundle = load_bundle(root)
-    models = {role: str(path) for role in ("target", "draft", "medusa", "eagle") if (path := getattr(bundle, role))}
-    return BuildOutput(
-        root=root, backend="torch", method=bundle.method or method, target_model=str(bundle.target), models=models,
-        max_draft_len=bundle.max_draft_len, choices=bundle.choices, lookahead=bundle.lookahead, dtype=bundle.dtype,
-        suffix=bundle.suffix, eagle_topk=bundle.eagle_topk, eagle_depth=bundle.eagle_depth,
-        **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len},
-    )  # fmt: skip
+    return BuildOutput(root=root, backend="torch", engine=bundle.engine,
+                       **{**common, "max_batch_size": bundle.max_batch_size, "max_seq_len": bundle.max_seq_len})
 
 
 def _engine(root: Path, role: str, rel: str, step: dict[str, Any] | None, kv: dict[str, Any], from_checkpoint: int,

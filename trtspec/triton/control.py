@@ -1,9 +1,9 @@
 """Live control of a running deployment: change a served engine model's default k without failing a request.
 
-`set_default_k(url, model, k)` reads the model's live configuration, checks k against its EngineParams, and reloads
+`set_default_k(url, model, k)` reads the model's live configuration, checks k against its engine configuration, and reloads
 the model through Triton's model-control API with that configuration carrying the new `default_k` (a config
 override). Triton builds the new instance while the old one keeps serving and swaps them when the new one is ready;
-the old one drains its running requests (EngineParams.drain_timeout_s) before it is unloaded, so requests in flight
+the old one drains its running requests (EngineConfig.drain_timeout_s) before it is unloaded, so requests in flight
 finish and later ones get the new k. With `repo`, the same change is written into the repository's config.pbtxt
 (staged and checked before the reload, renamed into place after it), so a restart keeps it. A refused k, a
 repository that is not the served one, or a failed reload changes nothing. Pure Python: no torch.
@@ -17,19 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts.control import KChange
+from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError, ServerError, UsageError
-from trtspec.triton.engine_params import EngineParams
+from trtspec.triton.served_config import from_model_config
 
 
 @dataclass(frozen=True)
-class KChange:
-    """What `set_default_k` did."""
+class TritonControl:
+    """The operations loop's ServerControl (trtspec.contracts.control) for a Triton server of the torch flavour: its
+    gRPC `url`, and the served repository `repo` when changes should also be persisted there."""
 
-    model: str
-    old_k: int
-    new_k: int
-    persisted: Path | None  # the config.pbtxt that now holds the new k (None: not persisted; `note` says why)
-    note: str = ""
+    url: str
+    repo: Path | None = None
+    timeout_s: float = 120.0
+
+    def set_default_k(self, model: str, k: int) -> KChange:
+        return set_default_k(self.url, model, k, repo=self.repo, timeout_s=self.timeout_s)
 
 
 def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry_run: bool = False,
@@ -45,7 +49,7 @@ def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry
 
     with TritonClient(url, model=model, timeout_s=timeout_s) as client:
         config = copy.deepcopy(client.model_config(model))
-        live = engine_params(config, model)
+        live = served_engine(config, model)
         check_k(live, k, model)
         staged = None
         note = "not persisted: pass --repo REPO (the served repository) to keep it across restarts"
@@ -68,16 +72,16 @@ def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry
     return KChange(model, live.default_k, k, staged[0] if staged else None, note)
 
 
-def engine_params(config: dict[str, Any], model: str) -> EngineParams:
-    """The EngineParams of a served model's configuration; UsageError when it is not a trtspec engine model."""
+def served_engine(config: dict[str, Any], model: str) -> EngineConfig:
+    """The EngineConfig of a served model's configuration; UsageError when it is not a trtspec engine model."""
     if "target" not in config.get("parameters", {}):
         raise UsageError(f"model {model!r} is not an engine model of the torch flavour (its parameters have no "
                          "target)", hint="name the engine model, e.g. --model tensorrt_llm; on the tensorrtllm "
                                          "flavour send num_draft_tokens per request")
-    return EngineParams.from_model_config(config)
+    return from_model_config(config)
 
 
-def check_k(params: EngineParams, k: int, model: str) -> None:
+def check_k(params: EngineConfig, k: int, model: str) -> None:
     if params.method == "none":
         raise UsageError(f"model {model!r} runs method none (no speculation): it has no k to set",
                          hint="set k on the model that speculates, e.g. --model tensorrt_llm")
@@ -90,10 +94,10 @@ def check_k(params: EngineParams, k: int, model: str) -> None:
 _PARAMETER = r'(parameters:\s*\{\s*key:\s*"{key}"\s*value:\s*\{\s*string_value:\s*)"((?:[^"\\]|\\.)*)"'
 
 
-def config_with_parameter(path: Path, key: str, value: str, *, expect: EngineParams) -> tuple[Path, str]:
+def config_with_parameter(path: Path, key: str, value: str, *, expect: EngineConfig) -> tuple[Path, str]:
     """(path, new text): `path`'s config.pbtxt with parameter `key` set to `value`, checked, not written.
 
-    `expect` is the served model's EngineParams: the file must describe the same model (same target, draft and
+    `expect` is the served model's EngineConfig: the file must describe the same model (same target, draft and
     method), so a change is never written into another repository. The new text must parse as Triton's ModelConfig.
     """
     from trtspec.triton.render import pbtxt_string, validate_model_config
@@ -118,11 +122,11 @@ def config_with_parameter(path: Path, key: str, value: str, *, expect: EnginePar
     return path, new
 
 
-def config_params(path: Path) -> EngineParams:
-    """The EngineParams of a repository's `MODEL/config.pbtxt` (parsed as Triton's ModelConfig first)."""
+def config_params(path: Path) -> EngineConfig:
+    """The EngineConfig of a repository's `MODEL/config.pbtxt` (parsed as Triton's ModelConfig first)."""
     from google.protobuf.json_format import MessageToDict
 
     from trtspec.triton.render import validate_model_config
 
     config = validate_model_config(Path(path).read_text(encoding="utf-8"), source=str(path))
-    return EngineParams.from_model_config(MessageToDict(config, preserving_proto_field_name=True))
+    return from_model_config(MessageToDict(config, preserving_proto_field_name=True))

@@ -3,8 +3,10 @@ tensors in, trtspec's reference engine, NVIDIA's tensorrt_llm tensors out.
 
 `model_repo/common/engine_shim.py` (each engine model's 1/model.py) hands `pb_utils` to `EngineModel`. This module
 keeps only what is Triton's: request parsing (`parse_request`, pure numpy: a bad request gets a Triton error naming the
-input and the limit, code INVALID_ARG (`triton_error`), and the server keeps serving), response encoding (`JobSink`, a `spec.serving.Sink`) and
-metrics. The serving loop is `spec.serving.EngineLoop`. The model's `parameters` are an `EngineParams`.
+input and the limit, code INVALID_ARG (`triton_error`), and the server keeps serving), response encoding (`JobSink`, a
+`spec.serving.Sink`) and metrics. The engine, its serving loop and the prompt log are the one engine host
+(`spec.host.EngineHost`, as in the Dynamo worker). The model's `parameters` are an EngineConfig's
+(`triton.served_config`).
 
 Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc, model_instance_state.cc):
 - One Triton request with batch size B > 1 is B engine requests; each response carries `batch_index` (when the
@@ -37,7 +39,7 @@ Semantics follow tensorrtllm_backend v0.19.0 (inflight_batcher_llm/src/utils.cc,
   TensorRT-LLM's executor answers a cancellation.
 
 With `log_prompts` set (off by default), a sampled share of the prompts goes to the prompt log (contracts/prompt_log.py).
-A version directory may bring its own checkpoints (`EngineParams.for_version`: a draft rolled out as a new version).
+A version directory may bring its own checkpoints (`served_config.for_version`: a draft rolled out as a new version).
 
 Acceptance counters, target forwards and latency histograms are published as Prometheus metrics (the series of
 `trtspec.contracts.series`, through `trtspec.triton.spec_metrics`). torch is imported only when
@@ -56,11 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.contracts.prompt_log import PromptLog
 from trtspec.errors import RequestError, TrtspecError
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.engine_reply import JobSink, Reply, ReplyClosed, requested_outputs, triton_error
 from trtspec.triton.engine_request import Job, ParsedRequest, engine_features, parse_request, word_lists
+from trtspec.triton.served_config import for_version, from_model_config
 from trtspec.triton.spec_metrics import SpecMetrics
 
 # Request parsing and response encoding live in engine_request.py and engine_reply.py; their public names stay
@@ -74,26 +75,23 @@ class EngineModel:
 
     def __init__(self, args: dict[str, Any], pb_utils: Any) -> None:
         from trtspec.models import read_config, resolve_model
-        from trtspec.spec.serving import EngineLoop
+        from trtspec.spec.host import EngineHost
 
         self.pb = pb_utils
         config = json.loads(args["model_config"])
         # A version directory may bring its own checkpoints (a rolled-out draft: trtspec-version.json).
-        self.params = EngineParams.from_model_config(config).for_version(
-            Path(args.get("model_repository", ".")) / str(args.get("model_version", "1")))
+        self.params = for_version(from_model_config(config),
+                                  Path(args.get("model_repository", ".")) / str(args.get("model_version", "1")))
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         params = self.params
-        self.engine = params.build_engine()
+        labels = {"model": args.get("model_name", "tensorrt_llm"), "version": str(args.get("model_version", "1")),
+                  "method": params.method}
+        self.host = EngineHost(params, model=labels["model"], version=labels["version"])
+        self.engine = self.host.engine
         vocab = read_config(resolve_model(params.target, field="target")).get("vocab_size")
         self.vocab_size = int(vocab) if vocab else None
         self.features = engine_features()
-        labels = {"model": args.get("model_name", "tensorrt_llm"), "version": str(args.get("model_version", "1")),
-                  "method": params.method}
         self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k)
-        self.loop = EngineLoop(self.engine)
-        self.prompt_log = None if params.log_prompts is None else PromptLog(
-            Path(params.log_prompts), sample_rate=params.log_sample_rate, max_mb=params.log_max_mb,
-            model=labels["model"], version=labels["version"])
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
 
@@ -125,11 +123,9 @@ class EngineModel:
             with self._ids_lock:
                 handles = self._by_request_id.pop(request_id, [])
             for handle in handles:
-                self.loop.cancel(handle)
+                self.host.cancel(handle)
             reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
             return reply
-        if self.prompt_log is not None:
-            self._log_prompts(parsed)
         forget = (lambda: self._forget(request_id)) if request_id else None
         reply = Reply(self, request, parsed, requested_outputs(request), on_done=forget)
         cancelled = self._cancel_check(request, reply)
@@ -137,25 +133,17 @@ class EngineModel:
         for job in parsed.jobs:
             sink = JobSink(reply, job, submitted_ns=time.monotonic_ns())
             try:
-                handles.append(self.loop.submit_to(sink, job.prompt_ids, job.sampling, job.spec,
-                                                   is_cancelled=cancelled))
+                handles.append(self.host.submit_to(sink, job.prompt_ids, job.sampling, job.spec,
+                                                   is_cancelled=cancelled, log_prompt=job.sequence_index == 0))
             except TrtspecError as exc:  # the loop is shut down, or full: the error ends the request
                 sink.fail(exc)
                 for handle in handles:
-                    self.loop.cancel(handle)
+                    self.host.cancel(handle)
                 break
         if request_id and not reply.done.is_set():
             with self._ids_lock:
                 self._by_request_id[request_id] = handles
         return reply
-
-    def _log_prompts(self, parsed: ParsedRequest) -> None:
-        """Offer each batch row's prompt to the prompt log (sampled there); a failing log never fails a request."""
-        assert self.prompt_log is not None
-        for job in parsed.jobs:
-            if job.sequence_index == 0:
-                self.prompt_log.offer(job.prompt_ids, prompt=self.engine.decode(job.prompt_ids),
-                                      max_tokens=job.sampling.max_new_tokens, temperature=job.sampling.temperature)
 
     def _forget(self, request_id: str) -> None:
         with self._ids_lock:
@@ -173,9 +161,7 @@ class EngineModel:
 
     def close(self) -> None:
         """Unload: running requests finish within drain_timeout_s, then the rest fail. The metrics are kept."""
-        self.loop.shutdown(drain=True, timeout=self.params.drain_timeout_s)
-        if self.prompt_log is not None:
-            self.prompt_log.close()
+        self.host.close()
         # Not deleted: a reload of this version (`trtspec set-k`) loads the new instance before this one goes, and
         # Triton hands both the same Prometheus series (same labels); deleting ours would free it under the new
         # instance (tritonserver 2.51 crashes at its next increment). Kept, the counters run on without a reset;

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError, TrtspecError
-from trtspec.triton.engine_params import EngineParams
 
 # Inputs of features the reference engine does not have: a request that sends one is refused naming it.
 REFUSED_INPUTS = {
@@ -114,7 +114,7 @@ def word_lists(array: np.ndarray | None, row: int, name: str) -> tuple[tuple[int
     return tuple(words)
 
 
-def parse_request(get: Callable[[str], np.ndarray | None], params: EngineParams, vocab_size: int | None = None, *,
+def parse_request(get: Callable[[str], np.ndarray | None], params: EngineConfig, vocab_size: int | None = None, *,
                   decoupled: bool = True, features: frozenset[str] | None = None) -> ParsedRequest:
     """Turn the input tensors of one Triton request into engine jobs, or raise RequestError saying what is wrong.
 
@@ -162,7 +162,7 @@ def parse_request(get: Callable[[str], np.ndarray | None], params: EngineParams,
     )  # fmt: skip
 
 
-def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarray | None, params: EngineParams,
+def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarray | None, params: EngineConfig,
               vocab_size: int | None, features: frozenset[str], *, decoupled: bool) -> list[Job]:
     from trtspec.spec.params import SpecParams
 
@@ -193,12 +193,12 @@ def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarra
     if n > 1 and not decoupled:
         raise RequestError(f"num_return_sequences={n} needs a decoupled model (one response per sequence); this one "
                            "is not: deploy with `trtspec deploy --decoupled`, or send 1")
-    for name, value in (("lookahead_window_size", params.lookahead and params.lookahead[0]),
-                        ("lookahead_ngram_size", params.lookahead and params.lookahead[1]),
-                        ("lookahead_verification_set_size", params.lookahead and params.lookahead[2])):
+    served = params.lookahead.as_tuple() if params.lookahead is not None else (None, None, None)
+    for name, value in zip(("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size"),
+                           served, strict=True):
         asked = t.scalar(name, row, int)
         if asked is not None and asked != value:
-            raise RequestError(f"{name}={asked}: this model runs lookahead {list(params.lookahead or ())} set when "
+            raise RequestError(f"{name}={asked}: this model runs lookahead {[v for v in served if v is not None]} set when "
                                "it was deployed; leave the lookahead inputs out or send the same values")
     for name in ("return_context_logits", "return_generation_logits"):
         if t.scalar(name, row, bool, False):
@@ -254,7 +254,7 @@ def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarra
 
 
 def _sampling(t: _Tensors, row: int, output_len: int, end_id: int | None, seed: int | None,
-              controls: dict[str, Any], params: EngineParams, features: frozenset[str]) -> Any:
+              controls: dict[str, Any], params: EngineConfig, features: frozenset[str]) -> Any:
     """SamplingParams with TensorRT-LLM's meaning of the request's controls (unset ones included)."""
     from trtspec.spec import params as engine_params
 

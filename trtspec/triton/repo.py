@@ -13,6 +13,7 @@ checked against them. Pure Python: no torch, no tritonclient (except `render.val
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from trtspec import choices as tree_choices
 from trtspec.contracts import observability, series
 from trtspec.contracts.baseline import BASELINE_FILE, Baseline
+from trtspec.contracts.engine import EngineConfig, Lookahead
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
@@ -27,7 +29,6 @@ from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_f
 from trtspec.triton import contract
 from trtspec.triton.build_output import EngineInfo, read_build_output
 from trtspec.triton.contract import ModelDecls
-from trtspec.triton.engine_params import EngineParams
 from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters
 
 BACKENDS = ("tensorrtllm", "torch")
@@ -49,35 +50,18 @@ class RepoSpec:
     """Everything the templates need; built from a build output (`from_build`) or directly in code."""
 
     backend: str
-    method: str
+    # torch: what the tensorrt_llm model serves; tensorrtllm: the engines' method, k, tree and lookahead
+    engine: EngineConfig
     tokenizer_dir: Path
     triton_max_batch_size: int = 8
     max_queue_delay_microseconds: int = 0
     max_queue_size: int = 0
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
-    default_k: int = EngineParams.default_k  # draft tokens per request when the request does not say
-    max_input_len: int = EngineParams.max_input_len
-    max_output_len: int = EngineParams.max_output_len
     # tensorrtllm flavour
     engines: dict[str, EngineInfo] = field(default_factory=dict)
-    choices: list[list[int]] | None = None  # Medusa / EAGLE tree (server-level)
-    lookahead: tuple[int, int, int] | None = None  # the server's (W, N, G)
-    build_lookahead: tuple[int, int, int] | None = None  # what the engine was built for
+    build_lookahead: Lookahead | None = None  # what the engine was built for
     enable_kv_cache_reuse: bool = True
-    # torch flavour
-    models: dict[str, str] = field(default_factory=dict)  # role -> checkpoint directory or embedded name
-    max_k: int = EngineParams.max_k
-    engine_max_queue: int = EngineParams.max_queue  # requests waiting + running in the reference engine
-    device: str = EngineParams.device
-    eagle_topk: int | None = None  # method eagle3 without a static tree: the dynamic tree's children per expansion
-    eagle_depth: int | None = None  # ... and its levels (None: the proposer's defaults)
-    dtype: str = EngineParams.dtype
-    # prompt logging of the torch flavour's tensorrt_llm (off unless a directory is given; contracts/prompt_log.py)
-    log_prompts: Path | None = None
-    log_sample_rate: float = EngineParams.log_sample_rate
-    log_max_mb: float = EngineParams.log_max_mb
-    suffix: SuffixConfig | None = None  # method suffix: the served engine's options (None: the defaults)
     trtllm_version: str = DEFAULT_TARGET  # the TensorRT-LLM release whose Triton contract is rendered
     build_trtllm_version: str | None = None  # what the build planned for (None: the manifest does not say)
     # NVIDIA's decoupled_mode, for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming needs it; unary
@@ -88,11 +72,15 @@ class RepoSpec:
     baseline: Baseline | None = None
 
     @property
+    def method(self) -> str:
+        return self.engine.method
+
+    @property
     def has_draft_model(self) -> bool:
         """Whether the repository serves `tensorrt_llm_draft` (the method drafts with a draft model that was built)."""
         if not resolve(self.method).needs_draft_model:
             return False
-        return "draft" in (self.models if self.backend == "torch" else self.engines)
+        return self.engine.draft is not None if self.backend == "torch" else "draft" in self.engines
 
     @property
     def model_names(self) -> list[str]:
@@ -110,8 +98,10 @@ class RepoSpec:
         return max((e.world_size for e in self.engines.values()), default=1)
 
     @classmethod
-    def from_build(cls, build_dir: Path, backend: str, **overrides: Any) -> RepoSpec:
-        """The RepoSpec of a build output, with `overrides` (e.g. default_k, lookahead, choices) applied, checked."""
+    def from_build(cls, build_dir: Path, backend: str, *, engine: Mapping[str, object] | None = None,
+                   **overrides: Any) -> RepoSpec:
+        """The RepoSpec of a build output with `engine` (EngineConfig parameters, e.g. {"default_k": "2"}) applied over
+        the build's engine configuration and `overrides` over the repository's own fields; checked."""
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"is not one of {', '.join(BACKENDS)}", hint="--backend torch")
         build = read_build_output(build_dir)
@@ -119,27 +109,16 @@ class RepoSpec:
             raise UsageError(f"{build.root} was built for backend {build.backend!r}, not {backend!r}",
                              hint=f"deploy it with --backend {build.backend}, or build for {backend}")
         resolve(build.method)
-        common: dict[str, Any] = {
-            "backend": backend, "method": build.method, "triton_max_batch_size": build.max_batch_size,
-            "max_input_len": build.max_input_len,
-            "max_output_len": max(1, build.max_seq_len - build.max_input_len),
-            "default_k": build.max_draft_len if build.method in ("draft_target", "ngram") or backend == "torch" else 0,
-            "choices": build.choices, "lookahead": build.lookahead, "build_lookahead": build.lookahead,
-            "trtllm_version": build.trtllm_version or DEFAULT_TARGET, "build_trtllm_version": build.trtllm_version,
-        }  # fmt: skip
         if backend == "torch":
-            spec = cls(tokenizer_dir=Path(build.models["target"]), models=build.models, dtype=build.dtype,
-                       max_k=max(build.max_draft_len, 1), suffix=build.suffix, eagle_topk=build.eagle_topk,
-                       eagle_depth=build.eagle_depth, **common)
+            tokenizer = build.engine.target
         else:
             from trtspec.models import resolve_model
 
-            tokenizer = overrides.get("tokenizer_dir") or resolve_model(build.target_model, field="target")
-            spec = cls(tokenizer_dir=Path(tokenizer), engines=build.engines,
-                       enable_kv_cache_reuse=build.enable_kv_cache_reuse, **common)
-        if isinstance(overrides.get("suffix"), dict):  # --suffix NAME=VALUE settings, over the build's options
-            given = {**(spec.suffix or SuffixConfig()).to_strings(), **overrides["suffix"]}
-            overrides["suffix"] = SuffixConfig.from_strings(given, field="--suffix ")
+            tokenizer = overrides.get("tokenizer_dir") or resolve_model(build.engine.target, field="target")
+        spec = cls(backend=backend, engine=build.engine.with_parameters(engine or {}), tokenizer_dir=Path(tokenizer),
+                   triton_max_batch_size=build.max_batch_size, engines=build.engines,
+                   build_lookahead=build.engine.lookahead, enable_kv_cache_reuse=build.enable_kv_cache_reuse,
+                   trtllm_version=build.trtllm_version or DEFAULT_TARGET, build_trtllm_version=build.trtllm_version)
         spec = replace(spec, **{k: v for k, v in overrides.items() if v is not None})
         spec.check()
         return spec
@@ -148,35 +127,30 @@ class RepoSpec:
         """Refuse a spec whose engines cannot serve its method (the reason names the field and the fix)."""
         info = resolve(self.method)
         facts = self.target  # refuses an unsupported trtllm_version on both flavours
+        engine = self.engine
         if not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
-        if self.log_prompts is not None and self.backend != "torch":
-            raise ConfigError("log_prompts", str(self.log_prompts), "needs the torch flavour (the reference engine "
-                              "logs prompts; NVIDIA's C++ backend does not)", hint="deploy with --backend torch, or "
-                              "leave --log-prompts out")
-        if self.suffix is not None and self.method != "suffix":
-            raise ConfigError("suffix", "set", f"configures method suffix, but the build's method is {self.method}",
-                              hint="drop --suffix, or build with method: suffix")
-        if self.backend != "torch" and (self.eagle_topk, self.eagle_depth) != (None, None):
-            raise ConfigError("--eagle-topk" if self.eagle_topk is not None else "--eagle-depth",
-                              self.eagle_topk if self.eagle_topk is not None else self.eagle_depth,
-                              "shapes the reference engine's dynamic tree; NVIDIA's tensorrtllm backend reads only "
-                              "eagle_choices (no dynamic tree)", hint="deploy with --backend torch, or drop the flag")
+        if engine.prompt_log is not None and self.backend != "torch":
+            raise ConfigError("log_prompts", engine.prompt_log.directory, "needs the torch flavour (the reference "
+                              "engine logs prompts; NVIDIA's C++ backend does not)", hint="deploy with --backend "
+                              "torch, or leave --log-prompts out")
+        dynamic = engine.eagle_tree.dynamic_values() if engine.eagle_tree is not None else {}
+        if self.backend != "torch" and dynamic:
+            name, value = next(iter(dynamic.items()))
+            raise ConfigError(name, value, "shapes the reference engine's dynamic tree; NVIDIA's tensorrtllm backend "
+                              "reads only eagle_choices (no dynamic tree)", hint="deploy with --backend torch, or drop "
+                              "it")
         if self.backend == "torch":
             if info.proposer is None and self.method != "none":
                 raise UsageError(f"method {self.method!r} has no reference-engine proposer",
                                  hint="deploy it with --backend tensorrtllm")
-            if info.needs_draft_model and "draft" not in self.models:
+            if info.needs_draft_model and engine.draft is None:
                 raise UsageError(f"method {self.method} needs a draft model; the bundle has none",
                                  hint="rebuild the bundle with a draft model")
-            if info.needs_eagle_drafter and "eagle" not in self.models:
+            if info.needs_eagle_drafter and engine.eagle is None:
                 raise UsageError(f"method {self.method} needs an EAGLE-3 drafter; the bundle has none",
                                  hint="rebuild with method: eagle, eagle: {model: DIR, eagle3: true}")
-            self._check_eagle_tree(info.needs_eagle_drafter)
-            if not 0 <= self.default_k <= self.max_k:
-                raise ConfigError("k", self.default_k, f"must be in [0, max_k={self.max_k}]",
-                                  hint="lower --k or raise --max-k")
             return
         self._check_features(facts)
         if "target" not in self.engines:
@@ -189,8 +163,8 @@ class RepoSpec:
                     f"{target.speculative_decoding_mode!r}, max_draft_len={target.max_draft_len})",
                     hint="rebuild the target with --speculative_decoding_mode draft_tokens_external --max_draft_len K",
                 )
-            if self.default_k > target.max_draft_len:
-                raise ConfigError("k", self.default_k, f"exceeds the target engine's max_draft_len="
+            if engine.default_k > target.max_draft_len:
+                raise ConfigError("k", engine.default_k, f"exceeds the target engine's max_draft_len="
                                   f"{target.max_draft_len}", hint="lower --k or rebuild with a larger max_draft_len")
         if info.needs_draft_model:
             draft = self.engines.get("draft")
@@ -202,20 +176,16 @@ class RepoSpec:
                                  hint="draft and target must share one tokenizer and vocab size")
         if self.method == "lookahead":
             self._check_lookahead(target)
-        if info.tree and self.choices is not None:
-            tree_choices.validate(self.choices, max_depth=target.num_medusa_heads,
-                                  max_nodes=target.max_draft_len or None, field=f"{self.method}_choices")
+        choices = self.choices
+        if info.tree and choices is not None:
+            tree_choices.validate(choices, max_depth=target.num_medusa_heads, max_nodes=target.max_draft_len or None,
+                                  field=f"{self.method}_choices")
 
-    def _check_eagle_tree(self, eagle: bool) -> None:
-        """The torch flavour's EAGLE tree: a static tree (choices) or a dynamic one within the engine's limits."""
-        if not eagle and (self.eagle_topk, self.eagle_depth) != (None, None):
-            raise ConfigError("--eagle-topk" if self.eagle_topk is not None else "--eagle-depth",
-                              self.eagle_topk if self.eagle_topk is not None else self.eagle_depth,
-                              f"shapes an EAGLE tree, but the build's method is {self.method}",
-                              hint="drop --eagle-topk / --eagle-depth")
-        if eagle:
-            tree_choices.check_dynamic_tree(self.eagle_topk, self.eagle_depth, self.choices,
-                                            names=("--eagle-topk", "--eagle-depth", "the build's eagle.choices"))
+    @property
+    def choices(self) -> list[list[int]] | None:
+        """The static tree of a tree method (Medusa, EAGLE), as lists of ranks; None when it has none."""
+        tree = self.engine.medusa_tree if self.method == "medusa" else self.engine.eagle_tree
+        return [list(p) for p in tree.choices] if tree is not None and tree.choices is not None else None
 
     def _check_features(self, facts: TrtllmTarget) -> None:
         """Refuse a method, or a decoding mode, that the TensorRT-LLM target lacks (naming the nearest that has it)."""
@@ -227,14 +197,14 @@ class RepoSpec:
                               hint=f"it parses: {', '.join(facts.decoding_modes)}")
 
     def _check_lookahead(self, target: EngineInfo) -> None:
-        if self.lookahead is None:
+        if self.engine.lookahead is None:
             raise UsageError("method lookahead needs the server's (W, N, G)",
                              hint="the build records them (derived.lookahead); or pass --lookahead W,N,G")
-        window, ngram, verification = self.lookahead
+        window, ngram, verification = self.engine.lookahead.as_tuple()
         need = lookahead_max_draft_len(window, ngram, verification)
-        built = f" (built for {list(self.build_lookahead)})" if self.build_lookahead else ""
+        built = f" (built for {list(self.build_lookahead.as_tuple())})" if self.build_lookahead else ""
         if target.max_draft_len != need:
-            raise UsageError(f"lookahead {list(self.lookahead)} needs max_draft_len={need} but the target engine has "
+            raise UsageError(f"lookahead {[window, ngram, verification]} needs max_draft_len={need} but the target engine has "
                              f"{target.max_draft_len}{built}",
                              hint="deploy with the engine's (W, N, G), or rebuild with lookahead: "
                                   f"[{window}, {ngram}, {verification}] (max_draft_len {need})")
@@ -301,33 +271,24 @@ def _engine_values(spec: RepoSpec, name: str) -> dict[str, object]:
             "max_queue_delay_microseconds": spec.max_queue_delay_microseconds, "max_queue_size": spec.max_queue_size}
 
 
-def engine_parameters(spec: RepoSpec) -> dict[str, EngineParams]:
-    """The torch flavour's engine models and their EngineParams: `tensorrt_llm` runs the target with the
-    repository's method and k (and verifies a caller's draft_input_ids); `tensorrt_llm_draft`, when there is a draft
-    model, runs the draft alone with plain decoding."""
-    common = {"device": spec.device, "dtype": spec.dtype, "max_input_len": spec.max_input_len,
-              "max_output_len": spec.max_output_len, "max_queue": spec.engine_max_queue, "max_k": spec.max_k}
-    lookahead = tuple(spec.lookahead) if spec.method == "lookahead" and spec.lookahead else None
-    info = resolve(spec.method)
-    # method suffix: every option written out (the defaults where the build set none), so config.pbtxt says them all
-    suffix = SuffixConfig.from_options(spec.suffix) if spec.method == "suffix" else None
-    models = {"tensorrt_llm": EngineParams(
-        target=spec.models["target"], method=spec.method, draft=spec.models.get("draft"),
-        medusa=spec.models.get("medusa"), eagle=spec.models.get("eagle"), default_k=spec.default_k,
-        eagle_choices=tree_choices.to_triton(spec.choices) if info.needs_eagle_drafter and spec.choices else None,
-        eagle_topk=spec.eagle_topk if info.needs_eagle_drafter else None,
-        eagle_depth=spec.eagle_depth if info.needs_eagle_drafter else None,
-        lookahead=lookahead, suffix=suffix,
-        log_prompts=str(spec.log_prompts) if spec.log_prompts is not None else None,
-        log_sample_rate=spec.log_sample_rate, log_max_mb=spec.log_max_mb, **common)}  # type: ignore[arg-type]
+def engine_parameters(spec: RepoSpec) -> dict[str, EngineConfig]:
+    """The torch flavour's engine models and their configurations: `tensorrt_llm` runs the repository's engine (and
+    verifies a caller's draft_input_ids); `tensorrt_llm_draft`, when there is a draft model, runs the draft alone with
+    plain decoding."""
+    engine = spec.engine
+    if engine.method == "suffix" and engine.suffix is None:  # every option written out, so config.pbtxt says them all
+        engine = replace(engine, suffix=SuffixConfig())
+    models = {"tensorrt_llm": engine}
     if spec.has_draft_model:
-        models["tensorrt_llm_draft"] = EngineParams(target=spec.models["draft"], method="none", default_k=0,
-                                                    **common)  # type: ignore[arg-type]
+        assert engine.draft is not None
+        models["tensorrt_llm_draft"] = replace(engine, target=engine.draft, draft=None, medusa=None, eagle=None,
+                                               method="none", default_k=0, eagle_tree=None, medusa_tree=None,
+                                               lookahead=None, ngram=None, suffix=None, prompt_log=None)
     return models
 
 
 def _torch_engine_models(spec: RepoSpec, decls: ModelDecls) -> RepoPlan:
-    """The reference engine behind NVIDIA's tensorrt_llm tensors (+ EXTENSIONS). Its parameters are EngineParams,
+    """The reference engine behind NVIDIA's tensorrt_llm tensors (+ EXTENSIONS). Its parameters are its EngineConfig's,
     the Python model's own keys (not the C++ backend's), so they are not checked against the target's."""
     plan: RepoPlan = {}
     for name, params in engine_parameters(spec).items():
@@ -368,9 +329,9 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
         params["decoding_mode"] = info.triton_decoding_mode
     if speculative and info.tree:  # medusa_choices / eagle_choices, in the C++ `{0}, {0, 0}` form
         params[f"{spec.method}_choices"] = tree_choices.to_triton(spec.choices or tree_choices.MC_SIM_7B_63)
-    if speculative and spec.method == "lookahead" and spec.lookahead is not None \
+    if speculative and spec.method == "lookahead" and spec.engine.lookahead is not None \
             and spec.target.has("server_lookahead_params"):
-        window, ngram, verification = spec.lookahead
+        window, ngram, verification = spec.engine.lookahead.as_tuple()
         params |= {"lookahead_window_size": window, "lookahead_ngram_size": ngram,
                    "lookahead_verification_set_size": verification}
     return params
@@ -380,8 +341,8 @@ def repo_record(spec: RepoSpec) -> dict[str, Any]:
     """`trtspec-repo.json`: what `trtspec serve` needs to know about the repository (flavour, world size, models)."""
     target = spec.target
     return {"backend": spec.backend, "method": spec.method, "models": spec.model_names, "decoupled": spec.decoupled,
-            "world_size": spec.world_size, "max_k": spec.max_k, "trtllm_version": target.version,
+            "world_size": spec.world_size, "max_k": spec.engine.max_k, "trtllm_version": target.version,
             "image": target.image, "templates": contract.templates_source(target),
-            "baseline": BASELINE_FILE if spec.baseline is not None else None,
+            "baseline": BASELINE_FILE if spec.baseline is not None else None, "engine": spec.engine.to_dict(),
             "observability": {"prometheus_rules": observability.RULES_FILE,
                               "grafana_dashboard": observability.DASHBOARD_FILE}}

@@ -5,7 +5,7 @@ Plan (pure, `plan_rollout`): the models that load the draft (`tensorrt_llm_draft
 against the served target (same vocabulary and tokenizer) before anything is written. Execute (`execute_rollout`),
 per model:
   1. stage    `MODEL/.N+1.tmp/`: the files of version N (model.py), the draft checkpoint in `draft/`, and
-              `trtspec-version.json` naming it (EngineParams.for_version); renamed to `MODEL/N+1/` when complete
+              `trtspec-version.json` naming it (triton/served_config.py); renamed to `MODEL/N+1/` when complete
   2. load     reload the model with its live config and version_policy {specific: [N, N+1]}: N+1 loads while N
               keeps serving; requests without a version go to the newest ready one, N+1
   3. retire   reload with version_policy {specific: [N+1]}: N drains its running requests and unloads
@@ -17,7 +17,6 @@ nothing: the staged version is removed and N keeps serving. Pure Python: no torc
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shutil
 import time
@@ -29,9 +28,9 @@ from typing import Any
 from trtspec.atomic import replace_dir
 from trtspec.errors import ServerError, UsageError
 from trtspec.triton.control import config_params
-from trtspec.triton.engine_params import VERSION_FILE
+from trtspec.triton.served_config import VERSION_FILE, write_version_file
 
-DRAFT_MODELS = {"tensorrt_llm_draft": "target", "tensorrt_llm": "draft"}  # model -> its EngineParams field of the draft
+DRAFT_MODELS = {"tensorrt_llm_draft": "target", "tensorrt_llm": "draft"}  # model -> its EngineConfig field of the draft
 CHECKPOINT_DIR = "draft"  # inside the new version directory
 
 
@@ -155,7 +154,7 @@ def stage_version(plan: RolloutPlan, step: VersionStep) -> Path:
                 shutil.copy2(src, staging / src.name)
         shutil.copytree(plan.draft, staging / CHECKPOINT_DIR, symlinks=False,
                         ignore=shutil.ignore_patterns(".*", "__pycache__"))
-        (staging / VERSION_FILE).write_text(json.dumps({step.field: CHECKPOINT_DIR}) + "\n", encoding="utf-8")
+        write_version_file(staging, {step.field: CHECKPOINT_DIR})
         replace_dir(staging, final)  # `final` does not exist: one rename
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

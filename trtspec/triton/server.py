@@ -10,6 +10,7 @@ ports are used unless asked otherwise. Imports nothing heavy.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -79,6 +80,22 @@ class LaunchPlan:
         return " ".join([*parts, shlex.join(self.argv)])
 
 
+def find_tritonserver() -> Path | None:
+    """A tritonserver binary: on PATH / NVIDIA's container first, else the one bundled in nvidia-pytriton."""
+    for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    try:
+        spec = importlib.util.find_spec("pytriton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec and spec.submodule_search_locations:
+        binary = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "bin" / "tritonserver"
+        if binary.is_file():
+            return binary
+    return None
+
+
 def pytriton_root() -> Path | None:
     """The `pytriton` package directory, or None when nvidia-pytriton is not installed."""
     import importlib.util
@@ -91,7 +108,7 @@ def pytriton_root() -> Path | None:
 
 def is_bundled(binary: Path) -> bool:
     root = pytriton_root()
-    return root is not None and root in binary.resolve().parents
+    return root is not None and root.resolve() in binary.resolve().parents  # a venv reached through a symlink too
 
 
 def prepare_bundled_backends(dest: Path) -> Path:
@@ -146,8 +163,6 @@ def plan_launch(
         backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
         record: the repository's `trtspec-repo.json` content (read from `repo` when None).
     """
-    from trtspec.doctor import find_tritonserver
-
     binary = binary or find_tritonserver()
     if binary is None:
         raise ToolNotFoundError("no tritonserver binary found",
@@ -274,8 +289,6 @@ class TritonServer:
         backend_dir = None
         binary = self.binary
         if binary is None:
-            from trtspec.doctor import find_tritonserver
-
             binary = find_tritonserver()
         if binary is not None and is_bundled(binary):
             backend_dir = prepare_bundled_backends(work / "backends")

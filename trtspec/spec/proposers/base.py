@@ -1,19 +1,22 @@
 """The proposer interface: what a proposer gets (ProposeInput), what it returns (Draft), and how it is built.
 
-A proposer turns each running sequence's context into a Draft: a chain (or, later, a tree) of candidate tokens with
-the draft distributions they were sampled from, or without them (one-hot drafts such as n-gram lookups). Proposers
-never call the target model; verifiers never know which proposer made a draft. Proposers keep per-request state
-(e.g. a draft KV slot) keyed by request id: `add_request` -> (`propose` -> `commit`)* -> `free`.
+A proposer turns each running sequence's context into a Draft: a chain or a tree of candidate tokens with the draft
+distributions they were sampled from, or without them (one-hot drafts such as n-gram lookups). Proposers never call
+the target model; verifiers never know which proposer made a draft. Proposers keep per-request state (e.g. a draft
+KV slot) keyed by request id: `add_request` -> (`propose` -> `commit`)* -> `free`. Each one reads its own typed part
+of the engine configuration (`ProposerContext.options`: trtspec.contracts.engine.ProposerOptions).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
+
+from trtspec.contracts.engine import ProposerOptions
 
 if TYPE_CHECKING:
     from torch import nn
@@ -93,56 +96,57 @@ class ProposerContext:
     max_num_seqs: int = 256  # concurrent sequences (KV slots) the engine may schedule
     draft_model: LlamaModel | None = None
     medusa: Path | None = None
-    options: dict[str, object] = field(default_factory=dict)  # proposer-specific knobs, e.g. {"max_ngram": 3}
+    options: ProposerOptions = field(default_factory=ProposerOptions)  # each proposer reads its own typed part
     hidden_size: int | None = None  # target hidden size (Medusa heads must match it)
     eagle: Path | None = None  # EAGLE-3 drafter directory
     target_config: LlamaConfig | None = None  # the target's shape (an EAGLE drafter is checked against it)
     target_embed: nn.Embedding | None = None  # the target's embeddings, shared with an EAGLE drafter (vLLM does too)
 
 
-class Proposer(Protocol):
+class Proposer:
+    """What every proposer is: `create`, then per request `add_request` -> (`propose` -> `commit`)* -> `free`.
+
+    Every hook the engine calls is declared here; the ones a proposer does not need are no-ops.
+    """
+
     name: ClassVar[str]
-    needs_hidden_states: ClassVar[bool]  # the engine passes ProposeInput.target_hidden when True
+    needs_hidden_states: ClassVar[bool] = False  # the engine passes ProposeInput.target_hidden when True
+    # The target layers whose input the proposer reads (EAGLE-3): every target forward returns them
+    # (LlamaModel.forward(taps=...)), and `observe_target` receives those of the committed positions. () = none.
+    target_taps: tuple[int, ...] = ()
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> Proposer:
         """Build from the engine's parts; raise ConfigError when a required part is missing."""
-        ...
-
-    def add_request(self, request_id: int) -> None: ...
+        raise NotImplementedError
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         """One Draft per input, in order; a Draft may be shorter than k (even empty)."""
-        ...
+        raise NotImplementedError
+
+    def add_request(self, request_id: int) -> None:
+        """A request was admitted (again, after a preemption)."""
 
     def commit(self, request_id: int, token_ids: list[int]) -> None:
         """The sequence's context after verification (accepted + recovered/bonus appended): roll state back to it."""
-        ...
-
-    def free(self, request_id: int) -> None: ...
-
-    # Proposers whose drafts carry an AuxBranch also implement
-    #     observe_auxiliary(request_id: int, argmax_ids: list[int]) -> None
-    # which the engine calls once per forwarded branch, before `commit`.
-    # Proposers that read the target's intermediate layers (EAGLE-3) have `target_taps: tuple[int, ...]` (the layers
-    # whose input the target forward returns, LlamaModel.forward(taps=...)) and implement
-    #     observe_target(request_id: int, start: int, features: Tensor) -> None
-    # which the engine calls before `commit` with the taps of the positions committed this step, [n, taps * hidden]
-    # for positions start .. start + n - 1 (the uncached context tokens, then the accepted draft tokens).
-    # Proposers that learn from whole requests (suffix decoding's cross-request cache) also implement
-    #     observe_prompt(request_id: int, prompt_ids: list[int]) -> None   at admission, after add_request
-    #     observe_finish(request_id: int, token_ids: list[int]) -> None    the finished context, before free
-    # Proposers with host-only state that survives a recompute preemption implement preempt(request_id) -> None.
-
-
-class StatelessProposer:
-    """Mixin for proposers that keep no per-request state (their drafts depend only on ProposeInput)."""
-
-    def add_request(self, request_id: int) -> None:
-        pass
-
-    def commit(self, request_id: int, token_ids: list[int]) -> None:
-        pass
 
     def free(self, request_id: int) -> None:
-        pass
+        """The request is gone: drop its state."""
+
+    def preempt(self, request_id: int) -> None:
+        """The request lost its KV (recompute preemption) and will be admitted again. By default its state goes (it
+        is rebuilt from the context); a proposer with host-only state that the context cannot rebuild keeps it."""
+        self.free(request_id)
+
+    def observe_prompt(self, request_id: int, prompt_ids: list[int]) -> None:
+        """At admission, after `add_request`: the prompt (proposers that learn from whole requests: suffix)."""
+
+    def observe_finish(self, request_id: int, token_ids: list[int]) -> None:
+        """The finished context, before `free` (proposers that learn from whole requests: suffix)."""
+
+    def observe_auxiliary(self, request_id: int, argmax_ids: list[int]) -> None:
+        """The target's argmax at each token of the request's AuxBranch, before `commit` (lookahead)."""
+
+    def observe_target(self, request_id: int, start: int, features: Tensor) -> None:
+        """Before `commit`: the taps (`target_taps`) of the positions committed this step, [n, taps * hidden] for
+        positions start .. start + n - 1 (the uncached context tokens, then the accepted draft tokens)."""

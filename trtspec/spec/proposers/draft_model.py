@@ -18,7 +18,7 @@ from torch import Tensor
 from trtspec.errors import ConfigError
 from trtspec.spec.logits_process import LogitsControls, process_logits
 from trtspec.spec.model import LlamaModel, forward_grouped
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.sampling import sample, scores_to_probs
 
 
@@ -28,7 +28,7 @@ class _DraftState:
     cached_ids: list[int]  # [cache length] tokens whose KV is in the draft cache
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """Proposer backed by a draft LlamaModel with its own KV cache slots.
 
     Example:
@@ -38,7 +38,6 @@ class DraftModelProposer:
     """
 
     name: ClassVar[str] = "draft_model"
-    needs_hidden_states: ClassVar[bool] = False
 
     def __init__(self, model: LlamaModel, vocab_size: int, max_num_seqs: int = 256) -> None:
         self.model = model

@@ -12,11 +12,12 @@ Data flow per request (positions are the target's):
     a commit that contradicts cached entries (never in normal operation) rolls back to the common prefix.
 
 Trees:
-  - static (EAGLE-1): `eagle_choices`, Medusa-style paths; node [a, .., r] is the rank-r token of its parent's
+  - static (EAGLE-1): the tree's `choices`, Medusa-style paths; node [a, .., r] is the rank-r token of its parent's
     distribution. The first k nodes (parents-first order) are drafted.
-  - dynamic (EAGLE-2): each expansion takes the `eagle_topk` children of every frontier node, scored by cumulative
-    log-probability; the top `eagle_topk` of them form the next frontier, up to `eagle_depth` levels; the k best
-    nodes overall are drafted (a child never outscores its parent, so they form a tree).
+  - dynamic (EAGLE-2): each expansion takes the `topk` children of every frontier node, scored by cumulative
+    log-probability; the top `topk` of them form the next frontier, up to `depth` levels; the k best nodes overall
+    are drafted (a child never outscores its parent, so they form a tree).
+The tree is the engine configuration's `EagleTree` (trtspec.contracts.engine), unset fields taking the defaults here.
 Drafts are one-hot (top-k children are not samples), so the tree verifier's recursive rejection is exact at any
 temperature. The first step of a request has no features yet: it drafts nothing and the engine decodes one token.
 """
@@ -30,13 +31,13 @@ import torch
 from torch import Tensor
 
 from trtspec import choices as choices_mod
+from trtspec.contracts.engine import MAX_DEPTH, EagleTree
 from trtspec.errors import ConfigError
 from trtspec.spec.eagle_model import EagleDrafter, load_drafter
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 DEFAULT_TOPK = 4  # EAGLE-2 / vLLM / SGLang default branching
 DEFAULT_DEPTH = 6  # levels of a dynamic tree (SGLang's --speculative-num-steps is of this order)
-MAX_DEPTH = choices_mod.MAX_DEPTH
 
 
 @dataclass
@@ -72,7 +73,7 @@ class _Tree:
         return sorted(self.scores, reverse=True)[k - 1] if len(self.scores) >= k else float("-inf")
 
 
-class EagleProposer:
+class EagleProposer(Proposer):
     """EAGLE-3 drafter + static choices or a dynamic tree (see module docstring).
 
     Example:
@@ -82,37 +83,33 @@ class EagleProposer:
     """
 
     name: ClassVar[str] = "eagle"
-    needs_hidden_states: ClassVar[bool] = False  # it reads the taps through observe_target
 
-    def __init__(self, drafter: EagleDrafter, taps: tuple[int, ...], *, max_num_seqs: int = 256,
-                 tree_choices: choices_mod.Choices | None = None, topk: int = DEFAULT_TOPK,
-                 depth: int = DEFAULT_DEPTH, max_seq_len: int = 2048) -> None:
+
+    def __init__(self, drafter: EagleDrafter, taps: tuple[int, ...], *, tree: EagleTree = EagleTree(),
+                 max_num_seqs: int = 256, max_seq_len: int = 2048) -> None:
+        vocab = drafter.config.draft_vocab_size  # ranks index the draft vocabulary
         self.drafter = drafter
         self.target_taps = taps  # the engine asks the target's forward for the input of these layers
-        self.choices = tree_choices
-        self.topk, self.depth = topk, depth
+        self.choices = None if tree.choices is None else choices_mod.validate(
+            [list(p) for p in tree.choices], max_depth=MAX_DEPTH, max_rank=vocab, field="eagle_choices")
+        self.topk, self.depth = tree.topk or DEFAULT_TOPK, tree.depth or DEFAULT_DEPTH
+        if self.topk > vocab:
+            raise ConfigError("eagle_topk", self.topk, f"exceeds the drafter's vocabulary of {vocab} tokens",
+                              hint=f"use at most {vocab}")
         self.cache = drafter.new_cache(num_slots=min(4, max_num_seqs), max_slots=max_num_seqs,
                                        max_seq_len=max_seq_len)
         self.states: dict[int, _EagleState] = {}
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> EagleProposer:
-        """Drafter from ctx.eagle, checked against the target; options eagle_choices | eagle_topk, eagle_depth."""
+        """Drafter from ctx.eagle, checked against the target; the tree from ctx.options.eagle_tree."""
         if ctx.eagle is None or ctx.target_config is None or ctx.target_embed is None:
             raise ConfigError("eagle", None, "method eagle3 needs an EAGLE-3 drafter",
                               hint="pass eagle='tiny-eagle' (or a directory from `trtspec train eagle`)")
         weight = ctx.target_embed.weight
         drafter, taps = load_drafter(ctx.eagle, ctx.target_config, ctx.target_embed, dtype=weight.dtype,
                                      device=weight.device)
-        spec = ctx.options.get("eagle_choices")
-        tree_choices = None
-        vocab = drafter.config.draft_vocab_size  # ranks index the draft vocabulary
-        if spec is not None:
-            tree_choices = choices_mod.validate(choices_mod.parse(spec, field="eagle_choices"), max_depth=MAX_DEPTH,
-                                                max_rank=vocab, field="eagle_choices")
-        topk = _option(ctx, "eagle_topk", DEFAULT_TOPK, 1, min(choices_mod.MAX_TOPK, vocab))
-        depth = _option(ctx, "eagle_depth", DEFAULT_DEPTH, 1, MAX_DEPTH)
-        return cls(drafter, taps, max_num_seqs=ctx.max_num_seqs, tree_choices=tree_choices, topk=topk, depth=depth,
+        return cls(drafter, taps, tree=ctx.options.eagle_tree, max_num_seqs=ctx.max_num_seqs,
                    max_seq_len=ctx.target_config.max_position_embeddings + MAX_DEPTH * 64)
 
     # -- per-request state ---------------------------------------------------------------------------------------
@@ -292,9 +289,3 @@ class EagleProposer:
         return Draft(token_ids=torch.tensor([tree.tokens[n] for n in nodes], dtype=torch.long), draft_probs=None,
                      parents=parents)
 
-
-def _option(ctx: ProposerContext, name: str, default: int, low: int, high: int) -> int:
-    value = ctx.options.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigError(name, value, f"must be an integer in [{low}, {high}]", hint=f"e.g. {name}={default}")
-    return value

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext, StatelessProposer
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 
-class ExternalProposer(StatelessProposer):
+class ExternalProposer(Proposer):
     """The caller's draft, cut to the step's k.
 
     Example:
@@ -27,7 +27,6 @@ class ExternalProposer(StatelessProposer):
     """
 
     name: ClassVar[str] = "external"
-    needs_hidden_states: ClassVar[bool] = False
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> ExternalProposer:

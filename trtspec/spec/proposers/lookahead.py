@@ -31,9 +31,8 @@ from typing import ClassVar
 
 import torch
 
-from trtspec.errors import ConfigError
-from trtspec.methods import DEFAULT_LOOKAHEAD, lookahead_max_draft_len, validate_lookahead
-from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, ProposerContext
+from trtspec.methods import lookahead_max_draft_len, validate_lookahead
+from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
 
 
 @dataclass
@@ -46,7 +45,7 @@ class _LookaheadState:
     argmax: list[int] | None = None  # target argmax at each forwarded window token, level-major
 
 
-class LookaheadProposer:
+class LookaheadProposer(Proposer):
     """Lookahead decoding: Jacobi window + n-gram pool (see module docstring).
 
     Example:
@@ -56,7 +55,6 @@ class LookaheadProposer:
     """
 
     name: ClassVar[str] = "lookahead"
-    needs_hidden_states: ClassVar[bool] = False
 
     def __init__(self, window: int = 4, ngram: int = 4, verification_set: int = 4, *,
                  pool_from_context: bool = True) -> None:
@@ -68,13 +66,7 @@ class LookaheadProposer:
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> LookaheadProposer:
-        value = ctx.options.get("lookahead", DEFAULT_LOOKAHEAD)
-        try:
-            window, ngram, verification_set = (int(v) for v in value)  # type: ignore[union-attr]
-        except (TypeError, ValueError):
-            raise ConfigError("lookahead", value, "must be three integers (W, N, G)", hint="e.g. lookahead=(4, 4, 4)"
-                              ) from None
-        return cls(window, ngram, verification_set)
+        return cls(*ctx.options.lookahead.as_tuple())
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def add_request(self, request_id: int) -> None:

@@ -19,13 +19,13 @@ import torch
 from trtspec import choices as choices_mod
 from trtspec.errors import ConfigError
 from trtspec.spec.medusa_heads import MedusaHeads, resolve_heads
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext, StatelessProposer
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.tree import TokenTree
 
 CHOICES_FILE = "medusa_choices.yaml"  # a tuned tree shipped next to the heads (`trtspec tune tree --out`)
 
 
-class MedusaProposer(StatelessProposer):
+class MedusaProposer(Proposer):
     """Medusa heads + a static tree (choices).
 
     Example:
@@ -45,14 +45,14 @@ class MedusaProposer(StatelessProposer):
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> MedusaProposer:
-        """Heads from ctx.medusa (either layout); tree from options["medusa_choices"], the heads' tuned tree, or
+        """Heads from ctx.medusa (either layout); tree from options.medusa_tree, the heads' tuned tree, or
         mc_sim_7b_63 cut to the number of heads."""
         if ctx.medusa is None:
             raise ConfigError("medusa", None, "method medusa needs Medusa heads",
                               hint="pass medusa='tiny-medusa' (or a directory from `trtspec train medusa`)")
         heads = resolve_heads(ctx.medusa, target_hidden_size=ctx.hidden_size, target_vocab_size=ctx.vocab_size)
-        spec = ctx.options.get("medusa_choices")
-        tree_choices = (choices_mod.parse(spec, field="medusa_choices") if spec is not None
+        given = ctx.options.medusa_tree.choices
+        tree_choices = ([list(p) for p in given] if given is not None
                         else default_choices(Path(ctx.medusa), heads.num_heads))
         choices_mod.validate(tree_choices, max_depth=heads.num_heads, max_rank=heads.shape.vocab_size,
                              field="medusa_choices")

@@ -12,10 +12,10 @@ from typing import ClassVar
 import torch
 
 from trtspec.errors import ConfigError
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext, StatelessProposer
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 
-class NgramProposer(StatelessProposer):
+class NgramProposer(Proposer):
     """Prompt-lookup proposer.
 
     Example:
@@ -24,7 +24,6 @@ class NgramProposer(StatelessProposer):
     """
 
     name: ClassVar[str] = "ngram"
-    needs_hidden_states: ClassVar[bool] = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -35,7 +34,7 @@ class NgramProposer(StatelessProposer):
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> NgramProposer:
-        return cls(max_ngram=int(ctx.options.get("max_ngram", 3)), min_ngram=int(ctx.options.get("min_ngram", 1)))
+        return cls(max_ngram=ctx.options.ngram.max_size, min_ngram=ctx.options.ngram.min_size)
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         return [Draft(token_ids=torch.tensor(self.lookup(item.token_ids, item.k), dtype=torch.long))

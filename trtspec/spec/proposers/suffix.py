@@ -32,7 +32,7 @@ import torch
 
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ToolNotFoundError
-from trtspec.spec.proposers.base import Draft, ProposeInput, ProposerContext
+from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 ARCTIC_VERSION = "0.3.0"  # the release trtspec is tested with (pyproject: the `suffix` extra; scripts/install_suffix.sh)
 # PyPI ships it as source only: pip compiles a C++20 extension, and its isolated build would first download torch>=2.10
@@ -51,7 +51,7 @@ def load_arctic() -> Any:
     return suffix_decoding
 
 
-class SuffixProposer:
+class SuffixProposer(Proposer):
     """Suffix decoding over a per-request and a global (cross-request) suffix tree (see module docstring).
 
     Example:
@@ -62,7 +62,6 @@ class SuffixProposer:
     """
 
     name: ClassVar[str] = "suffix"
-    needs_hidden_states: ClassVar[bool] = False
 
     def __init__(self, config: SuffixConfig | None = None) -> None:
         self.config = (config or SuffixConfig()).validate()
@@ -74,12 +73,9 @@ class SuffixProposer:
 
     @classmethod
     def create(cls, ctx: ProposerContext) -> SuffixProposer:
-        return cls(SuffixConfig.from_options(ctx.options.get("suffix")))
+        return cls(ctx.options.suffix)
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
-    def add_request(self, request_id: int) -> None:
-        pass  # the request's tree starts in observe_prompt (admission) or at its first propose
-
     def observe_prompt(self, request_id: int, prompt_ids: list[int]) -> None:
         """Admission: build the request's own tree from its prompt (again after a preemption: kept)."""
         if request_id not in self._fed:

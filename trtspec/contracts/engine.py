@@ -1,0 +1,489 @@
+"""EngineConfig: the one configuration of a reference engine, frozen and torch-free, with typed parts per method.
+
+One object travels from the build config to everything that runs the engine: `trtspec build` writes it into the
+bundle and the manifest; the build output, the repository spec and the repository record embed it whole; the Triton
+Python model reads it back from its `parameters`, the Dynamo worker from its arguments (the same flat names), and each
+proposer receives its own typed part (`ProposerOptions`).
+
+Three forms, each a round trip:
+- typed: `EngineConfig(target="tiny", method="eagle3", eagle="tiny-eagle", eagle_tree=EagleTree(topk=2, depth=4))`;
+- flat text parameters (Triton `parameters`, the Dynamo worker's arguments, CLI overrides): `to_parameters` /
+  `from_parameters` / `with_parameters`. Each part owns its names (`eagle_choices`, `suffix_max_tree_depth`,
+  `lookahead` as "W,N,G", `log_prompts`, ...); a part is rendered only when it is set;
+- JSON (bundle, manifest, repository record): `to_dict` / `from_dict`.
+
+Validation is here, once: a bad value is a ConfigError naming the parameter, the value and the fix; callers that take
+the value under another name (a CLI flag, a YAML path) rename it with `spelled`. What needs the loaded models (a
+tree's ranks against the drafter's vocabulary) is the proposer's to check. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+from trtspec import choices as tree_choices
+from trtspec.contracts.suffix import SuffixConfig
+from trtspec.errors import ConfigError, shown
+
+MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
+MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
+Paths = tuple[tuple[int, ...], ...]  # a static tree, as choices paths: ((0,), (0, 0), (1,))
+
+
+@contextmanager
+def spelled(spelling: Callable[[str], str | None]) -> Iterator[None]:
+    """Errors raised inside name their field as the caller spells it: `spelling(field)` (None keeps the name), e.g. a
+    parameter as its CLI flag (`eagle_topk` -> `--eagle-topk`) or its YAML path (`eagle.topk`)."""
+    try:
+        yield
+    except ConfigError as exc:
+        name = spelling(exc.field)
+        if name is None or name == exc.field:
+            raise
+        old = exc.field.removeprefix("parameter ")  # the hint names it too (`e.g. eagle_topk 4`)
+        hint = exc.hint.replace(old, name) if exc.hint and old not in name else exc.hint
+        raise ConfigError(name, exc.value, exc.problem, hint=hint) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Parts: one per method's knobs, each with its own flat parameter names
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+def _paths(text: str) -> Paths:
+    return tuple(tuple(p) for p in tree_choices.parse(text, field="choices"))
+
+
+_PARSE: dict[str, tuple[Callable[[str], Any], str]] = {  # field annotation -> (parser of its text, what it must be)
+    "str": (str, "a string"),
+    "str | None": (lambda t: t or None, "a string"),
+    "int": (int, "an integer"),
+    "int | None": (lambda t: int(t) if t else None, "an integer"),
+    "float": (float, "a number"),
+    "bool": (_bool, "true or false"),
+    "Paths | None": (lambda t: _paths(t) if t else None, "a tree of paths, e.g. {0}, {0, 0}, {1}"),
+}
+
+
+def _text(value: object) -> str:
+    """A value as its parameter text (what `_PARSE` reads back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple) and all(isinstance(p, tuple) for p in value):  # a static tree
+        return tree_choices.to_triton([list(p) for p in value])
+    if isinstance(value, tuple):  # (W, N, G)
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _parse(kind: str, parameter: str, text: str) -> Any:
+    parse, expect = _PARSE[kind]
+    try:
+        return parse(text)
+    except (ValueError, ConfigError):
+        raise ConfigError(f"parameter {parameter}", text, f"is not {expect}", hint="redeploy the repository") from None
+
+
+class _Part:
+    """A typed part of EngineConfig: its fields <-> its own flat parameters (`PARAMETERS`: field -> name)."""
+
+    PARAMETERS: ClassVar[dict[str, str]]
+
+    def check(self) -> None:
+        """Raise ConfigError naming the parameter, the value and the fix."""
+
+    def to_parameters(self) -> dict[str, str]:
+        return {self.PARAMETERS[f.name]: _text(v) for f in fields(self)  # type: ignore[arg-type]
+                if (v := getattr(self, f.name)) is not None}
+
+    def values(self) -> dict[str, Any]:
+        """The set fields by parameter name, typed (a report's row; `to_parameters` is the text form)."""
+        return {self.PARAMETERS[f.name]: v for f in fields(self)  # type: ignore[arg-type]
+                if (v := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_parameters(cls, values: Mapping[str, str]) -> Any:
+        """The part from those of `values` that are its parameters (unset ones keep their defaults)."""
+        kinds = {f.name: str(f.type) for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: _parse(kinds[name], param, values[param])
+                      for name, param in cls.PARAMETERS.items() if param in values})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: [list(p) for p in v] if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str) -> Any:
+        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}", shown(data[unknown[0]]), "is not a field",
+                              hint=f"known: {', '.join(known)} (rebuild with this trtspec)")
+        values = dict(data)
+        if values.get("choices") is not None:
+            values["choices"] = tuple(tuple(p) for p in values["choices"])
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+
+@dataclass(frozen=True)
+class EagleTree(_Part):
+    """EAGLE's draft tree: a static tree (`choices`, EAGLE-1), or the dynamic EAGLE-2 shape: `topk` children of each
+    frontier node, `depth` levels, the k best nodes drafted (None: the proposer's defaults). Static excludes dynamic,
+    as in TensorRT-LLM's EagleDecodingConfig."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"choices": "eagle_choices", "topk": "eagle_topk", "depth": "eagle_depth"}
+    CHAIN: ClassVar[str] = "chain"
+    DYNAMIC: ClassVar[str] = "dynamic"
+
+    choices: Paths | None = None
+    topk: int | None = None
+    depth: int | None = None
+
+    def check(self) -> None:
+        for name, value, limit, example in (("topk", self.topk, MAX_TOPK, 4), ("depth", self.depth, MAX_DEPTH, 6)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit):
+                raise ConfigError(self.PARAMETERS[name], value, f"must be an integer in [1, {limit}] (the limit of the "
+                                  "dynamic tree)", hint=f"e.g. {self.PARAMETERS[name]} {example}")
+        if self.choices is not None:
+            tree_choices.validate([list(p) for p in self.choices], max_depth=MAX_DEPTH, field="eagle_choices")
+            if self.topk is not None or self.depth is not None:
+                name = "topk" if self.topk is not None else "depth"
+                raise ConfigError(self.PARAMETERS[name], getattr(self, name), "sets a dynamic tree but eagle_choices "
+                                  "sets a static one", hint=f"drop {self.PARAMETERS[name]} (static tree) or "
+                                                            "eagle_choices (dynamic tree)")
+
+    def dynamic_values(self) -> dict[str, int]:
+        """The dynamic shape's parameters that are set, by name (what only the reference engine reads)."""
+        return {name: value for name, value in self.values().items() if name != self.PARAMETERS["choices"]}
+
+    @property
+    def label(self) -> str:
+        """How the sweep and the tuner name the tree: `dynamic:TOPKxDEPTH` (unset: the defaults) or `static:N nodes`."""
+        if self.choices is not None:
+            return f"static:{len(self.choices)} nodes"
+        return f"dynamic:{self.topk or 'default'}x{self.depth or 'default'}"
+
+    @classmethod
+    def parse(cls, value: str, field: str = "eagle_tree") -> EagleTree:
+        """`chain` (top-1: a chain of k), `dynamic` (EAGLE-2 defaults), `dynamic:TOPKxDEPTH`, or static choices (a
+        preset, JSON, the `{0}, {0, 0}` form or a file)."""
+        if value == cls.CHAIN:
+            return cls(topk=1)
+        if value == cls.DYNAMIC:
+            return cls()
+        if value.startswith(cls.DYNAMIC + ":"):
+            try:
+                topk, depth = (int(v) for v in value.split(":", 1)[1].split("x"))
+            except ValueError:
+                raise ConfigError(field, value, "must be dynamic:TOPKxDEPTH with two integers",
+                                  hint="e.g. dynamic:4x6 (top-4 children per node, 6 levels)") from None
+            with spelled(lambda _: field):
+                return cls(topk=topk, depth=depth)
+        paths = tree_choices.validate(tree_choices.parse(value, field=field), max_depth=MAX_DEPTH, field=field)
+        return cls(choices=tuple(tuple(p) for p in paths))
+
+
+@dataclass(frozen=True)
+class MedusaTree(_Part):
+    """Medusa's static tree (None: the heads' own tuned tree, else mc_sim_7b_63 cut to the number of heads)."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"choices": "medusa_choices"}
+
+    choices: Paths | None = None
+
+    def check(self) -> None:
+        if self.choices is not None:
+            tree_choices.validate([list(p) for p in self.choices], max_depth=MAX_DEPTH, field="medusa_choices")
+
+
+@dataclass(frozen=True)
+class Lookahead(_Part):
+    """Lookahead decoding's (W, N, G): window, n-gram size, verification set (TensorRT-LLM's legality rules).
+    One parameter, `lookahead` = "W,N,G"."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"window": "lookahead", "ngram": "lookahead", "verification_set": "lookahead"}
+
+    window: int = 4
+    ngram: int = 4
+    verification_set: int = 4
+
+    def check(self) -> None:
+        from trtspec.targets import validate_lookahead
+
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.as_tuple()):
+            raise ConfigError("lookahead", self.as_tuple(), "must be three integers W,N,G", hint="e.g. 4,4,4")
+        validate_lookahead(*self.as_tuple())
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.window, self.ngram, self.verification_set)
+
+    def to_parameters(self) -> dict[str, str]:
+        return {"lookahead": ",".join(map(str, self.as_tuple()))}
+
+    @classmethod
+    def from_parameters(cls, values: Mapping[str, str]) -> Lookahead:
+        text = values["lookahead"]
+        try:
+            window, ngram, verification_set = (int(p) for p in text.split(","))
+        except ValueError:
+            raise ConfigError("parameter lookahead", text, "is not three integers W,N,G",
+                              hint="e.g. 4,4,4 (redeploy the repository)") from None
+        return cls(window, ngram, verification_set)
+
+
+@dataclass(frozen=True)
+class Ngram(_Part):
+    """Prompt lookup: the longest and shortest n-gram matched against the request's context."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"max_size": "ngram_max_size", "min_size": "ngram_min_size"}
+
+    max_size: int = 3
+    min_size: int = 1
+
+    def check(self) -> None:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (self.min_size, self.max_size)) \
+                or not 1 <= self.min_size <= self.max_size <= 1024:
+            raise ConfigError("ngram_max_size", self.max_size, f"needs 1 <= ngram_min_size ({self.min_size}) <= "
+                              "ngram_max_size <= 1024", hint="e.g. ngram_max_size 3, ngram_min_size 1")
+
+
+@dataclass(frozen=True)
+class PromptLog(_Part):
+    """Prompt logging (contracts/prompt_log.py): a sampled share of the prompts in a size-bounded rotating JSONL under
+    `directory`, the input of `trtspec train draft`. The part is unset (None) when logging is off."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"directory": "log_prompts", "sample_rate": "log_sample_rate",
+                                            "max_mb": "log_max_mb"}
+
+    directory: str
+    sample_rate: float = 0.1
+    max_mb: float = 64.0
+
+    def check(self) -> None:
+        if not isinstance(self.directory, str) or not self.directory:
+            raise ConfigError("log_prompts", self.directory, "must be a directory", hint="e.g. --log-prompts logs/")
+        if isinstance(self.sample_rate, bool) or not 0.0 <= self.sample_rate <= 1.0:
+            raise ConfigError("log_sample_rate", self.sample_rate, "must be in [0, 1]",
+                              hint="e.g. 0.1 logs one prompt in ten (--log-sample-rate)")
+        if isinstance(self.max_mb, bool) or not self.max_mb > 0 or not math.isfinite(self.max_mb):
+            raise ConfigError("log_max_mb", self.max_mb, "must be a positive number of MiB",
+                              hint="e.g. 64 (--log-max-mb)")
+
+
+class _SuffixPart:
+    """SuffixConfig (contracts/suffix.py) as a part: its options as `suffix_<name>` parameters."""
+
+    PREFIX = "suffix_"
+
+    @staticmethod
+    def to_parameters(config: SuffixConfig) -> dict[str, str]:
+        return {_SuffixPart.PREFIX + k: v for k, v in config.to_strings().items()}
+
+    @staticmethod
+    def from_parameters(values: Mapping[str, str]) -> SuffixConfig:
+        return SuffixConfig.from_strings({k.removeprefix(_SuffixPart.PREFIX): v for k, v in values.items()
+                                          if k.startswith(_SuffixPart.PREFIX)}, field=f"parameter {_SuffixPart.PREFIX}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The engine configuration
+
+
+PARTS: dict[str, type] = {"eagle_tree": EagleTree, "medusa_tree": MedusaTree, "lookahead": Lookahead, "ngram": Ngram,
+                          "prompt_log": PromptLog}  # field -> part type (suffix: SuffixConfig, below)
+METHOD_PARTS = {"eagle_tree": ("eagle", "eagle3"), "medusa_tree": ("medusa",), "lookahead": ("lookahead",),
+                "ngram": ("ngram",), "suffix": ("suffix",)}  # a method's knobs are set only for that method
+CHECKPOINTS = ("target", "draft", "medusa", "eagle")  # the fields that name checkpoints (bundles store them relative)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a reference engine loads, which requests it accepts and how its proposers draft (module docstring)."""
+
+    # checkpoints: embedded name or directory
+    target: str
+    draft: str | None = None
+    medusa: str | None = None  # Medusa heads (method medusa)
+    eagle: str | None = None  # EAGLE-3 drafter (method eagle3)
+    # speculation: the method every request runs unless it says otherwise, and k
+    method: str = "draft_target"
+    max_k: int = 8  # largest k a request may ask for (num_draft_tokens)
+    default_k: int = 4  # k of a request that does not say
+    # each method's knobs (None: the proposer's defaults; set only for the method they shape)
+    eagle_tree: EagleTree | None = None
+    medusa_tree: MedusaTree | None = None
+    lookahead: Lookahead | None = None
+    ngram: Ngram | None = None
+    suffix: SuffixConfig | None = None
+    # where and how it runs
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_input_len: int = 1024  # prompt tokens at most
+    max_output_len: int = 512  # request_output_len at most
+    max_queue: int = 256  # requests waiting + running; one more is refused (OverloadedError)
+    # defaults of a request that does not say, as NVIDIA's tensorrt_llm parameters of the same names (unset there:
+    # exclude_input_in_output false, normalize_log_probs true; tensorrtllm_backend model_instance_state.cc)
+    exclude_input_in_output: bool = False
+    normalize_log_probs: bool = True
+    drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
+    prompt_log: PromptLog | None = field(default=None)  # off unless set
+
+    def __post_init__(self) -> None:
+        for name in PARTS:  # a part that sets nothing is the defaults: unset (so every form round-trips)
+            if getattr(self, name) is not None and not getattr(self, name).to_parameters():
+                object.__setattr__(self, name, None)
+        for name in ("target", "method", "device", "dtype"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(name, getattr(self, name), "is required", hint="e.g. target tiny")
+        for name in ("max_k", "default_k", "max_input_len", "max_output_len", "max_queue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "default_k" else 1):
+                raise ConfigError(name, value, "must be a positive integer" if name != "default_k" else
+                                  "must be a non-negative integer", hint=f"e.g. {name} {_DEFAULTS[name]}")
+        if not 0 <= self.default_k <= self.max_k:
+            raise ConfigError("default_k", self.default_k, f"must be in [0, max_k={self.max_k}]",
+                              hint="lower k or raise max_k")
+        if not self.drain_timeout_s >= 0 or not math.isfinite(self.drain_timeout_s):
+            raise ConfigError("drain_timeout_s", self.drain_timeout_s, "must be a finite number of seconds >= 0",
+                              hint="e.g. 30")
+        if self.suffix is not None:
+            self.suffix.validate("suffix_")
+        for name, methods in METHOD_PARTS.items():
+            part = getattr(self, name)
+            if part is not None and self.method not in methods:
+                if name == "suffix":  # its options, as far as they differ from the defaults
+                    parameter, value = "suffix", {k: v for k, v in asdict(part).items()
+                                                  if v != getattr(SuffixConfig(), k)} or "set"
+                else:
+                    parameter, value = next(iter(part.values().items()))
+                raise ConfigError(parameter, value, f"shapes method {' / '.join(methods)}, but the method is "
+                                  f"{self.method}", hint=f"set method {methods[-1]}, or drop {parameter}")
+
+    # -- flat text parameters --------------------------------------------------------------------------------------
+    def to_parameters(self) -> dict[str, str]:
+        """Every field as text: scalars under their own names (None: not listed), each set part under its names."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name == "suffix":
+                out |= _SuffixPart.to_parameters(value)
+            elif f.name in PARTS:
+                out |= value.to_parameters()
+            else:
+                out[f.name] = _text(value)
+        return out
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> EngineConfig:
+        """Parse text parameters (unknown names are refused: typos, or a newer trtspec's); errors name the parameter."""
+        scalars = {f.name: str(f.type) for f in fields(cls) if f.name not in PARTS and f.name != "suffix"}
+        owned = {p: part for part, t in PARTS.items() for p in t.PARAMETERS.values()}
+        unknown = sorted(k for k in params if k not in scalars and k not in owned
+                         and not k.startswith(_SuffixPart.PREFIX))
+        if unknown:
+            raise ConfigError(f"parameter {unknown[0]}", params[unknown[0]], "is not an engine parameter",
+                              hint=f"redeploy with this trtspec; known: {', '.join(sorted([*scalars, *owned]))}, "
+                                   f"{_SuffixPart.PREFIX}<suffix decoding option>")
+        if not params.get("target"):
+            raise ConfigError("parameter target", params.get("target"), "is required",
+                              hint="redeploy with `trtspec deploy --backend torch`")
+        with spelled(lambda name: f"parameter {name}" if not name.startswith("parameter ") else None):
+            values: dict[str, Any] = {name: _parse(kind, name, params[name]) for name, kind in scalars.items()
+                                      if name in params}
+            for part, kind in PARTS.items():
+                given = {p: params[p] for p in kind.PARAMETERS.values() if p in params}
+                if part == "prompt_log" and "log_prompts" not in given:
+                    continue  # logging off (older repositories list the rate and the size limit anyway)
+                if given:
+                    values[part] = kind.from_parameters(given)
+            if any(k.startswith(_SuffixPart.PREFIX) for k in params):
+                values["suffix"] = _SuffixPart.from_parameters(params)
+            return cls(**values)
+
+    def with_parameters(self, changes: Mapping[str, object]) -> EngineConfig:
+        """This configuration with some parameters set (text, or values shown as text; None values are left out): how
+        CLI flags override a build's configuration. Parsed and checked as a whole, so errors name the parameter."""
+        return EngineConfig.from_parameters({**self.to_parameters(), **{
+            k: v if isinstance(v, str) else _text(v) for k, v in changes.items() if v is not None}})
+
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        """Every parameter name (suffix options as `suffix_<name>`)."""
+        names = [f.name for f in fields(cls) if f.name not in PARTS and f.name != "suffix"]
+        names += [p for t in PARTS.values() for p in dict.fromkeys(t.PARAMETERS.values())]
+        return names + [_SuffixPart.PREFIX + f.name for f in fields(SuffixConfig)]
+
+    # -- JSON ------------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict: parts as nested dicts (None: unset)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "suffix" and value is not None:
+                value = {k: getattr(value, k) for k in (g.name for g in fields(SuffixConfig))}
+            elif f.name in PARTS and value is not None:
+                value = value.to_dict()
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "engine") -> EngineConfig:
+        """The inverse of `to_dict` (unknown keys refused, naming `where.<key>`)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(where, shown(data), "is not a mapping", hint="rebuild with this trtspec")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}", shown(data[unknown[0]]), "is not an engine field",
+                              hint=f"known: {', '.join(known)} (rebuild with this trtspec)")
+        values = dict(data)
+        for name, kind in PARTS.items():
+            if values.get(name) is not None:
+                values[name] = kind.from_dict(values[name], f"{where}.{name}")
+        if values.get("suffix") is not None:
+            values["suffix"] = SuffixConfig.from_options(values["suffix"])
+        with spelled(lambda name: f"{where}.{name}"):
+            return cls(**values)
+
+    # -- views -----------------------------------------------------------------------------------------------------
+    def checkpoints(self) -> dict[str, str]:
+        """role -> checkpoint of every checkpoint this configuration names."""
+        return {role: path for role in CHECKPOINTS if (path := getattr(self, role)) is not None}
+
+    def with_checkpoints(self, resolve: Callable[[str, str], str]) -> EngineConfig:
+        """This configuration with each checkpoint `resolve(role, path)`d (e.g. made absolute against a bundle)."""
+        return replace(self, **{role: resolve(role, path) for role, path in self.checkpoints().items()})
+
+    def proposer_options(self) -> ProposerOptions:
+        """Each proposer's typed part, with the defaults where unset."""
+        return ProposerOptions(eagle_tree=self.eagle_tree or EagleTree(), medusa_tree=self.medusa_tree or MedusaTree(),
+                               lookahead=self.lookahead or Lookahead(), ngram=self.ngram or Ngram(),
+                               suffix=self.suffix or SuffixConfig())
+
+
+_DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
+
+
+@dataclass(frozen=True)
+class ProposerOptions:
+    """What the engine hands its proposers: each one reads its own typed part (defaults where a config sets none)."""
+
+    eagle_tree: EagleTree = EagleTree()
+    medusa_tree: MedusaTree = MedusaTree()
+    lookahead: Lookahead = Lookahead()
+    ngram: Ngram = Ngram()
+    suffix: SuffixConfig = SuffixConfig()
