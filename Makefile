@@ -26,6 +26,7 @@ test: install
 
 lint: install
 	$(VENV)/bin/ruff check trtspec tests scripts
+	$(VENV)/bin/lint-imports  # the layers (pyproject.toml [tool.importlinter]; docs/architecture.md)
 
 # aiperf (NVIDIA's benchmark client) in its own environment: its pins (rich, pyzmq, ...) clash with trtspec's.
 AIPERF_VENV := .venv-aiperf
