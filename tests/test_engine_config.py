@@ -146,3 +146,19 @@ def test_eagle_tree_text_forms():
     for bad in ("dynamic:2", "dynamic:0x5", "dynamic:2x99"):
         with pytest.raises(ConfigError, match="eagle_tree"):
             EagleTree.parse(bad)
+
+
+@settings(deadline=None, max_examples=200)
+@given(params=st.dictionaries(st.sampled_from(EngineConfig.parameter_names() + ["nope"]),
+                              st.text(max_size=12) | st.sampled_from(["", "nan", "inf", "-1", "0", "1e400", "9" * 5000,
+                                                                        "{0}, {0, 0}", "1,1,1", "true"]),
+                              max_size=6))
+def test_any_text_parameters_are_a_configuration_or_an_error_naming_one(params):
+    """Whatever a repository or a worker command line says: a valid configuration, or a ConfigError naming a
+    parameter (never another exception)."""
+    try:
+        config = EngineConfig.from_parameters({"target": "t", **params})
+    except ConfigError as exc:
+        assert exc.field.startswith("parameter "), exc
+        return
+    assert EngineConfig.from_parameters(config.to_parameters()) == config

@@ -20,6 +20,7 @@ tree's ranks against the drafter's vocabulary) is the proposer's to check. Pure 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -32,6 +33,7 @@ from trtspec.errors import ConfigError, shown
 MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
 Paths = tuple[tuple[int, ...], ...]  # a static tree, as choices paths: ((0,), (0, 0), (1,))
+DTYPES = ("float32", "float16", "bfloat16")  # what the reference engine loads checkpoints as
 
 
 @contextmanager
@@ -347,6 +349,10 @@ class EngineConfig:
         for name in ("target", "method", "device", "dtype"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError(name, getattr(self, name), "is required", hint="e.g. target tiny")
+        if not re.fullmatch(r"cpu|cuda(:\d{1,4})?", self.device):
+            raise ConfigError("device", shown(self.device), "is not cpu, cuda or cuda:N", hint="e.g. device cpu")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", shown(self.dtype), f"is not one of {', '.join(DTYPES)}", hint="e.g. float32")
         for name in ("max_k", "default_k", "max_input_len", "max_output_len", "max_queue"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "default_k" else 1):

@@ -30,6 +30,9 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
     if config.method not in engine_methods():
         raise ConfigError(spell("method"), config.method, "is not a method of the reference engine",
                           hint=f"use one of {', '.join(engine_methods())}")
+    from trtspec.devices import check_device
+
+    check_device(config.device, field=spell("device"))  # this machine has it (imports torch)
     target = resolve_model(config.target, field=spell("target"))
     info = resolve(config.method)
     needs = {"draft": info.needs_draft_model, "medusa": info.needs_medusa_heads, "eagle": info.needs_eagle_drafter}
