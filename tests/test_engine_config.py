@@ -4,6 +4,7 @@ the Dynamo worker takes as arguments is what the served model reads back; every 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields
 
 import pytest
@@ -162,3 +163,24 @@ def test_any_text_parameters_are_a_configuration_or_an_error_naming_one(params):
         assert exc.field.startswith("parameter "), exc
         return
     assert EngineConfig.from_parameters(config.to_parameters()) == config
+
+
+def test_the_repository_record_round_trips_with_its_engine_configuration(tmp_path):
+    from trtspec.contracts.repository import REPO_RECORD, RepoRecord
+
+    engine = EngineConfig(target="/models/t", method="eagle3", eagle="/models/e", eagle_tree=EagleTree(topk=2))
+    record = RepoRecord(backend="torch", method="eagle3", models=("preprocessing", "tensorrt_llm"), max_k=8,
+                        trtllm_version="0.19.0", image="nvcr.io/x", templates="tensorrtllm_backend v0.19.0",
+                        engine=engine, observability={"prometheus_rules": "rules.yml"})
+    (tmp_path / REPO_RECORD).write_text(record.to_json())
+    assert RepoRecord.read(tmp_path) == record and RepoRecord.read(tmp_path).engine == engine
+    assert RepoRecord.read(tmp_path / "..") is None  # not rendered by trtspec: served as it is
+    old = json.loads(record.to_json())
+    del old["engine"]  # records written before the engine configuration was
+    (tmp_path / REPO_RECORD).write_text(json.dumps(old))
+    assert RepoRecord.read(tmp_path).engine is None
+    for bad, field in (("{", "='unreadable': is not UTF-8 JSON"), ("[1]", "='unreadable': is not a JSON object"), ('{"backend": "gpu"}', ": backend"),
+                       (json.dumps({**old, "engine": {"target": "t", "max_k": -1}}), ": engine.max_k")):
+        (tmp_path / REPO_RECORD).write_text(bad)
+        with pytest.raises(ConfigError, match=re.escape(f"{REPO_RECORD}{field}")):
+            RepoRecord.read(tmp_path)

@@ -100,7 +100,9 @@ def test_launch_plan_for_the_bundled_binary(trt_repo, tmp_path):
 
 
 def test_multi_gpu_repository_prints_an_mpirun_launch(trt_repo):
-    record = {"backend": "tensorrtllm", "world_size": 2, "models": ["tensorrt_llm"]}
+    from trtspec.contracts.repository import RepoRecord
+
+    record = RepoRecord.read(trt_repo).model_copy(update={"world_size": 2, "models": ("tensorrt_llm",)})
     plan = plan_launch(trt_repo, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"), record=record)
     assert plan.argv[:2] == ["mpirun", "--allow-run-as-root"] and plan.argv.count("-n") == 2
     assert "shm-region-prefix-name=prefix1_" in plan.shell() and "world size 2" in plan.note

@@ -74,8 +74,8 @@ def _source_engine(source: Path) -> EngineConfig:
         raise UsageError(f"SOURCE {source} is neither a build output (no {MANIFEST}) nor a repository rendered by "
                          "`trtspec deploy` (no trtspec-repo.json)", hint="pass the output of `trtspec build` or of "
                                                                           "`trtspec deploy --backend torch`")
-    if record.get("backend") != "torch":
-        raise UsageError(f"SOURCE {source} serves TensorRT-LLM engines (backend {record.get('backend')!r}); "
+    if record.backend != "torch":
+        raise UsageError(f"SOURCE {source} serves TensorRT-LLM engines (backend {record.backend!r}); "
                          "Dynamo's trtspec workers run the reference engine",
                          hint="deploy the torch build (`trtspec deploy --backend torch`) and serve that")
     from trtspec.triton.control import config_params

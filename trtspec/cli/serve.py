@@ -73,7 +73,7 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
     record = read_repo_record(repo)
     check_repository(repo, record, load_models or None)
     binary = find_tritonserver()
-    if record.get("backend") == "tensorrtllm" and binary is not None and is_bundled(binary) and not load_models:
+    if record is not None and record.backend == "tensorrtllm" and binary is not None and is_bundled(binary) and not load_models:
         raise ToolNotFoundError(
             "this repository serves TensorRT-LLM engines, but the only tritonserver here is nvidia-pytriton's, "
             "which has no tensorrtllm backend",

@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.contracts import costmodel
 from trtspec.contracts.metrics import conditional_acceptance
+from trtspec.contracts.repository import REPO_RECORD
 from trtspec.errors import UsageError
 
 FORMAT = "trtspec-baseline/1"
 BASELINE_FILE = "trtspec-baseline.json"
-REPO_RECORD = "trtspec-repo.json"
 
 
 class StepCostsRecord(BaseModel):
@@ -161,13 +161,10 @@ def load_baseline(path: Path) -> Baseline:
     """A baseline file, or the one a repository directory names in its trtspec-repo.json."""
     path = Path(path)
     if path.is_dir():
-        record = path / REPO_RECORD
-        name = None
-        if record.is_file():
-            try:
-                name = json.loads(record.read_text(encoding="utf-8")).get("baseline")
-            except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-                name = None
+        from trtspec.contracts.repository import RepoRecord
+
+        record = RepoRecord.read(path)
+        name = record.baseline if record is not None else None
         if not name:
             raise UsageError(f"repository {path} has no baseline (its {REPO_RECORD} names none)",
                              hint="redeploy with `trtspec deploy ... --baseline RESULTS.jsonl`, or pass "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtspec.atomic import replace_dir
+from trtspec.contracts.repository import REPO_RECORD
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.resources import MODEL_REPO, data_dir
 
@@ -193,7 +194,7 @@ def check_destination(out: Path, *, force: bool = False, keep: Sequence[Path] = 
     if out.exists() or out.is_symlink():
         if not force:
             raise UsageError(f"--out {out} already exists", hint="pass --force to replace it, or choose another path")
-        made_by_trtspec = (out / MARKER).is_file() or (out / "trtspec-repo.json").is_file()
+        made_by_trtspec = (out / MARKER).is_file() or (out / REPO_RECORD).is_file()
         if not out.is_dir() or out.is_symlink() or not (made_by_trtspec or not any(out.iterdir())):
             raise UsageError(f"--out {out} exists and is not a model repository trtspec rendered (no {MARKER}); "
                              "--force replaces only those", hint="choose another --out, or remove it yourself")

@@ -12,7 +12,6 @@ checked against them. Pure Python: no torch, no tritonclient (except `render.val
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from trtspec import choices as tree_choices
 from trtspec.contracts import observability, series
 from trtspec.contracts.baseline import BASELINE_FILE, Baseline
 from trtspec.contracts.engine import EngineConfig, Lookahead
+from trtspec.contracts.repository import REPO_RECORD, RepoRecord
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
@@ -247,7 +247,7 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
     if spec.baseline is not None:
         plan[BASELINE_FILE] = RepoFile(text=spec.baseline.to_json())
     plan |= {rel: RepoFile(text=text) for rel, text in observability.plan(spec.baseline).items()}
-    plan["trtspec-repo.json"] = RepoFile(text=json.dumps(repo_record(spec), indent=2) + "\n")
+    plan[REPO_RECORD] = RepoFile(text=repo_record(spec).to_json())
     return plan
 
 
@@ -337,12 +337,12 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
     return params
 
 
-def repo_record(spec: RepoSpec) -> dict[str, Any]:
-    """`trtspec-repo.json`: what `trtspec serve` needs to know about the repository (flavour, world size, models)."""
+def repo_record(spec: RepoSpec) -> RepoRecord:
+    """`trtspec-repo.json`: what `trtspec serve` and the operations commands need to know about the repository."""
     target = spec.target
-    return {"backend": spec.backend, "method": spec.method, "models": spec.model_names, "decoupled": spec.decoupled,
-            "world_size": spec.world_size, "max_k": spec.engine.max_k, "trtllm_version": target.version,
-            "image": target.image, "templates": contract.templates_source(target),
-            "baseline": BASELINE_FILE if spec.baseline is not None else None, "engine": spec.engine.to_dict(),
-            "observability": {"prometheus_rules": observability.RULES_FILE,
-                              "grafana_dashboard": observability.DASHBOARD_FILE}}
+    return RepoRecord(backend=spec.backend, method=spec.method, models=tuple(spec.model_names),
+                      decoupled=spec.decoupled, world_size=spec.world_size, max_k=spec.engine.max_k,
+                      trtllm_version=target.version, image=target.image, templates=contract.templates_source(target),
+                      baseline=BASELINE_FILE if spec.baseline is not None else None, engine=spec.engine,
+                      observability={"prometheus_rules": observability.RULES_FILE,
+                                     "grafana_dashboard": observability.DASHBOARD_FILE})

@@ -70,9 +70,9 @@ def plan_rollout(repo: Path, draft: Path | str) -> RolloutPlan:
 
     repo = Path(repo)
     record = read_repo_record(repo)
-    if record.get("backend") != "torch":
+    if record is None or record.backend != "torch":
         raise UsageError(f"--repo {repo}: rollout-draft serves a new draft through the torch flavour's models; this "
-                         f"repository's backend is {record.get('backend')!r}",
+                         f"repository's backend is {record.backend if record else None!r}",
                          hint="deploy with `trtspec deploy --backend torch`, or rebuild the TensorRT-LLM draft engine")
     params = {m: config_params(repo / m / "config.pbtxt") for m in DRAFT_MODELS if (repo / m / "config.pbtxt").is_file()}
     steps = []
@@ -84,7 +84,7 @@ def plan_rollout(repo: Path, draft: Path | str) -> RolloutPlan:
                                  hint="re-render the repository with `trtspec deploy --force`")
             steps.append(VersionStep(model, field, versions[-1], versions[-1] + 1))
     if not steps:
-        raise UsageError(f"--repo {repo} serves no draft model (method {record.get('method')!r})",
+        raise UsageError(f"--repo {repo} serves no draft model (method {record.method!r})",
                          hint="roll out a draft to a draft_target deployment")
     target = params["tensorrt_llm"].target if "tensorrt_llm" in params else None
     draft_path = resolve_model(draft, field="draft")

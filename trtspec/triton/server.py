@@ -11,7 +11,6 @@ ports are used unless asked otherwise. Imports nothing heavy.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -27,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtspec.errors import ConfigError, ServerError, ToolNotFoundError, UsageError
+from trtspec.contracts.repository import RepoRecord
+from trtspec.errors import ServerError, ToolNotFoundError, UsageError
 from trtspec.ports import HOST, check_ports_free, free_ports, port_owner, process_group
 from trtspec.supervise import LOG_NAME, kept_log
 
@@ -153,7 +153,7 @@ def plan_launch(
     load_models: Sequence[str] | None = None,
     host: str = HOST,
     log_verbose: int = 0,
-    record: dict | None = None,
+    record: RepoRecord | None = None,
 ) -> LaunchPlan:
     """The tritonserver command for `repo` (reads only the repository's trtspec-repo.json and locates the binary).
 
@@ -161,7 +161,7 @@ def plan_launch(
         load_models: load only these (others, e.g. tensorrt_llm on CPU, stay unloaded); None = all (`--load-model=*`).
             Either way the server runs in explicit model-control mode, so models can be reloaded while it serves.
         backend_dir: where the bundled binary's backends are prepared (see `prepare_bundled_backends`).
-        record: the repository's `trtspec-repo.json` content (read from `repo` when None).
+        record: the repository's record (read from `repo` when None; a repository without one is launched as is).
     """
     binary = binary or find_tritonserver()
     if binary is None:
@@ -189,8 +189,9 @@ def plan_launch(
             notes.append("nvidia-pytriton's binary also needs --backend-directory=DIR whose python/ holds the stub "
                          "for this Python; `trtspec serve` prepares one")
     loads_engines = load_models is None or "tensorrt_llm" in load_models
-    world_size = int(record.get("world_size", 1)) if loads_engines else 1
-    if record.get("backend") == "tensorrtllm" and world_size > 1:
+    tensorrtllm = record is not None and record.backend == "tensorrtllm"
+    world_size = record.world_size if record is not None and loads_engines else 1
+    if tensorrtllm and world_size > 1:
         # Leader mode: one tritonserver per MPI rank; rank 0 serves, the other ranks only load the TRT-LLM models.
         ranks = [argv + ["--backend-config=python,shm-region-prefix-name=prefix0_"]]
         for rank in range(1, world_size):
@@ -203,35 +204,22 @@ def plan_launch(
         argv = mpi
         notes.append(f"TensorRT-LLM engines with world size {world_size} (TP x PP): one tritonserver per rank via "
                      "mpirun")
-    elif record.get("backend") == "tensorrtllm" and loads_engines and "tensorrt_llm_draft" in record.get("models", []):
+    elif tensorrtllm and loads_engines and "tensorrt_llm_draft" in record.models:
         env_set["TRTLLM_ORCHESTRATOR"] = "1"  # draft + target engines in one server: orchestrator mode
         notes.append("draft-target: orchestrator mode (TRTLLM_ORCHESTRATOR=1) serves both engines from one process")
     return LaunchPlan(argv=argv, env_prepend=env_prepend, env_set=env_set, world_size=world_size,
                       note="; ".join(notes))
 
 
-def read_repo_record(repo: Path) -> dict:
-    """`trtspec-repo.json` written by `trtspec deploy` ({} for a repository trtspec did not render)."""
-    path = Path(repo) / "trtspec-repo.json"
-    if not Path(repo).is_dir():
-        raise UsageError(f"model repository {repo} does not exist", hint="render one with `trtspec deploy`")
-    if not path.is_file():
-        return {}
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), "unreadable", f"is not UTF-8 JSON ({exc})",
-                          hint="re-render the repository with `trtspec deploy --force`") from None
-    if not isinstance(record, dict):
-        raise ConfigError(str(path), type(record).__name__, "is not a JSON object",
-                          hint="re-render the repository with `trtspec deploy --force`")
-    return record
+def read_repo_record(repo: Path) -> RepoRecord | None:
+    """`trtspec-repo.json` written by `trtspec deploy` (None for a repository trtspec did not render)."""
+    return RepoRecord.read(repo)
 
 
-def check_repository(repo: Path, record: dict, load_models: Sequence[str] | None = None) -> None:
+def check_repository(repo: Path, record: RepoRecord | None, load_models: Sequence[str] | None = None) -> None:
     """Refuse a repository tritonserver would fail to load: a model its record lists, or one asked for with
     --load-model, without a `config.pbtxt`."""
-    wanted = list(load_models) if load_models else [str(m) for m in record.get("models", [])]
+    wanted = list(load_models) if load_models else list(record.models if record is not None else ())
     for name in wanted:
         if not (Path(repo) / name / "config.pbtxt").is_file():
             option = "--load-model" if load_models else "model"
