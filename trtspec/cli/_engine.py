@@ -48,8 +48,8 @@ FLAGS = {f.flag: f for f in (
     Flag("--k", "default_k", COUNT, "Draft tokens per request when a request does not say."),
     Flag("--max-k", "max_k", click.IntRange(1, 1024), "The largest k a request may ask for."),
     Flag("--device", "device", str, "Where the reference engine runs: cpu, cuda, cuda:1."),
-    Flag("--lookahead", "lookahead", str, "Lookahead decoding's (W, N, G); on the tensorrtllm flavour it must match "
-         "the engine's max_draft_len.", metavar="W,N,G"),
+    Flag("--lookahead", "lookahead", str, "Method lookahead: the window, n-gram size and verification set (W, N, G).",
+         metavar="W,N,G"),
     Flag("--eagle-topk", "eagle_topk", click.IntRange(1, MAX_TOPK), "Method eagle3: the dynamic tree's children per "
          "expansion (default 4); not with a static tree (eagle.choices)."),
     Flag("--eagle-depth", "eagle_depth", click.IntRange(1, MAX_DEPTH), "Method eagle3: the dynamic tree's levels "
@@ -72,6 +72,7 @@ DEPLOY_NOTES = {  # `trtspec deploy`: each engine flag overrides the build's eng
     "--device": "torch flavour; default cpu.", "--eagle-topk": "torch flavour; over the build's eagle.topk.",
     "--eagle-depth": "torch flavour; over the build's eagle.depth.", "--suffix": "torch flavour; over the build's.",
     "--log-prompts": "torch flavour.",
+    "--lookahead": "On the tensorrtllm flavour it must match the engine's max_draft_len.",
 }
 
 

@@ -28,7 +28,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Model repository directory to write.")
 @click.option("--max-batch-size", type=click.IntRange(1), default=None,
               help="Triton max_batch_size of every model, in requests (default: the build's max_batch_size).")
-@engine_flags(*DEPLOY_NOTES, "--lookahead", "--log-sample-rate", "--log-max-mb", notes=DEPLOY_NOTES)
+@engine_flags(*DEPLOY_NOTES, "--log-sample-rate", "--log-max-mb", notes=DEPLOY_NOTES)
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Hugging Face tokenizer directory for pre/postprocessing (default: the build's target checkpoint).")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
