@@ -1,8 +1,8 @@
 """Test doubles for the sweep runner and the Triton backend (tests only; never imported by the package).
 
 `FakeSweepBackend` returns synthetic metrics from a geometric acceptance model and synthetic costs, so runner and
-report tests need no model. `FakeTritonClient` plays a draft and a target `tensorrt_llm` model over a toy
-vocabulary with deterministic greedy "models", so the client-side draft-target loop can be checked exactly.
+report tests need no model. `FakeBLSClient` plays the TensorRT-LLM flavour's BLS model (text in, text out, its
+acceptance totals), so the sweep's reading of it can be checked without a server.
 """
 
 from __future__ import annotations
@@ -100,52 +100,54 @@ class FakeSweepBackend:
 # ---------------------------------------------------------------------------------------------------------------
 # Triton client double (the part of TritonClient the sweep uses)
 
-
-def toy_target_next(prefix: Sequence[int]) -> int:
-    """A deterministic greedy 'target' over vocab 50."""
-    return (prefix[-1] * 7 + len(prefix)) % 50
-
-
-def toy_draft_next(prefix: Sequence[int]) -> int:
-    """A 'draft' that agrees with the target except when the prefix length is a multiple of 3."""
-    t = toy_target_next(prefix)
-    return t if len(prefix) % 3 else (t + 1) % 50
+BLS_INPUTS = ("text_input", "max_tokens", "exclude_input_in_output", "top_k", "top_p", "temperature", "seed",
+              "num_draft_tokens", "return_perf_metrics")
+ACCEPTANCE_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 
 
-class FakeTritonClient:
-    """Plays `tensorrt_llm`-style draft and target models: greedy, output_ids include the prompt."""
+class FakeBLSClient:
+    """Plays the TensorRT-LLM flavour's `tensorrt_llm_bls` for the sweep: text in, `max_tokens` letters out; with
+    num_draft_tokens k > 0 and return_perf_metrics it reports `per_request` = (drafts, draft tokens, accepted) as its
+    totals. `num_drafts` is declared (and sent) only with `declares_num_drafts`; `acceptance=False` declares no
+    acceptance inputs or outputs (TensorRT-LLM 0.18.0's BLS); `draft_model=None` sets no draft model. Like Triton, it
+    refuses an input or an asked output its config does not declare. Records every call."""
 
-    def __init__(self, draft_model: str = "tensorrt_llm_draft", target_model: str = "tensorrt_llm") -> None:
-        self.models = {draft_model: toy_draft_next, target_model: toy_target_next}
-        self.calls: list[tuple[str, dict[str, np.ndarray]]] = []
+    def __init__(self, *, per_request: tuple[int, int, int] = (4, 14, 8), declares_num_drafts: bool = False,
+                 acceptance: bool = True, draft_model: str | None = "tensorrt_llm_draft",
+                 name: str = "tensorrt_llm_bls") -> None:
+        self.per_request, self.name = per_request, name
+        inputs = [n for n in BLS_INPUTS if acceptance or n != "return_perf_metrics"]
+        outputs = ["text_output", *(ACCEPTANCE_OUTPUTS if acceptance else ()),
+                   *(["num_drafts"] if declares_num_drafts else [])]
+        self.config = {"name": name, "input": [{"name": n} for n in inputs], "output": [{"name": n} for n in outputs],
+                       "parameters": {"tensorrt_llm_model_name": {"string_value": "tensorrt_llm"}}}
+        if draft_model is not None:
+            self.config["parameters"]["tensorrt_llm_draft_model_name"] = {"string_value": draft_model}
+        self.calls: list[tuple[dict[str, np.ndarray], list[str]]] = []
 
     def ready(self, model: str) -> bool:
-        return model in self.models
+        return model == self.name
 
-    def model_parameters(self, model: str) -> dict[str, str]:
-        return {}  # tensorrt_llm models name no method
+    def model_config(self, model: str) -> dict[str, Any]:
+        assert model == self.name
+        return self.config
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        self.calls.append((model, dict(inputs)))
-        ids = inputs["input_ids"][0].tolist()
-        assert inputs["input_lengths"][0, 0] == len(ids)
-        out_len = int(inputs["request_output_len"][0, 0])
-        seq = list(ids)
-        if "draft_input_ids" in inputs:
-            # target with external drafts: accept the longest matching prefix, then add one target token
-            for tok in inputs["draft_input_ids"][0].tolist():
-                want = self.models[model](seq)
-                seq.append(want)
-                if want != tok:
-                    break
-            else:
-                seq.append(self.models[model](seq))
-            assert len(seq) - len(ids) <= out_len
-        else:
-            for _ in range(out_len):
-                seq.append(self.models[model](seq))
-        arr = np.array(seq, dtype=np.int32)[None, None, :]  # [batch, beam, seq]
-        return {"output_ids": arr, "sequence_length": np.array([[len(seq)]], dtype=np.int32)}
+        assert model == self.name
+        declared_in = {t["name"] for t in self.config["input"]}
+        declared_out = {t["name"] for t in self.config["output"]}
+        assert set(inputs) <= declared_in and set(outputs) <= declared_out, (set(inputs), list(outputs))
+        self.calls.append((dict(inputs), list(outputs)))
+        n = int(inputs["max_tokens"][0, 0])
+        sent = {"text_output": np.array(["ab" * n], dtype=object)}  # 1-D: one string per beam
+        k = int(inputs["num_draft_tokens"][0, 0]) if "num_draft_tokens" in inputs else 0
+        if k and bool(inputs["return_perf_metrics"][0, 0]):
+            drafts, drafted, accepted = self.per_request
+            sent |= {"acceptance_rate": np.array([[accepted / drafted]], dtype=np.float32),
+                     "total_accepted_draft_tokens": np.array([[accepted]], dtype=np.int32),
+                     "total_draft_tokens": np.array([[drafted]], dtype=np.int32),
+                     "num_drafts": np.array([[drafts]], dtype=np.int32)}
+        return {name: value for name, value in sent.items() if name in outputs}
 
     def close(self) -> None:
         pass

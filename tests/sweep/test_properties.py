@@ -26,7 +26,7 @@ BASE = {"methods": ["ngram"], "k": [0, 2], "num_prompts": 1, "max_new_tokens": 3
 FIELDS = ["model", "methods", "k", "drafts", "medusa", "trees", "temperatures", "suites", "concurrency",
           "max_new_tokens", "num_prompts", "seed", "num_requests", "waves", "prompt_tokens", "adaptive", "lookahead",
           "max_ngram", "calibrate", "repeats", "shuffle", "max_draft_len", "via", "backend", "url", "flavour", "model_name",
-          "draft_model_name", "timeout_s", "calibration_batch_sizes", "chat_template", "threads", "device", "dtype"]
+          "bls_model_name", "timeout_s", "calibration_batch_sizes", "chat_template", "threads", "device", "dtype"]
 COUNTS = st.integers(-2, 4) | st.sampled_from([INT32_MAX, INT32_MAX + 1, 2**64, 10**400, 1.0, 2.5, math.inf])
 # Plausible values per field (valid or nearly so), beside the arbitrary VALUES every field also gets.
 PLAUSIBLE = {

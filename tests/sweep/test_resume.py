@@ -16,7 +16,7 @@ import pytest
 from tests.sweep.fakes import FakeSweepBackend
 from trtspec.errors import UsageError
 from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.records import ResultsFile, read_records
+from trtspec.sweep.records import ResultsFile, read_records, upgrade
 from trtspec.sweep.runner import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,8 @@ def test_shipped_results_from_before_via_still_load_and_resume():
     path = ROOT / "docs" / "sweep" / "results.jsonl"
     raw = json.loads(path.read_text().splitlines()[0])
     assert raw["kind"] == "sweep" and raw["spec"]["backend"] == "engine"  # the old name, on disk
-    spec = SweepSpec.build(**raw["spec"])  # `backend` accepted as an alias of `via`
+    assert raw["spec"]["draft_model_name"] == "tensorrt_llm_draft"  # a field the sweep no longer has
+    spec = SweepSpec.build(**upgrade(raw)["spec"])  # read as read_records reads it: `via`, without the retired field
     assert spec.via == "engine"
     recorded = {r["id"] for r in read_records(path) if r["kind"] == "case"}
     assert {c.case_id for c in spec.cases()} == recorded and len(recorded) == 136

@@ -1,83 +1,92 @@
-"""The sweep via triton without a server: the client-side draft-target loop against a client test double."""
+"""The sweep via triton without a server: TensorRT-LLM draft-target through a BLS test double, the torch flavour's
+perf metrics through an engine-model test double, and the refusals before any work."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.sweep.fakes import FakeTritonClient, toy_draft_next, toy_target_next
+from tests.sweep.fakes import FakeBLSClient
 from trtspec.errors import ConfigError, ServerError
-from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
+from trtspec.sweep.backend_triton import TritonBackend
 from trtspec.sweep.grid import SweepSpec
 from trtspec.sweep.prompts import PromptSuite
 from trtspec.triton.client import TritonClient
 
 
-def _greedy(fn, prompt, n):
-    seq = list(prompt)
-    for _ in range(n):
-        seq.append(fn(seq))
-    return seq[len(prompt):]
+class CharTokenizer:  # test double: the real backend loads the target's tokenizer.json
+    eos_token_id = 1
+
+    def encode(self, text, add_special_tokens=True):
+        return [0] * add_special_tokens + [ord(c) % 50 for c in text]
 
 
-def _expected_counts(prompt, n, k):
-    """Independent replay of draft-target with the toy models: accepted per step, by definition."""
-    seq, accepted_per_step = list(prompt), []
-    while len(seq) - len(prompt) < n:
-        kk = min(k, len(prompt) + n - len(seq) - 1)
-        if kk <= 0:
-            seq.append(toy_target_next(seq))
-            continue
-        draft = _greedy(toy_draft_next, seq, kk)
-        acc = 0
-        for tok in draft:
-            if toy_target_next(seq) != tok:
-                break
-            seq.append(tok)
-            acc += 1
-        seq.append(toy_target_next(seq))
-        accepted_per_step.append((kk, acc))
-    return seq[len(prompt):], accepted_per_step
+def _bls_spec(**fields):
+    return SweepSpec.build(model="fake", via="triton", url="fake:1", flavour="tensorrtllm", methods=["draft_target"],
+                           drafts=["fake-draft"], k=[0, 3], suites=["code"], num_prompts=2, concurrency=[2],
+                           max_new_tokens=6, **fields)
 
 
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_draft_target_loop_counts_every_step(k):
-    client = FakeTritonClient()
-    prompt = [3, 14, 15, 9, 2]
-    out, counts = draft_target_loop(client, draft_model="tensorrt_llm_draft", target_model="tensorrt_llm",
-                                    prompt_ids=prompt, max_new_tokens=20, k=k, temperature=0.0, end_id=1, pad_id=0)
-    expected_ids, steps = _expected_counts(prompt, 20, k)
-    assert out == _greedy(toy_target_next, prompt, 20) == expected_ids  # lossless: the target's greedy output
-    assert counts.num_drafts == len(steps)
-    assert counts.num_draft_tokens == sum(kk for kk, _ in steps)
-    assert counts.num_accepted_tokens == sum(a for _, a in steps) > 0
-    assert counts.num_accepted_tokens < counts.num_draft_tokens  # the toy draft disagrees sometimes
-    assert counts.num_accepted_tokens_per_pos[0] == sum(a >= 1 for _, a in steps)
-    assert sum(counts.accepted_length_histogram) == counts.num_drafts
-    assert counts.num_emitted_tokens == 20
-    # the wire format follows tensorrt_llm's tensor names, with batch and beam dimensions
-    model, inputs = next(c for c in client.calls if "draft_input_ids" in c[1])
-    assert model == "tensorrt_llm" and inputs["draft_input_ids"].dtype == np.int32
-    assert inputs["request_output_len"][0, 0] == inputs["draft_input_ids"].shape[1] + 1
-    assert {"input_ids", "input_lengths", "end_id", "pad_id", "temperature", "beam_width"} <= set(inputs)
-
-
-def test_backend_runs_a_case_through_the_loop(tmp_path):
-    spec = SweepSpec.build(model="fake", via="triton", url="fake:1", flavour="tensorrtllm",
-                           methods=["draft_target"], drafts=["fake-draft"], k=[0, 3], suites=["code"], num_prompts=2,
-                           concurrency=[2],
-                           max_new_tokens=12)
-
-    class ByteTokenizer:  # test double: the real backend loads the target's tokenizer.json
-        def encode(self, text):
-            return [b % 50 for b in text.encode()][:16]
-
-    backend = TritonBackend(client=FakeTritonClient(), tokenizer=ByteTokenizer())
+def _run(spec, client, tmp_path):
+    backend = TritonBackend(client=client, tokenizer=CharTokenizer())
     backend.preflight(spec)
-    case = spec.cases()[1]
-    metrics = backend.run_case(case, PromptSuite("s", tmp_path, ("abc def", "xyz"), "0"), spec)
-    assert metrics["stats"]["source"] == "client_loop" and metrics["output_tokens"] == 24
-    assert 0 < metrics["stats"]["acceptance_rate"] < 1
+    suite = PromptSuite("s", tmp_path, ("abc def", "xyz"), "0")
+    return [backend.run_case(case, suite, spec) for case in spec.cases()]
+
+
+def test_tensorrtllm_draft_target_runs_in_the_bls_and_sums_its_totals(tmp_path):
+    client = FakeBLSClient(per_request=(4, 11, 6))  # a BLS that declares no num_drafts (as every release's)
+    plain, drafted = _run(_bls_spec(), client, tmp_path)
+    # output tokens: the tokenizer's encoding of text_output, no special tokens (12 characters per request)
+    assert plain["output_tokens"] == drafted["output_tokens"] == 24
+    assert plain["stats"]["source"] == "plain" and plain["stats"]["num_draft_tokens"] == 0
+    stats = drafted["stats"]
+    assert stats["source"] == "bls" and (stats["num_draft_tokens"], stats["num_accepted_tokens"]) == (22, 12)
+    assert stats["acceptance_rate"] == pytest.approx(12 / 22)
+    # no num_drafts output: drafts estimated as draft tokens / k, and the record says so
+    assert stats["num_drafts_estimated"] and stats["num_drafts"] == round(22 / 3)
+    assert stats["mean_acceptance_length"] == pytest.approx(1 + 12 / (22 / 3))
+    # the baseline goes through the BLS too, without drafting; the draft-target case asks for the acceptance outputs
+    (base_in, base_out), (base_in2, _), (spec_in, spec_out), _ = client.calls
+    assert "num_draft_tokens" not in base_in and "return_perf_metrics" not in base_in and base_out == ["text_output"]
+    assert spec_in["num_draft_tokens"][0, 0] == 3 and spec_in["num_draft_tokens"].dtype == np.int32
+    assert spec_in["return_perf_metrics"][0, 0] and spec_in["exclude_input_in_output"][0, 0]
+    assert spec_out == ["text_output", "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"]
+    # text in, under the BLS's names and dtypes; sampling over the whole distribution, request i with seed + i
+    assert spec_in["text_input"].dtype == object and spec_in["text_input"].shape == (1, 1)
+    assert {spec_in["text_input"][0, 0], base_in2["text_input"][0, 0]} <= {b"abc def", b"xyz"}
+    assert spec_in["max_tokens"].dtype == np.int32 and spec_in["max_tokens"][0, 0] == 6
+    assert (spec_in["top_k"][0, 0], spec_in["top_p"][0, 0], spec_in["temperature"][0, 0]) == (0, 1.0, 0.0)
+    assert spec_in["seed"].dtype == np.uint64 and spec_in["top_p"].dtype == np.float32
+
+
+def test_num_drafts_is_exact_where_the_bls_declares_it(tmp_path):
+    client = FakeBLSClient(per_request=(4, 11, 6), declares_num_drafts=True)
+    _, drafted = _run(_bls_spec(), client, tmp_path)
+    stats = drafted["stats"]
+    assert client.calls[-1][1][-1] == "num_drafts"
+    assert not stats["num_drafts_estimated"] and stats["num_drafts"] == 8
+    assert stats["mean_acceptance_length"] == pytest.approx(1 + 12 / 8)
+
+
+def test_a_bls_that_cannot_serve_draft_target_is_refused_before_work():
+    spec = _bls_spec()
+    with pytest.raises(ServerError, match="declares no return_perf_metrics, acceptance_rate.*0.18.0") as exc:
+        TritonBackend(client=FakeBLSClient(acceptance=False), tokenizer=CharTokenizer()).preflight(spec)
+    assert "--trtllm-version" in exc.value.hint
+    with pytest.raises(ServerError, match="has no draft model"):
+        TritonBackend(client=FakeBLSClient(draft_model=None), tokenizer=CharTokenizer()).preflight(spec)
+    with pytest.raises(ServerError, match="'my_bls' is not ready") as exc:
+        TritonBackend(client=FakeBLSClient(), tokenizer=CharTokenizer()).preflight(_bls_spec(bls_model_name="my_bls"))
+    assert "bls_model_name" in exc.value.hint
+    client = FakeBLSClient(name="my_bls")
+    TritonBackend(client=client, tokenizer=CharTokenizer()).preflight(_bls_spec(bls_model_name="my_bls"))
+
+
+def test_a_spec_naming_the_draft_model_gets_the_fix():
+    with pytest.raises(ConfigError, match="draft_model_name='tensorrt_llm_draft': is no longer a sweep field") as exc:
+        _bls_spec(draft_model_name="tensorrt_llm_draft")
+    assert "bls_model_name" in exc.value.hint and "\n" not in str(exc.value)
 
 
 def test_unreachable_server_is_a_clear_error():
@@ -109,8 +118,8 @@ class PerfMetricsClient:
                 "total_draft_tokens": np.array([[3 * k]], dtype=np.int32),
                 "num_drafts": np.array([[4]], dtype=np.int32)}
 
-    def model_parameters(self, model):
-        return {"method": "ngram", "max_k": "8"}
+    def model_config(self, model):
+        return {"parameters": {"method": {"string_value": "ngram"}, "max_k": {"string_value": "8"}}}
 
     def close(self):
         pass
@@ -132,6 +141,7 @@ def test_torch_flavour_reads_perf_metrics(tmp_path):
     assert stats["source"] == "perf_metrics" and metrics["output_tokens"] == 10
     assert stats["num_draft_tokens"] == 24 and stats["num_accepted_tokens"] == 12
     assert stats["num_drafts"] == 8 and stats["mean_acceptance_length"] == 2.5  # 1 + 12 / 8, from num_drafts
+    assert not stats["num_drafts_estimated"]
     sent = client.inputs[0]
     assert sent["return_perf_metrics"][0, 0] and sent["num_draft_tokens"][0, 0] == 4
     # TensorRT-LLM's reading: unset top-k/top-p would be greedy at any temperature, so the sweep states them

@@ -128,3 +128,53 @@ def test_bls_refuses_what_it_cannot_do(served):
             client.generate(" ", max_tokens=4, k=2)
         expected = "".join(CHARS[t - 3] for t in counting(3 + CHARS.index("c"), 3))
         assert client.generate("abc", max_tokens=3, k=2).text == expected
+
+
+def test_sweep_runs_draft_target_in_the_bls_and_counts_every_iteration(served, tokenizer_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from trtspec.errors import ServerError
+    from trtspec.sweep.backend_triton import TritonBackend
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.prompts import PromptSuite
+
+    server, target, _ = served
+    spec = SweepSpec.build(model="served", via="triton", url=server.grpc_url, flavour="tensorrtllm",
+                           methods=["draft_target"], drafts=["served"], k=[0, 4], suites=["code"], num_prompts=2,
+                           max_new_tokens=12, timeout_s=30.0)
+    suite = PromptSuite("s", tmp_path, ("def f", "abc"), "0")
+
+    def sweep() -> list[dict]:
+        backend = TritonBackend(tokenizer=AutoTokenizer.from_pretrained(tokenizer_dir))
+        try:
+            backend.preflight(spec)  # connects with spec.timeout_s, checks the BLS can report acceptance
+            assert backend.client is not None and backend.client.timeout_s == 30.0
+            return [backend.run_case(case, suite, spec) for case in spec.cases()]
+        finally:
+            backend.close()
+
+    if not target.has("acceptance_outputs"):  # 0.18.0: refused before any request
+        with pytest.raises(ServerError, match="declares no return_perf_metrics, acceptance_rate"):
+            sweep()
+        return
+    plain, drafted = sweep()
+    # output tokens: text_output re-encoded, 12 characters per request (the baseline goes through the BLS too)
+    assert plain["output_tokens"] == drafted["output_tokens"] == 24 and plain["stats"]["source"] == "plain"
+    stats = drafted["stats"]
+    # per request, by hand: drafts of 4, 4, 4, then 2 (max_tokens) tokens; the draft is wrong at its third token, so
+    # 2 + 2 + 2 + 2 accepted. The last iteration alone would be 2 of 2 (acceptance 1.0): the counts cover all four.
+    assert stats["source"] == "bls" and (stats["num_draft_tokens"], stats["num_accepted_tokens"]) == (28, 16)
+    assert stats["acceptance_rate"] == pytest.approx(16 / 28)
+    assert stats["num_drafts_estimated"] and stats["num_drafts"] == 7  # 28 / 4: the last, shorter draft undercounted
+    # a BLS whose config declares num_drafts returns the iterations it verified: the drafts are exact
+    with TritonClient(server.grpc_url, model="tensorrt_llm_bls") as client:
+        config = client.model_config("tensorrt_llm_bls")
+        num_drafts = {"name": "num_drafts", "data_type": "TYPE_INT32", "dims": ["1"]}
+        client.load_model("tensorrt_llm_bls", {**config, "output": [*config["output"], num_drafts]})
+        try:
+            _, drafted = sweep()
+        finally:
+            client.load_model("tensorrt_llm_bls")  # the repository's own config again
+    stats = drafted["stats"]
+    assert not stats["num_drafts_estimated"] and (stats["num_drafts"], stats["num_accepted_tokens"]) == (8, 16)
+    assert stats["mean_acceptance_length"] == 3.0  # 1 + 16 / 8

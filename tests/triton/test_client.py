@@ -1,4 +1,4 @@
-"""TritonClient's tensor level (`infer`, `responses`) against a real tritonserver, and the sweep's Triton path on it.
+"""TritonClient's tensor level (`infer`, `responses`) against a real tritonserver.
 
 The served models are the counting test double (tests/triton/doubles/counting_lm) with tensorrt_llm's tensor names:
 `counting_target` decoupled (answers through a stream), `counting_draft` not, and `counting_slow` decoupled and
@@ -19,9 +19,6 @@ import pytest
 
 from tests.triton.helpers import counting_model
 from trtspec.errors import RequestError, ServerError
-from trtspec.sweep.backend_triton import TritonBackend, draft_target_loop
-from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.prompts import PromptSuite
 from trtspec.triton.client import TritonClient, declared_name
 from trtspec.triton.render import RepoFile, write_repository
 from trtspec.triton.server import TritonServer
@@ -162,41 +159,6 @@ def test_unknown_model_and_unreachable_server_are_server_errors(server):
     with pytest.raises(ServerError, match="no Triton server answers") as exc:
         TritonClient("127.0.0.1:1", model="counting_draft", timeout_s=1.0)
     assert "trtspec serve" in exc.value.hint
-
-
-def test_sweep_draft_target_loop_over_the_real_client(server):
-    prompt, k, new = [3, 10, 20], 4, 12
-    with TritonClient(server.grpc_url, model="counting_target") as client:
-        generated, counts = draft_target_loop(client, draft_model="counting_draft", target_model="counting_target",
-                                              prompt_ids=prompt, max_new_tokens=new, k=k, temperature=0.0)
-    assert generated == counting(20, new)  # lossless: the target's own tokens
-    # by hand: each draft of 3+ tokens has its first 2 right; lengths 4, 4, 4, then 2 (the limit) at 3, 6, 9, 12
-    assert (counts.num_drafts, counts.num_draft_tokens, counts.num_accepted_tokens) == (4, 14, 8)
-    assert counts.num_accepted_tokens_per_pos == [4, 4, 0, 0] and counts.num_emitted_tokens == new
-
-
-def test_sweep_backend_runs_cases_against_the_server(server, tmp_path):
-    spec = SweepSpec.build(model="counting", via="triton", url=server.grpc_url, flavour="tensorrtllm",
-                           model_name="counting_target", draft_model_name="counting_draft", methods=["draft_target"],
-                           drafts=["counting_draft"], k=[0, 4], suites=["code"], num_prompts=2, max_new_tokens=12,
-                           timeout_s=30.0)
-
-    class CountingTokenizer:  # test double: every prompt is [3, 10, len(text)] in the double's vocabulary
-        def encode(self, text):
-            return [3, 10, 3 + len(text) % 47]
-
-    backend = TritonBackend(tokenizer=CountingTokenizer())
-    backend.preflight(spec)  # connects with spec.timeout_s, checks both models are ready
-    try:
-        assert backend.client is not None and backend.client.timeout_s == 30.0
-        suite = PromptSuite("s", tmp_path, ("abc", "abcdef"), "0")
-        plain, spec_case = (backend.run_case(case, suite, spec) for case in spec.cases())
-    finally:
-        backend.close()
-    assert plain["output_tokens"] == spec_case["output_tokens"] == 24 and plain["stats"]["source"] == "plain"
-    stats = spec_case["stats"]
-    assert stats["source"] == "client_loop" and (stats["num_drafts"], stats["num_accepted_tokens"]) == (8, 16)
-    assert stats["mean_acceptance_length"] == 3.0  # 1 + 16 / 8
 
 
 def test_declared_name_picks_the_spelling_the_model_declares():

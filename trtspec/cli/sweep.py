@@ -44,7 +44,8 @@ from trtspec.methods import METHODS
                                       "template (via engine).")
 @click.option("--flavour", type=click.Choice(["torch", "tensorrtllm"]), help="Served repository flavour (triton).")
 @click.option("--model-name", help="Served model to call (default: tensorrt_llm via triton, the model's name via openai).")
-@click.option("--draft-model-name", help="Triton draft model for TensorRT-LLM draft-target.")
+@click.option("--bls-model-name", help="Served BLS model that runs TensorRT-LLM draft-target and its k = 0 baseline "
+                                      "(via triton, --flavour tensorrtllm; default tensorrt_llm_bls).")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.001),
               help="Seconds one request to the Triton server may take before it is cancelled (default 120).")
 @click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")

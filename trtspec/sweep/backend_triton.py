@@ -1,20 +1,30 @@
 """Sweep via `triton`: measure acceptance against a served model repository over gRPC.
 
-Two ways to count acceptance, chosen by the method table (never by model names):
+Where a case goes, chosen by the method table (never by model names):
+- the BLS (TensorRT-LLM draft-target, `draft_tokens_external`: flavour tensorrtllm, a method with a draft model): one
+  request per prompt to the repository's BLS model (`bls_model_name`, default tensorrt_llm_bls), which runs the
+  draft-target loop server-side (draft model for k tokens, target verifies them as `draft_input_ids`, repeated).
+  Text in: `text_input`, `max_tokens`, `num_draft_tokens` = k, the sampling inputs under the BLS's names (`temperature`,
+  `top_k`, `top_p`, `seed`), `return_perf_metrics`, `exclude_input_in_output`; the BLS's `preprocessing` gives the
+  end id. Acceptance is its perf outputs, counted over every iteration: `total_draft_tokens`,
+  `total_accepted_draft_tokens`, and `num_drafts` where its config declares that output; otherwise drafts are
+  estimated as draft tokens / k (a last draft cut short by max_tokens makes the estimate low). The BLS returns text
+  only, so a request's output tokens are the sweep tokenizer's encoding of `text_output` (no special tokens added).
+  Such a sweep's k = 0 baseline goes through the BLS too (it forwards to the target without drafting), so both pay the
+  same text path. A BLS without acceptance outputs (TensorRT-LLM 0.18.0's) or without a draft model is refused in
+  preflight.
 - perf metrics (the torch flavour's `tensorrt_llm`, and TensorRT-LLM tree/lookahead methods): one request per
   prompt with `return_perf_metrics`, and on the torch flavour `num_draft_tokens` = k (trtspec's extension input);
   read `total_accepted_draft_tokens`, `total_draft_tokens` (and `acceptance_rate`, and the torch flavour's
-  `num_drafts`). Per-position acceptance is not available on this path.
-- client-side draft-target loop (TensorRT-LLM `draft_tokens_external`, as in tensorrtllm_backend's
-  `e2e_grpc_speculative_decoding_client.py`): per step, ask the draft model for k tokens, send them to the target as
-  `draft_input_ids` with `request_output_len = k + 1`, and count accepted = new target tokens - 1. Every step is
-  counted, unlike the BLS model whose perf metrics cover only its last target call.
+  `num_drafts`).
+- plain (k = 0 on the TensorRT-LLM flavour otherwise): token ids to `tensorrt_llm`.
+Per-position acceptance is not available on any of these paths.
 
 Requests go through trtspec.triton.client.TritonClient at its tensor level (`infer(model, inputs, outputs)`), with
 the spec's `timeout_s`; the functions here need only the small `Client` protocol, so a test double can stand in.
-Every request states its sampling the way TensorRT-LLM reads it: `runtime_top_k` 0 and `runtime_top_p` 1.0 (the full
-distribution at `temperature`; unset, both would mean greedy), and `end_id` = the tokenizer's end token (unset,
-generation would run to the length limit). TensorRT-LLM leaves an end_id it sampled out of the output.
+Every request states its sampling the way TensorRT-LLM reads it: top-k 0 and top-p 1.0 (the full distribution at
+`temperature`; unset, both would mean greedy), and an end id = the tokenizer's end token (unset, generation would run
+to the length limit). TensorRT-LLM leaves an end_id it sampled out of the output.
 """
 
 from __future__ import annotations
@@ -41,81 +51,60 @@ class Client(Protocol):
 
     def ready(self, model: str) -> bool: ...
 
-    def model_parameters(self, model: str) -> dict[str, str]: ...
+    def model_config(self, model: str) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
 
-def draft_target_loop(client: Client, *, draft_model: str, target_model: str, prompt_ids: Sequence[int],
-                      max_new_tokens: int, k: int, temperature: float, end_id: int | None = None,
-                      pad_id: int | None = None) -> tuple[list[int], AcceptanceStats]:
-    """Generate with TensorRT-LLM draft-target through two Triton models, counting every step's acceptance.
+def bls_request(client: Client, *, model: str, prompt: str, max_new_tokens: int, k: int, temperature: float,
+                seed: int, outputs: Sequence[str] = ()) -> tuple[str, dict[str, float]]:
+    """One request to a BLS model (text in, text out); returns (text_output, the perf-metric values it reported).
 
-    Args:
-        prompt_ids: the tokenized prompt, [prompt_len].
-        k: draft tokens per step (clamped so the output never exceeds prompt_len + max_new_tokens).
-    Returns:
-        (generated token ids without the prompt, counts). Stops at the length limit, when the target makes no
-        progress (end_id reached), or when the target reproduces the draft output exactly (upstream's stop rule).
+    With k > 0 the BLS runs draft-target and `outputs` names the acceptance outputs to ask for (its perf metrics
+    count every iteration of its loop); with k = 0 it forwards to the target and nothing is counted.
     """
-    prompt = np.asarray(prompt_ids, dtype=np.int32)  # [prompt_len]
-    ids = prompt
-    limit = len(prompt) + max_new_tokens
-    counts = AcceptanceStats()
-    while True:
-        # 1. draft: up to k tokens continuing `ids`
-        num_draft = min(k, limit - len(ids) - 1)
-        draft_tokens = np.zeros((0,), dtype=np.int32)  # [num_draft]
-        draft_out = None
-        if num_draft > 0:
-            draft_out, draft_len = _trtllm_call(client, draft_model, ids, num_draft, None, temperature, end_id,
-                                                pad_id)
-            draft_tokens = draft_out[len(ids):draft_len]
-        # 2. target: verify the draft and add one token (request_output_len = draft + 1)
-        target_out, target_len = _trtllm_call(client, target_model, ids, len(draft_tokens) + 1,
-                                              draft_tokens if len(draft_tokens) else None, temperature, end_id, pad_id)
-        new_ids = target_out[:target_len]  # [len(ids) + accepted + 1]
-        # 3. count: every new target token but the last is an accepted draft token
-        gained = len(new_ids) - len(ids)
-        counts.num_target_forwards += 1
-        counts.num_emitted_tokens += max(gained, 0)
-        if len(draft_tokens):
-            counts.observe(len(draft_tokens), min(max(gained - 1, 0), len(draft_tokens)))
-        # 4. stop rules (tensorrtllm_backend client): length, no progress, target == draft output
-        done = (len(new_ids) >= limit or gained <= 0
-                or (draft_out is not None and np.array_equal(draft_out[:len(new_ids)], new_ids)
-                    and len(draft_out) == len(new_ids)))
-        ids = new_ids
-        if done:
-            return ids[len(prompt):].tolist(), counts
+    inputs = {
+        "text_input": np.array([[prompt.encode("utf-8")]], dtype=object),  # [1, 1] BYTES
+        "max_tokens": np.array([[max_new_tokens]], dtype=np.int32),
+        **_sampling_inputs(temperature, "top_k", "top_p"),
+        "seed": np.array([[seed]], dtype=np.uint64),
+        "exclude_input_in_output": np.array([[True]], dtype=bool),
+    }
+    if k > 0:
+        inputs["num_draft_tokens"] = np.array([[k]], dtype=np.int32)
+        inputs["return_perf_metrics"] = np.array([[True]], dtype=bool)
+    out = client.infer(model, inputs, ["text_output", *(outputs if k > 0 else ())])
+    raw = np.asarray(out["text_output"]).reshape(-1)[0]  # 1-D, one string per beam
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text, perf_values(out) if k > 0 else {}
 
 
-def _trtllm_call(client: Client, model: str, ids: np.ndarray, output_len: int, draft: np.ndarray | None,
-                 temperature: float, end_id: int | None, pad_id: int | None) -> tuple[np.ndarray, int]:
-    """One `tensorrt_llm`-style request for batch 1; returns (output_ids [seq], sequence_length)."""
+def plain_request(client: Client, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float,
+                  seed: int, end_id: int | None = None) -> list[int]:
+    """One `tensorrt_llm` request without drafts (the TensorRT-LLM flavour's k = 0); returns the generated ids."""
+    ids = np.asarray(prompt_ids, dtype=np.int32)
     inputs: dict[str, np.ndarray] = {
-        "input_ids": ids[None, :].astype(np.int32),  # [1, len]
+        "input_ids": ids[None, :],  # [1, prompt_len]
         "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-        "request_output_len": np.array([[output_len]], dtype=np.int32),
+        "request_output_len": np.array([[max_new_tokens]], dtype=np.int32),
         "beam_width": np.array([[1]], dtype=np.int32),
         **_sampling_inputs(temperature),
+        "seed": np.array([[seed]], dtype=np.uint64),
     }
-    if draft is not None:
-        inputs["draft_input_ids"] = draft[None, :].astype(np.int32)  # [1, num_draft]
     if end_id is not None:
         inputs["end_id"] = np.array([[end_id]], dtype=np.int32)
-    if pad_id is not None:
-        inputs["pad_id"] = np.array([[pad_id]], dtype=np.int32)
     out = client.infer(model, inputs, ["output_ids", "sequence_length"])
-    output_ids = np.asarray(out["output_ids"]).reshape(-1).astype(np.int64)  # [1, 1, seq] -> [seq] (beam 0)
+    output_ids = np.asarray(out["output_ids"]).reshape(-1)  # [1, beam 1, seq]: the prompt, then the generated ids
     seq_len = int(np.asarray(out["sequence_length"]).reshape(-1)[0])
-    return output_ids, seq_len
+    return output_ids[len(ids):seq_len].tolist()
 
 
-def _sampling_inputs(temperature: float) -> dict[str, np.ndarray]:
-    """Sampling at `temperature` over the whole distribution, as TensorRT-LLM reads it (see the module docstring)."""
+def _sampling_inputs(temperature: float, top_k: str = "runtime_top_k",
+                     top_p: str = "runtime_top_p") -> dict[str, np.ndarray]:
+    """Sampling at `temperature` over the whole distribution, as TensorRT-LLM reads it (see the module docstring),
+    under the names of the model asked (tensorrt_llm's runtime_top_k/p; the BLS's top_k/p)."""
     return {"temperature": np.array([[temperature]], dtype=np.float32),
-            "runtime_top_k": np.array([[0]], dtype=np.int32), "runtime_top_p": np.array([[1.0]], dtype=np.float32)}
+            top_k: np.array([[0]], dtype=np.int32), top_p: np.array([[1.0]], dtype=np.float32)}
 
 
 def perf_metrics_request(client: Client, *, model: str, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -149,7 +138,8 @@ def perf_metrics_request(client: Client, *, model: str, prompt_ids: Sequence[int
 
 
 class TritonBackend:
-    """Sweep cases against a running tritonserver (see the module docstring for how acceptance is counted)."""
+    """Sweep cases against a running tritonserver (see the module docstring for where a case goes and how its
+    acceptance is counted)."""
 
     name = "triton"
 
@@ -157,26 +147,28 @@ class TritonBackend:
         self.client = client
         self.tokenizer = tokenizer
         self.url: str | None = None
+        self.bls_outputs: list[str] = []  # the acceptance outputs the BLS declares (with num_drafts when it does)
 
     def preflight(self, spec: SweepSpec) -> None:
         self.url = spec.url
+        models = sorted({self._model(spec, case) for case in spec.cases()})
         if self.client is None:
             from trtspec.triton.client import TritonClient
 
-            self.client = TritonClient(spec.url or "", model=spec.served_model_name, timeout_s=spec.timeout_s)
-        models = {spec.served_model_name}
-        if any(_uses_client_loop(spec, m) for m in spec.methods):
-            models.add(spec.draft_model_name)
-        for model in sorted(models):
+            self.client = TritonClient(spec.url or "", model=models[0], timeout_s=spec.timeout_s)
+        for model in models:
             if not self.client.ready(model):
                 raise ServerError(f"model {model!r} is not ready on {spec.url}",
-                                  hint="check `model_name`/`draft_model_name` against the served repository")
-        served = self.client.model_parameters(spec.served_model_name).get("method")  # the torch flavour's says
-        wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
-        if wrong:
-            raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
-                              f"{served!r} (a server-level setting); k and temperature vary per request",
-                              hint=f"sweep --method {served}, or deploy a repository per method")
+                                  hint="check `model_name`/`bls_model_name` against the served repository")
+        if spec.served_model_name in models:
+            served = _parameters(self.client.model_config(spec.served_model_name)).get("method")  # torch flavour's
+            wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
+            if wrong:
+                raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
+                                  f"{served!r} (a server-level setting); k and temperature vary per request",
+                                  hint=f"sweep --method {served}, or deploy a repository per method")
+        if spec.bls_model_name in models:
+            self.bls_outputs = _bls_acceptance_outputs(self.client.model_config(spec.bls_model_name), spec)
         if self.tokenizer is None:
             self.tokenizer = _load_tokenizer(spec.model)
 
@@ -187,7 +179,7 @@ class TritonBackend:
         """Every prompt of the suite, `concurrency` requests in flight (one client thread each)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        prompts = [list(self.tokenizer.encode(p)) for p in suite.prompts]
+        prompts = list(suite.prompts)
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=case.concurrency) as pool:
             results = list(pool.map(lambda i: self._one_request(case, spec, prompts[i], case.seed + i),
@@ -197,46 +189,58 @@ class TritonBackend:
         perf = [p for _, _, p in results if p is not None]
         for _, one, _ in results:
             counts.merge(one)
-        output_tokens = sum(len(generated) for generated, _, _ in results)
+        output_tokens = sum(tokens for tokens, _, _ in results)
         stats = counts.to_dict()
         if perf:
             accepted = sum(int(p["total_accepted_draft_tokens"]) for p in perf)
             drafted = sum(int(p["total_draft_tokens"]) for p in perf)
-            # the torch flavour reports num_drafts; for TensorRT-LLM, drafts (iterations) ~ draft tokens / k, since it
-            # counts min(k, path length) draft tokens per step.
-            drafts = sum(int(p.get("num_drafts", 0)) for p in perf) or (drafted / case.k if case.k else 0)
+            # num_drafts where the model reports it (the torch flavour's engine, a BLS that declares it); otherwise
+            # drafts (verifying iterations) ~ draft tokens / k, since each counts min(k, room left) draft tokens
+            exact = all("num_drafts" in p for p in perf)
+            drafts = sum(int(p["num_drafts"]) for p in perf) if exact else drafted / case.k if case.k else 0
             stats.update(num_draft_tokens=drafted, num_accepted_tokens=accepted, num_drafts=round(drafts),
-                         num_accepted_tokens_per_pos=None, acceptance_rate_per_pos=None,
-                         acceptance_rate=acceptance_rate(drafted, accepted),
-                         mean_acceptance_length=mean_acceptance_length(drafts, accepted), source="perf_metrics")
+                         num_drafts_estimated=not exact, num_accepted_tokens_per_pos=None,
+                         acceptance_rate_per_pos=None, acceptance_rate=acceptance_rate(drafted, accepted),
+                         mean_acceptance_length=mean_acceptance_length(drafts, accepted),
+                         source="bls" if self._model(spec, case) == spec.bls_model_name else "perf_metrics")
         else:
-            stats["source"] = "client_loop" if counts.num_drafts else "plain"
+            stats["source"] = "plain"
         return {"wall_time_s": wall, "num_requests": len(prompts), "output_tokens": output_tokens,
                 "tokens_per_s": output_tokens / wall if wall > 0 else 0.0, "stats": stats}
 
-    def _one_request(self, case: Case, spec: SweepSpec, prompt_ids: list[int],
-                     seed: int) -> tuple[list[int], AcceptanceStats, dict[str, float] | None]:
-        """(generated ids, client-loop counts, perf metrics or None) of one request."""
+    def _one_request(self, case: Case, spec: SweepSpec, prompt: str,
+                     seed: int) -> tuple[int, AcceptanceStats, dict[str, float] | None]:
+        """(output tokens, plain-decoding counts, perf metrics or None) of one request."""
         if self.client is None:
             raise ServerError("the Triton sweep backend has no client", hint="call preflight() before run_case()")
         counts = AcceptanceStats()
+        model = self._model(spec, case)
+        if model == spec.bls_model_name:
+            text, perf = bls_request(self.client, model=model, prompt=prompt, max_new_tokens=case.max_new_tokens,
+                                     k=case.k, temperature=case.temperature, seed=seed, outputs=self.bls_outputs)
+            tokens = len(self.tokenizer.encode(text, add_special_tokens=False))
+            if case.k > 0:
+                return tokens, counts, perf
+            counts.num_target_forwards = counts.num_emitted_tokens = tokens
+            return tokens, counts, None
+        prompt_ids = list(self.tokenizer.encode(prompt))
         end_id = getattr(self.tokenizer, "eos_token_id", None)
-        if spec.flavour == "tensorrtllm" and case.k == 0:
-            out, seq_len = _trtllm_call(self.client, spec.served_model_name, np.asarray(prompt_ids, dtype=np.int32),
-                                        case.max_new_tokens, None, case.temperature, end_id, None)
-            generated = out[len(prompt_ids):seq_len].tolist()
+        if case.k == 0 and spec.flavour == "tensorrtllm":
+            generated = plain_request(self.client, model=model, prompt_ids=prompt_ids,
+                                      max_new_tokens=case.max_new_tokens, temperature=case.temperature, seed=seed,
+                                      end_id=end_id)
             counts.num_target_forwards = counts.num_emitted_tokens = len(generated)
-            return generated, counts, None
-        if case.k > 0 and _uses_client_loop(spec, case.method):
-            generated, counts = draft_target_loop(
-                self.client, draft_model=spec.draft_model_name, target_model=spec.served_model_name,
-                prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens, k=case.k, temperature=case.temperature,
-                end_id=end_id)
-            return generated, counts, None
+            return len(generated), counts, None
         generated, perf = perf_metrics_request(
-            self.client, model=spec.served_model_name, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
+            self.client, model=model, prompt_ids=prompt_ids, max_new_tokens=case.max_new_tokens,
             k=case.k if spec.flavour == "torch" else None, temperature=case.temperature, seed=seed, end_id=end_id)
-        return generated, counts, perf
+        return len(generated), counts, perf
+
+    def _model(self, spec: SweepSpec, case: Case) -> str:
+        """The served model `case` goes to: the BLS for TensorRT-LLM draft-target and, in a sweep that has it, the
+        k = 0 baseline; `model_name` otherwise."""
+        bls = _uses_bls(spec, case.method) if case.k else any(_uses_bls(spec, m) for m in spec.methods)
+        return spec.bls_model_name if bls else spec.served_model_name
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url}
@@ -246,10 +250,36 @@ class TritonBackend:
             self.client.close()
 
 
-def _uses_client_loop(spec: SweepSpec, method: str) -> bool:
-    """TensorRT-LLM draft-target needs the client-side loop; everything else reports perf metrics itself."""
+def _uses_bls(spec: SweepSpec, method: str) -> bool:
+    """TensorRT-LLM draft-target runs in the BLS model; everything else reports perf metrics itself."""
     info = resolve(method)
     return spec.flavour == "tensorrtllm" and info.needs_draft_model and info.trtllm_build_mode == "draft_tokens_external"
+
+
+def _parameters(config: Mapping[str, Any]) -> dict[str, str]:
+    """A model configuration's (config.pbtxt as JSON) `parameters`, as strings."""
+    return {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+
+
+def _bls_acceptance_outputs(config: Mapping[str, Any], spec: SweepSpec) -> list[str]:
+    """The acceptance outputs to ask the BLS for (num_drafts where it declares it), or why it cannot serve the sweep:
+    it has no draft model, or its release has no acceptance outputs (TensorRT-LLM 0.18.0)."""
+    model = spec.bls_model_name
+    if not _parameters(config).get("tensorrt_llm_draft_model_name"):
+        raise ServerError(f"model {model!r} on {spec.url} has no draft model (its tensorrt_llm_draft_model_name "
+                          "parameter is not set), so it cannot run draft-target",
+                          hint="deploy a draft-target build (`trtspec deploy --build out/build/<draft-target build>`), "
+                               "or sweep another method")
+    inputs = {tensor["name"] for tensor in config.get("input", [])}
+    outputs = {tensor["name"] for tensor in config.get("output", [])}
+    missing = [n for n in ("num_draft_tokens", "return_perf_metrics") if n not in inputs]
+    missing += [n for n in TRTLLM_PERF_OUTPUTS if n not in outputs]
+    if missing:
+        raise ServerError(f"model {model!r} on {spec.url} cannot report draft-target acceptance: its config declares "
+                          f"no {', '.join(missing)} (TensorRT-LLM 0.18.0's BLS has no acceptance outputs)",
+                          hint="deploy the repository for TensorRT-LLM 0.19.0 or later (`trtspec deploy "
+                               "--trtllm-version 1.2.1 ...`), or sweep via engine")
+    return [*TRTLLM_PERF_OUTPUTS, *(["num_drafts"] if "num_drafts" in outputs else [])]
 
 
 def _load_tokenizer(model: str) -> Any:

@@ -47,6 +47,11 @@ ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_ca
 MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
 MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
 INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
+# Fields an older spec may name that the sweep no longer reads: field -> (why, the fix).
+RETIRED_FIELDS = {"draft_model_name": ("is no longer a sweep field: TensorRT-LLM draft-target runs in the served BLS "
+                                       "model, which calls its own draft model",
+                                       "replace it with bls_model_name (the BLS model's name, default "
+                                       "tensorrt_llm_bls; --bls-model-name), or remove it")}
 
 
 class SweepSpec(BaseModel):
@@ -96,8 +101,11 @@ class SweepSpec(BaseModel):
                             "(via openai), e.g. localhost:8000 for http://localhost:8000/v1")
     flavour: Literal["torch", "tensorrtllm"] = Field("torch", description="served repository flavour (triton)")
     model_name: str | None = Field(None, description="served model to call; default tensorrt_llm (via triton, both "
-                                   "flavours), the model's served name (via openai: tiny for tiny)")
-    draft_model_name: str = Field("tensorrt_llm_draft", description="Triton draft model (TensorRT-LLM draft-target)")
+                                   "flavours; TensorRT-LLM draft-target calls bls_model_name), the model's served name "
+                                   "(via openai: tiny for tiny)")
+    bls_model_name: str = Field("tensorrt_llm_bls", description="served BLS model that runs TensorRT-LLM draft-target "
+                                "and its k = 0 baseline (via triton, flavour tensorrtllm): it calls the draft and "
+                                "target models itself")
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
                              description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
@@ -124,6 +132,9 @@ class SweepSpec(BaseModel):
     @classmethod
     def build(cls, **data: object) -> SweepSpec:
         """Construct and validate; pydantic errors become ConfigError naming the field."""
+        for field, (why, fix) in RETIRED_FIELDS.items():
+            if field in data:
+                raise ConfigError(field, shown(data[field]), why, hint=fix)
         try:
             spec = cls(**data)
         except ValidationError as exc:

@@ -60,13 +60,16 @@ def read_records(path: str | Path) -> list[Record]:
 
 
 def upgrade(record: Record) -> Record:
-    """`record` (changed in place) with keys written under an older name renamed to today's."""
+    """`record` (changed in place) with keys written under an older name renamed to today's, and retired ones
+    dropped, so its spec builds a SweepSpec."""
     if record.get("kind") == "case":
         _rename(record, "backend", "via_info")  # the runner's info (name engine | triton, device, versions)
         _rename(record.get("params"), "backend", "via")
     elif record.get("kind") == "sweep":
         _rename(record, "backend_info", "via_info")
         _rename(record.get("spec"), "backend", "via")
+        if isinstance(record.get("spec"), dict):  # a field the sweep no longer has (grid.RETIRED_FIELDS)
+            record["spec"].pop("draft_model_name", None)
     return record
 
 

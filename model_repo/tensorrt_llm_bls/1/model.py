@@ -13,7 +13,9 @@ each iteration asks the draft model for up to k tokens and the target verifies t
 request_output_len = k + 1), keeping the accepted prefix plus one token of its own; it stops at max_tokens, when the
 target makes no progress or returns exactly the draft (end_id reached), or at a stop word (the loop of
 tensorrtllm_backend's BLS and e2e_grpc_speculative_decoding_client.py). Batch 1, no streaming, no log probs; the
-acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration.
+acceptance outputs (when declared and asked for with return_perf_metrics) count every iteration, and so does
+`num_drafts` (the iterations that verified a draft) where this model's config declares it: no release's BLS does, and
+trtspec's sweep reads it when present. It is this loop's own count, never asked of the engine models.
 
 Metrics: on the TensorRT-LLM flavour `trtspec deploy` puts `trtspec_series.py` (trtspec.contracts.series) next to this
 file, and this model then publishes trtspec's speculation series (Triton custom metrics, labelled with this model's
@@ -67,6 +69,8 @@ ACCEPTANCE = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tok
 PERF_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
                 "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", *ACCEPTANCE,
                 "num_drafts")
+# outputs only this model's own draft-target loop sends; never asked of the engine (TensorRT-LLM's has none)
+OWN_OUTPUTS = ("num_drafts",)
 PERF_COUNTERS = {"total_draft_tokens": "num_draft_tokens", "total_accepted_draft_tokens": "num_accepted_tokens",
                  "num_drafts": "num_drafts"}
 # inputs of the speculative loop's engine calls, besides the token ids and lengths
@@ -83,6 +87,7 @@ class TritonPythonModel:
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         self.inputs = {tensor["name"] for tensor in config.get("input", [])}
         self.outputs = [tensor["name"] for tensor in config.get("output", []) if tensor["name"] != "text_output"]
+        self.engine_outputs = [name for name in self.outputs if name not in OWN_OUTPUTS]  # asked of the engine
         self.series = None
         if trtspec_series is not None:
             labels = {"model": args.get("model_name", "tensorrt_llm_bls"), "version": str(args.get("model_version", 1)),
@@ -177,7 +182,8 @@ class TritonPythonModel:
         totals, emitted = {}, 0
         prompt_len = engine["input_lengths"].reshape(-1)
         exclude = bool(scalar("exclude_input_in_output", False))
-        for response in _exec_stream(self.target_model, engine, ["output_ids", "sequence_length", *self.outputs]):
+        for response in _exec_stream(self.target_model, engine, ["output_ids", "sequence_length",
+                                                                 *self.engine_outputs]):
             if "output_ids" not in response:
                 continue  # an engine response without tokens (a decoupled model's bare final flag)
             row = int(response["batch_index"].reshape(-1)[0]) if "batch_index" in response else 0
@@ -247,7 +253,8 @@ class TritonPythonModel:
         if bool(scalar("return_perf_metrics", False)):
             counters = {"acceptance_rate": np.array([[accepted / drafted if drafted else 0.0]], dtype=np.float32),
                         "total_accepted_draft_tokens": np.array([[accepted]], dtype=np.int32),
-                        "total_draft_tokens": np.array([[drafted]], dtype=np.int32)}
+                        "total_draft_tokens": np.array([[drafted]], dtype=np.int32),
+                        "num_drafts": np.array([[drafts]], dtype=np.int32)}  # sent where the config declares it
             perf = {**{name: last[name] for name in self.outputs if name in last}, **counters}
             tensors += [pb_utils.Tensor(name, perf[name]) for name in self.outputs if name in perf]
         return pb_utils.InferenceResponse(output_tensors=tensors)
@@ -263,7 +270,7 @@ class TritonPythonModel:
         if draft_ids:
             inputs["draft_input_ids"] = np.array([draft_ids], dtype=np.int32)  # [1, k]
         tokens, last = [], {}
-        for response in _exec_stream(model, inputs, ["output_ids", "sequence_length", *self.outputs]):
+        for response in _exec_stream(model, inputs, ["output_ids", "sequence_length", *self.engine_outputs]):
             if "output_ids" in response:
                 length = int(response["sequence_length"].reshape(-1)[0])
                 tokens += [int(t) for t in response["output_ids"].reshape(-1)[:length]]  # [1, beam, len]
