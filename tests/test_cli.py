@@ -55,3 +55,55 @@ def test_main_maps_errors_to_exit_code(tmp_path, capsys):
     except SystemExit as exc:
         assert exc.code == 2
     assert "Error:" in capsys.readouterr().err
+
+
+def _commands(group, path=("trtspec",)):
+    """The paths of the root group and of every command and subcommand under it."""
+    import click
+
+    yield path
+    for name in group.list_commands(None):
+        command = group.get_command(None, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+def _examples(help_text: str) -> list[str]:
+    """The `trtspec ...` lines of the help's Examples: section (up to the next section: Options:, Commands:)."""
+    section = help_text.split("Examples:", 1)[1].split("\nOptions:", 1)[0].split("\nCommands:", 1)[0]
+    return [line.strip() for line in section.splitlines() if line.strip().startswith("trtspec ")]
+
+
+def test_every_command_help_shows_examples_that_parse():
+    """Each command's --help shows an Examples: block (click's \\b, not rewrapped) of `trtspec ...` lines, and each
+    example names a real command with options it has, the values they need and its required parameters."""
+    import shlex
+
+    import click
+
+    walked = []
+    for path in _commands(cli):
+        walked.append(" ".join(path))
+        result = CliRunner().invoke(cli, [*path[1:], "--help"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "Examples:" in result.output, f"{' '.join(path)} --help shows no Examples:"
+        examples = _examples(result.output)
+        assert 1 <= len(examples) <= 3, (path, examples)
+        for example in examples:
+            for part in example.split("&&"):
+                words = shlex.split(part.split(">")[0])  # the command, without a redirection
+                assert words[0] == "trtspec", example
+                target, name, args = cli, "trtspec", words[1:]
+                while isinstance(target, click.Group):
+                    name, args = args[0], args[1:]
+                    target = target.get_command(None, name)
+                    assert target is not None, f"{example}: no command {name!r}"
+                opts, rest, _ = target.make_parser(click.Context(target, info_name=name)).parse_args(list(args))
+                assert not rest, f"{example}: extra arguments {rest}"
+                for param in target.params:
+                    if param.required:
+                        assert isinstance(opts.get(param.name), (str, tuple, list)), f"{example}: no {param.name}"
+    assert {"trtspec", "trtspec train medusa", "trtspec tune tree", "trtspec serve"} <= set(walked)
+    assert len(walked) == 19  # the root, its 14 commands (train and tune groups), train's 3 and tune's 1

@@ -24,8 +24,12 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
           as_json: bool, example: str | None, list_examples: bool) -> None:
     """Build TensorRT-LLM engines with speculative decoding (or a torch bundle) from CONFIG (YAML).
 
-    Examples: trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml;
-    trtspec build --example llama3.3-70b-draft-target > 70b.yaml && trtspec build 70b.yaml --dry-run
+    Examples:
+
+    \b
+        trtspec build --list-examples
+        trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml
+        trtspec build --example llama3.3-70b-draft-target > 70b.yaml && trtspec build 70b.yaml --dry-run
     """
     from trtspec.config import BuildSpec, load_build_spec
     from trtspec.errors import ToolNotFoundError, UsageError

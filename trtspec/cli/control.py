@@ -32,6 +32,12 @@ def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry
 
     The model is reloaded through Triton's model-control API with its live configuration carrying the new k;
     requests in flight finish on the old instance, later ones get K. 0 turns speculation off.
+
+    Examples:
+
+    \b
+        trtspec set-k 2 --repo out/triton/tiny-torch
+        trtspec set-k 0 --url 127.0.0.1:8001 --dry-run
     """
     from trtspec.triton.control import set_default_k
 
@@ -60,6 +66,12 @@ def rollout_draft(url: str, repo: Path, draft: Path, timeout_s: float, dry_run: 
     """Serve a new draft as version N+1 of the models that load it: load N+1 beside N, then retire N.
 
     Requests in flight finish on version N; new ones go to N+1. The old version's directory stays on disk.
+
+    Examples:
+
+    \b
+        trtspec rollout-draft --repo out/triton/tiny-torch --draft out/draft-v2 --dry-run
+        trtspec rollout-draft --url 127.0.0.1:8001 --repo out/triton/tiny-torch --draft out/draft-v2
     """
     from trtspec.triton.rollout import execute_rollout, plan_rollout
 

@@ -54,6 +54,12 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
 
     The engine flags (--k, --max-k, --suffix, --log-prompts, ...) override the build's engine
     configuration; the repository serves the result.
+
+    Examples:
+
+    \b
+        trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-torch --decoupled
+        trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-k2 --k 2
     """
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record

@@ -13,6 +13,12 @@ def doctor(as_json: bool) -> None:
     """Report versions, tritonserver, TensorRT-LLM, GPUs, the embedded models and the shipped templates.
 
     Exits 0 when everything required is present; optional pieces (TensorRT-LLM, GPUs) are reported, not required.
+
+    Examples:
+
+    \b
+        trtspec doctor
+        trtspec doctor --json
     """
     from rich.console import Console
     from rich.table import Table

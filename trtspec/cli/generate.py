@@ -96,7 +96,15 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
              max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
              lookahead: str, as_json: bool) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
-    --url, with a model served by Triton (`trtspec serve`)."""
+    --url, with a model served by Triton (`trtspec serve`).
+
+    Examples:
+
+    \b
+        trtspec generate --model tiny --draft tiny-draft --method draft_target --k 4 "def fibonacci(n):"
+        trtspec generate --method ngram --k 6 --json "def fibonacci(n):"
+        trtspec generate --url localhost:8001 --model tensorrt_llm --k 6 "def fibonacci(n):"
+    """
     from trtspec.errors import UsageError
     from trtspec.spec.params import SamplingParams, SpecParams
 

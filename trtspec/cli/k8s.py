@@ -27,7 +27,15 @@ from trtspec.dynamo.k8s import API_VERSIONS
 @click.option("--dry-run", is_flag=True, help="Check and print the commands and files; write nothing.")
 def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_version: str, image: str | None,
         served_model_name: str | None, dry_run: bool) -> None:
-    """Render NVIDIA Dynamo TensorRT-LLM worker configs and a Kubernetes DynamoGraphDeployment from CONFIG."""
+    """Render NVIDIA Dynamo TensorRT-LLM worker configs and a Kubernetes DynamoGraphDeployment from CONFIG.
+
+    Examples:
+
+    \b
+        trtspec build --example llama3.1-8b-ngram > 8b.yaml
+        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --out out/dynamo
+        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --mode disagg --out out/dynamo-disagg --dry-run
+    """
     from trtspec.atomic import write_text
     from trtspec.build.plan import plan_build
     from trtspec.build.preflight import run_preflight

@@ -59,6 +59,13 @@ def cli(debug: bool) -> None:
 
     Build TensorRT-LLM engines with speculative decoding, deploy them to Triton, measure acceptance and speedup,
     and run the exact PyTorch reference engine on any machine.
+
+    Examples:
+
+    \b
+        trtspec doctor
+        trtspec generate --method draft_target --k 4 "def fibonacci(n):"
+        trtspec sweep --method draft_target,ngram --k 0-4 --out results.jsonl
     """
     if debug:
         os.environ["TRTSPEC_DEBUG"] = "1"

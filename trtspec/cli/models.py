@@ -12,7 +12,14 @@ import click
 @click.argument("model", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models(model: str | None, as_json: bool) -> None:
-    """List embedded models, or validate MODEL (embedded name or HF directory) and show its shape."""
+    """List embedded models, or validate MODEL (embedded name or HF directory) and show its shape.
+
+    Examples:
+
+    \b
+        trtspec models
+        trtspec models tiny --json
+    """
     from trtspec.models import EMBEDDED, embedded_path, is_medusa_heads, read_config, resolve_model, tokenizer_vocab
 
     if model is None:

@@ -86,7 +86,14 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
             horizon: int, shift: float, dispersion: float, once: bool, duration_s: float | None, as_json: bool,
             apply: bool, grpc_url: str | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
-    plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now."""
+    plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now.
+
+    Examples:
+
+    \b
+        trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --window 60s --price-per-hour 2.5
+        trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --apply --url localhost:8001
+    """
     from trtspec.contracts.baseline import load_baseline
     from trtspec.errors import UsageError
     from trtspec.ops.drift import DriftConfig

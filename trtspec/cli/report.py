@@ -22,7 +22,14 @@ from trtspec.cli._types import FiniteFloat
 @click.option("--no-plots", is_flag=True, help="Markdown only.")
 def report(results: str, out: str, price_per_hour: float | None, gpus: str, write_config: str | None,
            temperature: float | None, timing: str, no_plots: bool) -> None:
-    """Render RESULTS (from `trtspec sweep`) into OUT/report.md with plots and a recommendation block."""
+    """Render RESULTS (from `trtspec sweep`) into OUT/report.md with plots and a recommendation block.
+
+    Examples:
+
+    \b
+        trtspec report results.jsonl --out report/
+        trtspec report results.jsonl --out report/ --price-per-hour 2.5 --write-config build.yaml
+    """
     from trtspec.sweep.grid import parse_str_list
     from trtspec.sweep.report import render_report
     from trtspec.sweep.report import write_config as write_build_config

@@ -42,7 +42,15 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
           dynamo_workers: int | None, **options: Any) -> None:
     """Serve the Triton model repository REPO (rendered by `trtspec deploy`), or, with --dynamo N, the same engine as
     N NVIDIA Dynamo workers behind Dynamo's OpenAI-compatible frontend (docs/dynamo.md): REPO may then be a torch
-    repository or the build output it was rendered from; without it, --model and the engine flags say what runs."""
+    repository or the build output it was rendered from; without it, --model and the engine flags say what runs.
+
+    Examples:
+
+    \b
+        trtspec serve out/triton/tiny-torch
+        trtspec serve --dynamo 2 out/build/tiny-torch
+        trtspec serve --dynamo 2 --method ngram --k 6
+    """
     from trtspec.errors import UsageError
 
     if dynamo_workers is not None:

@@ -58,6 +58,13 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
 
     CONFIG is an optional YAML sweep spec; explicit flags override its values. One JSON record per case is appended
     to --out (flush + fsync per record); rerunning the same command resumes an interrupted sweep.
+
+    Examples:
+
+    \b
+        trtspec sweep --method draft_target,ngram --k 0-8 --temperature 0,1 --suite code,grounded --out results.jsonl
+        trtspec sweep --via triton --url localhost:8001 --method draft_target --k 0-4 --out served.jsonl
+        trtspec sweep --via openai --url localhost:8000 --method draft_target,ngram --k 0-4 --out dynamo.jsonl
     """
     from trtspec.sweep.grid import SweepSpec, parse_float_list, parse_int_list, parse_str_list
     from trtspec.sweep.records import latest_by_id, read_records

@@ -31,7 +31,15 @@ def _distillation_data(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 def train() -> None:
-    """Train speculation modules for a target model."""
+    """Train speculation modules for a target model.
+
+    Examples:
+
+    \b
+        trtspec train medusa --model tiny --heads 4 --out runs/medusa
+        trtspec train eagle --model tiny --out runs/eagle
+        trtspec train draft --model tiny --draft tiny-draft --prompts /var/log/trtspec/prompts --out out/draft-v2
+    """
 
 
 @train.command("medusa")
@@ -63,6 +71,12 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
 
     Reports per-head top-1/top-5 accuracy on held-out prompts and writes OUT (HF Medusa layout, usable as
     `trtspec generate --method medusa --medusa OUT`) and a TensorRT-LLM Medusa checkpoint for `trtllm-build`.
+
+    Examples:
+
+    \b
+        trtspec train medusa --model tiny --heads 4 --out runs/medusa
+        trtspec train medusa --model tiny --heads 3 --steps 300 --out runs/medusa-3
     """
     from trtspec.atomic import write_text
     from trtspec.cli._progress import stage_progress
@@ -122,6 +136,12 @@ def eagle(target: str, taps: str | None, intermediate_size: int | None, draft_vo
 
     Re-running the same command after an interruption resumes from the last checkpoint. Writes OUT, usable as
     `trtspec generate --method eagle3 --eagle OUT` and loadable by vLLM / SGLang as an EAGLE-3 draft model.
+
+    Examples:
+
+    \b
+        trtspec train eagle --model tiny --out runs/eagle
+        trtspec train eagle --model tiny --ttt-steps 2 --steps 120 --out runs/eagle-quick
     """
     from trtspec.atomic import write_json, write_text
     from trtspec.cli._progress import stage_progress
@@ -191,6 +211,12 @@ def draft(target: str, draft: str, prompts: Path, out_dir: Path, steps: int, bat
 
     Held-out prompts (a hash split of the distinct prompts) are never trained on. Interrupted, the same command
     resumes from its last checkpoint (kept beside OUT until OUT is written).
+
+    Examples:
+
+    \b
+        trtspec train draft --model tiny --draft tiny-draft --prompts /var/log/trtspec/prompts --out out/draft-v2
+        trtspec train draft --prompts shifted-html.jsonl --steps 60 --out out/draft-html
     """
     from trtspec.cli._progress import stage_progress
     from trtspec.models import resolve_model

@@ -14,7 +14,14 @@ from trtspec.cli._engine import eagle_tree_grid, tree_grid
 
 @click.group()
 def tune() -> None:
-    """Tune speculation settings on calibration prompts."""
+    """Tune speculation settings on calibration prompts.
+
+    Examples:
+
+    \b
+        trtspec tune tree --model tiny --medusa tiny-medusa --budget 63 --out tree.yaml
+        trtspec tune tree --model tiny --eagle tiny-eagle --budget 8 --out eagle-tree.yaml
+    """
 
 
 @tune.command("tree")
@@ -47,6 +54,12 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, budget: int, ou
     (Medusa's greedy search); for EAGLE also replay the dynamic tree at each top-k x depth.
 
     Prints the tree in the `{0}, {0, 0}, {1}` form that Triton's `medusa_choices` / `eagle_choices` parameter takes.
+
+    Examples:
+
+    \b
+        trtspec tune tree --model tiny --medusa tiny-medusa --budget 63 --out tree.yaml
+        trtspec tune tree --model tiny --eagle tiny-eagle --budget 8 --out eagle-tree.yaml
     """
     from trtspec.errors import UsageError
     from trtspec.models import read_config, resolve_model
