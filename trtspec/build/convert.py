@@ -8,9 +8,10 @@ dense biases when `attn_bias`, fc/gate/proj biases when `mlp_bias` (zeros where 
 numerically the same layer), and Medusa heads with `linear.bias` (zeros when the heads have no bias).
 Provenance (`producer: trtspec <version>`) goes into the safetensors metadata, not into config.json.
 
-Why not ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47, tried on CPU): it runs, but drops
-`rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000), writes float16
-weights whatever dtype is asked and sets `logits_dtype: float16`; none of that is the format the pinned version needs.
+Why a converter of its own rather than ModelOpt's `export_tensorrt_llm_checkpoint` (nvidia-modelopt 0.47): that
+exporter drops `rotary_base` (a Llama-3 rope_theta of 500000 would silently become TensorRT-LLM's default 10000),
+writes float16 weights whatever dtype is asked and sets `logits_dtype: float16`, none of which is the checkpoint the
+pinned TensorRT-LLM releases read.
 
     python -m trtspec.build.convert --model_dir HF_DIR --output_dir OUT --dtype float16 \
         [--medusa_dir HEADS --num_medusa_heads 4 --max_draft_len 63]

@@ -19,8 +19,8 @@ the sampling kernels; NVIDIA/TensorRT-LLM@249d93d5 and @23bc5b7c):
      temperature 0 (greedy here; TensorRT-LLM asks for greedy with top_k=1 at temperature 1) it is z at scale 1.
   7. sampling.scores_to_probs: greedy argmax, or top-k, top-p, softmax -> the distribution verified or sampled.
 "Seen" and "count" cover prompt + output: TensorRT-LLM's penalty workspace starts from the prompt's tokens in the
-context phase and adds each generated token (all three penalties; TensorRT-LLM PR #5623, which would have exempted
-the prompt from presence/frequency, was closed unmerged; #8127 later added an opt-in `promptIgnoreLength`).
+context phase and adds each generated token (all three penalties; TensorRT-LLM's opt-in `promptIgnoreLength`, #8127,
+which exempts prompt tokens from presence/frequency, is not modelled here).
 TensorRT-LLM's bad-words kernel never bans token id 0 (`0 < banned_token`); here every listed token is banned.
 Unlike TensorRT-LLM's speculative paths, which score every draft position with the committed context only, the
 draft prefix is part of each row's context here: that is what makes verification exact.

@@ -10,9 +10,10 @@ Suffix decoding keeps a cache of earlier requests' outputs, so its cases come in
 `warm` (the case's requests ran once, unmeasured, just before: a repeat of the same traffic, like retries). The
 cache never carries over from one case to the next, so results do not depend on the order of the grid.
 
-`via` says how cases run: `engine` (the in-process reference engine) or `triton` (a served repository over gRPC).
-It is not the build/deploy `backend` (torch | tensorrtllm); sweep configs and results written when it was called
-`backend` still load (an alias here; records.py renames old keys when reading).
+`via` says how cases run: `engine` (the in-process reference engine), `triton` (a served repository over gRPC) or
+`openai` (an OpenAI endpoint, such as `trtspec serve --dynamo N`); the build/deploy `backend` (torch | tensorrtllm) is
+another thing. A spec may spell `via` as `backend` (an alias); a field the sweep no longer reads (RETIRED_FIELDS) is
+refused with its fix.
 
 Validation happens before any work: unknown method or model, k above the engine's max_draft_len, malformed prompt
 files and bad numbers raise ConfigError naming the field, the value and the fix. Server reachability is checked by

@@ -7,8 +7,9 @@ Durability: each record is one `write()` of a complete line followed by flush + 
 torn last line. `ResultsFile.open_for_append()` cuts such a torn tail before appending, so it can never glue onto the
 next record; `read_records()` skips it when reading. Later records with the same id supersede earlier ones.
 
-Renamed keys: records written before a rename are read under today's names (`upgrade`), so old files still load and
-resume. The sweep's engine | triton choice was `backend` and is `via` (the build's backend is torch | tensorrtllm).
+Older files: `upgrade` reads every record under today's key names (a case's `backend` -> `via_info` and params
+`backend` -> `via`; a sweep's `backend_info` -> `via_info` and spec `backend` -> `via`) and drops the spec fields the
+sweep no longer has (`draft_model_name`), so every results file loads and resumes.
 """
 
 from __future__ import annotations
