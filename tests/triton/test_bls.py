@@ -1,5 +1,5 @@
 """The tensorrt_llm_bls model's draft-target loop in a real tritonserver, per TensorRT-LLM target, against a
-deterministic test double.
+deterministic test double, and the sweep's TensorRT-LLM draft-target cases, which run in it.
 
 TensorRT-LLM cannot run here. The repository is rendered for the target as `trtspec deploy` renders it; then the
 counting test double takes the places of `tensorrt_llm` and `tensorrt_llm_draft`. The double has the same tensor
