@@ -120,8 +120,6 @@ def flag_of(field: str) -> str | None:
     for f in FLAGS.values():
         if name == f.parameter or (f.parameter == SUFFIX and name.startswith(SUFFIX)):
             return f.flag if f.parameter != SUFFIX else f"--suffix {name.removeprefix(SUFFIX)}"
-    if name == "default_k":
-        return "--k"
     return None
 
 
