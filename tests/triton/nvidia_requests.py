@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -61,7 +62,8 @@ def _inputs(tensors: dict[str, np.ndarray]) -> list[Any]:
 
 def stream_responses(url: str, model: str, tensors: dict[str, np.ndarray], outputs: list[str] | None = None,
                      request_id: str = "", timeout: float = 120) -> tuple[list[Any], list[str]]:
-    """(results, error messages) of one request on a gRPC stream, until its final response."""
+    """(results, error messages) of one request on a gRPC stream, until its final response (after an error, which
+    carries no final flag: until the server has ended the stream)."""
     import tritonclient.grpc as grpcclient
 
     results: queue.Queue = queue.Queue()
@@ -71,24 +73,43 @@ def stream_responses(url: str, model: str, tensors: dict[str, np.ndarray], outpu
     client.async_stream_infer(model, _inputs(tensors), outputs=requested, request_id=request_id,
                               enable_empty_final_response=True)
     got, errors = [], []
+    closing = None
     try:
         while True:
-            try:  # after an error the final flag may not come as a result of its own: wait a little, then stop
-                result, error = results.get(timeout=5 if errors else timeout)
-            except queue.Empty:
-                if errors:
-                    return got, errors
-                raise
+            item = results.get(timeout=timeout)
+            if item is CLOSED:
+                return got, errors
+            result, error = item
             if error is not None:
                 errors.append(str(error))
+                if closing is None:  # an error carries no final flag: close the stream, which returns once the
+                    closing = _close_then_mark(client, results)  # server has sent all it will; keep reading
                 continue
             if result.get_response().outputs:
                 got.append(result)
             if _final(result):
                 return got, errors
     finally:
-        client.stop_stream()
+        if closing is None:
+            client.stop_stream()
+        else:
+            closing.join(timeout)
         client.close()
+
+
+CLOSED = object()  # put on a stream's queue once the stream has ended
+
+
+def _close_then_mark(client: Any, results: queue.Queue) -> threading.Thread:
+    """Close `client`'s stream in a thread (tritonclient's stop_stream blocks until the server ends it, after every
+    response of its requests), then put CLOSED on `results`, behind anything the server sent."""
+    def close() -> None:
+        client.stop_stream()
+        results.put(CLOSED)
+
+    thread = threading.Thread(target=close, daemon=True)
+    thread.start()
+    return thread
 
 
 def _final(result: Any) -> bool:
