@@ -18,7 +18,7 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
     except OSError as exc:
         raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
     if len(raw) > limit:
-        raise ConfigError(field, str(path), f"is larger than {limit // 1024} KiB: not {what}",
+        raise ConfigError(field, str(path), f"is larger than {size_text(limit)}: not {what}",
                           hint=f"check the path; {what} is a small text file")
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)):
         raise ConfigError(field, str(path), "is UTF-16/UTF-32 text, not UTF-8",
@@ -32,3 +32,11 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
         raise ConfigError(field, str(path), "contains NUL bytes: a binary file, or UTF-16 without a byte-order mark",
                           hint=f"save it as UTF-8; check that it is {what}")
     return text
+
+
+def size_text(limit: int) -> str:
+    """A byte count as people write a limit: `4 MiB`, `512 KiB`, `100 bytes`."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if limit >= size and limit % size == 0:
+            return f"{limit // size} {unit}"
+    return f"{limit:,} bytes"

@@ -22,9 +22,13 @@ from trtspec.contracts import costmodel
 from trtspec.contracts.metrics import conditional_acceptance
 from trtspec.contracts.repository import REPO_RECORD
 from trtspec.errors import UsageError
+from trtspec.textfile import read_text_file
 
 FORMAT = "trtspec-baseline/1"
 BASELINE_FILE = "trtspec-baseline.json"
+# The most a baseline file may hold: a real one is a few KiB (per-position counts up to max_k, costs per batch size),
+# so a larger file is another file (a results JSONL named .json, a device, a binary) and is refused unread.
+MAX_BASELINE_BYTES = 4 << 20
 
 
 class StepCostsRecord(BaseModel):
@@ -124,15 +128,15 @@ class Baseline(BaseModel):
     def read(cls, path: Path) -> Baseline:
         """Read a baseline file; UsageError naming the file and the field when it is not one."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not path.exists():
             raise UsageError(f"baseline {path} does not exist",
-                             hint="deploy with `trtspec deploy ... --baseline RESULTS.jsonl`, or pass --baseline FILE"
-                             ) from None
-        except IsADirectoryError:
-            raise UsageError(f"baseline {path} is a directory", hint="pass --repo DIR for a repository") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                             hint="deploy with `trtspec deploy ... --baseline RESULTS.jsonl`, or pass --baseline FILE")
+        if path.is_dir():
+            raise UsageError(f"baseline {path} is a directory", hint="pass --repo DIR for a repository")
+        text = read_text_file(path, "baseline", limit=MAX_BASELINE_BYTES, what="a trtspec-baseline.json")
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested deeper than json can read
             raise UsageError(f"baseline {path} is not JSON ({exc.__class__.__name__})",
                              hint="give the trtspec-baseline.json that `trtspec deploy --baseline` wrote") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -150,9 +154,11 @@ class Baseline(BaseModel):
 def is_baseline_file(path: Path) -> bool:
     """Whether `path` is a trtspec-baseline.json (else: a sweep's results to make one from, or not readable)."""
     path = Path(path)
+    if path.suffix != ".json" or not path.is_file():
+        return False
     try:
-        head = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        head = json.loads(read_text_file(path, "baseline", limit=MAX_BASELINE_BYTES, what="a trtspec-baseline.json"))
+    except (UsageError, json.JSONDecodeError, RecursionError):
         head = None
     return isinstance(head, dict) and head.get("format") == FORMAT
 

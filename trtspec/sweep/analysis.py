@@ -123,9 +123,10 @@ class Results:
         return next((r for r in self.rows if r.method == "none" and _baseline_key(r.params) == key), None)
 
 
-def load_results(path: str | Path, timing: str = "auto") -> Results:
-    """Read a results file and derive every case's measured and predicted speedup (timing: wall | cpu | auto)."""
-    records = read_records(path)
+def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | None = None) -> Results:
+    """Read a results file and derive every case's measured and predicted speedup (timing: wall | cpu | auto;
+    max_bytes: refuse a larger file, as `read_records`)."""
+    records = read_records(path, max_bytes=max_bytes)
     cases = latest_by_id(records, "case")
     ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
     for rec in ok:

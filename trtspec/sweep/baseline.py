@@ -14,6 +14,11 @@ from typing import Any
 from trtspec.contracts import costmodel
 from trtspec.contracts.baseline import Baseline, StepCostsRecord, is_baseline_file
 from trtspec.errors import UsageError
+from trtspec.textfile import size_text
+
+# The most of a sweep's results file read for a baseline: a case record is 2-4 KiB (docs/sweep/results.jsonl: 138
+# records in 259 KiB), so 64 MiB holds some 20,000 cases, more than one method's sweep; a larger file is refused unread.
+MAX_RESULTS_BYTES = 64 << 20
 
 
 def from_results(path: Path, *, method: str, k: int, max_k: int | None = None,
@@ -30,13 +35,18 @@ def from_results(path: Path, *, method: str, k: int, max_k: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"--baseline {path} is not a file", hint="give the results JSONL of `trtspec sweep`")
-    results = load_results(path, timing="wall")
-    records = latest_by_id(read_records(path), "case")
+    if path.stat().st_size > MAX_RESULTS_BYTES:
+        raise UsageError(f"--baseline {path} is larger than {size_text(MAX_RESULTS_BYTES)}, the most read as a "
+                         "sweep's results", hint="give the results of a sweep of the deployed method only, or a "
+                                                 "trtspec-baseline.json (`trtspec deploy --baseline` writes one)")
+    results = load_results(path, timing="wall", max_bytes=MAX_RESULTS_BYTES)
+    records = latest_by_id(read_records(path, max_bytes=MAX_RESULTS_BYTES), "case")
     spec_rows = [r for r in results.rows if r.method == method and r.k > 0 and not r.params.get("adaptive")]
     if not spec_rows:
         found = sorted({r.method for r in results.rows if r.k > 0})
         raise UsageError(f"--baseline {path} has no {method} cases with k > 0 (it has: {', '.join(found) or 'none'})",
-                         hint=f"sweep the deployed method first: trtspec sweep --method {method} --k 0-{max_k}")
+                         hint=f"sweep the deployed method first: trtspec sweep --method {method} --k "
+                              f"0-{max_k or max(k, 1)}")
     drafts = sorted({str(r.params.get("draft")) for r in spec_rows})
     if len(drafts) > 1:
         raise UsageError(f"--baseline {path} has {method} cases with several drafts ({', '.join(drafts)})",
@@ -78,7 +88,7 @@ def from_results(path: Path, *, method: str, k: int, max_k: int | None = None,
         costs=[StepCostsRecord.of(c) for c in costs],
         overhead_s={kk: _mean_by([r for r in spec_rows + plain_rows if r.k == kk and r.prediction],
                                  lambda r: r.prediction.overhead_step_s) for kk in sorted({0, *by_k})},
-        source={"results": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        source={"results": str(path.resolve()), "sha256": _sha256(path),
                 "cases": sorted(r.id for r in spec_rows + plain_rows)})
 
 
@@ -89,6 +99,11 @@ def baseline_for(path: Path, *, method: str, k: int, max_k: int | None = None, t
     if is_baseline_file(path):
         return Baseline.read(path)
     return from_results(path, method=method, k=k, max_k=max_k, temperature=temperature, suites=suites)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:  # read under the limit, as the records were
+        return hashlib.sha256(fh.read(MAX_RESULTS_BYTES + 1)).hexdigest()
 
 
 def _costs(calibrations: list[dict], params: dict, batch: int) -> costmodel.StepCosts | None:

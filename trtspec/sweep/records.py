@@ -27,18 +27,29 @@ SCHEMA = 1
 Record = dict[str, Any]
 
 
-def read_records(path: str | Path) -> list[Record]:
+def read_records(path: str | Path, *, max_bytes: int | None = None) -> list[Record]:
     """All complete records of a results file (an unterminated or unparsable last line is ignored).
 
     Anything else that is not a record (a corrupt line in the middle: the file was edited; a file that is not a
-    results file) is refused with UsageError naming the file and the line.
+    results file) is refused with UsageError naming the file and the line. With `max_bytes`, at most that much is
+    read: a larger file is refused (UsageError naming the file and the limit) unread past it.
     """
     path = Path(path)
     if not path.exists():
         return []
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not a results file", hint="give a .jsonl file path")
-    lines = path.read_bytes().split(b"\n")
+    if max_bytes is None:
+        data = path.read_bytes()
+    else:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            from trtspec.textfile import size_text
+
+            raise UsageError(f"{path} is larger than {size_text(max_bytes)}, the most read here",
+                             hint="give a smaller results file (a sweep of fewer cases)")
+    lines = data.split(b"\n")
     records: list[Record] = []
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
