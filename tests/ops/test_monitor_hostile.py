@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_checks import assert_clean_failure
+from tests.cli_checks import assert_clean_failure, run_cli
 from tests.ops.test_window import exposition, stats_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,7 +200,9 @@ def hostile_files(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def runs(pages, hostile_files, tmp_path_factory) -> dict[str, Run]:
     """Every hostile run of this module, started together."""
-    argvs = {"page:good": ["monitor", "--metrics", f"{pages}/good/metrics", *ONCE]}
+    argvs = {f"page:{name}": ["monitor", "--metrics", f"{pages}/{name}/metrics", *ONCE]
+             for name in [*PAGES, *STREAMED]}
+    argvs["page:good --model nosuch"] = ["monitor", "--metrics", f"{pages}/good/metrics", "--model", "nosuch", *ONCE]
     for name, path in hostile_files.items():
         argvs[f"baseline:{name}"] = ["monitor", "--metrics", f"{pages}/good/metrics", "--baseline", str(path), *ONCE]
     return run_all(argvs, tmp_path_factory.mktemp("runs"))
@@ -227,6 +229,51 @@ def test_a_good_page_is_read(runs):
     assert report["model"] == "tensorrt_llm/1" and report["k"] == 4
 
 
+@pytest.mark.parametrize("name, what", [
+    ("nan-counter", "nan"), ("inf-counter", "inf"), ("negative-counter", "-5"), ("nan-k", "nan"), ("inf-k", "inf"),
+    ("fractional-k", "2.5"), ("position-not-a-number", "first"), ("position-huge", "123456789012"),
+    ("position-of-6000-digits", "999..."), ("nan-le", "NaN"),
+])
+def test_a_bad_sample_refuses_the_page_in_one_line(runs, pages, name, what):
+    """Non-finite or negative counts, a k that is no whole number, a position or bucket bound that is no number:
+    the page is not what a trtspec server publishes; exit 1 as for any page that cannot be read (mid-run: the
+    scrape is skipped), naming the page and the sample."""
+    assert_one_line(runs[f"page:{name}"], 1, f"{pages}/{name}/metrics", what)
+
+
+def test_a_fifty_megabyte_page_is_refused_unread(runs, pages):
+    assert_one_line(runs["page:fifty-megabytes"], 1, f"{pages}/fifty-megabytes/metrics", "4 MiB")
+
+
+def test_a_binary_page_is_named_not_echoed(runs, pages):
+    assert_one_line(runs["page:binary"], 1, f"{pages}/binary/metrics", "not Prometheus text")
+    assert len(runs["page:binary"].err) < 600
+
+
+def test_an_html_page_is_not_prometheus_text(runs, pages):
+    assert_one_line(runs["page:html"], 1, f"{pages}/html/metrics", "does not parse as Prometheus text")
+
+
+def test_a_window_without_trtspec_series_says_so(runs, pages):
+    """Not `[]` with exit 0: a page with no trtspec series is exit 1 (the server publishes none); a --model the
+    pages do not show is exit 2 naming the models they show."""
+    assert_one_line(runs["page:no-series"], 1, f"{pages}/no-series/metrics", "no trtspec series")
+    assert_one_line(runs["page:good --model nosuch"], 2, "--model nosuch", "tensorrt_llm")
+
+
+def test_counters_that_go_backwards_are_restarts(runs):
+    """Every scrape shows fewer events than the one before, with no reload in between: each decrease is a restart
+    (Prometheus' rate() rule), counted in `resets`, and no number goes negative."""
+    run = runs["page:decreasing"]
+    assert run.code == 0, run.err
+    (report,) = json.loads(run.out)
+    assert report["resets"] >= 1
+    numbers = [v for v in report.values() if isinstance(v, (int, float))]
+    numbers += [v for key in ("acceptance_per_pos", "conditional_per_pos") for v in report[key]]
+    assert all(v >= 0 for v in numbers), report
+    assert report["concurrency"] is None or report["concurrency"] >= 0
+
+
 @pytest.mark.parametrize("name, code, needle", [
     ("dev-zero", 2, "larger than 4 MiB"), ("1gib.json", 2, "larger than 4 MiB"),
     ("1gib.jsonl", 2, "larger than 64 MiB"), ("binary.json", 2, "not UTF-8"), ("binary.jsonl", 2, "not a JSON record"),
@@ -239,6 +286,28 @@ def test_a_hostile_baseline_is_one_line(runs, hostile_files, name, code, needle)
 # in-process: what fails before anything is scraped ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("url, needle", [("http://[::1]:notaport/", "notaport"), ("localhost:99999", "99999"),
+                                         ("http://[::1/metrics", "[::1")])
+def test_a_url_with_a_bad_port_is_one_line_exit_2(url, needle):
+    code, _, err = run_cli(["monitor", "--metrics", url, "--once"], limit=20)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert needle in err and "--metrics" in err, err
+
+
+@pytest.mark.parametrize("window, interval", [("1ms", "1s"), ("1s", "0.6s"), ("1.9s", "1s")])
+def test_a_window_needs_two_scrape_intervals(window, interval):
+    code, _, err = run_cli(["monitor", "--metrics", "127.0.0.1:1", "--window", window, "--interval", interval,
+                            "--once"], limit=20)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert "--window" in err and "--interval" in err, err
+
+
+def test_a_window_of_two_scrape_intervals_is_accepted():
+    code, _, err = run_cli(["monitor", "--metrics", "127.0.0.1:1", "--window", "2s", "--interval", "1s", "--once"],
+                           limit=20)
+    assert code == 1 and "cannot read metrics" in err, err  # the unreachable page is what fails
+
+
 def test_the_hint_of_results_without_the_method_names_a_k_range():
     from trtspec.errors import UsageError
     from trtspec.sweep.baseline import from_results
@@ -246,3 +315,19 @@ def test_the_hint_of_results_without_the_method_names_a_k_range():
     with pytest.raises(UsageError, match="no medusa cases") as info:
         from_results(RESULTS, method="medusa", k=3)
     assert "--k 0-3" in info.value.hint and "None" not in info.value.hint
+
+
+def test_a_histogram_that_goes_backwards_is_a_restart():
+    """Only the latency histogram's sum and a bucket went down (its count did not): that is a decrease too, so the
+    model restarted (Prometheus' rule), and no increment is negative."""
+    from trtspec.ops.scrape import Histogram, ModelCounters, ModelId
+    from trtspec.ops.window import increments
+
+    def counters(drafts: float, bucket: float, total: float) -> ModelCounters:
+        hist = Histogram({1.0: bucket, float("inf"): 5.0}, total, 5.0)
+        return ModelCounters(counters={"num_drafts": drafts}, histograms={"request_latency_seconds": hist})
+
+    step = increments(ModelId("m"), counters(12.0, 3.0, 7.0), counters(10.0, 4.0, 9.0), 1.0)
+    assert step.resets == 1 and step.num_drafts == 12.0
+    hist = step.histograms["request_latency_seconds"]
+    assert hist.sum == 7.0 and min(hist.buckets.values()) >= 0 and step.concurrency == 7.0

@@ -56,7 +56,7 @@ class Duration(click.ParamType):
 @click.option("--baseline-temperature", type=FiniteFloat(min=0.0), default=None,
               help="Which temperature of a results --baseline the server runs at (needed when it has several).")
 @click.option("--window", "window_s", type=Duration(), default="60s", show_default=True,
-              help="Length of the window the numbers cover (e.g. 60s, 5m).")
+              help="Length of the window the numbers cover (e.g. 60s, 5m); at least two --interval.")
 @click.option("--interval", "interval_s", type=Duration(), default="1s", show_default=True,
               help="Seconds between scrapes (and dashboard refreshes).")
 @click.option("--price-per-hour", type=FiniteFloat(min=0.0), default=None,
@@ -102,6 +102,10 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
 
     if repo is not None and baseline_file is not None:
         raise click.UsageError("give --repo or --baseline, not both")
+    if window_s < 2 * interval_s:  # a window's numbers are the increments between at least two scrapes
+        raise UsageError(f"--window {window_s:g}s is shorter than two scrape intervals (--interval {interval_s:g}s): "
+                         "it would hold the increments of one scrape or none",
+                         hint=f"pass --window {2 * interval_s:g}s or longer, or a shorter --interval")
     # a sweep's results (JSONL): made into a baseline once the first scrape shows the served method and k
     results = baseline_file if baseline_file is not None and baseline_file.suffix == ".jsonl" else None
     if results is not None and not results.is_file():
@@ -124,14 +128,18 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
     if once:
         _collect(scrape, state, interval_s, stop_at)
+        _require_series(state, url, models, window_s)
         _emit(state, url, as_json, control)
         return
+    seen = False
     if as_json or not sys.stdout.isatty():
         while time.monotonic() < stop_at:
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
-            _emit(state, url, as_json, control, compact=True)
-        return
-    _live(scrape, state, url, interval_s, stop_at, control)
+            seen = _emit(state, url, as_json, control, compact=True) or seen
+    else:
+        seen = _live(scrape, state, url, interval_s, stop_at, control)
+    if not seen:  # --duration ended without one window of trtspec series
+        _require_series(state, url, models, window_s)
 
 
 def _baseline_of_results(results: Path, sample: Any, models: set[str], temperature: float | None) -> Any:
@@ -166,7 +174,28 @@ def _collect(scrape: Any, state: Any, interval_s: float, until: float) -> None:
             return
 
 
-def _emit(state: Any, url: str, as_json: bool, control: Any, *, compact: bool = False) -> None:
+def _require_series(state: Any, url: str, models: tuple[str, ...], window_s: float) -> None:
+    """Nothing to report is an error, never `[]` with exit 0: UsageError (exit 2) when --model names none of the
+    models the pages show, ServerError (exit 1) when they show no trtspec series, or fewer than two scrapes worked."""
+    from trtspec.errors import ServerError, UsageError
+
+    if state.reports():
+        return
+    if len(state.ring.samples) < 2:
+        raise ServerError(f"only one scrape of {url} worked in the window of {window_s:g}s: no increments to report",
+                          hint="is the server still up? a longer --window or --interval gives it more time")
+    shown = sorted({m.model for sample in state.ring.samples for m in sample.models})
+    if models and shown:
+        raise UsageError(f"--model {', '.join(models)}: the metrics of {url} show no such model (they show: "
+                         f"{', '.join(shown)})", hint="pass one of those names, or leave --model out")
+    raise ServerError(f"the metrics of {url} hold no trtspec series (trtspec_spec_decode_*) in the window of "
+                      f"{window_s:g}s", hint="point --metrics at the server `trtspec serve` runs (Triton's metrics "
+                      "port, default 8002; each Dynamo worker's system port): its engine models publish them once "
+                      "they are loaded")
+
+
+def _emit(state: Any, url: str, as_json: bool, control: Any, *, compact: bool = False) -> bool:
+    """Print the window's reports (and the changes --apply made); whether there were any."""
     from trtspec.ops.dashboard import to_json, to_text
 
     reports = state.reports()
@@ -178,19 +207,24 @@ def _emit(state: Any, url: str, as_json: bool, control: Any, *, compact: bool = 
         click.echo(to_text(reports, source=url), nl=False)
     for line in applied:
         click.echo(line, err=True)
+    return bool(reports)
 
 
-def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, control: Any) -> None:
+def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, control: Any) -> bool:
+    """The dashboard, refreshed every interval until stop_at; whether any window had reports."""
     from rich.live import Live
 
     from trtspec.ops.dashboard import render
 
+    seen = False
     with Live(render([], source=url), refresh_per_second=4) as live:
         while time.monotonic() < stop_at:
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
             reports = state.reports()
+            seen = seen or bool(reports)
             notes = state.apply(reports, control) if control else []
             live.update(render(reports, source=url, note="; ".join(notes)))
+    return seen
 
 
 def _control(grpc_url: str | None, repo: Path | None) -> Any:

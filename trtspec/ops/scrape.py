@@ -13,6 +13,8 @@ dies or restarts is one instance gone or reset, never a drop in a sum; the monit
 
 from __future__ import annotations
 
+import http.client
+import math
 import time
 import urllib.error
 import urllib.request
@@ -21,10 +23,17 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from trtspec.contracts.series import COUNTERS, PER_POSITION, PREFIX, SERIES
-from trtspec.errors import ServerError, UsageError
+from trtspec.errors import ServerError, UsageError, shown_text
+from trtspec.textfile import size_text
 
 HISTOGRAMS = tuple(key for key, s in SERIES.items() if s.kind == "histogram")
 _KEY_OF = {s.name: key for key, s in SERIES.items()}
+# The most of one metrics page read: Triton's page for a few dozen models, or a Dynamo worker's, is tens of KiB; a
+# larger page is not one (and would take seconds and hundreds of MB to parse), so it is refused after this many bytes.
+MAX_PAGE_BYTES = 4 << 20
+# The largest draft position (and served k) a page may report: a `position` label or k gauge past it is not a count
+# any engine publishes (and a list of that many positions would be the monitor's whole memory).
+MAX_POSITIONS = 4096
 
 
 @dataclass(frozen=True)
@@ -79,82 +88,141 @@ def metrics_url(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = f"http://{text}"
-    parts = urlsplit(text)
+    hint = ("give Triton's metrics endpoint (e.g. --metrics localhost:8002) or each Dynamo worker's system port "
+            "(e.g. --metrics localhost:8081,localhost:8082)")
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # ValueError: not a number, or outside 0-65535
+    except ValueError as exc:
+        raise UsageError(f"--metrics {shown_text(url)} is not a URL: {exc}", hint=hint) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--metrics {url!r} is not an http(s) URL or host:port",
-                         hint="give Triton's metrics endpoint (e.g. --metrics localhost:8002) or each Dynamo "
-                              "worker's system port (e.g. --metrics localhost:8081,localhost:8082)")
+        raise UsageError(f"--metrics {shown_text(url)} is not an http(s) URL or host:port", hint=hint)
+    if port == 0:
+        raise UsageError(f"--metrics {shown_text(url)}: port 0 is not a port a server listens on", hint=hint)
     return text if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}/metrics"
 
 
-def fetch(url: str, *, timeout_s: float = 5.0) -> str:
-    """The text of the metrics page; ServerError (one line, exit 1) when it cannot be read."""
+def fetch(url: str, *, timeout_s: float = 5.0, max_bytes: int = MAX_PAGE_BYTES) -> str:
+    """The text of the metrics page; ServerError (one line, exit 1) when it cannot be read within `timeout_s`, is
+    larger than `max_bytes` (refused after reading max_bytes + 1), or is not UTF-8 text. Never echoes the page."""
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    size = 0
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http(s) checked above
-            return response.read().decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+            while size <= max_bytes and (chunk := response.read1(min(1 << 16, max_bytes + 1 - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the page took longer than {timeout_s:g} s")
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException, OverflowError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise ServerError(f"cannot read metrics from {url}: {reason}",
+        raise ServerError(f"cannot read metrics from {url}: {_printable(str(reason))}",
                           hint="is the server running? `trtspec serve REPO` prints Triton's metrics port (default "
                                "8002), `trtspec serve --dynamo N` its workers' (default 8081, 8082, ...)") from None
+    if size > max_bytes:
+        raise ServerError(f"the metrics page {url} is larger than {size_text(max_bytes)}, the most the monitor reads",
+                          hint="point --metrics at Triton's metrics port (default 8002) or a Dynamo worker's system "
+                               "port: their pages are far smaller")
+    raw = b"".join(chunks)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ServerError(f"the metrics page {url} is not Prometheus text: not UTF-8 (byte 0x{raw[exc.start]:02x} "
+                          f"at offset {exc.start})", hint=_NOT_METRICS) from None
+    if "\0" in text:
+        raise ServerError(f"the metrics page {url} is not Prometheus text: it holds NUL bytes (offset "
+                          f"{text.index(chr(0))})", hint=_NOT_METRICS)
+    return text
 
 
-def parse(text: str, when: float, *, source: str = "") -> Sample:
+_NOT_METRICS = "point --metrics at Triton's metrics port (default 8002), not its HTTP port"
+
+
+def _printable(text: str) -> str:
+    """Text a server chose (a reason, a status line), short and printable: non-printable characters escaped."""
+    return shown_text(text)[1:-1]
+
+
+def parse(text: str, when: float, *, source: str = "", url: str | None = None) -> Sample:
     """The trtspec series of a metrics page (other families, e.g. Triton's nv_* or Dynamo's dynamo_*, are ignored).
 
     The model is its `model` label; on a Dynamo worker's page, where `model` is the model's path, the served name
-    (`model_name`). `source` is kept in each ModelId (see the module docstring)."""
+    (`model_name`). `source` is kept in each ModelId (see the module docstring). A page that does not parse, or a
+    trtspec sample no trtspec server publishes (a count that is negative, NaN or infinite, a k that is no whole
+    number, a `position` or `le` label that is no number), refuses the whole page: ServerError naming the page (`url`,
+    else `source`) and the sample, shown short and printable."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    page = url or source or "the metrics page"
     models: dict[ModelId, ModelCounters] = {}
     try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
-        raise ServerError(f"the metrics page does not parse as Prometheus text: {exc}",
-                          hint="point --metrics at Triton's metrics port (default 8002), not its HTTP port") from None
-    for family in families:
-        key = _KEY_OF.get(family.name)
-        if key is None:
-            continue
-        for sample in family.samples:
-            labels = dict(sample.labels)
-            name = labels.pop("model_name", None) or labels.get("model", "?")
-            labels.pop("model", None)
-            model = ModelId(name, labels.pop("version", "1"), labels.pop("method", ""), source)
-            counters = models.setdefault(model, ModelCounters())
-            _add(counters, key, sample.name, labels, float(sample.value))
+        for family in text_string_to_metric_families(text):  # one family at a time: a large page is never held parsed
+            key = _KEY_OF.get(family.name)
+            if key is None:
+                continue
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                name = labels.pop("model_name", None) or labels.get("model", "?")
+                labels.pop("model", None)
+                model = ModelId(name, labels.pop("version", "1"), labels.pop("method", ""), source)
+                counters = models.setdefault(model, ModelCounters())
+                problem = _add(counters, key, sample.name, labels, float(sample.value))
+                if problem:
+                    raise ServerError(f"the metrics page {page}: {sample.name}{shown_text(dict(sample.labels))} = "
+                                      f"{sample.value}: {problem}",
+                                      hint="no trtspec server publishes that: check what serves --metrics")
+    except ValueError as exc:  # the parser's: a line that is not Prometheus text
+        raise ServerError(f"the metrics page {page} does not parse as Prometheus text ({shown_text(str(exc))})",
+                          hint=_NOT_METRICS) from None
     return Sample(when, models)
 
 
-def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, str], value: float) -> None:
+def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, str], value: float) -> str | None:
+    """Put one sample into `counters`; the problem (a value or label no trtspec server publishes), else None."""
+    if key == "k":
+        if not (math.isfinite(value) and value == int(value) and 0 <= value <= MAX_POSITIONS):
+            return f"k must be a whole number from 0 to {MAX_POSITIONS}"
+        counters.k = value
+        return None
+    if not math.isfinite(value) or value < 0:
+        return "a count must be a finite number >= 0"
     if key in COUNTERS:
         counters.counters[key] = value
     elif key in PER_POSITION:
-        pos = int(labels.get("position", "0"))
+        text = labels.get("position", "0")
+        if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) < MAX_POSITIONS):
+            return f"its position is not a whole number below {MAX_POSITIONS}"
+        pos = int(text)
         values = counters.per_pos.setdefault(key, [])
         values.extend([0.0] * (pos + 1 - len(values)))
         values[pos] = value
     elif key == "requests":
         counters.requests[labels.get("finish_reason", "")] = value
-    elif key == "k":
-        counters.k = value
     elif key in HISTOGRAMS:
         hist = counters.histograms.setdefault(key, Histogram())
         if sample_name.endswith("_bucket"):
-            hist.buckets[float(labels["le"])] = value
+            try:
+                bound = float(labels["le"])
+            except (KeyError, ValueError):
+                bound = math.nan
+            if math.isnan(bound):
+                return "a bucket's le label must be a number or +Inf"
+            hist.buckets[bound] = value
         elif sample_name.endswith("_sum"):
             hist.sum = value
         elif sample_name.endswith("_count"):
             hist.count = value
+    return None
 
 
 def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
             clock: Callable[[], float] = time.monotonic) -> Callable[[], Sample]:
     """A function that scrapes every page of `urls` once per call (checks the URLs' form first).
 
-    The first call fails (ServerError, one line) when any page cannot be read, and (UsageError) when a page is a
-    Dynamo frontend's, which has no trtspec series. Later calls skip a page that cannot be read (a worker that died:
-    its instances drop out of the sample) and fail only when none can be read."""
+    The first call fails (ServerError, one line) when any page cannot be read or is refused (`fetch`, `parse`), and
+    (UsageError) when a page is a Dynamo frontend's, which has no trtspec series. Later calls skip such a page (a
+    worker that died: its instances drop out of the sample) and fail only when none can be read."""
     fulls = list(dict.fromkeys(metrics_url(u) for u in ([urls] if isinstance(urls, str) else urls)))
     if not fulls:
         raise UsageError("no metrics URL given", hint="pass --metrics HOST:PORT")
@@ -175,12 +243,21 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
         if not texts:
             raise failed[0]
         when = clock()
+        parsed = 0
         for full, text in texts.items():
             if first and not has_series(text) and "dynamo_frontend_" in text:
                 raise UsageError(f"--metrics {full} is a Dynamo frontend's page: the trtspec series are on each "
                                  "worker's system port", hint="pass the workers' ports, e.g. --metrics "
                                  "localhost:8081,localhost:8082 (`trtspec serve --dynamo N` prints them)")
-            models.update(parse(text, when, source=full if len(fulls) > 1 else "").models)
+            try:
+                models.update(parse(text, when, source=full if len(fulls) > 1 else "", url=full).models)
+                parsed += 1
+            except ServerError as exc:  # a page no trtspec server publishes: refused as one that cannot be read
+                if first:
+                    raise
+                failed.append(exc)
+        if not parsed:
+            raise failed[0]
         first = False
         return Sample(when, models)
 

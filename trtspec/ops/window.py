@@ -1,10 +1,12 @@
 """Windowed numbers from cumulative counters: a ring of scrapes, per-model increments, derived acceptance and speed.
 
 `Ring` keeps the scrapes of the last `window_s` seconds (plus one older, the window's start). `increments(a, b)`
-diffs two scrapes of one model with Prometheus' counter-reset rule, per model: when any of its series went down, the
-model reloaded and all of its series restarted at 0, so the increments are the new values. (A reload whose new counts
-all overtook the old ones between two scrapes cannot be seen; with 1 s scrapes and reloads that take seconds, it
-does not happen.) `WindowStats` is what a window holds, with the seed's numbers derived
+diffs two scrapes of one model with Prometheus' counter-reset rule, per model: when any of its series went down (a
+counter, a per-position count, requests, a histogram's count, sum or any bucket), the model reloaded and all of its
+series restarted at 0, so the increments are the new values and never negative. A decrease without a reload (an
+exporter whose counters go backwards) is read the same way, as Prometheus' rate() reads it, and counted in
+`resets` (the dashboard notes it). (A reload whose new counts all overtook the old ones between two scrapes cannot be
+seen; with 1 s scrapes and reloads that take seconds, it does not happen.) `WindowStats` is what a window holds, with the seed's numbers derived
 from it through the one definition of each formula (`trtspec.contracts.metrics`).
 """
 
@@ -30,7 +32,12 @@ def _went_down(new: ModelCounters, old: ModelCounters) -> bool:
         before = old.per_pos.get(key, [])
         if any(v < before[i] for i, v in enumerate(values) if i < len(before)):
             return True
-    return any(h.count < old.histograms[key].count for key, h in new.histograms.items() if key in old.histograms)
+    for key, hist in new.histograms.items():
+        before = old.histograms.get(key)
+        if before is not None and (hist.count < before.count or hist.sum < before.sum or any(
+                count < before.buckets.get(bound, 0.0) for bound, count in hist.buckets.items())):
+            return True
+    return False
 
 
 @dataclass
