@@ -4,17 +4,19 @@ facts (dynamo-1.6.1.json and the TensorRT-LLM target's LLM-API facts); the facts
 from __future__ import annotations
 
 import re
+import shlex
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.cli_checks import assert_clean_failure, run_cli
 from trtspec.build.plan import plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
-from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, render, validate
-from trtspec.errors import ConfigError
+from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, nearest_name, render, validate
+from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.resources import data_dir
 from trtspec.targets import diff_llm_api, load_target
@@ -30,7 +32,7 @@ def rendered(config: Path, mode: str, version: str = "1.2.1", api_version: str =
                                    "backend": "tensorrtllm"})
     resolved = run_preflight(spec, dry_run=True)
     plan = plan_build(resolved)
-    result = render(plan.llm_api, name=spec.name, model_path=resolved.models["target"].path,
+    result = render(plan.llm_api, name=nearest_name(spec.name), model_path=resolved.models["target"].path,
                     served_model_name=spec.name, tp_size=spec.engine.tp_size, trtllm_version=version, mode=mode,
                     api_version=api_version, llm_api_note="; ".join(plan.notes))
     return result, spec.method
@@ -144,7 +146,8 @@ def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
     config = next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram")
     for flags, version, key in (([], "v1beta1", "components"), (["--api-version", "v1alpha1"], "v1alpha1", "services")):
         out = tmp_path / version
-        result = CliRunner().invoke(cli, ["k8s", str(config), "--trtllm-version", "1.2.1", "--out", str(out), *flags])
+        result = CliRunner().invoke(cli, ["k8s", str(config), "--trtllm-version", "1.2.1", "--name", "llama-8b",
+                                          "--out", str(out), *flags])
         assert result.exit_code == 0, result.output
         graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
         assert graph["apiVersion"] == f"nvidia.com/{version}" and set(graph["spec"]) == {"backendFramework", key}
@@ -266,8 +269,8 @@ def test_a_custom_image_names_the_runtime_version():
                                                      "backend": "tensorrtllm"}), dry_run=True)
     plan = plan_build(resolved)
     for api_version in ("v1beta1", "v1alpha1"):
-        result = render(plan.llm_api, name=spec.name, model_path="/models/x", served_model_name=spec.name, tp_size=1,
-                        trtllm_version="1.2.1", mode="disagg", image="registry.example/trtllm@sha256:abc",
+        result = render(plan.llm_api, name="llama-8b", model_path="/models/x", served_model_name=spec.name, tp_size=1,
+                        trtllm_version="1.2.1", mode="disagg", image=f"registry.example/trtllm@{DIGEST}",
                         api_version=api_version)
         assert validate(result) == []
         graph = list(yaml.safe_load_all(result.files["dynamo-graph.yaml"]))[1]
@@ -277,3 +280,180 @@ def test_a_custom_image_names_the_runtime_version():
             assert "every component sets runtimeVersionOverride: 1.6.1" in note
         else:
             assert "runtimeVersionOverride" not in result.files["dynamo-graph.yaml"] and "not written" in note
+
+
+# --- hostile names, paths and images (issue 29, item 1) ---------------------------------------------------------------
+
+NGRAM = {"method": "ngram", "target": "/models/Llama-3.1-8B-Instruct", "max_draft_len": 10,
+         "trtllm": {"version": "1.2.1"}}
+DRAFT_TARGET = {"method": "draft_target", "target": "/models/target", "draft": "/models/draft", "max_draft_len": 4,
+                "trtllm": {"version": "1.2.1"}}
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def k8s_cli(tmp_path: Path, doc: dict, *flags: str, out: Path | None = None) -> tuple[int, str, str, Path]:
+    """`trtspec k8s` in-process over the build config `doc`: (exit code, stdout, stderr, --out)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    out = out or tmp_path / "out"
+    code, stdout, stderr = run_cli(["k8s", str(config), "--out", str(out), *flags])
+    return code, stdout, stderr, out
+
+
+def refused(code: int, stderr: str, field: str, out: Path) -> str:
+    """The run exited 2 with one `Error: FIELD=...` line (and a hint), and wrote nothing; returns the hint."""
+    assert_clean_failure(code, stderr, frozenset({2}))
+    assert stderr.startswith(f"Error: {field}="), stderr
+    assert not out.exists()
+    return stderr.split("Hint: ", 1)[1].strip() if "Hint: " in stderr else ""
+
+
+def test_a_name_cannot_add_keys_to_the_written_files(tmp_path):
+    """The issue's injection: a name that closes the header comment and writes keys of its own."""
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "x\ntensor_parallel_size: 64\nevil: injected\n#"})
+    hint = refused(code, err, "name", out)
+    assert hint.startswith("the nearest valid name is x-tensor-parallel-size-64-evil-injected:")
+
+
+def test_a_name_cannot_add_a_document(tmp_path):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "x\n---\nkind: Secret"})
+    refused(code, err, "name", out)
+
+
+def test_a_name_with_a_nul_is_refused(tmp_path):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "x\0"})
+    refused(code, err, "name", out)
+
+
+@pytest.mark.parametrize(("name", "nearest"), [
+    ("MyModel", "mymodel"), ("a: b", "a-b"), ("modèle", "modele"), ("../../etc", "etc"), ("a" * 10_014, "a" * 50),
+    ("", "model"), ("-x", "x"), ("x-", "x"), ("70b", "model-70b"), ("llama.3", "llama-3"), ("a_b", "a-b"),
+    ("a" * 51, "a" * 50),  # <name>-trtllmworker would pass 63 characters
+])  # fmt: skip
+def test_names_kubernetes_rejects_are_refused_with_the_nearest_valid_name(tmp_path, name, nearest):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": name})
+    assert refused(code, err, "name", out).startswith(f"the nearest valid name is {nearest}: set it as `name:` in")
+
+
+def test_a_config_without_a_name_is_refused(tmp_path):
+    code, _, err, out = k8s_cli(tmp_path, NGRAM)
+    assert "add `name: config` to" in refused(code, err, "name", out) and "or pass --name config" in err
+
+
+@pytest.mark.parametrize("name", ["a", "llama3-8b", "a" * 50])
+def test_kubernetes_names_are_accepted(tmp_path, name):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": name})
+    assert code == 0, err
+    assert list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]["metadata"]["name"] == name
+
+
+def test_name_sets_the_deployment_name_and_is_checked_the_same_way(tmp_path):
+    """A config whose name has a dot (the llama3.1 examples): refused with the nearest valid name, which --name sets;
+    the OpenAI model name stays the config's."""
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"})
+    assert refused(code, err, "name", out).endswith("is llama3-1-8b-ngram: set it as `name:` in " + str(tmp_path
+                                                                      / "config.yaml") + ", or pass --name")
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"}, "--name", "Llama 8B")
+    assert refused(code, err, "--name", out) == "the nearest valid name is llama-8b"
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"}, "--name", "llama-8b")
+    assert code == 0, err
+    graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
+    assert graph["metadata"]["name"] == "llama-8b"
+    assert workers_of(graph)["TRTLLMWorker"][1]["args"][:4] == ["--model", "/models/Llama-3.1-8B-Instruct",
+                                                                 "--served-model-name", "llama3.1-8b-ngram"]
+
+
+def test_validate_checks_kubernetes_names_and_images():
+    result, _ = rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg")
+    configmap, graph = result.manifest
+    assert validate(result) == []
+    for bad in ("MyModel", "a: b", "modèle", "../../etc", "a" * 10_014):
+        graph["metadata"]["name"] = bad
+        assert any(f"DynamoGraphDeployment metadata.name {shown(bad)!r}" in p for p in validate(result)), bad
+    graph["metadata"]["name"] = "ok"
+    configmap["metadata"]["name"] = "Engine Config"
+    graph["spec"]["components"][1]["name"] = "Worker_1"
+    graph["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["image"] = "bad image"
+    problems = validate(result)
+    assert any("ConfigMap metadata.name 'Engine Config'" in p for p in problems), problems
+    assert any("components[Worker_1].name" in p for p in problems), problems
+    assert any("components[Worker_1].image 'bad image'" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("image", [
+    "bad image", "", "x\nevil: injected", "nvcr.io/NVIDIA/x:1", "registry.example/x@sha256:abc", ":tag",
+    "x:" + "t" * 200, "a" * 300, "nvcr.io/x:tag\0", " nvcr.io/x", "x@", "x:tag:tag",
+])  # fmt: skip
+def test_invalid_images_are_refused(tmp_path, image):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m"}, "--image", image)
+    refused(code, err, "--image", out)
+
+
+@pytest.mark.parametrize("image", ["x", "localhost:5000/team/trtllm:1.6.1-custom", f"registry.example/trtllm@{DIGEST}",
+                                   "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1", "[::1]:5000/x:y"])
+def test_valid_images_are_written_as_given(tmp_path, image):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m"}, "--image", image)
+    assert code == 0, err
+    graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
+    assert {c["image"] for comp in graph["spec"]["components"] for c in comp["podTemplate"]["spec"]["containers"]} \
+        == {image}
+
+
+@pytest.mark.parametrize(("served", "problem"), [
+    ("a\nb: c", "line break"), ("a\0b", "NUL"), ("", "empty"), ("--model", "'-'"), ("a\u2028b", "line break"),
+])  # fmt: skip
+def test_served_model_names_that_break_the_worker_are_refused(tmp_path, served, problem):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m"}, "--served-model-name", served)
+    refused(code, err, "--served-model-name", out)
+    assert problem in err
+
+
+@pytest.mark.parametrize("path", ["-x", "/m\0"])
+def test_model_paths_the_worker_would_misread_are_refused(tmp_path, path):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m", "target": path})
+    refused(code, err, "target", out)
+
+
+def test_out_with_a_nul_is_refused(tmp_path):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m"}, out=tmp_path / "o\0x")
+    assert_clean_failure(code, err, frozenset({2}))
+    assert "--out" in err
+
+
+class Yaml11Loader(yaml.SafeLoader):
+    """Reads what other YAML 1.1 readers read as booleans or numbers where PyYAML reads strings: Go's yaml.v2 (kubectl,
+    the operator) takes y / n as booleans and 1e3 / 0o17 as numbers. A value trtspec writes must be quoted so that
+    every reader sees the string."""
+
+
+Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+                                   list("-+0123456789"))
+Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^0o[0-7]+$"), ["0"])
+
+
+def test_values_other_yaml_readers_read_as_booleans_or_numbers_are_quoted(tmp_path):
+    code, _, err, out = k8s_cli(tmp_path, {**DRAFT_TARGET, "name": "m", "target": "n", "draft": "1e3"},
+                                "--served-model-name", "y")
+    assert code == 0, err
+    graph = list(yaml.load_all((out / "dynamo-graph.yaml").read_text(), Loader=Yaml11Loader))[1]  # noqa: S506
+    args = workers_of(graph)["TRTLLMWorker"][1]["args"]
+    assert args[:4] == ["--model", "n", "--served-model-name", "y"]
+    engine = yaml.load((out / "engine_configs/agg.yaml").read_text(), Loader=Yaml11Loader)  # noqa: S506
+    assert engine["speculative_config"]["speculative_model_dir"] == "1e3"
+
+
+def test_printed_commands_keep_paths_as_given_and_comments_stay_comments(tmp_path):
+    """The launch commands are shell-quoted argv; every printed value outside them sits in a comment line (a line
+    break in a path does not end the comment), so the output pasted into a shell runs those commands only."""
+    model = "/data/config/x\nrm -rf ~ #"
+    code, stdout, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "m", "target": model},
+                                     out=tmp_path / "o\nrm -rf ~")
+    assert code == 0, err
+    expected = [["python3", "-m", "dynamo.frontend", "--http-port", "8000", "&"],
+                ["python3", "-m", "dynamo.trtllm", "--model", model, "--served-model-name", "m",
+                 "--extra-engine-args", "engine_configs/agg.yaml", "&"]]
+    assert shlex.split(stdout, comments=True) == [token for command in expected for token in command]
+    graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
+    assert workers_of(graph)["TRTLLMWorker"][1]["args"][1] == model
+

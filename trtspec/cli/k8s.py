@@ -4,16 +4,41 @@ checked against Dynamo's facts; prints the launch commands. Nothing runs here: G
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import click
 
 from trtspec.dynamo.k8s import API_VERSIONS
+from trtspec.errors import ConfigError, shown_text
+
+
+class _OutDir(click.Path):
+    """A directory path the file system can hold (no NUL, encodable, within PATH_MAX / NAME_MAX bytes), checked
+    before click's own checks (which would raise on a NUL)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from trtspec.config import NAME_MAX, PATH_MAX
+
+        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        try:
+            encoded = os.fsencode(text)
+        except UnicodeError:
+            encoded = None
+        if "\0" in text:
+            self.fail(f"{shown_text(text)} contains a NUL character", param, ctx)
+        if encoded is None:
+            self.fail(f"{shown_text(text)} is not encodable as a file name", param, ctx)
+        if len(encoded) > PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+            self.fail(f"{shown_text(text)} is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per "
+                      "name)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 @click.command()
 @click.argument("config", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+@click.option("--out", type=_OutDir(path_type=Path, file_okay=False), required=True,
               help="Directory for engine_configs/*.yaml and dynamo-graph.yaml.")
 @click.option("--mode", type=click.Choice(["agg", "disagg"]), default="agg", show_default=True,
               help="agg: one worker kind; disagg: prefill and decode workers.")
@@ -23,43 +48,66 @@ from trtspec.dynamo.k8s import API_VERSIONS
               help="DynamoGraphDeployment version: v1beta1 (spec.components, what Dynamo 1.6.1's tools write) or the "
                    "legacy v1alpha1 (spec.services) its operator still accepts.")
 @click.option("--image", default=None, help="Worker and frontend image (default: Dynamo's TensorRT-LLM runtime).")
+@click.option("--name", "deployment_name", default=None, metavar="NAME",
+              help="The DynamoGraphDeployment's metadata.name: lower-case letters, digits and '-' (default: the "
+                   "config's name).")
 @click.option("--served-model-name", default=None, help="OpenAI model name (default: the config's name).")
 @click.option("--dry-run", is_flag=True, help="Check and print the commands and files; write nothing.")
 def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_version: str, image: str | None,
-        served_model_name: str | None, dry_run: bool) -> None:
+        deployment_name: str | None, served_model_name: str | None, dry_run: bool) -> None:
     """Render NVIDIA Dynamo TensorRT-LLM worker configs and a Kubernetes DynamoGraphDeployment from CONFIG.
 
     Examples:
 
     \b
         trtspec build --example llama3.1-8b-ngram > 8b.yaml
-        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --out out/dynamo
-        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --mode disagg --out out/dynamo-disagg --dry-run
+        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --name llama-8b --out out/dynamo
+        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --name llama-8b --mode disagg --out out/dynamo-disagg --dry-run
     """
     from trtspec.atomic import write_text
     from trtspec.build.plan import plan_build
     from trtspec.build.preflight import run_preflight
     from trtspec.config import load_build_spec
-    from trtspec.dynamo.k8s import render
+    from trtspec.contracts.engine import spelled
+    from trtspec.dynamo.k8s import comment, inline, nearest_name, render
 
     spec = load_build_spec(config)
+    name = spec.name if deployment_name is None else deployment_name
+    if name is None:
+        suggestion = nearest_name(config.stem)
+        raise ConfigError("name", None, "is required: it is the DynamoGraphDeployment's metadata.name",
+                          hint=f"add `name: {suggestion}` to {inline(config)}, or pass --name {suggestion}")
     if trtllm_version is not None:
         spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": trtllm_version})})
     resolved = run_preflight(spec, dry_run=True)
     plan = plan_build(resolved)
     note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
-    result = render(plan.llm_api, name=spec.name, model_path=resolved.models["target"].path,
-                    served_model_name=served_model_name or spec.name, tp_size=spec.engine.tp_size,
-                    trtllm_version=spec.trtllm.version, mode=mode, image=image, api_version=api_version,
-                    llm_api_note=note)
-    click.echo("# launch on one machine (from the directory that holds engine_configs/; etcd and NATS, or "
-               "--discovery-backend file on one host):")
+    if served_model_name is not None:
+        served, served_field = served_model_name, "--served-model-name"
+    elif spec.name is not None:
+        served, served_field = spec.name, "name"
+    else:
+        served, served_field = name, "--name"
+    fields = {"name": "--name" if deployment_name is not None else "name", "served_model_name": served_field,
+              "image": "--image", "model_path": "target"}  # render's parameters as this command's user sets them
+    try:
+        with spelled(fields.get):
+            result = render(plan.llm_api, name=name, model_path=resolved.models["target"].path,
+                            served_model_name=served, tp_size=spec.engine.tp_size, trtllm_version=spec.trtllm.version,
+                            mode=mode, image=image, api_version=api_version, llm_api_note=note)
+    except ConfigError as exc:
+        if exc.field != "name" or deployment_name is not None:
+            raise
+        raise ConfigError("name", exc.value, exc.problem,  # the config's name as the deployment's
+                          hint=f"{exc.hint}: set it as `name:` in {inline(config)}, or pass --name") from None
+    click.echo(comment("launch on one machine (from --out, the directory that holds engine_configs/; etcd and NATS, "
+                       "or --discovery-backend file on one host):"), nl=False)
     for command in result.commands:
-        click.echo(command.replace("--extra-engine-args ./", "--extra-engine-args engine_configs/") + " &")
+        click.echo(command + " &")
     for n in result.notes:
-        click.echo(f"# note: {n}")
+        click.echo(comment(f"note: {n}"), nl=False)
     for rel in result.files:
-        click.echo(f"# {'would write' if dry_run else 'wrote'} {out / rel}")
+        click.echo(comment(f"{'would write' if dry_run else 'wrote'} {inline(out / rel)}"), nl=False)
     if dry_run:
         return
     for rel, text in result.files.items():

@@ -21,23 +21,62 @@ Every name is checked against the Dynamo facts (`dynamo-1.6.1.json` beside this 
 from the installed ai-dynamo 1.6.1 wheel; the v1beta1 fields from what that wheel writes and reads; the v1alpha1
 fields from Dynamo's sources, commit and path recorded):
 `validate` returns the problems, and `render` refuses to return files that have any.
+
+Values from the user (the build config's `name` and model paths, the served model name, the image) reach the files
+only through the YAML serializer, quoted wherever a YAML reader could take them for anything but that string, and
+comments show them escaped on one line; names are checked as Kubernetes checks them (`name_problem`), images as
+container runtimes parse them (`image_problem`), process arguments as Dynamo's worker reads them (`argument_problem`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ConfigError
+from trtspec.errors import ConfigError, shown
 
 FACTS_FILE = Path(__file__).resolve().parent / "dynamo-1.6.1.json"
 MODES = ("agg", "disagg")
 API_VERSIONS = ("v1beta1", "v1alpha1")  # the first is the default
 CONFIG_MOUNT = "/config"
+# Kubernetes names (k8s.io/apimachinery/pkg/util/validation/validation.go; kubernetes.io/docs/concepts/overview/
+# working-with-objects/names):
+# - an RFC 1123 label (IsDNS1123Label): lower-case letters a-z, digits and '-', starting and ending with a letter or a
+#   digit, at most 63 characters: the names of volumes and containers;
+# - an RFC 1123 subdomain (IsDNS1123Subdomain): such labels joined by '.', at most 253 characters: metadata.name of a
+#   ConfigMap (ValidateConfigMapName) and of a custom resource (the API server checks a custom resource's name with
+#   NameIsDNSSubdomain), the DynamoGraphDeployment's included;
+# - an RFC 1035 label (IsDNS1035Label): an RFC 1123 label that starts with a letter: a Service's name
+#   (ValidateServiceName).
+# Dynamo's operator names each component's objects <metadata.name>-<component name in lower case> (GetDCDResourceName),
+# the Frontend's Service <name>-frontend among them. So the DynamoGraphDeployment's name must be an RFC 1035 label with
+# room for '-' and its longest component (`name_problem`), stricter than the API server's rule for the object itself.
+LABEL_MAX, SUBDOMAIN_MAX = 63, 253
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL = re.compile(_LABEL)
+DNS1123_SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+DNS1035_LABEL = re.compile(r"[a-z](?:[-a-z0-9]*[a-z0-9])?")
+# A container image reference as container runtimes parse the `image` Kubernetes hands them (the grammar of
+# github.com/distribution/reference, regexp.go: [HOST[:PORT]/]PATH[:TAG][@DIGEST], a lower-case path, the name at
+# most 255 characters); anything else fails on the node as InvalidImageName.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+IMAGE_NAME_MAX = 255
+IMAGE_MAX = 1024  # far above any reference the grammar allows but a long digest; checked before the pattern runs
+# Where YAML 1.1 readers (PyYAML, Go's yaml.v2 in kubectl and the operator) see a line break.
+LINE_BREAKS = frozenset("\n\r\x85\u2028\u2029")
 DISAGG_NOTE = ("Dynamo's disaggregated examples also set `cache_transceiver_config` (the KV transfer backend); "
                "trtspec's TensorRT-LLM facts do not list that key for this release, so it is left for you to add")
 
@@ -60,13 +99,33 @@ class DynamoRender:
 def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served_model_name: str, tp_size: int,
            trtllm_version: str, mode: str = "agg", image: str | None = None, api_version: str = API_VERSIONS[0],
            llm_api_note: str = "") -> DynamoRender:
-    """Engine configs, the manifest and the commands for one build (its LLM-API options `llm_api`)."""
+    """Engine configs, the manifest and the commands for one build (its LLM-API options `llm_api`). Bad values are a
+    ConfigError naming the parameter (`name`, `served_model_name`, `model_path`, `image`), the value and the fix."""
     facts = dynamo_facts()
     if mode not in MODES:
-        raise ConfigError("mode", mode, f"is not one of {', '.join(MODES)}", hint="agg (one worker kind) or disagg")
+        raise ConfigError("mode", shown(mode), f"is not one of {', '.join(MODES)}",
+                          hint="agg (one worker kind) or disagg")
     if api_version not in API_VERSIONS:
-        raise ConfigError("api_version", api_version, f"is not one of {', '.join(API_VERSIONS)}",
+        raise ConfigError("api_version", shown(api_version), f"is not one of {', '.join(API_VERSIONS)}",
                           hint="v1beta1 (what Dynamo's tools write) or the legacy v1alpha1")
+    roles = {"agg": {"TRTLLMWorker": ("agg", None)},
+             "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}[mode]
+    components = ("Frontend", *roles)
+    if problem := name_problem(name, components):
+        raise ConfigError("name", shown(name), problem,
+                          hint="the nearest valid name is "
+                               f"{nearest_name(name, LABEL_MAX - 1 - max(map(len, components)))}")
+    for param, value, line_breaks in (("served_model_name", served_model_name, False),
+                                      ("model_path", model_path, True)):
+        if problem := argument_problem(value, line_breaks=line_breaks):
+            raise ConfigError(param, shown(value), problem, hint=(
+                "the OpenAI model name clients send: one line of printable text, not starting with '-'"
+                if param == "served_model_name" else
+                "the model's path inside the worker container (write a path that starts with '-' as ./-...)"))
+    if image is not None and (problem := image_problem(image)):
+        raise ConfigError("image", shown(image), problem, hint="an image reference [REGISTRY/]PATH[:TAG][@DIGEST] with "
+                          "a lower-case path, e.g. Dynamo's " f"{facts['operator']['runtime_image']}:"
+                          f"{facts['dynamo_version']} (the default)")
     if llm_api is None:
         raise ConfigError("trtllm.version", trtllm_version, f"has no LLM-API options for this build ({llm_api_note})",
                           hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM "
@@ -74,39 +133,33 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
                                "LLM-API form and a release whose LLM-API facts trtspec has (trtllm.version: 1.2.1)")
     default_image = f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"
     custom_image = image is not None and image != default_image
-    image = image or default_image
-    roles = {"agg": {"TRTLLMWorker": ("agg", None)},
-             "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}[mode]
+    image = default_image if image is None else image
     configs = {f"{config}.yaml": dict(llm_api) for config, _ in roles.values()}
     module = facts["trtllm_worker"]["module"]
     commands = [shlex.join(["python3", "-m", facts["frontend"]["module"], "--http-port", "8000"])]
     workers = []  # (role, disaggregation mode or None, worker args)
     for role, (config, disagg) in roles.items():
-        args = ["--model", model_path, "--served-model-name", served_model_name, "--extra-engine-args",
-                f"{CONFIG_MOUNT}/{config}.yaml"]
-        if tp_size > 1:
-            args += ["--tensor-parallel-size", str(tp_size)]
-        if disagg:
-            args += ["--disaggregation-mode", disagg]
-        workers.append((role, disagg, args))
-        commands.append(shlex.join(["python3", "-m", module, *args]).replace(f"{CONFIG_MOUNT}/", "./"))
+        head = ["--model", model_path, "--served-model-name", served_model_name, "--extra-engine-args"]
+        tail = [*(["--tensor-parallel-size", str(tp_size)] if tp_size > 1 else []),
+                *(["--disaggregation-mode", disagg] if disagg else [])]
+        workers.append((role, disagg, [*head, f"{CONFIG_MOUNT}/{config}.yaml", *tail]))
+        commands.append(shlex.join(["python3", "-m", module, *head, f"engine_configs/{config}.yaml", *tail]))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
-                 "data": {file: _yaml(options) for file, options in configs.items()}}
+                 "data": {file: _yaml(options) for file, options in configs.items()}}  # the files, as written
     if api_version == "v1beta1":
         graph = _graph_v1beta1(name, image, tp_size, workers, runtime_version=custom_image)
     else:
         graph = _graph_v1alpha1(name, image, tp_size, workers)
-    header = (f"# trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API options "
-              f"of release {trtllm_version}; Dynamo {facts['dynamo_version']}'s runtime ships TensorRT-LLM "
-              f"{facts['trtllm_pin']['tensorrt_llm']}.\n")
-    files = {f"engine_configs/{file}": header + _yaml(options) for file, options in configs.items()}
-    files["dynamo-graph.yaml"] = (header + "# kubectl apply -f dynamo-graph.yaml\n"
-                                  + "---\n".join(_yaml(obj) for obj in (configmap, graph)))
+    header = comment(f"trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API "
+                     f"options of release {inline(trtllm_version)}; Dynamo {facts['dynamo_version']}'s runtime ships "
+                     f"TensorRT-LLM {facts['trtllm_pin']['tensorrt_llm']}.")
+    files = {f"engine_configs/{file}": header + text for file, text in configmap["data"].items()}
+    files["dynamo-graph.yaml"] = header + comment("kubectl apply -f dynamo-graph.yaml") + _yaml_all([configmap, graph])
     notes = [f"image {image}: {facts['operator']['runtime_image_note']}",
-             f"model paths ({model_path}) are paths inside the worker container: mount the checkpoints there "
+             f"model paths ({inline(model_path)}) are paths inside the worker container: mount the checkpoints there "
              "(a PersistentVolumeClaim, or a model cache) or pass a Hugging Face id"]
     if trtllm_version != facts["trtllm_pin"]["tensorrt_llm"]:
-        notes.append(f"the options use TensorRT-LLM {trtllm_version}'s facts; the runtime image runs "
+        notes.append(f"the options use TensorRT-LLM {inline(trtllm_version)}'s facts; the runtime image runs "
                      f"{facts['trtllm_pin']['tensorrt_llm']} ({facts['trtllm_pin']['source']['path']} of ai-dynamo "
                      f"{facts['dynamo_version']}): check the keys against that release before production")
     if custom_image:  # the operator reads the runtime's version from the image tag, which a custom image may not carry
@@ -120,7 +173,8 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     result = DynamoRender(files=files, commands=commands, notes=notes, manifest=[configmap, graph])
     problems = validate(result)
     if problems:  # a trtspec bug, never the user's: refuse to write what Dynamo would reject
-        raise ConfigError("dynamo", name, "the rendered manifest does not match Dynamo's facts: " + "; ".join(problems),
+        raise ConfigError("dynamo", shown(name),
+                          "the rendered manifest does not match Dynamo's facts: " + "; ".join(problems),
                           hint="report this")
     return result
 
@@ -179,8 +233,8 @@ def _graph_v1alpha1(name: str, image: str, tp_size: int, workers: list[tuple[str
 
 
 def validate(result: DynamoRender) -> list[str]:
-    """Every name the manifest and the commands use, checked against the Dynamo facts of its apiVersion; [] when all
-    are known."""
+    """Every name the manifest and the commands use, checked against the Dynamo facts of its apiVersion, and the
+    objects' names, component names and images against Kubernetes' rules; [] when all are known and valid."""
     op = dynamo_facts()["operator"]
     graphs = [obj for obj in result.manifest if obj.get("kind") == op["kind"]]
     if len(graphs) != 1:
@@ -189,6 +243,20 @@ def validate(result: DynamoRender) -> list[str]:
     framework = graph.get("spec", {}).get("backendFramework")
     problems = [] if framework in op["backend_frameworks"] else [
         f"spec.backendFramework {framework!r} is not one of {op['backend_frameworks']}"]
+    for obj in result.manifest:
+        name = obj.get("metadata", {}).get("name")
+        if obj is graph:
+            spec = graph.get("spec", {})
+            components = [str(c.get("name")) for c in spec.get("components", [])]
+            components += [str(service) for service in spec.get("services", {})]
+            problem = name_problem(name, components)
+        elif not (isinstance(name, str) and len(name) <= SUBDOMAIN_MAX and DNS1123_SUBDOMAIN.fullmatch(name)):
+            problem = (f"is not an RFC 1123 subdomain (lower-case letters, digits, '-' and '.', starting and ending "
+                       f"with a letter or a digit, at most {SUBDOMAIN_MAX} characters)")
+        else:
+            problem = None
+        if problem:
+            problems.append(f"{obj.get('kind')} metadata.name {shown(name)!r}: {problem}")
     if graph.get("apiVersion") == op["v1beta1"]["api_version"]:
         return problems + _validate_v1beta1(graph)
     if graph.get("apiVersion") == op["api_version"]:
@@ -206,6 +274,7 @@ def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
     problems += [f"components: name {n!r} is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
     for component in spec.get("components", []):
         where = f"components[{component.get('name')}]"
+        problems += _component_name(where, component.get("name"))
         problems += [f"{where}.{key}: not a component field"
                      for key in sorted(set(component) - set(beta["component_fields"]))]
         kind = component.get("type")
@@ -215,6 +284,7 @@ def _validate_v1beta1(graph: dict[str, Any]) -> list[str]:
         problems += [f"{where}.podTemplate.spec.{key}: not used by trtspec's facts"
                      for key in sorted(set(pod) - set(beta["pod_spec_fields"]))]
         containers = pod.get("containers", [])
+        problems += [p for c in containers for p in _image(where, c.get("image"))]
         main = [c for c in containers if c.get("name") == beta["main_container"]]
         if len(main) != 1:
             problems.append(f"{where}: no container named {beta['main_container']!r} (the one Dynamo runs)")
@@ -239,6 +309,7 @@ def _validate_v1alpha1(graph: dict[str, Any]) -> list[str]:
     spec = graph.get("spec", {})
     problems = [f"spec.{key}: not a field" for key in sorted(set(spec) - set(op["spec_fields"]))]
     for name, service in spec.get("services", {}).items():
+        problems += _component_name(f"services.{name}", name)
         problems += [f"services.{name}.{key}: not a service field" for key in sorted(set(service) - set(op["service_fields"]))]
         if service.get("componentType") not in op["component_types"]:
             problems.append(f"services.{name}.componentType {service.get('componentType')!r} is not one of "
@@ -250,13 +321,29 @@ def _validate_v1alpha1(graph: dict[str, Any]) -> list[str]:
         problems += [f"services.{name}.extraPodSpec.{key}: not used by trtspec's facts"
                      for key in sorted(set(pod) - set(op["extra_pod_spec_fields"]))]
         container = pod.get("mainContainer", {})
+        problems += _image(f"services.{name}", container.get("image"))
         if container.get("command", [None, None, None])[2:] == [worker["module"]]:
             problems += _check_args(f"services.{name}", container.get("args", []), worker)
     return problems
 
 
+def _component_name(where: str, name: object) -> list[str]:
+    """The operator names a component's objects <metadata.name>-<its name in lower case>: that must be a label."""
+    if isinstance(name, str) and DNS1123_LABEL.fullmatch(name.lower()):
+        return []
+    return [f"{where}.name {shown(name)!r}: in lower case not letters, digits and '-' (the operator names the "
+            "component's objects <metadata.name>-<its name in lower case>)"]
+
+
+def _image(where: str, image: object) -> list[str]:
+    problem = image_problem(image)
+    return [f"{where}.image {shown(image)!r}: {problem}"] if problem else []
+
+
 def _check_args(where: str, args: list[str], worker: dict[str, Any]) -> list[str]:
-    problems = []
+    problems = [f"{where}: argument {shown(a)!r} is not text without NUL" for a in args
+                if not isinstance(a, str) or "\0" in a]
+    args = [a for a in args if isinstance(a, str)]
     flags = [a for a in args if a.startswith("--")]
     for flag in flags:
         if flag in worker["obsolete_flags"]:
@@ -272,15 +359,118 @@ def _check_args(where: str, args: list[str], worker: dict[str, Any]) -> list[str
     return problems
 
 
-def _yaml(data: Any) -> str:
-    """Block-style YAML, multi-line strings (the engine configs in the ConfigMap) as literal `|` blocks."""
+def name_problem(name: object, components: Iterable[str]) -> str | None:
+    """Why `name` cannot be the metadata.name of a DynamoGraphDeployment with these components, or None: an RFC 1035
+    label with room for '-<component>' within 63 characters (see LABEL_MAX)."""
+    if not isinstance(name, str) or not name:
+        return "is empty: it is the DynamoGraphDeployment's metadata.name"
+    if not DNS1035_LABEL.fullmatch(name):
+        return ("is not a Kubernetes name: lower-case letters a-z, digits and '-', starting with a letter and ending "
+                "with a letter or a digit (an RFC 1035 label)")
+    longest = max(components, key=len, default="")
+    if len(name) + 1 + len(longest) > LABEL_MAX:
+        return (f"is {len(name)} characters, over {LABEL_MAX - 1 - len(longest)}: Dynamo's operator names the "
+                f"{longest} component's objects <name>-{longest.lower()}, and a Kubernetes name is at most "
+                f"{LABEL_MAX} characters")
+    return None
+
+
+def nearest_name(value: object, limit: int = LABEL_MAX) -> str:
+    """The valid name closest to `value` (for hints): accents dropped, lower case, every run of other characters one
+    '-', a leading digit prefixed with `model-`, at most `limit` characters."""
+    text = "" if value is None else str(value)[:4 * LABEL_MAX]
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    if text[:1].isdigit():
+        text = "model-" + text
+    return text[:limit].rstrip("-") or "model"
+
+
+def argument_problem(value: object, *, line_breaks: bool) -> str | None:
+    """Why `value` cannot be a value argument of Dynamo's worker (argparse reads one starting with '-' as an option;
+    no process argument can hold NUL; Kubernetes strings are UTF-8), or None. `line_breaks`: whether it may hold line
+    breaks and other control characters (a path may; a name clients send may not)."""
+    if not isinstance(value, str) or not value:
+        return "is empty"
+    if "\0" in value:
+        return "contains a NUL character, which no process argument can hold"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not UTF-8 text (Kubernetes strings are)"
+    if not line_breaks and (LINE_BREAKS.intersection(value) or len(value.splitlines()) > 1):
+        return "contains a line break"
+    if not line_breaks and not value.isprintable():
+        return "contains a control character"
+    if value.startswith("-"):
+        return "starts with '-': Dynamo's worker would read it as an option"
+    return None
+
+
+def image_problem(image: object) -> str | None:
+    """Why `image` is not a container image reference a container runtime can pull (IMAGE_REFERENCE), or None."""
+    if not isinstance(image, str) or not image:
+        return "is empty"
+    if len(image) > IMAGE_MAX:
+        return f"is {len(image)} characters, longer than an image reference can be"
+    match = IMAGE_REFERENCE.fullmatch(image)
+    if match is None:
+        return ("is not an image reference: [REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], the path lower-case letters, digits "
+                "and . _ -, a tag of at most 128 letters, digits and _ . -")
+    if len(match["name"]) > IMAGE_NAME_MAX:
+        return f"has a name of {len(match['name'])} characters; container runtimes take at most {IMAGE_NAME_MAX}"
+    return None
+
+
+def inline(value: object) -> str:
+    """`value` for a comment or a note: as it is when it is printable text on one line, else escaped (its ASCII
+    repr), so that it can never end the comment it is in."""
+    text = str(value)
+    return text if text.isprintable() and not LINE_BREAKS.intersection(text) else ascii(text)
+
+
+def comment(text: str) -> str:
+    """`text` as comment lines (YAML and shell): each of its lines starts with '# ', so a line break in it continues
+    the comment instead of ending it."""
+    return "".join(f"# {line}\n" for line in text.splitlines() or [""])
+
+
+_PLAIN = re.compile(r"(?:--)?[A-Za-z_/][A-Za-z0-9_./-]*")  # strings written unquoted (when PyYAML agrees)
+_YAML11_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+
+def _dumper() -> type:
+    """PyYAML's SafeDumper writing block style, a multi-line string as a literal `|` block (the engine configs in the
+    ConfigMap) when PyYAML can, and every other string unquoted only when it is a word no YAML 1.1 reader takes for
+    anything else (Go's yaml.v2, which kubectl and Dynamo's operator use, reads y / n as booleans and 1e3 as a
+    number where PyYAML reads strings); the rest double-quoted, with escapes."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
         pass
 
     def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+        if "\n" in value:
+            style = "|"
+        elif _PLAIN.fullmatch(value) and value.lower() not in _YAML11_WORDS:
+            style = None
+        else:
+            style = '"'
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, text)
-    return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
+    return Dumper
+
+
+def _yaml(data: Any) -> str:
+    """One YAML document, written by the serializer only (see _dumper)."""
+    import yaml
+
+    return yaml.dump(data, Dumper=_dumper(), sort_keys=False, default_flow_style=False, width=120)
+
+
+def _yaml_all(documents: list[Any]) -> str:
+    """YAML documents separated by `---`, written by the serializer only (see _dumper)."""
+    import yaml
+
+    return yaml.dump_all(documents, Dumper=_dumper(), sort_keys=False, default_flow_style=False, width=120)
