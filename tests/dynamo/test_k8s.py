@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import re
 import shlex
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
 
-from tests.cli_checks import assert_clean_failure, run_cli
+from tests.cli_checks import SETTINGS, assert_clean_failure, run_cli
 from trtspec.build.plan import plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
@@ -457,3 +460,108 @@ def test_printed_commands_keep_paths_as_given_and_comments_stay_comments(tmp_pat
     graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
     assert workers_of(graph)["TRTLLMWorker"][1]["args"][1] == model
 
+
+HOSTILE = ["x\ntensor_parallel_size: 64\nevil: injected\n#", "x\n---\nkind: Secret", "\0", "x\0", "a: b", "#", "---",
+           "...", "- x", "y", "n", "N", "no", "null", "~", "1e3", "0o17", "0x1F", "1_000", "12:30", "&a", "*a", "<<",
+           "!!python/object/apply:os.system", "{a: b}", "[a]", "'", '"', "|", ">", "%YAML 1.2", "@x", "`x`", " x", "x ",
+           "\t", "\r", "\u2028", "\x85", "\ufeff", "é", "模型", "MyModel", "../../etc", "-x", "--model",
+           "a" * 10_014, "/data/config/x", "$(touch /tmp/pwned)"]
+TEXTS = st.one_of(st.text(max_size=40), st.sampled_from(HOSTILE),
+                  st.text(st.sampled_from(list("ab:#-\n\0 é/.'\"{}[]&*!|>%@`\\\u2028")), max_size=24))
+# Values each field accepts, still hostile to YAML and shells (colons, '#', '---', line breaks in paths, unicode):
+# a run draws most fields from these and a few (the `hostile` ones) from anything at all.
+ACCEPTED = {
+    "name": st.from_regex(r"[a-z]([-a-z0-9]{0,40}[a-z0-9])?", fullmatch=True),
+    "target": TEXTS.map(lambda text: "/models/" + text.replace("\0", "_")[:200]),
+    "served": TEXTS.map(lambda text: "m" + "".join(c if c.isprintable() else "_" for c in text[:200])),
+    "image": st.sampled_from(["x", "localhost:5000/team/trtllm:1.6.1-custom", f"r.example/t@{DIGEST}",
+                              "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1", "[::1]:5000/x:y"]),
+    "out": TEXTS.map(lambda text: "o" + text.replace("/", "_").replace("\0", "_")[:40]),
+}
+ACCEPTED["draft"] = ACCEPTED["target"]
+ANYTHING = {"image": st.one_of(TEXTS, st.just("a" * 256)), "target": st.one_of(TEXTS, ACCEPTED["target"])}
+FIELDS = {"name", "target", "draft", "--served-model-name", "--image", "--out"}  # where a refusal may point
+
+
+@st.composite
+def k8s_values(draw: st.DrawFn) -> dict:
+    """name, target, draft, served, image and out (None: the flag is not given), at most two of them hostile."""
+    hostile = draw(st.sets(st.sampled_from(sorted(ACCEPTED)), max_size=2))
+    values = {key: draw(ANYTHING.get(key, TEXTS) if key in hostile else strategy)
+              for key, strategy in ACCEPTED.items()}
+    for key in ("served", "image", "out"):
+        if key not in hostile and draw(st.booleans()):
+            values[key] = None  # the default
+    return values
+
+
+def structure(value: object) -> object:
+    """The keys of a document all the way down, with each leaf replaced by its type."""
+    if isinstance(value, dict):
+        return {key: structure(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [structure(item) for item in value]
+    return type(value).__name__
+
+
+_REFERENCE: dict[tuple, dict[str, object]] = {}
+
+
+def reference(tmp_path: Path, method: dict, mode: str, api_version: str, image: bool) -> dict[str, object]:
+    """The structure of each file a run with plain values writes (the image only matters as default or custom)."""
+    key = (method["method"], mode, api_version, image)
+    if key not in _REFERENCE:
+        flags = ["--mode", mode, "--api-version", api_version, *(["--image", "r.example/t:1"] if image else [])]
+        base = tmp_path / "reference" / "-".join(map(str, key))
+        base.mkdir(parents=True)
+        code, _, err, out = k8s_cli(base, {**method, "name": "m"}, *flags)
+        assert code == 0, err
+        _REFERENCE[key] = {str(p.relative_to(out)): structure(list(yaml.safe_load_all(p.read_text())))
+                           for p in sorted(out.rglob("*.yaml"))}
+    return _REFERENCE[key]
+
+
+@settings(SETTINGS, max_examples=80)
+@given(method=st.sampled_from([NGRAM, DRAFT_TARGET]), values=k8s_values(), mode=st.sampled_from(["agg", "disagg"]),
+       api_version=st.sampled_from(["v1beta1", "v1alpha1"]))
+def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path, method, values, mode, api_version):
+    """Whatever the name, model paths, served model name, image and --out: either one `Error:` line naming the field
+    (exit 2, nothing written) or files that parse into exactly the documents and keys trtspec writes, holding the
+    values as given (read as strings by a YAML 1.1 reader as well), and printed commands that are those argvs."""
+    name, target, draft, served, image, out = (values[key] for key in ("name", "target", "draft", "served", "image",
+                                                                        "out"))
+    doc = {**method, "name": name, "target": target, **({"draft": draft} if "draft" in method else {})}
+    assume(yaml.safe_load(yaml.safe_dump(doc)) == doc)  # PyYAML writes the config as given (the test's own step)
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    assume(out is None or ("/" not in out and out not in (".", "..")))  # stay inside base
+    flags = ["--mode", mode, "--api-version", api_version]
+    flags += ["--served-model-name", served] if served is not None else []
+    flags += ["--image", image] if image is not None else []
+    code, stdout, err, written = k8s_cli(base, doc, *flags, out=base / "out" / out if out is not None else None)
+    event("written" if code == 0 else "refused")
+    if code != 0:
+        assert_clean_failure(code, err, frozenset({2}))
+        line = err[err.index("Error: ") + len("Error: "):].split("\n", 1)[0]
+        flag = re.match(r"Invalid value for '([-a-z]+)'", line)  # click's usage error
+        assert (flag[1] if flag else line.split("=", 1)[0]) in FIELDS, err
+        assert not (written.exists() and any(written.rglob("*.yaml")))
+        return
+    custom = image is not None and image != "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"
+    files = {str(p.relative_to(written)): p.read_text() for p in written.rglob("*.yaml")}
+    docs = {rel: list(yaml.load_all(text, Loader=Yaml11Loader)) for rel, text in files.items()}  # noqa: S506
+    assert {rel: structure(d) for rel, d in docs.items()} == reference(tmp_path, method, mode, api_version, custom)
+    configmap, graph = docs["dynamo-graph.yaml"]
+    assert configmap["metadata"]["name"] == f"{name}-engine-config" and graph["metadata"]["name"] == name
+    expected = ["python3", "-m", "dynamo.frontend", "--http-port", "8000", "&"]  # the printed launch commands
+    for _, container, _ in workers_of(graph).values():
+        args = container["args"]
+        assert args[args.index("--model") + 1] == target
+        assert args[args.index("--served-model-name") + 1] == (name if served is None else served)
+        assert container["image"] == image or (image is None and container["image"].endswith(":1.6.1"))
+        engine = args[args.index("--extra-engine-args") + 1].rsplit("/", 1)[1]
+        assert yaml.safe_load(configmap["data"][engine]) == docs[f"engine_configs/{engine}"][0]
+        if "draft" in doc:
+            assert docs[f"engine_configs/{engine}"][0]["speculative_config"]["speculative_model_dir"] == draft
+        at = args.index("--extra-engine-args") + 1
+        expected += ["python3", "-m", "dynamo.trtllm", *args[:at], f"engine_configs/{engine}", *args[at + 1:], "&"]
+    assert shlex.split(stdout, comments=True) == expected
