@@ -9,6 +9,7 @@ page (a URL with a bad port, --window, the baseline hint, a histogram going back
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import itertools
 import json
 import random
@@ -117,6 +118,14 @@ def pages():
     server.server_close()
 
 
+@pytest.fixture(scope="module")
+def baseline_json(tmp_path_factory) -> Path:
+    from trtspec.sweep.baseline import from_results
+
+    return from_results(RESULTS, method="draft_target", k=4, max_k=8, temperature=0.0).write(
+        tmp_path_factory.mktemp("baseline") / "trtspec-baseline.json")
+
+
 @dataclass
 class Run:
     code: int
@@ -198,13 +207,15 @@ def hostile_files(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def runs(pages, hostile_files, tmp_path_factory) -> dict[str, Run]:
+def runs(pages, baseline_json, hostile_files, tmp_path_factory) -> dict[str, Run]:
     """Every hostile run of this module, started together."""
     argvs = {f"page:{name}": ["monitor", "--metrics", f"{pages}/{name}/metrics", *ONCE]
              for name in [*PAGES, *STREAMED]}
     argvs["page:good --model nosuch"] = ["monitor", "--metrics", f"{pages}/good/metrics", "--model", "nosuch", *ONCE]
     for name, path in hostile_files.items():
         argvs[f"baseline:{name}"] = ["monitor", "--metrics", f"{pages}/good/metrics", "--baseline", str(path), *ONCE]
+    argvs["apply:unreachable"] = ["monitor", "--metrics", f"{pages}/good/metrics", "--baseline", str(baseline_json),
+                                  "--apply", "--url", "127.0.0.1:1", *ONCE]
     return run_all(argvs, tmp_path_factory.mktemp("runs"))
 
 
@@ -283,6 +294,15 @@ def test_a_hostile_baseline_is_one_line(runs, hostile_files, name, code, needle)
     assert_one_line(runs[f"baseline:{name}"], code, str(hostile_files[name]), needle)
 
 
+def test_apply_checks_the_server_before_watching(runs):
+    """`--apply --url` at an address where no Triton server answers: exit 1 naming it, before any window (3 where
+    tritonclient is not installed)."""
+    if importlib.util.find_spec("tritonclient") is None:
+        assert_one_line(runs["apply:unreachable"], 3, "tritonclient")
+    else:
+        assert_one_line(runs["apply:unreachable"], 1, "127.0.0.1:1")
+
+
 # in-process: what fails before anything is scraped ------------------------------------------------------------------
 
 
@@ -331,3 +351,54 @@ def test_a_histogram_that_goes_backwards_is_a_restart():
     assert step.resets == 1 and step.num_drafts == 12.0
     hist = step.histograms["request_latency_seconds"]
     assert hist.sum == 7.0 and min(hist.buckets.values()) >= 0 and step.concurrency == 7.0
+
+
+def test_the_apply_check_refuses_what_it_could_not_change(monkeypatch):
+    """`check_server` (TritonControl.check, run by `monitor --apply` before it watches) against a fake gRPC client:
+    a server that is not ready and a model not ready there are exit 1; a model that is not a trtspec engine model,
+    or runs method none, exit 2; a speculating engine model passes."""
+    from trtspec.contracts.engine import EngineConfig
+    from trtspec.errors import ServerError, UsageError
+    from trtspec.triton import client as client_module
+    from trtspec.triton.control import check_server
+
+    def params(engine: EngineConfig) -> dict:
+        return {"parameters": {key: {"string_value": value} for key, value in engine.to_parameters().items()}}
+
+    configs = {"tensorrt_llm": params(EngineConfig(target="tiny", draft="tiny-draft", method="draft_target")),
+               "tensorrt_llm_draft": params(EngineConfig(target="tiny-draft", method="none")),
+               "ensemble": {"parameters": {}}}
+
+    class FakeClient:
+        server_is_ready = True
+
+        def __init__(self, url: str, model: str | None = "ensemble", *, timeout_s: float = 60.0) -> None:
+            assert model is None  # the check names no model to connect with
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def server_ready(self) -> bool:
+            return self.server_is_ready
+
+        def ready(self, model: str) -> bool:
+            return model in configs
+
+        def model_config(self, model: str) -> dict:
+            return configs[model]
+
+    monkeypatch.setattr(client_module, "TritonClient", FakeClient)
+    check_server("h:8001", ["tensorrt_llm"])
+    check_server("h:8001", [])
+    for models, error, needle in ((["nosuch"], ServerError, "'nosuch' is not ready"),
+                                  (["ensemble"], UsageError, "not a trtspec engine model"),
+                                  (["tensorrt_llm_draft"], UsageError, "method none")):
+        with pytest.raises(error, match=needle) as info:
+            check_server("h:8001", models)
+        assert "h:8001" in info.value.message
+    FakeClient.server_is_ready = False
+    with pytest.raises(ServerError, match="not ready"):
+        check_server("h:8001", ["tensorrt_llm"])

@@ -122,6 +122,9 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     first = scrape()  # fails here, in one line, when a URL cannot be read
     if results is not None:
         baseline = _baseline_of_results(results, first, set(models), baseline_temperature)
+    if control is not None:  # the server --apply acts on answers, and can set k on what the metrics show
+        control.check(sorted({m.model for m in first.models if m.method not in ("", "none")
+                              and (not models or m.model in models)}))
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
                     drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
     state.observe(first)

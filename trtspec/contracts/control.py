@@ -8,6 +8,7 @@ them (`trtspec monitor --apply --url ...`), so the loop never imports a server. 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +27,12 @@ class KChange:
 
 class ServerControl(Protocol):
     """A running deployment, as far as the operations loop changes it."""
+
+    def check(self, models: Sequence[str]) -> None:
+        """Refuse before anything is watched when no change could be made: raises ServerError (exit 1) when the server
+        does not answer or is not ready, TrtspecError naming why otherwise (a model it does not serve, or whose k
+        it cannot set: exit 2)."""
+        ...
 
     def set_default_k(self, model: str, k: int) -> KChange:
         """Serve `model` with default k = `k` from now on, failing no request; raises TrtspecError naming why not."""

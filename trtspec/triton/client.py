@@ -122,13 +122,14 @@ class TritonClient:
 
     Args:
         url: the server's gRPC address, host:port.
-        model: the model generate()/stream() call; infer()/responses() name theirs per call.
+        model: the model generate()/stream() call; infer()/responses() name theirs per call (None: no such model;
+            the server's and models' facts only).
         timeout_s: seconds one request may take from sending to its final response (also bounds the checks).
     Raises:
         ServerError: no server answers at `url`, or `model` is not served there.
     """
 
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "ensemble", *,
+    def __init__(self, url: str = "127.0.0.1:8001", model: str | None = "ensemble", *,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if not timeout_s > 0:
             raise ConfigError("timeout_s", timeout_s, "must be a positive number of seconds",
@@ -153,9 +154,9 @@ class TritonClient:
         if not live:
             self._client.close()
             raise ServerError(f"url={url!r}: the Triton server is not live", hint="see the server log")
-        config = self.model_config(model)
+        config = self.model_config(model) if model is not None else {}
         self.inputs = {i["name"]: i for i in config.get("input", [])}
-        self.decoupled = self.is_decoupled(model)
+        self.decoupled = self.is_decoupled(model) if model is not None else False
         self.text_model = TEXT_INPUT in self.inputs
 
     # text level ----------------------------------------------------------------------------------------------------
@@ -261,6 +262,14 @@ class TritonClient:
         yield from self._stream(model, tensors, requested, outputs)
 
     # server and model facts ----------------------------------------------------------------------------------------
+    def server_ready(self) -> bool:
+        """Whether the server is ready (live, and its models loaded)."""
+        try:
+            return bool(self._client.is_server_ready(client_timeout=self.timeout_s))
+        except Exception as exc:
+            raise ServerError(f"url={self.url!r}: readiness unknown ({_message(exc)})",
+                              hint="is the server still up? see its log") from None
+
     def ready(self, model: str) -> bool:
         """Whether `model` is loaded and ready on the server."""
         try:

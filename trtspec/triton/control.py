@@ -6,13 +6,16 @@ override). Triton builds the new instance while the old one keeps serving and sw
 the old one drains its running requests (EngineConfig.drain_timeout_s) before it is unloaded, so requests in flight
 finish and later ones get the new k. With `repo`, the same change is written into the repository's config.pbtxt
 (staged and checked before the reload, renamed into place after it), so a restart keeps it. A refused k, a
-repository that is not the served one, or a failed reload changes nothing. Pure Python: no torch.
+repository that is not the served one, or a failed reload changes nothing. `check_server(url, models)` checks
+beforehand that such a change could be made (`trtspec monitor --apply` runs it before it watches). Pure Python: no
+torch.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +35,43 @@ class TritonControl:
     repo: Path | None = None
     timeout_s: float = 120.0
 
+    def check(self, models: Sequence[str]) -> None:
+        check_server(self.url, models, timeout_s=min(self.timeout_s, CHECK_TIMEOUT_S))
+
     def set_default_k(self, model: str, k: int) -> KChange:
         return set_default_k(self.url, model, k, repo=self.repo, timeout_s=self.timeout_s)
+
+
+CHECK_TIMEOUT_S = 10.0  # how long `check_server` waits for each answer
+
+
+def check_server(url: str, models: Sequence[str], *, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Whether `set_default_k` could act on `models` at `url`: the server answers and is ready, and each model is
+    loaded, a torch-flavour engine model, and speculates.
+
+    Raises:
+        ServerError: no server answers at `url`, it is not ready, or a model is not ready there.
+        UsageError: a model that is not a torch-flavour engine model, or that runs method none.
+    """
+    from trtspec.triton.client import TritonClient
+
+    with TritonClient(url, model=None, timeout_s=timeout_s) as client:
+        if not client.server_ready():
+            raise ServerError(f"url={url!r}: the Triton server is not ready (models still loading, or one failed)",
+                              hint="wait until `trtspec serve` reports it ready, or see its log")
+        for model in models:
+            if not client.ready(model):
+                raise ServerError(f"url={url!r}: model {model!r} is not ready there",
+                                  hint="--url must be the gRPC port of the server whose metrics are watched")
+            config = client.model_config(model)
+            if "target" not in config.get("parameters", {}):
+                raise UsageError(f"url={url!r}: model {model!r} is not a trtspec engine model of the torch flavour "
+                                 "(its parameters have no target), so its k cannot be set live",
+                                 hint="watch the engine model (--model tensorrt_llm); on the tensorrtllm flavour k "
+                                      "is set per request (num_draft_tokens)")
+            if from_model_config(config).method == "none":
+                raise UsageError(f"url={url!r}: model {model!r} runs method none (no speculation): it has no k to "
+                                 "set", hint="watch the model that speculates (--model NAME)")
 
 
 def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry_run: bool = False,
