@@ -18,7 +18,7 @@ from tests.cli_checks import SETTINGS, assert_clean_failure, run_cli
 from trtspec.build.plan import plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
-from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, nearest_name, render, validate
+from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, k8s_name, nearest_name, render, validate
 from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.resources import data_dir
@@ -328,14 +328,26 @@ def test_a_name_with_a_nul_is_refused(tmp_path):
     refused(code, err, "name", out)
 
 
-@pytest.mark.parametrize(("name", "nearest"), [
+NOT_K8S_NAMES = [
     ("MyModel", "mymodel"), ("a: b", "a-b"), ("modèle", "modele"), ("../../etc", "etc"), ("a" * 10_014, "a" * 50),
-    ("", "model"), ("-x", "x"), ("x-", "x"), ("70b", "model-70b"), ("llama.3", "llama-3"), ("a_b", "a-b"),
+    ("-x", "x"), ("x-", "x"), ("70b", "model-70b"), ("llama.3", "llama-3"), ("a_b", "a-b"),
     ("a" * 51, "a" * 50),  # <name>-trtllmworker would pass 63 characters
-])  # fmt: skip
-def test_names_kubernetes_rejects_are_refused_with_the_nearest_valid_name(tmp_path, name, nearest):
-    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": name})
-    assert refused(code, err, "name", out).startswith(f"the nearest valid name is {nearest}: set it as `name:` in")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "nearest"), [(n, near) for n, near in NOT_K8S_NAMES if not n.startswith("-")])
+def test_a_config_name_kubernetes_rejects_becomes_the_nearest_valid_name_with_a_note(tmp_path, name, nearest):
+    code, stdout, err, out = k8s_cli(tmp_path, {**NGRAM, "name": name})
+    assert code == 0, err
+    graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))
+    assert graph[1]["metadata"]["name"] == nearest
+    assert f"# note: metadata.name {nearest}: the config's name" in stdout and "--name sets another" in stdout
+
+
+@pytest.mark.parametrize(("name", "nearest"), [*NOT_K8S_NAMES, ("", "model")])
+def test_a_name_kubernetes_rejects_given_with_name_is_refused_with_the_nearest_valid_name(tmp_path, name, nearest):
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "fine"}, "--name", name)
+    assert refused(code, err, "--name", out).startswith(f"the nearest valid name is {nearest}")
 
 
 def test_a_config_without_a_name_is_refused(tmp_path):
@@ -351,12 +363,13 @@ def test_kubernetes_names_are_accepted(tmp_path, name):
 
 
 def test_name_sets_the_deployment_name_and_is_checked_the_same_way(tmp_path):
-    """A config whose name has a dot (the llama3.1 examples): refused with the nearest valid name, which --name sets;
-    the OpenAI model name stays the config's."""
+    """A config whose name has a dot (the llama3.1 examples) deploys as the nearest valid name; --name sets another,
+    checked as given; the OpenAI model name stays the config's."""
     code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"})
-    assert refused(code, err, "name", out).endswith("is llama3-1-8b-ngram: set it as `name:` in " + str(tmp_path
-                                                                      / "config.yaml") + ", or pass --name")
-    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"}, "--name", "Llama 8B")
+    assert code == 0 and list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]["metadata"]["name"] \
+        == "llama3-1-8b-ngram", err
+    code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"}, "--name", "Llama 8B",
+                                out=tmp_path / "refused")
     assert refused(code, err, "--name", out) == "the nearest valid name is llama-8b"
     code, _, err, out = k8s_cli(tmp_path, {**NGRAM, "name": "llama3.1-8b-ngram"}, "--name", "llama-8b")
     assert code == 0, err
@@ -551,7 +564,8 @@ def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path
     docs = {rel: list(yaml.load_all(text, Loader=Yaml11Loader)) for rel, text in files.items()}  # noqa: S506
     assert {rel: structure(d) for rel, d in docs.items()} == reference(tmp_path, method, mode, api_version, custom)
     configmap, graph = docs["dynamo-graph.yaml"]
-    assert configmap["metadata"]["name"] == f"{name}-engine-config" and graph["metadata"]["name"] == name
+    deployed = k8s_name(name, mode)[0]  # a config's name that is no Kubernetes name deploys as the nearest one
+    assert configmap["metadata"]["name"] == f"{deployed}-engine-config" and graph["metadata"]["name"] == deployed
     expected = ["python3", "-m", "dynamo.frontend", "--http-port", "8000", "&"]  # the printed launch commands
     for _, container, _ in workers_of(graph).values():
         args = container["args"]

@@ -69,7 +69,7 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
     from trtspec.build.preflight import run_preflight
     from trtspec.config import load_build_spec
     from trtspec.contracts.engine import spelled
-    from trtspec.dynamo.k8s import comment, inline, nearest_name, render
+    from trtspec.dynamo.k8s import comment, inline, k8s_name, nearest_name, render
 
     spec = load_build_spec(config)
     name = spec.name if deployment_name is None else deployment_name
@@ -79,6 +79,9 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
                           hint=f"add `name: {suggestion}` to {inline(config)}, or pass --name {suggestion}")
     if trtllm_version is not None:
         spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": trtllm_version})})
+    derived = None
+    if deployment_name is None and "\n" not in name and "\0" not in name:  # the config's name, made a k8s name
+        name, derived = k8s_name(name, mode)
     resolved = run_preflight(spec, dry_run=True)
     plan = plan_build(resolved)
     note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
@@ -104,7 +107,7 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
                        "or --discovery-backend file on one host):"), nl=False)
     for command in result.commands:
         click.echo(command + " &")
-    for n in result.notes:
+    for n in ([derived] if derived else []) + result.notes:
         click.echo(comment(f"note: {n}"), nl=False)
     for rel in result.files:
         click.echo(comment(f"{'would write' if dry_run else 'wrote'} {inline(out / rel)}"), nl=False)

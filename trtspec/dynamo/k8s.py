@@ -40,10 +40,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ConfigError, shown
+from trtspec.errors import ConfigError, shown, shown_text
 
 FACTS_FILE = Path(__file__).resolve().parent / "dynamo-1.6.1.json"
 MODES = ("agg", "disagg")
+ROLES = {"agg": {"TRTLLMWorker": ("agg", None)},  # mode -> component -> (Dynamo's component type, disagg mode)
+         "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}
 API_VERSIONS = ("v1beta1", "v1alpha1")  # the first is the default
 CONFIG_MOUNT = "/config"
 # Kubernetes names (k8s.io/apimachinery/pkg/util/validation/validation.go; kubernetes.io/docs/concepts/overview/
@@ -108,8 +110,7 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     if api_version not in API_VERSIONS:
         raise ConfigError("api_version", shown(api_version), f"is not one of {', '.join(API_VERSIONS)}",
                           hint="v1beta1 (what Dynamo's tools write) or the legacy v1alpha1")
-    roles = {"agg": {"TRTLLMWorker": ("agg", None)},
-             "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}[mode]
+    roles = ROLES[mode]
     components = ("Frontend", *roles)
     if problem := name_problem(name, components):
         raise ConfigError("name", shown(name), problem,
@@ -357,6 +358,17 @@ def _check_args(where: str, args: list[str], worker: dict[str, Any]) -> list[str
     if worker["engine_config_flag"] not in args:
         problems.append(f"{where}: no {worker['engine_config_flag']} (the engine config)")
     return problems
+
+
+def k8s_name(name: str, mode: str) -> tuple[str, str | None]:
+    """A build config's name as the DynamoGraphDeployment's metadata.name: itself when it is a valid one, else the
+    nearest valid name and a note that says why (a name the user gives with --name is checked as it is by `render`)."""
+    components = ("Frontend", *ROLES.get(mode, ROLES["agg"]))
+    problem = name_problem(name, components)
+    if problem is None:
+        return name, None
+    derived = nearest_name(name, LABEL_MAX - 1 - max(map(len, components)))
+    return derived, f"metadata.name {derived}: the config's name {shown_text(name)} {problem}; --name sets another"
 
 
 def name_problem(name: object, components: Iterable[str]) -> str | None:
