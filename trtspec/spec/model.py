@@ -256,7 +256,9 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # uninitialized (from_pretrained assigns the checkpoint's): on the meta device, Embedding's own initializer
+        # would import torch._dynamo (~2 s a process)
+        self.embed_tokens = nn.Embedding.from_pretrained(torch.empty(config.vocab_size, config.hidden_size), freeze=False)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -406,8 +408,9 @@ def forward_grouped(model: LlamaModel, input_ids: Tensor, cache: KVCache, slots:
 
 
 def _rope_inv_freq(config: LlamaConfig) -> Tensor:
-    """[head_dim / 2] fp32 inverse frequencies of default RoPE."""
-    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim
+    """[head_dim / 2] fp32 inverse frequencies of default RoPE, on the CPU (also inside `torch.device("meta")`, where
+    arange would import torch._dynamo, ~2 s a process)."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float32, device="cpu") / config.head_dim
     return 1.0 / (config.rope_theta**exponents)
 
 
