@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 
 import pytest
 
+from tests.cli_checks import run_cli
 from trtspec.contracts.engine import EngineConfig, Lookahead, PromptLog
 from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.contracts.openai import annotations, served_name
@@ -154,8 +154,9 @@ def test_missing_dynamo_is_a_tool_error(monkeypatch):
 
 
 def serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trtspec", "serve", *args], capture_output=True, text=True,
-                          timeout=120)
+    """`trtspec serve ARGS` in-process: every case here is a dry run or a refusal, so nothing starts."""
+    code, out, err = run_cli(["serve", *args], limit=120)
+    return subprocess.CompletedProcess(["trtspec", "serve", *args], code, out, err)
 
 
 def test_cli_dry_run_prints_the_processes_and_refuses_a_busy_port():
