@@ -62,13 +62,14 @@ def test_parameters_block_escapes_and_omits_unset():
 def test_templates_have_only_known_placeholders():
     root = template_root()
     found = {p.parent.name: placeholders(p.read_text()) for p in root.glob("*/config.pbtxt.tmpl")}
-    assert set(found) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"}
+    assert set(found) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls", "llmapi"}
+    assert found["llmapi"] == {"model_name", "batching", "inputs", "outputs", "instance_group", "parameters"}
     assert found["tensorrt_llm"] == {"model_name", "backend", "triton_max_batch_size", "decoupled",
                                      "max_queue_delay_microseconds", "max_queue_size", "inputs", "outputs",
                                      "parameters"}
     assert found["ensemble"] == {"triton_max_batch_size", "inputs", "outputs", "steps"}
     # the declarations are generated from the target's facts: no template spells a tensor name of its own
-    for name in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
+    for name in ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls", "llmapi"):
         text = (root / name / "config.pbtxt.tmpl").read_text()
         assert {"inputs", "outputs"} <= found[name] and "data_type" not in text, name
 

@@ -6,8 +6,10 @@ trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `
 
 Manifest fields used (format `trtspec-manifest/1`, see trtspec.build.manifest): backend, method, config.target,
 config.engine.{tp_size, pp_size, draft_tp_size, max_batch_size, max_input_len, max_seq_len},
-config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
-medusa_heads.num_heads}, engines.<role> (relative path), steps[].{id, command | argv}.
+config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), config.workflow
+(pytorch | engine, when the config says), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
+medusa_heads.num_heads}, engines.<role> (relative path), llm_api (the LLM-API options file, relative path),
+steps[].{id, command | argv}.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class BuildOutput:
     max_seq_len: int = 2048
     enable_kv_cache_reuse: bool = True
     trtllm_version: str | None = None  # config.trtllm.version; None when the manifest does not say
+    tp_size: int = 1  # config.engine.tp_size / pp_size
+    pp_size: int = 1
+    # the LLM-API options the build wrote (its `extra_llm_api_options` file, as a mapping); None: it wrote none
+    llm_api: dict[str, Any] | None = None
+    workflow: str = "engine"  # pytorch: served through the LLM API (config.workflow; else no engines and LLM-API options)
 
     @property
     def method(self) -> str:
@@ -97,9 +104,13 @@ def read_build_output(build_dir: Path) -> BuildOutput:
         "max_seq_len": int(engine_cfg.get("max_seq_len", 2048)),
         "enable_kv_cache_reuse": bool((config.get("kv_cache") or {}).get("enable_block_reuse", True)),
         "trtllm_version": _trtllm_version(config),
+        "tp_size": int(engine_cfg.get("tp_size", 1)), "pp_size": int(engine_cfg.get("pp_size", 1)),
     }
     if backend == "torch":
         return _read_bundle(root, common)
+    llm_api = _llm_api(root, manifest.get("llm_api"))
+    workflow = str(config.get("workflow") or ("pytorch" if llm_api is not None and not manifest.get("engines")
+                                              else "engine"))
     heads = (derived.get("medusa_heads") or {}).get("num_heads")
     steps = {s.get("id"): s for s in manifest.get("steps") or [] if isinstance(s, dict)}
     engine = _manifest_engine(root, manifest, method)
@@ -113,7 +124,27 @@ def read_build_output(build_dir: Path) -> BuildOutput:
                                 tp_size=int(tp or engine_cfg.get("tp_size", 1)),
                                 pp_size=int(engine_cfg.get("pp_size", 1)),
                                 num_medusa_heads=int(heads) if heads and role == "target" else None)
-    return BuildOutput(root=root, backend=backend, engine=engine, engines=engines, **common)
+    return BuildOutput(root=root, backend=backend, engine=engine, engines=engines, llm_api=llm_api, workflow=workflow,
+                       **common)
+
+
+def _llm_api(root: Path, rel: Any) -> dict[str, Any] | None:
+    """The LLM-API options file the manifest names (YAML), as a mapping; None when the build wrote none."""
+    if not rel:
+        return None
+    path = root / str(rel)
+    if not path.is_file():
+        raise UsageError(f"{root / MANIFEST} names the LLM-API options {rel}, but {path} does not exist",
+                         hint="re-run `trtspec build` (its files steps write it anywhere)")
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid YAML ({exc})", hint="rebuild; trtspec writes it atomically") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a YAML mapping of LLM-API options", hint="rebuild")
+    return data
 
 
 def _manifest_engine(root: Path, manifest: dict[str, Any], method: str) -> EngineConfig:

@@ -5,7 +5,9 @@ inconsistent deployments with the reason: no manifest, a target engine not built
 engine's max_draft_len, lookahead (W, N, G) that does not match the engine, a Medusa/EAGLE tree the engine cannot
 hold, draft and target vocabularies that differ, a method or decoding mode the TensorRT-LLM target lacks.
 `RepoSpec.trtllm_version` is the target release (the build's `config.trtllm.version`, else
-trtspec.targets.DEFAULT_TARGET). `plan_repository(spec)` turns a RepoSpec into the repository's files. Every
+trtspec.targets.DEFAULT_TARGET); `RepoSpec.form` which of NVIDIA's repositories is rendered: the inflight-batcher
+model set, or the PyTorch workflow's llmapi model (trtspec.triton.llmapi; the default for a PyTorch-workflow build).
+`plan_repository(spec)` turns a RepoSpec into the repository's files. Every
 declaration comes from that target's facts (`trtspec.triton.contract`), and so do the parameter keys, which are
 checked against them. Pure Python: no torch, no tritonclient (except `render.validate_model_config`, imported lazily).
 """
@@ -26,7 +28,7 @@ from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import lookahead_max_draft_len, resolve
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
-from trtspec.triton import contract
+from trtspec.triton import contract, llmapi
 from trtspec.triton.build_output import EngineInfo, read_build_output
 from trtspec.triton.contract import ModelDecls
 from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters
@@ -70,6 +72,10 @@ class RepoSpec:
     # The sweep/calibration that chose k (`trtspec deploy --baseline`): stored in the repository as BASELINE_FILE,
     # the reference of `trtspec monitor` and of the rendered drift alert.
     baseline: Baseline | None = None
+    # which repository: "inflight" (preprocessing, tensorrt_llm, ..., ensemble) or "llmapi" (NVIDIA's llmapi model)
+    form: str = "inflight"
+    llm_api: dict[str, Any] | None = None  # tensorrtllm flavour, llmapi form: the build's LLM-API options
+    parallel: tuple[int, int] = (1, 1)  # llmapi form: the LLM API's tensor and pipeline parallel sizes
 
     @property
     def method(self) -> str:
@@ -84,6 +90,8 @@ class RepoSpec:
 
     @property
     def model_names(self) -> list[str]:
+        if self.form == "llmapi":
+            return [llmapi.facts_for(self.trtllm_version).name]
         return ["preprocessing", "postprocessing", "ensemble", "tensorrt_llm", "tensorrt_llm_bls",
                 *(["tensorrt_llm_draft"] if self.has_draft_model else [])]
 
@@ -94,7 +102,10 @@ class RepoSpec:
 
     @property
     def world_size(self) -> int:
-        """MPI ranks the TensorRT-LLM models need (1 for the torch flavour)."""
+        """MPI ranks the TensorRT-LLM models need (1 for the torch flavour and the llmapi model, whose LLM API starts
+        its own ranks)."""
+        if self.form == "llmapi":
+            return 1
         return max((e.world_size for e in self.engines.values()), default=1)
 
     @classmethod
@@ -118,7 +129,9 @@ class RepoSpec:
         spec = cls(backend=backend, engine=build.engine.with_parameters(engine or {}), tokenizer_dir=Path(tokenizer),
                    triton_max_batch_size=build.max_batch_size, engines=build.engines,
                    build_lookahead=build.engine.lookahead, enable_kv_cache_reuse=build.enable_kv_cache_reuse,
-                   trtllm_version=build.trtllm_version or DEFAULT_TARGET, build_trtllm_version=build.trtllm_version)
+                   trtllm_version=build.trtllm_version or DEFAULT_TARGET, build_trtllm_version=build.trtllm_version,
+                   form="llmapi" if build.workflow == "pytorch" else "inflight", llm_api=build.llm_api,
+                   parallel=(build.tp_size, build.pp_size))
         spec = replace(spec, **{k: v for k, v in overrides.items() if v is not None})
         spec.check()
         return spec
@@ -128,6 +141,10 @@ class RepoSpec:
         info = resolve(self.method)
         facts = self.target  # refuses an unsupported trtllm_version on both flavours
         engine = self.engine
+        if self.form not in llmapi.FORMS:
+            raise ConfigError("form", self.form, f"is not one of {', '.join(llmapi.FORMS)}", hint="--form llmapi")
+        if self.form == "llmapi":
+            llmapi.facts_for(self.trtllm_version)
         if not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
@@ -151,6 +168,12 @@ class RepoSpec:
             if info.needs_eagle_drafter and engine.eagle is None:
                 raise UsageError(f"method {self.method} needs an EAGLE-3 drafter; the bundle has none",
                                  hint="rebuild with method: eagle, eagle: {model: DIR, eagle3: true}")
+            return
+        if self.form == "llmapi":  # the LLM API loads the HF checkpoints itself: no engines to check
+            if self.llm_api is None:
+                raise UsageError("the llmapi repository needs the build's LLM-API options, and this build wrote none",
+                                 hint="build for a target with verified LLM-API facts (trtllm.version: 1.2.1), or "
+                                      "deploy with --form inflight")
             return
         self._check_features(facts)
         if "target" not in self.engines:
@@ -217,10 +240,13 @@ class RepoSpec:
 def plan_repository(spec: RepoSpec) -> RepoPlan:
     """All files of the repository for `spec` (rendered configs are already validated as ModelConfig).
 
-    Both flavours render the same six models with the target's declarations: preprocessing, postprocessing,
-    ensemble, tensorrt_llm_bls (Python), and tensorrt_llm (+ tensorrt_llm_draft with a draft model): NVIDIA's C++
-    backend on TensorRT-LLM engines, or, in the torch flavour, the reference engine behind the Python backend.
+    The inflight form: both flavours render the same six models with the target's declarations: preprocessing,
+    postprocessing, ensemble, tensorrt_llm_bls (Python), and tensorrt_llm (+ tensorrt_llm_draft with a draft model):
+    NVIDIA's C++ backend on TensorRT-LLM engines, or, in the torch flavour, the reference engine behind the Python
+    backend. The llmapi form: NVIDIA's llmapi model `tensorrt_llm` (trtspec.triton.llmapi).
     """
+    if spec.form == "llmapi":
+        return _with_records(spec, llmapi.plan(spec, engine_parameters(spec)["tensorrt_llm"]))
     target, dtypes = spec.target, {"logits_datatype": LOGITS_DATATYPE}
     tokenizer = {"tokenizer_dir": str(spec.tokenizer_dir)}
     batch = {"triton_max_batch_size": spec.triton_max_batch_size}
@@ -244,6 +270,11 @@ def plan_repository(spec: RepoSpec) -> RepoPlan:
     ensemble = contract.ensemble(target, models, dtypes=dtypes)
     plan |= model_files("ensemble", "ensemble", {**batch, **_blocks(ensemble.decls),
                                                  "steps": Block(contract.steps_block(ensemble.steps))})
+    return _with_records(spec, plan)
+
+
+def _with_records(spec: RepoSpec, plan: RepoPlan) -> RepoPlan:
+    """`plan` plus the files every repository holds: the baseline, the observability files, the repository record."""
     if spec.baseline is not None:
         plan[BASELINE_FILE] = RepoFile(text=spec.baseline.to_json())
     plan |= {rel: RepoFile(text=text) for rel, text in observability.plan(spec.baseline).items()}
@@ -340,9 +371,11 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
 def repo_record(spec: RepoSpec) -> RepoRecord:
     """`trtspec-repo.json`: what `trtspec serve` and the operations commands need to know about the repository."""
     target = spec.target
+    templates = (llmapi.source_line(llmapi.facts_for(spec.trtllm_version)) if spec.form == "llmapi"
+                 else contract.templates_source(target))
     return RepoRecord(backend=spec.backend, method=spec.method, models=tuple(spec.model_names),
                       decoupled=spec.decoupled, world_size=spec.world_size, max_k=spec.engine.max_k,
-                      trtllm_version=target.version, image=target.image, templates=contract.templates_source(target),
+                      trtllm_version=target.version, image=target.image, templates=templates,
                       baseline=BASELINE_FILE if spec.baseline is not None else None, engine=spec.engine,
                       observability={"prometheus_rules": observability.RULES_FILE,
                                      "grafana_dashboard": observability.DASHBOARD_FILE})
