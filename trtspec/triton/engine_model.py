@@ -115,17 +115,7 @@ class EngineModel:
             return reply
         request_id = request.request_id() if callable(getattr(request, "request_id", None)) else ""
         if parsed.stop:
-            reply = Reply(self, request)
-            if not request_id:
-                reply.error(RequestError("stop=true stops the request with the same request id, but this request "
-                                         "has none; send the id of the request to stop"))
-                return reply
-            with self._ids_lock:
-                handles = self._by_request_id.pop(request_id, [])
-            for handle in handles:
-                self.host.cancel(handle)
-            reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
-            return reply
+            return self._stop(request, request_id)
         forget = (lambda: self._forget(request_id)) if request_id else None
         reply = Reply(self, request, parsed, requested_outputs(request), on_done=forget)
         cancelled = self._cancel_check(request, reply)
@@ -143,6 +133,20 @@ class EngineModel:
         if request_id and not reply.done.is_set():
             with self._ids_lock:
                 self._by_request_id[request_id] = handles
+        return reply
+
+    def _stop(self, request: Any, request_id: str) -> Reply:
+        """Answer a stop request: cancel the running requests with its request id, then an empty final response."""
+        reply = Reply(self, request)
+        if not request_id:
+            reply.error(RequestError("stop=true stops the request with the same request id, but this request "
+                                     "has none; send the id of the request to stop"))
+            return reply
+        with self._ids_lock:
+            handles = self._by_request_id.pop(request_id, [])
+        for handle in handles:
+            self.host.cancel(handle)
+        reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
         return reply
 
     def _forget(self, request_id: str) -> None:
