@@ -2,7 +2,8 @@
 
 The repository follows the Triton contract of one TensorRT-LLM release: the build's `trtllm.version`, or
 `--trtllm-version` (see docs/targets.md). `--decoupled` is NVIDIA's decoupled_mode (default off, as NVIDIA's quick
-start): streaming needs it, unary gRPC infer and HTTP generate need it off.
+start): streaming needs it, unary gRPC infer and HTTP generate need it off. `--form` picks NVIDIA's repository: the
+inflight-batcher model set, or the PyTorch workflow's llmapi model (the default for a PyTorch-workflow build).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import click
 from trtspec.cli._engine import DEPLOY_NOTES, engine_flags, flag_of, overrides
 from trtspec.cli._types import FiniteFloat
 from trtspec.contracts.engine import spelled
+from trtspec.triton.llmapi import FORMS
 from trtspec.triton.repo import BACKENDS
 
 
@@ -34,6 +36,10 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--trtllm-version", default=None, metavar="VERSION",
               help="TensorRT-LLM release whose Triton contract is rendered (default: the build's trtllm.version, "
                    "else trtspec's default target); one of the supported targets, e.g. 0.19.0.")
+@click.option("--form", type=click.Choice(FORMS), default=None,
+              help="NVIDIA's repository: inflight (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS) or "
+                   "llmapi (the PyTorch workflow's one model, tensorrt_llm: text in, text out). Default: llmapi for a "
+                   "PyTorch-workflow build, else inflight.")
 @click.option("--decoupled/--no-decoupled", default=False, show_default=True,
               help="NVIDIA's decoupled_mode for tensorrt_llm, tensorrt_llm_draft and tensorrt_llm_bls: streaming "
                    "(stream=true, generate_stream) needs it; unary gRPC infer and HTTP generate need it off.")
@@ -47,7 +53,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--force", is_flag=True, help="Replace an existing --out repository (only one trtspec rendered).")
 @click.option("--dry-run", is_flag=True, help="Check and list the files; write nothing.")
 def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None, tokenizer_dir: Path | None,
-           trtllm_version: str | None, decoupled: bool, baseline_path: Path | None,
+           trtllm_version: str | None, form: str | None, decoupled: bool, baseline_path: Path | None,
            baseline_temperature: float | None, baseline_suites: str | None, force: bool, dry_run: bool,
            **flags: Any) -> None:
     """Render the Triton model repository for BUILD and print the command that serves it.
@@ -60,6 +66,8 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     \b
         trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-torch --decoupled
         trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-k2 --k 2
+        trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-llmapi --form llmapi \
+            --trtllm-version 1.2.1 --decoupled
     """
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository, repo_record
@@ -68,12 +76,13 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     with spelled(flag_of):
         spec = RepoSpec.from_build(build_dir, backend, engine=overrides(flags), triton_max_batch_size=max_batch_size,
                                    tokenizer_dir=tokenizer_dir.resolve() if tokenizer_dir else None,
-                                   trtllm_version=trtllm_version, decoupled=decoupled)
+                                   trtllm_version=trtllm_version, form=form, decoupled=decoupled)
     if baseline_path is not None:
         spec = replace(spec, baseline=_baseline(spec, baseline_path, baseline_temperature, baseline_suites))
     plan = plan_repository(spec)
     click.echo(f"{'Would write' if dry_run else 'Writing'} {len(plan)} files to {out} "
-               f"({backend} flavour, method {spec.method}, TensorRT-LLM {spec.trtllm_version} contract, "
+               f"({backend} flavour, {spec.form} form, method {spec.method}, TensorRT-LLM {spec.trtllm_version} "
+               "contract, "
                f"{'decoupled' if spec.decoupled else 'not decoupled'}):")
     for rel in sorted(plan):
         click.echo(f"  {rel}")
@@ -97,8 +106,19 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
         click.echo(f"Baseline: {base.method} k={base.k} at T={base.temperature:g} on {', '.join(base.suites)}: "
                    f"acceptance per position {', '.join(f'{r:.2f}' for r in base.acceptance_per_pos)}; plain "
                    f"decoding {', '.join(f'{t:.1f} tok/s at {c}' for c, t in base.plain_tokens_per_s.items())}")
+    if spec.form == "llmapi" and backend == "tensorrtllm":
+        from trtspec.triton.llmapi import NVIDIA_MODEL_DIR
+
+        click.echo(f"Note: tensorrt_llm/1/model.py runs NVIDIA's model.py from {NVIDIA_MODEL_DIR} (the container's "
+                   "copy of TensorRT-LLM's triton_backend/all_models); elsewhere set TRTSPEC_NVIDIA_LLMAPI_DIR.")
     click.echo("Serve it with:")
     click.echo(f"  {shlex.join(['trtspec', 'serve', _path_arg(out)])}")
+    if spec.form == "llmapi":
+        endpoint = "generate_stream" if spec.decoupled else "generate"
+        body = '{"text_input": "The future of AI is", "sampling_param_max_tokens": 10' + (
+            ', "streaming": true}' if spec.decoupled else "}")
+        click.echo(f"Ask it (NVIDIA's documented request):\n  curl -X POST localhost:8000/v2/models/tensorrt_llm/"
+                   f"{endpoint} -d '{body}'")
     if backend == "tensorrtllm":
         launch = plan_launch(out, ports=Ports(), binary=Path("/opt/tritonserver/bin/tritonserver"),
                              record=repo_record(spec))
