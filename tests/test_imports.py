@@ -13,7 +13,8 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",
          "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.cli.k8s",
          "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.contracts.observability", "trtspec.ops.dashboard",
-         "trtspec.contracts.series", "trtspec.triton.spec_metrics"]
+         "trtspec.contracts.series", "trtspec.triton.spec_metrics", "trtspec.triton.llmapi",
+         "trtspec.triton.llmapi_model"]
 
 
 @pytest.mark.parametrize("module", LIGHT)

@@ -1,0 +1,226 @@
+"""The llmapi repository (the PyTorch workflow's Triton model, trtspec.triton.llmapi) against the target's facts, and a
+real tritonserver (CPU) serving its torch flavour for the embedded pair, asked the way NVIDIA documents it.
+
+Without a server: the rendered config.pbtxt's inputs and outputs (names, data types, dims, optional flags) equal the
+facts of TensorRT-LLM 1.2.1 on both flavours, and the TensorRT-LLM flavour's model.yaml holds the model, backend
+pytorch, parallelism, the build's own LLM-API options and triton_config, every key one the release reads; a
+throwaway mutation of each fails the diff. One server for the module (decoupled, as streaming needs): HTTP generate
+at temperature 0 returns the target's greedy text (trtspec generate --method none) and the engine's acceptance
+counts, generate_stream sends the text so far, and inputs the model cannot honour are refused by name while the
+server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.triton.helpers import target_greedy, write_manifest
+from tests.triton.nvidia_requests import http_generate
+from trtspec.targets.triton_llmapi import llmapi_facts
+from trtspec.triton import llmapi
+from trtspec.triton.render import validate_model_config, write_repository
+from trtspec.triton.repo import RepoSpec, plan_repository
+from trtspec.triton.server import TritonServer
+
+VERSION = "1.2.1"
+K = 3
+MAX_TOKENS = 10
+PROMPTS = ["def add(a, b):", "import os", "for i in range(3):"]
+
+
+def _declared(text: str) -> dict[str, dict[str, tuple]]:
+    """{"inputs": {name: (dtype, dims, optional)}, "outputs": {name: (dtype, dims)}} of a rendered config.pbtxt."""
+    from tritonclient.grpc import model_config_pb2
+
+    config = validate_model_config(text)
+    dtype = model_config_pb2.DataType.Name
+    return {"inputs": {t.name: (dtype(t.data_type), list(t.dims), t.optional) for t in config.input},
+            "outputs": {t.name: (dtype(t.data_type), list(t.dims)) for t in config.output}}
+
+
+def _facts() -> dict[str, dict[str, tuple]]:
+    facts = llmapi_facts(VERSION)
+    assert facts is not None
+    return {"inputs": {t.name: (t.data_type, list(t.dims), t.optional) for t in facts.inputs},
+            "outputs": {t.name: (t.data_type, list(t.dims)) for t in facts.outputs}}
+
+
+@pytest.fixture(scope="module")
+def pytorch_build(tmp_path_factory) -> Path:
+    """A PyTorch-workflow build output of the embedded pair for TensorRT-LLM 1.2.1: its manifest (no engines) and the
+    LLM-API options file the build planner writes."""
+    from trtspec.build.plan import LLM_API_FILE, engine_config, plan_build
+    from trtspec.build.preflight import run_preflight
+    from trtspec.config import load_build_spec
+
+    out = tmp_path_factory.mktemp("pytorch") / "build"
+    spec = load_build_spec(Path(__file__).resolve().parents[2] / "build_configs" / "tiny-torch.yaml",
+                           overrides={"backend": "tensorrtllm", "trtllm": {"version": VERSION}, "output": str(out)})
+    resolved = run_preflight(spec)
+    plan = plan_build(resolved)
+    (step,) = [s for s in plan.steps if s.outputs == (LLM_API_FILE,)]
+    (out / LLM_API_FILE).parent.mkdir(parents=True)
+    (out / LLM_API_FILE).write_text(step.content or "")
+    return write_manifest(out, {"format": "trtspec-manifest/1", "backend": "tensorrtllm", "method": plan.method,
+                                "config": spec.model_dump(mode="json"), "engine": engine_config(resolved).to_dict(),
+                                "engines": {}, "llm_api": LLM_API_FILE})
+
+
+def test_config_pbtxt_and_model_yaml_are_the_targets(pytorch_build, torch_bundle):
+    want = _facts()
+    spec = RepoSpec.from_build(pytorch_build, "tensorrtllm")
+    assert spec.form == "llmapi" and spec.trtllm_version == VERSION  # the default for a PyTorch-workflow build
+    plan = plan_repository(spec)
+    assert sorted(p for p in plan if p.startswith("tensorrt_llm/")) == [
+        "tensorrt_llm/1/model.py", "tensorrt_llm/1/model.yaml", "tensorrt_llm/config.pbtxt"]
+    text = plan["tensorrt_llm/config.pbtxt"].text or ""
+    assert _declared(text) == want
+    config = validate_model_config(text)  # NVIDIA's model.py sets max_batch_size and the policy from model.yaml
+    assert config.max_batch_size == 0 and not config.HasField("model_transaction_policy")
+    torch_spec = RepoSpec.from_build(torch_bundle, "torch", form="llmapi", trtllm_version=VERSION)
+    assert _declared(plan_repository(torch_spec)["tensorrt_llm/config.pbtxt"].text or "") == want
+    mutated = text.replace('"sampling_param_top_k" data_type: TYPE_INT32', '"sampling_param_top_k" data_type: TYPE_INT64')
+    assert _declared(mutated) != want  # a throwaway mutation fails the diff
+
+    import yaml
+
+    data = yaml.safe_load(plan["tensorrt_llm/1/model.yaml"].text or "")
+    options = yaml.safe_load((pytorch_build / "llm-api" / "extra_llm_api_options.yaml").read_text())
+    assert {k: data[k] for k in ("model", "backend", "tensor_parallel_size", "pipeline_parallel_size")} == {
+        "model": str(spec.engine.target), "backend": "pytorch", "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+    assert data["speculative_config"] == options["speculative_config"]  # the build's own options, not re-derived
+    assert {k: data[k] for k in options} == options
+    assert data["triton_config"] == {"max_batch_size": 0, "decoupled": False}
+    facts = llmapi_facts(VERSION)
+    assert facts is not None and llmapi.model_yaml_problems(data, facts) == []
+    assert llmapi.model_yaml_problems({**data, "speculative_decoding": 1}, facts)  # a throwaway unknown key fails
+    shim = (plan["tensorrt_llm/1/model.py"].copy_from or Path()).read_text()
+    assert llmapi.NVIDIA_MODEL_DIR in shim and "TritonPythonModel" in shim
+    record = json.loads(plan["trtspec-repo.json"].text or "")
+    assert record["models"] == ["tensorrt_llm"] and "llmapi" in record["templates"]
+
+
+def test_a_target_without_llmapi_facts_is_refused(torch_bundle):
+    from trtspec.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="1.2.1"):
+        RepoSpec.from_build(torch_bundle, "torch", form="llmapi", trtllm_version="0.19.0")
+
+
+def test_deploy_cli_dry_run_lists_the_llmapi_model(torch_bundle, tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["deploy", "--backend", "torch", "--build", str(torch_bundle), "--out",
+                                      str(tmp_path / "repo"), "--form", "llmapi", "--trtllm-version", VERSION,
+                                      "--decoupled", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "llmapi form" in result.output and "tensorrt_llm/1/model.py" in result.output
+    assert "ensemble" not in result.output and "/v2/models/tensorrt_llm/generate_stream" in result.output
+
+
+# --- a real tritonserver -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(torch_bundle):
+    spec = RepoSpec.from_build(torch_bundle, "torch", form="llmapi", trtllm_version=VERSION, decoupled=True,
+                               engine={"max_k": 4, "default_k": K, "max_input_len": 64, "max_output_len": 64})
+    repo = write_repository(plan_repository(spec), torch_bundle.parent / "llmapi-repo")
+    with TritonServer(repo) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from trtspec.spec.engine import SpecEngine
+
+    return SpecEngine.from_pretrained(target="tiny", draft="tiny-draft", max_k=4)
+
+
+def _engine_counts(engine, prompt: str) -> tuple[int, int]:
+    """(accepted, drafted) of the in-process engine for `prompt`: draft_target, k=K, greedy."""
+    from trtspec.spec.params import SpecParams, trtllm_sampling_params
+
+    sampling = trtllm_sampling_params(max_new_tokens=MAX_TOKENS, temperature=0.0, end_id=engine.tokenizer.eos_token_id)
+    (out,) = engine.generate([prompt], sampling=sampling, spec=SpecParams(method="draft_target", k=K))
+    return out.stats.num_accepted_tokens, out.stats.num_draft_tokens
+
+
+@pytest.mark.triton
+def test_http_generate_at_temperature_0_is_the_greedy_text_with_the_engines_counts(server, engine):
+    greedy = target_greedy(MAX_TOKENS)
+    prompt = PROMPTS[0]
+    body = {"text_input": prompt, "sampling_param_max_tokens": MAX_TOKENS, "sampling_param_temperature": 0.0,
+            "sampling_param_return_perf_metrics": True, "return_finish_reason": True, "return_stop_reason": True}
+    (answer,) = http_generate(server.http_url, "tensorrt_llm", body)
+    assert answer["model_name"] == "tensorrt_llm", answer
+    assert answer["text_output"] == engine.decode(engine.encode(prompt) + greedy(prompt))  # the prompt, then greedy
+    assert answer["finish_reason"] in ("length", "stop") and answer["stop_reason"] == "None"
+    accepted, drafted = _engine_counts(engine, prompt)
+    assert drafted > 0
+    assert (answer["total_accepted_draft_tokens"], answer["total_draft_tokens"]) == (accepted, drafted)
+    assert answer["acceptance_rate"] == pytest.approx(accepted / drafted)
+    assert answer["first_token_time_ns"] >= answer["arrival_time_ns"] > 0
+    (plain,) = http_generate(server.http_url, "tensorrt_llm", {
+        "text_input": PROMPTS[1], "sampling_param_max_tokens": MAX_TOKENS, "sampling_param_temperature": 0.0,
+        "sampling_param_exclude_input_from_output": True})
+    assert plain["text_output"] == engine.decode(greedy(PROMPTS[1]))
+    assert "acceptance_rate" not in plain and "finish_reason" not in plain  # only what the request asks for
+
+
+@pytest.mark.triton
+def test_generate_stream_sends_the_text_so_far(server, engine):
+    greedy = target_greedy(MAX_TOKENS)
+    prompt = PROMPTS[2]
+    events = http_generate(server.http_url, "tensorrt_llm", {
+        "text_input": prompt, "streaming": True, "sampling_param_max_tokens": MAX_TOKENS,
+        "sampling_param_temperature": 0.0, "sampling_param_exclude_input_from_output": True,
+        "return_finish_reason": True}, stream=True)
+    texts = [e["text_output"] for e in events]
+    assert len(events) >= 2 and all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert texts[-1] == engine.decode(greedy(prompt))
+    assert [e["finish_reason"] for e in events][-1] in ("length", "stop")
+    assert all(e["finish_reason"] == "None" for e in events[:-1])
+
+
+@pytest.mark.triton
+def test_inputs_the_engine_cannot_honour_are_refused_by_name(server, engine):
+    base = {"text_input": PROMPTS[0], "sampling_param_max_tokens": 4}
+    for extra, name in (({"image_url": "http://x/y.png"}, "image_url"), ({"lora_id": 1}, "lora_id"),
+                        ({"sampling_param_best_of": 2}, "sampling_param_best_of"),
+                        ({"sampling_param_max_tokens": 100000}, "sampling_param_max_tokens")):
+        (answer,) = http_generate(server.http_url, "tensorrt_llm", {**base, **extra})
+        assert answer.get("status") == 400 and name in answer["error"], (name, answer)
+    (answer,) = http_generate(server.http_url, "tensorrt_llm", base)
+    assert "error" not in answer and answer["text_output"].startswith(PROMPTS[0]), answer  # the server keeps serving
+
+
+@pytest.mark.triton
+def test_a_stop_string_ends_the_request_and_is_left_out(server, engine):
+    greedy = target_greedy(MAX_TOKENS)
+    prompt = PROMPTS[0]
+    tokens = greedy(prompt)
+    full = engine.decode(tokens)
+    # a generated token whose text the tokenizer turns back into that token, first seen at its own position
+    at = next(i for i, t in enumerate(tokens[1:], 1) if engine.tokenizer.encode(engine.decode([t]),
+              add_special_tokens=False) == [t] and engine.decode(tokens[:i + 1]).find(engine.decode([t])) ==
+              len(engine.decode(tokens[:i])))
+    stop = engine.decode([tokens[at]])
+    (answer,) = http_generate(server.http_url, "tensorrt_llm", {
+        "text_input": prompt, "sampling_param_max_tokens": MAX_TOKENS, "sampling_param_temperature": 0.0,
+        "sampling_param_exclude_input_from_output": True, "sampling_param_stop": [stop], "return_stop_reason": True,
+        "return_finish_reason": True})
+    assert answer["text_output"] == full[: full.index(stop)], (answer, full, stop)
+    assert (answer["finish_reason"], answer["stop_reason"]) == ("stop", stop)
+
+
+def test_the_server_spec_is_decoupled_llmapi(torch_bundle):
+    spec = RepoSpec.from_build(torch_bundle, "torch", form="llmapi", trtllm_version=VERSION)
+    assert spec.model_names == ["tensorrt_llm"] and spec.world_size == 1
+    assert replace(spec, form="inflight").model_names[0] == "preprocessing"
