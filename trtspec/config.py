@@ -113,6 +113,8 @@ class EagleSpec(_Spec):
     eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
                                             "max_draft_len = draft layers (default num_layers), targets with "
                                             "eagle3_llmapi only")
+    one_model: bool = Field(True, description="EAGLE-3 in the LLM API: drafter and target in one model "
+                                              "(eagle3_one_model: true, TensorRT-LLM's default) or two (false)")
 
     def tree(self, choices: list[list[int]] | None = None) -> EagleTree:
         """The engine configuration's tree: the resolved static `choices`, else the dynamic shape set here (errors name
@@ -138,6 +140,25 @@ class NgramSpec(_Spec):
     """Prompt lookup (n-gram) drafts produced on the host."""
 
     max_matching_ngram_size: int = Field(2, ge=1, le=COUNT_MAX, description="longest n-gram matched against the context")
+
+
+class LlmApiSpec(_Spec):
+    """The LLM API's speculation controls (PyTorch workflow, `speculative_config`); unset ones are not written. Whether
+    the target reads each, and the schedule's rules, are checked against its facts (trtspec.targets.llm_api)."""
+
+    max_concurrency: int | None = Field(None, ge=0, le=COUNT_MAX, description="speculation off at batch sizes above it")
+    draft_len_schedule: dict[int, int] | None = Field(
+        None, description="{batch size: draft length}: from that batch size on, that draft length (0: off); must hold "
+                          "1: max_draft_len")
+    acceptance_window: int | None = Field(None, ge=0, le=COUNT_MAX, description="completed requests in the acceptance "
+                                          "gate's rolling average (0: no gate)")
+    acceptance_length_threshold: float | None = Field(None, ge=0, le=COUNT_MAX, allow_inf_nan=False,
+                                                      description="speculation off once the average acceptance "
+                                                                  "length falls below it (tokens per step)")
+
+    def options(self) -> dict[str, Any]:
+        """The fields set here, by their LLM-API name."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
 
 
 class EngineSpec(_Spec):
@@ -243,6 +264,9 @@ class BuildSpec(_Spec):
     eagle: EagleSpec | None = None
     redrafter: RedrafterSpec | None = None
     ngram: NgramSpec | None = None
+    llm_api: LlmApiSpec | None = Field(None, description="speculation controls of the LLM-API options file (PyTorch "
+                                       "workflow): max_concurrency, draft_len_schedule, acceptance_window, "
+                                       "acceptance_length_threshold")
     suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
                                         "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
                                         "(vLLM's suffix_decoding_* options; trtspec.contracts.suffix)")

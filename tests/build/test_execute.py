@@ -102,7 +102,7 @@ def test_llm_api_file_is_written_for_a_verified_target(random_pair, tmp_path):
     out = tmp_path / "out"
     assert run_build(config, "--only", "convert", "--out", out) == 0
     options = yaml.safe_load((out / "llm-api" / "extra_llm_api_options.yaml").read_text())
-    assert diff_llm_api(options, "1.2.1") == [] and options["speculative_config"]["speculative_model_dir"] == str(draft)
+    assert diff_llm_api(options, "1.2.1") == [] and options["speculative_config"]["speculative_model"] == str(draft)
     manifest = json.loads((out / "trtspec-manifest.json").read_text())
     assert manifest["versions"]["container"] == load_target("1.2.1").image
     assert manifest["pending"][0]["container"] == load_target("1.2.1").image

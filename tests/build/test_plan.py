@@ -150,8 +150,9 @@ def test_llm_api_draft_target(random_pair):
                       engine={"max_input_len": 64, "max_seq_len": 128}, gpu={"memory_gib": 8},
                       trtllm={"version": "1.2.1"})
     api = plan.llm_api
+    # 1.2.1's field is speculative_model (speculative_model_dir is its alias)
     assert api["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 3,
-                                         "speculative_model_dir": str(draft)}
+                                         "speculative_model": str(draft)}
     assert api["disable_overlap_scheduler"] is True and api["kv_cache_config"]["max_tokens"] == 8 * 131
     # a tiny model needs 0.0003 of an 8 GiB GPU: the fraction is floored (max_tokens bounds the cache anyway)
     assert api["kv_cache_config"]["free_gpu_memory_fraction"] == MIN_FRACTION
@@ -170,7 +171,9 @@ def test_llm_api_eagle3_where_the_target_has_it(random_pair, tmp_path):
     assert [s.id for s in plan.steps] == ["write-llm-api"] and plan.engines == {}
     # 1.2.1 reads EAGLE-3 drafters as decoding_type Eagle; max_draft_len counts draft layers, not tree nodes (63)
     assert plan.llm_api["speculative_config"] == {"decoding_type": "Eagle", "max_draft_len": 3,
-                                                  "speculative_model_dir": str(tmp_path / "eagle3")}
+                                                  "speculative_model": str(tmp_path / "eagle3"),
+                                                  "eagle3_one_model": True}
+    assert "disable_overlap_scheduler" not in plan.llm_api
     assert any("EAGLE-3 runs only through the LLM API" in n for n in plan.notes)
     resolved, plan = plan_of(trtllm={"version": "1.2.1"}, max_draft_len=5, **fields)
     assert resolved.max_draft_len == 5 and plan.llm_api["speculative_config"]["max_draft_len"] == 5

@@ -20,7 +20,7 @@ def suffix_spec(random_pair, **extra):
 def test_tensorrtllm_refuses_suffix_with_the_reason(random_pair, version):
     target = load_target(version)  # the facts behind the refusal: no build mode, decoding mode or LLM-API type
     words = [*target.trtllm_build["choices"]["--speculative_decoding_mode"], *target.decoding_modes,
-             *target.llm_api.get("decoding_types", [])]
+             *target.llm_api.decoding_types]
     assert not [w for w in words if "suffix" in w.lower() or w == "SA"]
     with pytest.raises(ConfigError) as err:
         run_preflight(spec_of(**suffix_spec(random_pair, backend="tensorrtllm", trtllm={"version": version})),

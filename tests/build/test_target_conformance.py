@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtspec.build.plan import LLM_API_FILE, LLM_API_UNSUPPORTED, TRTLLM, plan_build
+from trtspec.build.llm_api import LlmApiRefusal, decoding_type
+from trtspec.build.plan import LLM_API_FILE, TRTLLM, plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
 from trtspec.errors import ConfigError
@@ -53,12 +54,23 @@ def test_example_artefacts_match_the_target(path, version):
             assert argv[0] == "python3", step.id
             assert diff_convert_argv(argv, target, spec.trtllm.examples_dir) == [], step.id
     llm_api = next((s for s in plan.steps if s.id == "write-llm-api"), None)
-    if not target.llm_api["verified"] or method.name in LLM_API_UNSUPPORTED:
+    eagle3 = spec.eagle is not None and spec.eagle.eagle3
+    try:
+        kind = decoding_type(method.name, target.llm_api, eagle3=eagle3) if target.llm_api.verified else "-"
+    except LlmApiRefusal as refusal:
+        kind = refusal.note()
+    if kind == "-" or (kind or "").startswith("no LLM-API form"):
         assert llm_api is None and plan.llm_api is None and plan.notes
         return
     assert llm_api is not None and llm_api.outputs == (LLM_API_FILE,)
     assert yaml.safe_load(llm_api.content) == plan.llm_api
     assert diff_llm_api(plan.llm_api, target) == []
+    # exactly what the target's facts allow: every key a field of the decoding type, decoding_type as the facts spell it
+    speculative = plan.llm_api.get("speculative_config")
+    assert (speculative or {}).get("decoding_type") == kind
+    if speculative:
+        assert set(speculative) - {"decoding_type"} <= set(target.llm_api.fields_of(kind))
+        assert set(target.llm_api.decoding_types[kind].required) <= set(speculative)
     kv = plan.llm_api["kv_cache_config"]
     assert 0.05 <= kv.get("free_gpu_memory_fraction", 0.9) <= 0.95, kv
 

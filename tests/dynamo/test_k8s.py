@@ -456,7 +456,7 @@ def test_values_other_yaml_readers_read_as_booleans_or_numbers_are_quoted(tmp_pa
     args = workers_of(graph)["TRTLLMWorker"][1]["args"]
     assert args[:4] == ["--model", "n", "--served-model-name", "y"]
     engine = yaml.load((out / "engine_configs/agg.yaml").read_text(), Loader=Yaml11Loader)  # noqa: S506
-    assert engine["speculative_config"]["speculative_model_dir"] == "1e3"
+    assert engine["speculative_config"]["speculative_model"] == "1e3"
 
 
 def test_printed_commands_keep_paths_as_given_and_comments_stay_comments(tmp_path):
@@ -575,7 +575,7 @@ def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path
         engine = args[args.index("--extra-engine-args") + 1].rsplit("/", 1)[1]
         assert yaml.safe_load(configmap["data"][engine]) == docs[f"engine_configs/{engine}"][0]
         if "draft" in doc:
-            assert docs[f"engine_configs/{engine}"][0]["speculative_config"]["speculative_model_dir"] == draft
+            assert docs[f"engine_configs/{engine}"][0]["speculative_config"]["speculative_model"] == draft
         at = args.index("--extra-engine-args") + 1
         expected += ["python3", "-m", "dynamo.trtllm", *args[:at], f"engine_configs/{engine}", *args[at + 1:], "&"]
     assert shlex.split(stdout, comments=True) == expected

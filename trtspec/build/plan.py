@@ -7,8 +7,9 @@ shared/reference/trtllm-specdec.md section 2.3.
 
 Every TensorRT-LLM artefact is written for the config's target (`trtllm.version`, trtspec.targets): example script
 paths come from the target's `examples` facts, and the LLM-API options (`trtllm-serve --extra_llm_api_options`) from
-its `llm_api` facts. Targets whose LLM-API facts are not verified (0.18.0, 0.19.0) get no LLM-API file, only a note
-that says why; for the others every emitted key is checked against the facts before the file is planned.
+its `llm_api` facts through build/llm_api.py. Targets whose LLM-API facts are not verified (0.18.0, 0.19.0), and
+methods without a PyTorch decoding type on the target, get no LLM-API file, only a note that says why; for the others
+every emitted key is checked against the facts before the file is planned.
 
 Conversion steps carry two command lines: TensorRT-LLM's `convert_checkpoint.py` (`tool="tensorrt_llm"`), and, for
 Llama-family single-rank unquantized checkpoints, trtspec's own converter (`fallback`) that runs anywhere.
@@ -22,25 +23,26 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trtspec import choices as tree_choices
+from trtspec.build.llm_api import (
+    LLM_API_FILE,
+    LlmApiRefusal,
+    Speculation,
+    decoding_type,
+    header_lines,
+    llm_api_options,
+    llm_api_yaml,
+    serve_argv,
+)
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
 from trtspec.contracts.suffix import SuffixConfig
-from trtspec.errors import BuildError
-from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, diff_llm_api, load_target, nearest_target
+from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
 
 TRTLLM = "tensorrt_llm"
 OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
-LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
 BUNDLE_FILE = "trtspec-bundle.json"
 BUNDLE_FORMAT = "trtspec-bundle/2"  # /1: the settings as loose keys (still read by build/bundle.py)
-# Why a method has no LLM-API (trtllm-serve, PyTorch backend) form (trtllm-specdec.md 3.5).
-LLM_API_UNSUPPORTED = {
-    "medusa": "Medusa runs only on the TensorRT engine flow; the LLM API / PyTorch backend does not support it",
-    "lookahead": "lookahead decoding runs on the TensorRT engine flow only",
-    "redrafter": "ReDrafter has no LLM-API speculative_config",
-    "eagle": "EAGLE-1/2 needs the engine flow; the PyTorch LLM API runs EAGLE-3 only (set eagle.eagle3: true)",
-}
 EAGLE3_NOTE = ("EAGLE-3 runs only through the LLM API (PyTorch backend): no checkpoint conversion or engines; the "
                "engine flow builds EAGLE-1/2")
 
@@ -279,80 +281,44 @@ def _engine_step(r: Resolved, role: str) -> Step:
 
 
 def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, str]:
-    """(`extra_llm_api_options` content or None, the plan note that says what was written or why nothing was)."""
-    method, spec = r.method, r.spec
-    if method.name in LLM_API_UNSUPPORTED and not _eagle3(r):
-        return None, f"no LLM-API form: {LLM_API_UNSUPPORTED[method.name]}"
-    if not target.llm_api.get("verified"):
-        verified = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.get("verified")]
+    """(`extra_llm_api_options` content or None, the plan note that says what was written or why nothing was). A
+    method without a PyTorch decoding type gets the refusal's words as the note (its engine flow still builds); a
+    control the target does not read, or a schedule that breaks its rules, is a ConfigError."""
+    spec = r.spec
+    if not target.llm_api.verified:
+        verified = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
         return None, (f"no LLM-API file: TensorRT-LLM {target.version}'s LLM-API options are not verified and trtspec "
                       f"writes only keys a release is known to read; trtllm.version: "
                       f"{nearest_target(target.version, verified)} has them")
+    try:
+        decoding_type(r.method.name, target.llm_api, eagle3=_eagle3(r))
+    except LlmApiRefusal as refusal:
+        return None, refusal.note()
     kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
     target_kv = r.kv.get("target")
     if target_kv and target_kv.max_tokens_in_paged_kv_cache:
         kv["max_tokens"] = target_kv.max_tokens_in_paged_kv_cache
     if target_kv and target_kv.kv_cache_free_gpu_mem_fraction:
         kv["free_gpu_memory_fraction"] = target_kv.kv_cache_free_gpu_mem_fraction
-    options: dict[str, Any] = {"max_batch_size": spec.engine.max_batch_size,
-                               "max_num_tokens": spec.engine.max_num_tokens,
-                               "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
-    speculative = _speculative_config(r, target)
-    if speculative is not None:
-        options["speculative_config"] = speculative
-        if "speculative_model_dir" in speculative and not _eagle3(r):
-            options["disable_overlap_scheduler"] = True  # two-model speculation (trtllm-specdec.md 3.5)
-    problems = diff_llm_api(options, target)
-    if problems:  # a trtspec bug, never the user's: refuse to write a file the release would reject
-        raise BuildError(f"LLM-API options for TensorRT-LLM {target.version} do not match its facts: "
-                         + "; ".join(problems), hint="report this; use --only convert / engines meanwhile")
-    return options, f"TensorRT-LLM {target.version} ({target.image}): {shlex.join(_serve_argv(r, LLM_API_FILE))}"
+    base = {"max_batch_size": spec.engine.max_batch_size, "max_num_tokens": spec.engine.max_num_tokens,
+            "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
+    options = llm_api_options(_speculation(r), target, base)
+    return options, f"TensorRT-LLM {target.version} ({target.image}): {shlex.join(serve_argv(r.models['target'].path))}"
 
 
-def _serve_argv(r: Resolved, options_file: str) -> list[str]:
-    return ["trtllm-serve", r.models["target"].path, "--backend", "pytorch", "--extra_llm_api_options", options_file]
-
-
-def _speculative_config(r: Resolved, target: TrtllmTarget) -> dict[str, Any] | None:
-    """The LLM-API `speculative_config`: names from the target's facts (`speculative_model_dir`; EAGLE-3 as decoding
-    type Eagle unless the target has Eagle3, with max_draft_len = draft layers, not tree nodes)."""
-    method, spec = r.method, r.spec
-    if method.llmapi_decoding_type is None:
-        return None
-    if _eagle3(r):  # r.max_draft_len is the number of draft layers here (preflight)
-        kind = "Eagle3" if target.has("eagle3_decoding_type") else "Eagle"
-        return {"decoding_type": kind, "max_draft_len": r.max_draft_len, "speculative_model_dir": r.models["eagle"].path}
-    speculative: dict[str, Any] = {"decoding_type": method.llmapi_decoding_type, "max_draft_len": r.max_draft_len}
-    if "draft" in r.models:
-        speculative["speculative_model_dir"] = r.models["draft"].path
-    if method.llmapi_decoding_type == "NGram":
-        speculative["max_matching_ngram_size"] = (spec.ngram or NgramSpec()).max_matching_ngram_size
-    return speculative
+def _speculation(r: Resolved) -> Speculation:
+    """What the LLM-API options take from the resolved build (k = draft layers for EAGLE-3, preflight)."""
+    spec, eagle3 = r.spec, _eagle3(r)
+    draft = r.models["eagle"].path if eagle3 else r.models["draft"].path if "draft" in r.models else None
+    return Speculation(method=r.method.name, max_draft_len=r.max_draft_len, target_model=r.models["target"].path,
+                       draft_model=draft, eagle3=eagle3,
+                       eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,
+                       max_matching_ngram_size=(spec.ngram or NgramSpec()).max_matching_ngram_size,
+                       controls=spec.llm_api.options() if spec.llm_api is not None else None)
 
 
 def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:
-    header = (f"# trtspec: LLM-API options for method {r.method.name}, TensorRT-LLM {target.version} "
-              f"({target.image}), PyTorch backend. Serve from the build output directory:\n"
-              f"{_comment(shlex.join(_serve_argv(r, LLM_API_FILE)))}\n")
-    return header + _yaml(options)
-
-
-def _comment(text: str) -> str:
-    """A YAML comment line; a line break in `text` (a quoted path) continues the comment instead of ending it."""
-    return "# " + "\n# ".join(text.splitlines() or [""])
-
-
-def _yaml(data: Any, indent: int = 0) -> str:
-    """Minimal deterministic YAML for nested dicts of scalars (avoids a yaml import in the pure planner)."""
-    lines = []
-    for key, value in data.items():
-        pad = " " * indent
-        if isinstance(value, dict):
-            lines.append(f"{pad}{key}:")
-            lines.append(_yaml(value, indent + 2).rstrip("\n"))
-        else:
-            lines.append(f"{pad}{key}: {json.dumps(value)}")
-    return "\n".join(lines) + "\n"
+    return llm_api_yaml(options, header_lines(r.method.name, target, r.models["target"].path))
 
 
 # --- torch bundle --------------------------------------------------------------------------------------------------

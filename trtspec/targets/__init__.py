@@ -2,8 +2,9 @@
 
 One data file per release (`trtllm-<version>.json`, shipped in the wheel) lists what that release reads: the Triton
 models' tensors, dtypes, dims and parameter keys (and which inputs the C++ backend really reads), `trtllm-build`
-flags, checkpoint keys, examples layout, LLM-API `speculative_config` fields, the lookahead draft-length formula and a
-feature table. Every section names its source (`repo`, `tag`/`commit`, `path`; `pinned: false` where the index could
+flags, checkpoint keys, examples layout, the lookahead draft-length formula and a feature table. The LLM-API facts
+(PyTorch workflow) have one definition, `pytorch-workflow.json` per release, read by targets/llm_api.py; a release's
+data file only says why it has none (0.18.0, 0.19.0). Every section names its source (`repo`, `tag`/`commit`, `path`; `pinned: false` where the index could
 not tie the file to the release). Documentation: docs/targets.md. Regenerate the Triton sections with
 scripts/extract_trtllm_facts.py.
 
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trtspec.errors import ConfigError
+from trtspec.targets.llm_api import LlmApiFacts, LlmApiProblem, diff_llm_api, llm_api_facts
 
 SUPPORTED_TARGETS: tuple[str, ...] = ("0.18.0", "0.19.0", "1.2.1")  # oldest first
 DEFAULT_TARGET = "0.19.0"
@@ -100,7 +102,7 @@ class TrtllmTarget(_Frozen):
     trtllm_build: dict[str, Any]
     checkpoint: dict[str, Any]
     examples: dict[str, Any]
-    llm_api: dict[str, Any]
+    llm_api: LlmApiFacts  # pytorch-workflow.json's section for this release (targets/llm_api.py)
     lookahead: dict[str, Any]
 
     @property
@@ -128,9 +130,9 @@ def _from_data(data: dict[str, Any]) -> TrtllmTarget:
     triton = data["triton"]
     backend = triton.get("backend", {})
     fields = {k: data[k] for k in ("trtllm_version", "default", "why", "container", "templates", "features",
-                                   "request_names", "trtllm_build", "checkpoint", "examples", "llm_api", "lookahead")}
+                                   "request_names", "trtllm_build", "checkpoint", "examples", "lookahead")}
     return TrtllmTarget(
-        schema_=data["schema"], **fields,
+        schema_=data["schema"], **fields, llm_api=llm_api_facts(data["trtllm_version"], data.get("llm_api")),
         models={name: TritonModel(**model) for name, model in triton["models"].items()},
         backend_reads=frozenset(i["name"] for i in backend.get("inputs", []) if i.get("used")),
         backend_parameters=frozenset(backend.get("parameters", [])),
@@ -319,32 +321,6 @@ def diff_build_argv(argv: Iterable[str], target: TrtllmTarget | str) -> list[str
     return problems
 
 
-def diff_llm_api(options: Mapping[str, Any], target: TrtllmTarget | str) -> list[str]:
-    """Problems of an extra_llm_api_options mapping: unverified LLM API, top-level keys the release does not accept,
-    unknown decoding_type, speculative_config / kv_cache_config keys it lacks, required speculative fields missing."""
-    target = load_target(target) if isinstance(target, str) else target
-    api = target.llm_api
-    if not api.get("verified"):
-        return [f"TensorRT-LLM {target.version}: no verified LLM-API speculative_config facts"]
-    problems = []
-    top = api.get("top_level_fields")
-    if top is not None:
-        problems += [f"{key}: not an LLM-API argument of TensorRT-LLM {target.version}"
-                     for key in sorted(set(options) - set(top))]
-    spec = options.get("speculative_config") or {}
-    kind = spec.get("decoding_type")
-    if spec and kind not in api["decoding_types"]:
-        problems.append(f"decoding_type {kind!r}: not one of {', '.join(api['decoding_types'])}")
-    facts = api["speculative_config"].get(kind, {})
-    allowed = set(api["common_fields"]) | set(facts.get("fields", []))
-    problems += [f"speculative_config.{key}: not a field of {kind}" for key in sorted(set(spec) - allowed)]
-    problems += [f"speculative_config.{key}: required by {kind}" for key in facts.get("required", []) if key not in spec]
-    kv_fields = set(api["kv_cache_config"]["fields"])
-    problems += [f"kv_cache_config.{key}: not a KvCacheConfig field" for key in
-                 sorted(set(options.get("kv_cache_config") or {}) - kv_fields)]
-    return problems
-
-
 from trtspec.targets.checkpoint import (  # noqa: E402 - needs the names above
     checkpoint_keys,
     checkpoint_tensor_names,
@@ -353,7 +329,7 @@ from trtspec.targets.checkpoint import (  # noqa: E402 - needs the names above
 )
 
 __all__ = [
-    "DEFAULT_TARGET", "FEATURES", "SUPPORTED_TARGETS", "ModelDiff", "TritonModel", "TrtllmTarget", "checkpoint_keys",
+    "DEFAULT_TARGET", "FEATURES", "SUPPORTED_TARGETS", "LlmApiFacts", "LlmApiProblem", "ModelDiff", "TritonModel", "TrtllmTarget", "checkpoint_keys",
     "checkpoint_tensor_names", "diff_against_target", "diff_build_argv", "diff_checkpoint", "diff_convert_argv",
     "diff_llm_api", "load_target", "lookahead_max_draft_len", "nearest_target", "pbtxt_names", "require_feature",
     "validate_lookahead",

@@ -1,0 +1,252 @@
+"""The LLM-API options of a build (PyTorch workflow: `trtllm-serve --extra_llm_api_options`, Triton's llmapi model,
+Dynamo's TensorRT-LLM workers): every method of trtspec's table either maps to a PyTorch decoding type of the target
+or is refused with the reason and the nearest method that has one. Names come from the target's facts
+(targets/llm_api.py: `speculative_model` in 1.2.1, `speculative_model_dir` in 1.0.0), and every mapping is checked
+against them before it is returned. `llm_api_yaml` writes the file through the YAML serializer.
+
+`validate_llm_api` checks any options mapping: with the installed release's own classes where `tensorrt_llm` imports
+(NVIDIA's containers), with the facts everywhere else, and says which ran. Pure except that function's import.
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from trtspec.errors import ConfigError
+from trtspec.targets import TrtllmTarget, load_target
+from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
+
+LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
+
+# Methods whose LLM-API form has no PyTorch decoding type in any target's facts: the reason, and the nearest method
+# that has one. Methods with a decoding type that the PyTorch backend does not run (Medusa, Lookahead) are refused
+# from the facts' `backends`, with the nearest method named here too.
+NEAREST: dict[str, tuple[str, str]] = {
+    "medusa": ("eagle", "eagle with eagle.eagle3: true (an EAGLE-3 drafter also drafts trees from target features)"),
+    "lookahead": ("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
+    "redrafter": ("eagle", "eagle with eagle.eagle3: true (a learned drafter on target features), or draft_target"),
+    "suffix": ("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
+    "eagle": ("eagle", "eagle with eagle.eagle3: true and an EAGLE-3 drafter in eagle.model"),
+}
+NO_DECODING_TYPE: dict[str, str] = {
+    "redrafter": "ReDrafter has no LLM-API decoding type",
+    "suffix": "suffix decoding has no LLM-API decoding type (a suffix-automaton type, SA, came after 1.2.1)",
+    "eagle": "EAGLE-1/2 drafters run on the engine flow only: the PyTorch backend's Eagle decoding type loads "
+             "EAGLE-3 drafters",
+}
+
+
+class LlmApiRefusal(ConfigError):
+    """A method without a PyTorch decoding type on the target (exit 2): names the method, the target, the nearest
+    method that has one (`reason`, `nearest`: the parts, for a plan note)."""
+
+    def __init__(self, method: str, version: str, reason: str, nearest: str) -> None:
+        super().__init__("method", method, f"has no LLM-API (PyTorch workflow) form on TensorRT-LLM {version}: "
+                         f"{reason}; nearest: {nearest}",
+                         hint=f"use method {nearest}, or the engine flow (trtllm-build) where the target has it")
+        self.reason, self.nearest = reason, nearest
+
+    def note(self) -> str:
+        """One line for a build plan: no file, why, and the nearest method."""
+        return f"no LLM-API form: {self.reason}; nearest method: {self.nearest}"
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What the LLM-API options need from a build: method, k, checkpoints and the method's knobs."""
+
+    method: str
+    max_draft_len: int
+    target_model: str
+    draft_model: str | None = None  # draft_target: the draft; EAGLE-3: the drafter
+    eagle3: bool = False
+    eagle3_one_model: bool = True
+    max_matching_ngram_size: int | None = None
+    controls: Mapping[str, Any] | None = None  # max_concurrency, draft_len_schedule, acceptance_* (LlmApiSpec)
+
+
+def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
+    """The PyTorch decoding type `method` maps to on the facts' target (None: method none); LlmApiRefusal when it
+    has none there."""
+    from trtspec.methods import resolve
+
+    info = resolve(method)
+    if method == "none":
+        return None
+    if method == "eagle3" or (method == "eagle" and eagle3):
+        kind: str | None = "Eagle3" if "Eagle3" in facts.decoding_types else "Eagle"
+    elif method in NO_DECODING_TYPE:
+        kind = None
+    else:
+        kind = info.llmapi_decoding_type
+    if kind is None or kind not in facts.decoding_types:
+        reason = NO_DECODING_TYPE.get(method, f"TensorRT-LLM {facts.version} has no {kind} decoding type")
+        raise _refusal(method, facts, reason)
+    if not facts.decoding_types[kind].runs_on_pytorch:
+        backends = ", ".join(facts.decoding_types[kind].backends)
+        raise _refusal(method, facts, f"{method}'s decoding type {kind} does not run on TensorRT-LLM {facts.version}'s "
+                                      f"PyTorch backend ({facts.decoding_types[kind].class_name}: {backends})")
+    return kind
+
+
+def _refusal(method: str, facts: LlmApiFacts, reason: str) -> LlmApiRefusal:
+    return LlmApiRefusal(method, facts.version, reason, NEAREST.get(method, ("none", "none"))[1])
+
+
+def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] | None:
+    """The `speculative_config` mapping for `spec` on the facts' target (None: no speculation)."""
+    kind = decoding_type(spec.method, facts, eagle3=spec.eagle3)
+    if kind is None:
+        return None
+    config: dict[str, Any] = {"decoding_type": kind, "max_draft_len": spec.max_draft_len}
+    fields = facts.fields_of(kind)
+    if spec.draft_model is not None:
+        config[facts.draft_model_field or "speculative_model"] = spec.draft_model
+    if kind == "NGram":
+        config["max_matching_ngram_size"] = spec.max_matching_ngram_size or 2
+    if kind in ("Eagle", "Eagle3") and "eagle3_one_model" in fields:
+        config["eagle3_one_model"] = spec.eagle3_one_model
+    for key, value in (spec.controls or {}).items():
+        if key not in fields:
+            raise ConfigError(f"llm_api.{key}", value, f"is not read by TensorRT-LLM {facts.version}'s {kind} "
+                              "speculative_config", hint=f"remove llm_api.{key} or use a target that reads it: "
+                              + ", ".join(v for v in facts_versions() if key in load_target_facts(v).fields_of(kind)))
+        config[key] = dict(value) if isinstance(value, Mapping) else value
+    return config
+
+
+def load_target_facts(version: str) -> LlmApiFacts:
+    """The LLM-API facts of `version`, a supported build target or a release with facts only (1.0.0)."""
+    from trtspec.targets import SUPPORTED_TARGETS
+    from trtspec.targets.llm_api import llm_api_facts
+
+    return load_target(version).llm_api if version in SUPPORTED_TARGETS else llm_api_facts(version)
+
+
+def llm_api_options(spec: Speculation, target: TrtllmTarget, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole options mapping: `base` (the engine envelope and kv_cache_config) plus `speculative_config` and, for
+    two-model speculation, `disable_overlap_scheduler: true` (trtllm-specdec.md 3.5). Checked against the target's
+    facts: a user's control that breaks a rule is a ConfigError (exit 2) naming the key and the rule."""
+    facts = target.llm_api
+    options = dict(base)
+    speculative = speculative_config(spec, facts)
+    if speculative is not None:
+        options["speculative_config"] = speculative
+        two_model = speculative["decoding_type"] == "DraftTarget" or speculative.get("eagle3_one_model") is False
+        if two_model:
+            options["disable_overlap_scheduler"] = True
+    problems = diff_llm_api(options, facts)
+    if problems:
+        first = problems[0]
+        field = first.key.replace("speculative_config.", "llm_api.", 1) if _user_key(first.key) else first.key
+        raise ConfigError(field, _value_at(options, first.key), f"TensorRT-LLM {target.version}: {first.problem}"
+                          + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+                          hint=first.fix or "see docs/targets.md, PyTorch workflow facts")
+    return options
+
+
+def _user_key(key: str) -> bool:
+    return key.split("[")[0].split(".")[-1] in ("max_concurrency", "draft_len_schedule", "acceptance_window",
+                                                  "acceptance_length_threshold")
+
+
+def _value_at(options: Mapping[str, Any], key: str) -> Any:
+    value: Any = options
+    for part in key.split("[")[0].split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def serve_argv(model: str, options_file: str = LLM_API_FILE) -> list[str]:
+    """`trtllm-serve` for the options file (PyTorch backend)."""
+    return ["trtllm-serve", model, "--backend", PYTORCH, "--extra_llm_api_options", options_file]
+
+
+def llm_api_yaml(options: Mapping[str, Any], header: list[str] | tuple[str, ...] = ()) -> str:
+    """The options file: `header` as comment lines (each line break continues the comment), then the mapping
+    through yaml.safe_dump in its own key order."""
+    lines = [f"# {line}" for text in header for line in (str(text).splitlines() or [""])]
+    body = yaml.safe_dump(_plain(options), sort_keys=False, default_flow_style=False, allow_unicode=False)
+    return "".join(f"{line}\n" for line in lines) + body
+
+
+def header_lines(method: str, target: TrtllmTarget, model: str) -> list[str]:
+    """What the file is and how to serve it, for the top of the options file."""
+    return [f"trtspec: LLM-API options for method {method}, TensorRT-LLM {target.version} ({target.image}), PyTorch "
+            "backend. Serve from the build output directory:", shlex.join(serve_argv(model))]
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (yaml.safe_dump refuses mapping proxies and tuples' tags)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- validation (the release's own classes where they import, else the facts) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The outcome of validating one options mapping: which validator ran and what it found."""
+
+    validator: str  # "tensorrt_llm <version>" | "facts <version>"
+    problems: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate_llm_api(options: Any, version: str, *, release: bool | None = None) -> Validation:
+    """Validate `options` for TensorRT-LLM `version`. With `tensorrt_llm` importable (release None or True): the
+    installed release's update_llm_args_with_extra_dict (speculative_config through DecodingBaseConfig.from_dict,
+    every other config section through its class) and TorchLlmArgs' field names decide; where the facts flag more,
+    the note says so. Elsewhere: the facts only. `validator` says which ran."""
+    facts = load_target_facts(version)
+    fact_problems = tuple(map(str, diff_llm_api(options, facts)))
+    if release is False or not _release_importable():
+        return Validation(f"facts {version}", fact_problems,
+                          "tensorrt_llm is not importable here: checked against trtspec's facts (docs/targets.md); "
+                          "inside the target's container the release's own classes check it")
+    installed, problems = _release_problems(options)
+    notes = [] if installed == version else [f"the installed release is {installed}, not {version}"]
+    if fact_problems and not problems:
+        notes.append(f"the release accepts what trtspec's {version} facts flag: " + "; ".join(fact_problems))
+    return Validation(f"tensorrt_llm {installed}", tuple(problems), "; ".join(notes))
+
+
+def _release_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorrt_llm") is not None
+
+
+def _release_problems(options: Any) -> tuple[str, list[str]]:
+    """(installed version, problems) from the installed release's own LLM-API classes."""
+    import tensorrt_llm
+    from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
+
+    version = str(getattr(tensorrt_llm, "__version__", "unknown"))
+    if not isinstance(options, Mapping):
+        return version, ["(file): is not a mapping of LLM-API arguments"]
+    names = set(TorchLlmArgs.model_fields)
+    for info in TorchLlmArgs.model_fields.values():
+        alias = getattr(info, "alias", None)
+        if alias:
+            names.add(alias)
+    problems = [f"{key}: not a TorchLlmArgs field of tensorrt_llm {version}" for key in options if key not in names]
+    try:
+        update_llm_args_with_extra_dict({}, copy.deepcopy(dict(options)))
+    except Exception as exc:  # pydantic ValidationError, ValueError, TypeError: the release's own words
+        problems.append(f"tensorrt_llm {version}: " + " ".join(str(exc).split())[:600])
+    return version, problems
