@@ -115,7 +115,11 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
         if server.plan is not None and server.plan.note:
             click.echo(server.plan.note)
         click.echo(f"tritonserver ready: gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
-        click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
+        if record is not None and "ensemble" not in record.models:  # the llmapi model: text in, text out
+            click.echo(f"Try: curl -X POST {server.http_url}/v2/models/tensorrt_llm/generate -d '{{\"text_input\": "
+                       f"\"def fib(n):\", \"sampling_param_max_tokens\": 16}}'   (Ctrl-C stops)")
+        else:
+            click.echo(f"Try: trtspec generate --url {server.grpc_url} --model ensemble \"def fib(n):\"   (Ctrl-C stops)")
         code = server.wait()
     click.echo(f"tritonserver exited ({code}).")
 
