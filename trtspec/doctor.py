@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,23 @@ def run_checks() -> list[Check]:
     checks += check_embedded_models()
     checks += check_shipped_data()
     return checks
+
+
+def llm_api_check(path: Any, version: str | None = None) -> tuple[Any, str]:
+    """(Validation, release) of an extra_llm_api_options file: the installed tensorrt_llm's own classes where it
+    imports, else trtspec's facts of `version` (default: the installed release's version, else the newest release
+    with facts). ConfigError (exit 2) for a file that cannot be read or is not YAML, or a release without facts."""
+    from trtspec.build.llm_api import read_options, validate_llm_api
+    from trtspec.errors import ConfigError
+    from trtspec.targets.llm_api import facts_versions
+
+    with_facts = facts_versions()
+    installed = _version("tensorrt_llm")
+    version = version or (installed if installed in with_facts else with_facts[-1])
+    if version not in with_facts:
+        from trtspec.targets import nearest_target
+
+        near = nearest_target(version, with_facts)
+        raise ConfigError("--trtllm-version", version, f"has no LLM-API facts in trtspec (nearest: {near})",
+                          hint=f"releases with facts: {', '.join(with_facts)}")
+    return validate_llm_api(read_options(path), version), version

@@ -76,6 +76,8 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
     """Run `plan` (or one stage of it) into `out_dir`; see the module docstring for the guarantees."""
     out = Path(out_dir).resolve()
     trtllm = tensorrt_llm_available() if trtllm is None else trtllm
+    if trtllm and plan.llm_api is not None and plan.target is not None:
+        _release_validates(plan.llm_api, plan.target)
     check_output_dir(out, plan)
     recover_interrupted(out)
     previous = read_manifest(out) or {}
@@ -263,6 +265,18 @@ def _drop_removed_steps(plan: BuildPlan, old_steps: dict[str, dict[str, Any]], s
 
 
 # --- steps --------------------------------------------------------------------------------------------------------
+
+
+def _release_validates(options: dict[str, Any], version: str) -> None:
+    """The LLM-API options through the installed release's own classes (the planner checked them against the facts);
+    BuildError naming the validator and its first problems when it refuses them."""
+    from trtspec.build.llm_api import validate_llm_api
+
+    validation = validate_llm_api(options, version, release=True)
+    if not validation.ok:
+        raise BuildError(f"{LLM_API_FILE}: {validation.validator} refuses the LLM-API options: "
+                         + "; ".join(validation.problems[:3]),
+                         hint="report this with the file; `trtspec doctor --llm-api FILE` shows every problem")
 
 
 def _runner(step: Step, trtllm: bool) -> tuple[str | None, tuple[str, ...]]:

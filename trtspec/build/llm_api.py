@@ -225,6 +225,29 @@ def validate_llm_api(options: Any, version: str, *, release: bool | None = None)
     return Validation(f"tensorrt_llm {installed}", tuple(problems), "; ".join(notes))
 
 
+MAX_OPTIONS_BYTES = 1 << 20  # an options file is a few hundred bytes; a larger one is not one
+
+
+def read_options(path: Any) -> Any:
+    """The YAML of an options file (a mapping, or whatever the file holds: validate_llm_api names it). ConfigError
+    (exit 2) naming `--llm-api` and the file when it cannot be read or is not YAML; never echoes the file."""
+    from pathlib import Path
+
+    from trtspec.textfile import read_text_file
+
+    text = read_text_file(Path(path), "--llm-api", limit=MAX_OPTIONS_BYTES, what="an LLM-API options file")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError("--llm-api", str(path), f"is not YAML{where}",
+                          hint="an extra_llm_api_options file is a YAML mapping of LLM() arguments") from None
+    except RecursionError:
+        raise ConfigError("--llm-api", str(path), "nests too deeply to be an options file",
+                          hint="an extra_llm_api_options file is a YAML mapping of LLM() arguments") from None
+
+
 def _release_importable() -> bool:
     import importlib.util
 

@@ -228,7 +228,8 @@ def diff_llm_api(options: Any, target: Any) -> list[LlmApiProblem]:
     known = set(typed) | set(facts.known_args)
     for key, value in options.items():
         if not isinstance(key, str) or key not in known:
-            problems.append(LlmApiProblem(str(key), f"not an LLM-API argument of TensorRT-LLM {version}",
+            label = key if isinstance(key, str) and key.isprintable() and key else _shown(key)
+            problems.append(LlmApiProblem(label, f"not an LLM-API argument of TensorRT-LLM {version}",
                                           _nearest_fix(str(key), known, "argument")))
         elif key in typed and (why := _type_problem(typed[key].type, value)):
             problems.append(LlmApiProblem(key, why))

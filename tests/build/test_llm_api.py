@@ -1,0 +1,231 @@
+"""The LLM-API options (build/llm_api.py) against each release's facts (targets/llm_api.py): every method maps to a
+PyTorch decoding type or is refused naming the method, the target and the nearest method; every written file has
+exactly the keys the target's facts allow (a mutation with one unknown key fails the check); schedules that break
+the rules are exit 2 naming the entry; `trtspec doctor --llm-api` on good and bad files; no input makes the check
+raise."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.build.helpers import plan_of, write_config
+from tests.cli_checks import run_cli
+from trtspec.build.llm_api import (
+    LlmApiRefusal,
+    Speculation,
+    decoding_type,
+    llm_api_yaml,
+    load_target_facts,
+    speculative_config,
+    validate_llm_api,
+)
+from trtspec.build.plan import plan_build
+from trtspec.build.preflight import run_preflight
+from trtspec.config import load_build_spec
+from trtspec.errors import ConfigError
+from trtspec.methods import METHODS
+from trtspec.targets import SUPPORTED_TARGETS, diff_llm_api, load_target
+from trtspec.targets.llm_api import facts_versions
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
+WITH_FACTS = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
+MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3": "Eagle"}
+REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "suffix": "ngram", "eagle": "eagle"}
+
+
+def test_every_method_is_mapped_or_refused():
+    assert set(MAPPED) | set(REFUSED) == set(METHODS)
+
+
+@pytest.mark.parametrize("version", facts_versions())
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_maps_to_a_pytorch_decoding_type_or_is_refused(method, version):
+    facts = load_target_facts(version)
+    if method in REFUSED:
+        with pytest.raises(LlmApiRefusal) as err:
+            decoding_type(method, facts)
+        assert err.value.exit_code == 2 and err.value.field == "method" and err.value.value == method
+        assert f"TensorRT-LLM {version}" in err.value.message and f"nearest: {REFUSED[method]}" in err.value.message
+        return
+    assert decoding_type(method, facts) == MAPPED[method]
+    spec = Speculation(method, 4, "/m/target", draft_model="/m/draft" if method in ("draft_target", "eagle3") else None)
+    config = speculative_config(spec, facts)
+    if config is None:
+        assert method == "none"
+        return
+    kind = config["decoding_type"]
+    assert facts.decoding_types[kind].runs_on_pytorch
+    assert set(config) - {"decoding_type"} <= set(facts.fields_of(kind))
+    assert diff_llm_api({"speculative_config": config}, facts) == []
+    if spec.draft_model:
+        assert config[facts.draft_model_field] == "/m/draft"  # speculative_model (1.2.1) / speculative_model_dir (1.0.0)
+
+
+def test_eagle3_one_and_two_model():
+    facts = load_target_facts("1.2.1")
+    one = speculative_config(Speculation("eagle", 3, "/t", draft_model="/e", eagle3=True), facts)
+    two = speculative_config(Speculation("eagle", 3, "/t", draft_model="/e", eagle3=True, eagle3_one_model=False),
+                             facts)
+    assert one == {"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model": "/e", "eagle3_one_model": True}
+    assert two is not None and two["eagle3_one_model"] is False
+
+
+CASES = [(p, v) for p in CONFIGS for v in WITH_FACTS]
+
+
+@pytest.mark.parametrize(("path", "version"), CASES, ids=[f"{p.stem}@{v}" for p, v in CASES])
+def test_written_file_has_exactly_the_keys_the_target_allows(path, version):
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+    if spec.backend == "torch" or spec.method == "suffix":
+        return
+    plan = plan_build(run_preflight(spec, dry_run=True))
+    if plan.llm_api is None:
+        assert any(n.startswith(("no LLM-API form", "no LLM-API file")) for n in plan.notes)
+        return
+    facts = load_target(version).llm_api
+    options = yaml.safe_load(next(s.content for s in plan.steps if s.id == "write-llm-api"))
+    assert options == plan.llm_api and diff_llm_api(options, facts) == []
+    assert set(options) <= {f.name for f in facts.top_level}
+    assert set(options["kv_cache_config"]) <= {f.name for f in facts.kv_cache_fields}
+    # a throwaway mutation: one unknown key, top level and inside speculative_config, fails the check by name
+    top = {**copy.deepcopy(options), "max_batch_sizes": 1}
+    assert [p.key for p in diff_llm_api(top, facts)] == ["max_batch_sizes"]
+    assert "nearest argument: max_batch_size" in str(diff_llm_api(top, facts)[0])
+    if "speculative_config" in options:
+        inner = copy.deepcopy(options)
+        inner["speculative_config"]["max_draft_length"] = 3
+        assert [p.key for p in diff_llm_api(inner, facts)] == ["speculative_config.max_draft_length"]
+        assert "nearest key: max_draft_len" in str(diff_llm_api(inner, facts)[0])
+
+
+def test_the_file_is_yaml_with_comment_only_headers():
+    options = {"speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 2,
+                                      "speculative_model": "/m/a: b\n# c"}}
+    text = llm_api_yaml(options, ["first\nsecond: x", "third"])
+    assert text.splitlines()[:3] == ["# first", "# second: x", "# third"]
+    assert yaml.safe_load(text) == options
+
+
+def test_controls_are_written_where_the_target_reads_them(random_pair):
+    target, draft = random_pair
+    controls = {"max_concurrency": 8, "draft_len_schedule": {1: 3, 4: 2, 16: 0}, "acceptance_window": 16,
+                "acceptance_length_threshold": 1.5}
+    _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
+                      engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"}, llm_api=controls)
+    assert {k: plan.llm_api["speculative_config"][k] for k in controls} == controls
+
+
+@pytest.mark.parametrize(("schedule", "entry", "rule"), [
+    ({2: 3}, "llm_api.draft_len_schedule", "must contain batch size 1"),
+    ({1: 2}, "llm_api.draft_len_schedule[1]", "!= max_draft_len 3"),
+    ({1: 3, 4: 5}, "llm_api.draft_len_schedule[4]", "draft length 5 > max_draft_len 3"),
+    ({1: 3, 0: 1}, "llm_api.draft_len_schedule[0]", "must be an integer >= 1"),
+    ({1: 3, 4: -1}, "llm_api.draft_len_schedule[4]", "must be an integer >= 0"),
+])
+def test_bad_schedules_exit_2_naming_the_entry_and_rule(random_pair, tmp_path, schedule, entry, rule):
+    target, draft = random_pair
+    config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
+                          max_draft_len=3, engine={"max_input_len": 64, "max_seq_len": 128},
+                          trtllm={"version": "1.2.1"}, llm_api={"draft_len_schedule": schedule})
+    code, out, err = run_cli(["build", str(config), "--dry-run"])
+    assert code == 2, out + err
+    line = next(line for line in err.splitlines() if line.startswith("Error:"))
+    assert entry in line and rule in line and "TensorRT-LLM 1.2.1" in line
+
+
+def test_a_control_a_release_does_not_read_is_refused():
+    with pytest.raises(ConfigError) as err:
+        speculative_config(Speculation("ngram", 3, "/t", controls={"max_concurrency": 2}), load_target_facts("1.0.0"))
+    assert err.value.field == "llm_api.max_concurrency" and "1.0.0" in err.value.message and "1.2.1" in err.value.hint
+
+
+def test_refused_method_in_the_plan_notes_names_the_nearest(random_pair):
+    _, plan = plan_of(target=str(random_pair[0]), method="lookahead", lookahead=[4, 4, 4],
+                      engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"})
+    assert plan.llm_api is None
+    assert any("Lookahead does not run on TensorRT-LLM 1.2.1's PyTorch backend" in n and "nearest method: ngram" in n
+               for n in plan.notes)
+
+
+# --- doctor --llm-api ---------------------------------------------------------------------------------------------
+
+GOOD = {"max_batch_size": 8, "kv_cache_config": {"free_gpu_memory_fraction": 0.8},
+        "speculative_config": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 2,
+                               "draft_len_schedule": {1: 4, 8: 2, 32: 0}, "acceptance_window": 0}}
+
+
+def test_doctor_llm_api_good_file(tmp_path):
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    code, out, _ = run_cli(["doctor", "--llm-api", str(path), "--trtllm-version", "1.2.1"])
+    assert code == 0 and "valid for TensorRT-LLM 1.2.1 (validator: facts 1.2.1)" in out
+    assert "tensorrt_llm is not importable here" in out  # the fallback says so
+
+
+@pytest.mark.parametrize(("mutate", "key", "words"), [
+    (lambda o: o.update(max_batch_sizes=1), "max_batch_sizes", "nearest argument: max_batch_size"),
+    (lambda o: o["speculative_config"].update(max_matching_ngram=2), "speculative_config.max_matching_ngram",
+     "nearest key: max_matching_ngram_size"),
+    (lambda o: o["speculative_config"].update(decoding_type="Eagle3"), "speculative_config.decoding_type",
+     "nearest decoding type: Eagle"),
+    (lambda o: o["speculative_config"].update(draft_len_schedule={2: 4}), "speculative_config.draft_len_schedule",
+     "must contain batch size 1"),
+    (lambda o: o["speculative_config"].update(acceptance_length_threshold=-1.0),
+     "speculative_config.acceptance_length_threshold", "must be >= 0"),
+    (lambda o: o["speculative_config"].update(decoding_type="Medusa", max_draft_len=4), "speculative_config.decoding_type",
+     "does not run on TensorRT-LLM 1.2.1's PyTorch backend"),
+])
+def test_doctor_llm_api_bad_file_exits_2_naming_the_key(tmp_path, mutate, key, words):
+    options = copy.deepcopy(GOOD)
+    mutate(options)
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump(options))
+    code, out, _ = run_cli(["doctor", "--llm-api", str(path), "--trtllm-version", "1.2.1"])
+    assert code == 2
+    assert any(line.strip().startswith(f"{key}:") and words in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize(("text", "words"), [("a: [1\n", "is not YAML at line"), (None, "cannot be read")])
+def test_doctor_llm_api_unreadable_file_is_one_line_exit_2(tmp_path, text, words):
+    path = tmp_path / "o.yaml"
+    if text is not None:
+        path.write_text(text)
+    code, _, err = run_cli(["doctor", "--llm-api", str(path)])
+    assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_doctor_llm_api_release_without_facts(tmp_path):
+    path = tmp_path / "o.yaml"
+    path.write_text("{}\n")
+    code, _, err = run_cli(["doctor", "--llm-api", str(path), "--trtllm-version", "0.19.0"])
+    assert code == 2 and "has no LLM-API facts" in err and "1.2.1" in err
+    code, out, _ = run_cli(["doctor", "--llm-api", str(path), "--trtllm-version", "1.0.0", "--json"])
+    assert code == 0 and '"validator": "facts 1.0.0"' in out
+
+
+# --- never a traceback ------------------------------------------------------------------------------------------------
+
+KEYS = st.sampled_from(["max_batch_size", "speculative_config", "kv_cache_config", "decoding_type", "max_draft_len",
+                        "draft_len_schedule", "speculative_model", "speculative_model_dir", "eagle3_one_model",
+                        "acceptance_window", "x", "", "1"])
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 40), st.floats(allow_nan=True),
+                    st.sampled_from(["NGram", "Eagle", "DraftTarget", "Medusa", "AUTO", "Eagle3", "", "\x00"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(KEYS, st.integers(-2, 40), st.booleans()), inner,
+                                                 max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(options=st.one_of(VALUES, st.dictionaries(KEYS, VALUES, max_size=5)), version=st.sampled_from(["1.0.0", "1.2.1"]))
+def test_any_mapping_gets_problems_not_a_traceback(options, version):
+    problems = diff_llm_api(options, load_target_facts(version))
+    assert all(isinstance(str(p), str) and p.key for p in problems)
+    validation = validate_llm_api(options, version, release=False)
+    assert validation.validator == f"facts {version}" and validation.ok == (not problems)
