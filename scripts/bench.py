@@ -18,6 +18,8 @@ Sections (run all, or pick with --section):
            batch 1: mean acceptance length, draft cost per drafted token, speedup, and issue 17's goal verdict
   eagle-cost  the draft cost alone: EAGLE-3 (chain, dynamic tree) vs the draft model per drafted token in CPU time,
            the proposers called directly and interleaved (steadier than the eagle section's wall-clock draft time)
+  llmapi   streamed tokens/s through the torch-flavour llmapi repository (tritonserver on CPU, HTTP generate_stream)
+           vs the in-process engine streaming the same prompts with the same method and k, and their ratio
 
 Every section is a sweep (scripts/benchlib/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure (the transformers rows; eagle-cost times the proposers directly) and
@@ -237,10 +239,91 @@ def bench_eagle_cost(args: argparse.Namespace) -> Section:
     return benchmarks_eagle.draft_cost_section(spec, benchmarks_eagle.measure_draft_costs(spec))
 
 
+def bench_llmapi(args: argparse.Namespace) -> Section:
+    """The torch-flavour llmapi repository (decoupled) on a real tritonserver vs the in-process engine: the same
+    prompts, one at a time, interleaved per prompt (so load drift hits both alike), greedy, draft_target at k."""
+    import tempfile
+
+    from trtspec.contracts.engine import EngineConfig
+    from trtspec.models import resolve_model
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.params import SpecParams, trtllm_sampling_params
+    from trtspec.sweep.prompts import load_suite
+    from trtspec.triton.render import write_repository
+    from trtspec.triton.repo import RepoSpec, plan_repository
+    from trtspec.triton.server import TritonServer
+
+    k, n = args.llmapi_k, args.llmapi_new_tokens
+    config = EngineConfig(target=args.model, draft=args.draft, method="draft_target", max_k=k, default_k=k,
+                          max_input_len=4096, max_output_len=n)
+    engine = SpecEngine.from_config(config)
+    prompts = list(load_suite(benchmarks.MIXED, args.prompts).prompts)
+    sampling = trtllm_sampling_params(max_new_tokens=n, temperature=0.0, end_id=engine.tokenizer.eos_token_id)
+    spec = SpecParams(method="draft_target", k=k)
+    totals = {"in-process engine (SpecEngine.stream)": [0, 0.0], "llmapi model (tritonserver, generate_stream)": [0, 0.0]}
+    accepted = drafted = 0
+    mismatches = 0
+    repo_spec = RepoSpec(backend="torch", engine=config, tokenizer_dir=Path(resolve_model(args.model)),
+                         trtllm_version="1.2.1", form="llmapi", decoupled=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = write_repository(plan_repository(repo_spec), Path(tmp) / "repo")
+        with TritonServer(repo, env={"OMP_NUM_THREADS": str(args.threads)}) as server:
+            list(engine.stream(engine.encode(prompts[0]), sampling, spec))  # warm-up, both paths, untimed
+            _generate_stream(server.http_url, prompts[0], n)
+            for _ in range(args.repeats):
+                for prompt in prompts:
+                    ids = engine.encode(prompt)
+                    start = time.perf_counter()
+                    tokens = [t for delta in engine.stream(ids, sampling, spec) for t in delta.token_ids]
+                    local_s = time.perf_counter() - start
+                    if tokens and tokens[-1] == engine.tokenizer.eos_token_id:
+                        tokens = tokens[:-1]
+                    start = time.perf_counter()
+                    events = _generate_stream(server.http_url, prompt, n)
+                    served_s = time.perf_counter() - start
+                    mismatches += events[-1].get("text_output") != engine.decode(tokens)
+                    accepted += int(events[-1]["total_accepted_draft_tokens"])
+                    drafted += int(events[-1]["total_draft_tokens"])
+                    for name, seconds in zip(totals, (local_s, served_s), strict=True):
+                        totals[name][0] += len(tokens)
+                        totals[name][1] += seconds
+    base = totals["in-process engine (SpecEngine.stream)"]
+    rows = [[name, str(count), f"{seconds:.2f}", f"{count / seconds:.1f}", f"{(count / seconds) / (base[0] / base[1]):.2f}"]
+            for name, (count, seconds) in totals.items()]
+    notes = [f"{args.model} + {args.draft}, draft_target k={k}, greedy, {len(prompts)} held-out prompts ({benchmarks.MIXED}) "
+             f"x {args.repeats} round(s), up to {n} new tokens each (the end token ends a request on both paths, so both "
+             "produce the same tokens), batch 1, torch threads " + str(args.threads) + ", one untimed warm-up request each.",
+             "Served: HTTP POST /v2/models/tensorrt_llm/generate_stream with streaming true, timed from the request to "
+             "the last event (NVIDIA's llmapi model streams the text so far in every event); in-process: "
+             "SpecEngine.stream over the same token ids.",
+             f"Outputs equal on {len(prompts) * args.repeats - mismatches} of {len(prompts) * args.repeats} requests; "
+             f"served acceptance rate {accepted / max(drafted, 1):.3f} ({accepted}/{drafted} draft tokens)."]
+    return Section(title="Triton llmapi model vs the in-process engine, streamed, batch 1 (tiny + tiny-draft)",
+                   columns=["path", "tokens", "seconds", "tokens/s", "x in-process"], rows=rows, notes=notes)
+
+
+def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
+    """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
+    import json
+    import urllib.request
+
+    body = {"text_input": prompt, "streaming": True, "sampling_param_max_tokens": max_tokens,
+            "sampling_param_temperature": 0.0, "sampling_param_exclude_input_from_output": True,
+            "sampling_param_return_perf_metrics": True}
+    request = urllib.request.Request(f"{http_url}/v2/models/tensorrt_llm/generate_stream",
+                                     data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=600) as response:
+        text = response.read().decode()
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    if not events or "error" in events[-1]:
+        raise RuntimeError(f"generate_stream failed: {events[-1:] or text[:200]}")
+    return events
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo,
-    "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost,
+    "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
 }
 
 
@@ -331,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--suffix-ngram-k", type=int, default=5, help="suffix: k of the ngram rows")
     parser.add_argument("--suffix-lookup-k", type=int, default=8, help="suffix: transformers prompt lookup tokens")
     parser.add_argument("--suffix-repeats", type=int, default=1, help="suffix: rounds per suite (medians)")
+    parser.add_argument("--llmapi-k", type=int, default=4, help="llmapi: k of the draft_target rows")
+    parser.add_argument("--llmapi-new-tokens", type=int, default=64, help="llmapi: tokens per request at most")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)
