@@ -106,9 +106,10 @@ class EngineModel:
         return [reply.response for reply in replies]
 
     def _submit(self, request: Any) -> Reply:
+        """Parse the request (`_parse`); answer a bad one with its error and a stop request by cancelling; else start
+        its engine requests (`_start`) and remember their handles under the request id (for stop requests)."""
         try:
-            parsed = parse_request(lambda name: self._get(request, name), self.params, self.vocab_size,
-                                   decoupled=self.decoupled, features=self.features)
+            parsed = self._parse(request)
         except RequestError as exc:
             reply = Reply(self, request)
             reply.error(exc)
@@ -118,22 +119,32 @@ class EngineModel:
             return self._stop(request, request_id)
         forget = (lambda: self._forget(request_id)) if request_id else None
         reply = Reply(self, request, parsed, requested_outputs(request), on_done=forget)
-        cancelled = self._cancel_check(request, reply)
-        handles = []
+        handles = self._start(reply, parsed, self._cancel_check(request, reply))
+        if request_id and not reply.done.is_set():
+            with self._ids_lock:
+                self._by_request_id[request_id] = handles
+        return reply
+
+    def _parse(self, request: Any) -> Any:
+        """The request as engine jobs (a ParsedRequest), or RequestError."""
+        return parse_request(lambda name: self._get(request, name), self.params, self.vocab_size,
+                             decoupled=self.decoupled, features=self.features)
+
+    def _start(self, reply: Reply, parsed: Any, cancelled: Callable[[], bool] | None) -> list[int]:
+        """Hand each job to the engine loop with a JobSink; the handles. A refusal (the loop is shut down, or full)
+        ends the request with its error and cancels the jobs already started."""
+        handles: list[int] = []
         for job in parsed.jobs:
             sink = JobSink(reply, job, submitted_ns=time.monotonic_ns())
             try:
                 handles.append(self.host.submit_to(sink, job.prompt_ids, job.sampling, job.spec,
                                                    is_cancelled=cancelled, log_prompt=job.sequence_index == 0))
-            except TrtspecError as exc:  # the loop is shut down, or full: the error ends the request
+            except TrtspecError as exc:
                 sink.fail(exc)
                 for handle in handles:
                     self.host.cancel(handle)
                 break
-        if request_id and not reply.done.is_set():
-            with self._ids_lock:
-                self._by_request_id[request_id] = handles
-        return reply
+        return handles
 
     def _stop(self, request: Any, request_id: str) -> Reply:
         """Answer a stop request: cancel the running requests with its request id, then an empty final response."""

@@ -44,11 +44,11 @@ class Reply:
     ReplyClosed (so the serving loop aborts them): nothing may follow an error on a gRPC stream (in Triton's
     triton_grpc_error mode the error closed it, and tritonserver 2.51 crashes on a later send)."""
 
-    def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | None = None,
+    def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | Any = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
         self.model, self.parsed, self.wanted, self.on_done = model, parsed, wanted, on_done
         self.sender = request.get_response_sender() if model.decoupled else None
-        self.pending = len(parsed.jobs) if parsed is not None and parsed.jobs else 1
+        self.pending = len(getattr(parsed, "jobs", None) or ()) or 1  # an llmapi request is one job
         self.arrival_ns = time.monotonic_ns()
         self.response: Any = None  # not decoupled: the response to return
         self.done = threading.Event()
@@ -128,11 +128,7 @@ class JobSink:
         self.reply.send(self._response(ids, self.log_probs, delta), last_of_job=True)
 
     def _timings(self, num_tokens: int) -> dict[str, float | None]:
-        """The request's latency and time per output token (seconds) for the latency histograms."""
-        end = self.last_token_ns or time.monotonic_ns()
-        per_token = ((self.last_token_ns - self.first_token_ns) / (num_tokens - 1) / 1e9
-                     if num_tokens > 1 and self.first_token_ns else None)
-        return {"latency_s": (end - self.reply.arrival_ns) / 1e9, "time_per_output_token_s": per_token}
+        return timings(self.reply.arrival_ns, self.first_token_ns, self.last_token_ns, num_tokens)
 
     def fail(self, error: BaseException) -> None:
         self.reply.model.metrics.finished("abort")
@@ -166,6 +162,14 @@ class JobSink:
         tensor = self.reply.model.pb.Tensor
         return self.reply.model.pb.InferenceResponse(
             output_tensors=[tensor(name, value) for name, value in out.items() if wanted is None or name in wanted])
+
+
+def timings(arrival_ns: int, first_token_ns: int, last_token_ns: int, num_tokens: int) -> dict[str, float | None]:
+    """A request's latency and time per output token (seconds) for the latency histograms (SpecMetrics.finished)."""
+    end = last_token_ns or time.monotonic_ns()
+    per_token = ((last_token_ns - first_token_ns) / (num_tokens - 1) / 1e9
+                 if num_tokens > 1 and first_token_ns else None)
+    return {"latency_s": (end - arrival_ns) / 1e9, "time_per_output_token_s": per_token}
 
 
 def requested_outputs(request: Any) -> frozenset[str] | None:

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from trtspec.contracts.metrics import AcceptanceStats
-from trtspec.errors import RequestError, TrtspecError
+from trtspec.errors import TrtspecError
 from trtspec.triton.engine_model import EngineModel
-from trtspec.triton.engine_reply import Reply, requested_outputs
+from trtspec.triton.engine_reply import Reply, timings
 from trtspec.triton.llmapi_request import LlmapiRequest, check_parameters, parse_llmapi_request
 
 FINISH_REASONS = {"abort": "cancelled"}  # the engine's name -> the LLM API's (stop and length are the same)
@@ -44,34 +45,22 @@ class LlmapiModel(EngineModel):
         super().__init__(args, pb_utils)
         self.inputs = [t["name"] for t in json.loads(args["model_config"]).get("input", [])]
 
-    def _submit(self, request: Any) -> Reply:
+    def _parse(self, request: Any) -> LlmapiRequest:
         tokenizer = self.engine.tokenizer
-        try:
-            check_parameters(_parameters(request), self.inputs)
-            parsed = parse_llmapi_request(
-                lambda name: self._get(request, name), self.params, encode=self.engine.encode,
-                encode_words=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
-                end_id=getattr(tokenizer, "eos_token_id", None), decoupled=self.decoupled)
-        except RequestError as exc:
-            reply = Reply(self, request)
-            reply.error(exc)
-            return reply
-        request_id = request.request_id() if callable(getattr(request, "request_id", None)) else ""
-        if parsed.stop:
-            return self._stop(request, request_id)
-        forget = (lambda: self._forget(request_id)) if request_id else None
-        reply = Reply(self, request, None, requested_outputs(request), on_done=forget)
+        check_parameters(_parameters(request), self.inputs)
+        return parse_llmapi_request(
+            lambda name: self._get(request, name), self.params, encode=self.engine.encode,
+            encode_words=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+            end_id=getattr(tokenizer, "eos_token_id", None), decoupled=self.decoupled)
+
+    def _start(self, reply: Reply, parsed: LlmapiRequest, cancelled: Callable[[], bool] | None) -> list[int]:
+        """One engine request with a TextSink; a refusal (the loop is shut down, or full) ends it with its error."""
         sink = TextSink(reply, parsed, submitted_ns=time.monotonic_ns())
         try:
-            handle = self.host.submit_to(sink, parsed.prompt_ids, parsed.sampling, parsed.spec,
-                                         is_cancelled=self._cancel_check(request, reply))
-        except TrtspecError as exc:  # the loop is shut down, or full: the error ends the request
+            return [self.host.submit_to(sink, parsed.prompt_ids, parsed.sampling, parsed.spec, is_cancelled=cancelled)]
+        except TrtspecError as exc:
             sink.fail(exc)
-            return reply
-        if request_id and not reply.done.is_set():
-            with self._ids_lock:
-                self._by_request_id[request_id] = [handle]
-        return reply
+            return []
 
 
 def _parameters(request: Any) -> dict[str, Any]:
@@ -112,7 +101,8 @@ class TextSink:
             return
         model: Any = self.reply.model
         reason = FINISH_REASONS.get(delta.finish_reason or "length", delta.finish_reason or "length")
-        model.metrics.finished(delta.finish_reason or "length", delta.stats, **self._timings())
+        model.metrics.finished(delta.finish_reason or "length", delta.stats, **timings(
+            self.reply.arrival_ns, self.first_token_ns, self.last_token_ns, len(self.generated)))
         self.reply.send(self._response(reason, self._stop_string(reason), delta.stats), last_of_job=True)
 
     def fail(self, error: BaseException) -> None:
@@ -131,14 +121,6 @@ class TextSink:
         prefix = [] if self.request.exclude_input_from_output else self.request.prompt_ids
         text = engine.decode(prefix + self.generated)
         return text[: len(text) - len(stop_string)] if stop_string else text
-
-    def _timings(self) -> dict[str, float | None]:
-        """The request's latency and time per output token (seconds) for the latency histograms."""
-        end = self.last_token_ns or time.monotonic_ns()
-        count = len(self.generated)
-        per_token = ((self.last_token_ns - self.first_token_ns) / (count - 1) / 1e9
-                     if count > 1 and self.first_token_ns else None)
-        return {"latency_s": (end - self.reply.arrival_ns) / 1e9, "time_per_output_token_s": per_token}
 
     def _response(self, reason: str | None, stop_string: str | None, stats: AcceptanceStats | None) -> Any:
         request, wanted = self.request, self.reply.wanted
