@@ -4,7 +4,8 @@ real tritonserver (CPU) serving its torch flavour for the embedded pair, asked t
 Without a server: the rendered config.pbtxt's inputs and outputs (names, data types, dims, optional flags) equal the
 facts of TensorRT-LLM 1.2.1 on both flavours, and the TensorRT-LLM flavour's model.yaml holds the model, backend
 pytorch, parallelism, the build's own LLM-API options and triton_config, every key one the release reads; a
-throwaway mutation of each fails the diff. One server for the module (decoupled, as streaming needs): HTTP generate
+throwaway mutation of each fails the diff. `trtspec deploy` renders both flavours (the llmapi form is the default for
+a PyTorch-workflow build), and the TensorRT-LLM flavour's model.py runs NVIDIA's own from its directory. One server for the module (decoupled, as streaming needs): HTTP generate
 at temperature 0 returns the target's greedy text (trtspec generate --method none) and the engine's acceptance
 counts, generate_stream sends the text so far, and inputs the model cannot honour are refused by name while the
 server keeps serving.
@@ -122,6 +123,47 @@ def test_deploy_cli_dry_run_lists_the_llmapi_model(torch_bundle, tmp_path):
     assert result.exit_code == 0, result.output
     assert "llmapi form" in result.output and "tensorrt_llm/1/model.py" in result.output
     assert "ensemble" not in result.output and "/v2/models/tensorrt_llm/generate_stream" in result.output
+
+
+def test_deploy_cli_renders_the_tensorrtllm_flavour_of_a_pytorch_build(pytorch_build, tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["deploy", "--backend", "tensorrtllm", "--build", str(pytorch_build), "--out",
+                                      str(tmp_path / "repo")])
+    assert result.exit_code == 0, result.output
+    assert "llmapi form" in result.output and llmapi.NVIDIA_MODEL_DIR in result.output
+    assert sorted(p.name for p in (tmp_path / "repo" / "tensorrt_llm" / "1").iterdir()) == ["model.py", "model.yaml"]
+
+
+def test_the_tensorrtllm_flavours_model_py_runs_nvidias_from_its_directory(tmp_path, monkeypatch):
+    """1/model.py copies nothing: it loads NVIDIA's model.py (and its helpers module) from the container's directory,
+    or from TRTSPEC_NVIDIA_LLMAPI_DIR; without one it says where it looked."""
+    import importlib.util
+    import sys
+
+    from trtspec.triton.render import template_root
+
+    shim = template_root() / "common" / llmapi.SHIMS["tensorrtllm"]["model.py"]
+
+    def load():
+        spec = importlib.util.spec_from_file_location("shim_under_test", shim)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    nvidia = tmp_path / "llmapi" / "tensorrt_llm" / "1"
+    nvidia.mkdir(parents=True)
+    (nvidia / "helpers.py").write_text("NAME = 'helpers'\n")
+    (nvidia / "model.py").write_text("from helpers import NAME\nclass TritonPythonModel:\n    source = NAME\n")
+    monkeypatch.setenv("TRTSPEC_NVIDIA_LLMAPI_DIR", str(nvidia))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert load().TritonPythonModel.source == "helpers"
+    sys.modules.pop("helpers", None)  # the fake's, imported by name as NVIDIA's model.py imports its own
+    monkeypatch.setenv("TRTSPEC_NVIDIA_LLMAPI_DIR", str(tmp_path / "absent"))
+    with pytest.raises(ImportError, match="absent"):
+        load()
 
 
 # --- a real tritonserver -----------------------------------------------------------------------------------------
