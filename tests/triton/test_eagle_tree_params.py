@@ -137,15 +137,16 @@ def test_trtllm_eagle_parameters_are_what_the_release_reads(tmp_path, tokenized_
 def test_llm_api_eagle3_renders_exactly_the_pinned_fields(random_pair, tmp_path):
     """1.2.1's EagleDecodingConfig: trtspec writes the linear tree (the fields every stored version reads alike), and
     refuses the tree options whose state at the tag is not pinned instead of dropping them."""
-    facts = load_target("1.2.1").llm_api["speculative_config"]["Eagle"]
+    facts = load_target("1.2.1").llm_api
+    tree = facts.raw["classes"]["EagleDecodingConfig"]["tree"]
     (tmp_path / "eagle3").mkdir()
     fields = dict(target=str(random_pair[0]), method="eagle", engine={"max_input_len": 64, "max_seq_len": 128},
                   trtllm={"version": "1.2.1"})
     _, plan = plan_of(eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, "num_layers": 3}, **fields)
-    assert sorted(plan.llm_api["speculative_config"]) == sorted(facts["rendered_by_trtspec"])
-    assert set(facts["required"]) <= set(plan.llm_api["speculative_config"])
-    assert facts["tree"]["rendered"] is False and not facts["tree"]["pinned"]
-    assert not set(plan.llm_api["speculative_config"]) & {*facts["tree"]["static"], *facts["tree"]["dynamic"]}
+    rendered = plan.llm_api["speculative_config"]
+    assert sorted(rendered) == ["decoding_type", "eagle3_one_model", "max_draft_len", "speculative_model"]
+    assert set(facts.decoding_types["Eagle"].required) <= set(rendered)
+    assert not tree["pinned"] and not set(rendered) & {*tree["static"], *tree["dynamic"]}
     bad = [({"choices": [[0], [0, 0]]}, "eagle.choices='set': EAGLE-3 through the LLM API is rendered as a chain"),
            ({"topk": 4}, "eagle.topk=4: sets the reference engine's dynamic tree"),
            ({"depth": 4}, "eagle.depth=4: sets the reference engine's dynamic tree")]
