@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trtspec.errors import ConfigError, shown
-from trtspec.textfile import read_text_file
+from trtspec.textfile import load_yaml_text, read_text_file
 
 Choices = list[list[int]]
 # Bounds checked before a tree is walked or built: ranks go into int32 tensors; real trees have tens to hundreds of
@@ -169,7 +169,7 @@ def _parse_text(text: str, field: str) -> object:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
     except RecursionError:
         raise _Problem(field, text, "nests too deeply", hint="a tree is a list of lists of ranks") from None
     except yaml.MarkedYAMLError as exc:

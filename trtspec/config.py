@@ -33,7 +33,7 @@ from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, spelled
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
-from trtspec.textfile import read_text_file
+from trtspec.textfile import load_yaml_text, read_text_file
 
 # Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
 COUNT_MAX = 2**31 - 1
@@ -354,7 +354,7 @@ def load_yaml(path: Path, *, what: str) -> Any:
 
     text = read_text_file(path, "config", limit=MAX_CONFIG_BYTES, what=what)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)
     except yaml.MarkedYAMLError as exc:
         where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}" if exc.problem_mark else ""
         problem = " ".join(str(exc.problem or exc.context or "syntax error").split())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
+from typing import Any
 
 from trtspec.errors import ConfigError
 
@@ -32,6 +33,22 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
         raise ConfigError(field, str(path), "contains NUL bytes: a binary file, or UTF-16 without a byte-order mark",
                           hint=f"save it as UTF-8; check that it is {what}")
     return text
+
+
+def load_yaml_text(text: str) -> Any:
+    """The YAML document in `text`, read with PyYAML's safe loader: the libyaml (C) one where PyYAML has it, whose
+    parse time stays linear in hostile nesting, else the pure-Python one. Nesting past what the loader can hold raises
+    RecursionError with either loader (libyaml reports it as a scanner error); other problems raise yaml.YAMLError,
+    ValueError or OverflowError, as `yaml.safe_load` does."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except yaml.MarkedYAMLError as exc:
+        if "maximum nesting depth" in str(exc.problem or ""):
+            raise RecursionError(str(exc.problem)) from None
+        raise
 
 
 def size_text(limit: int) -> str:

@@ -233,11 +233,11 @@ def read_options(path: Any) -> Any:
     (exit 2) naming `--llm-api` and the file when it cannot be read or is not YAML; never echoes the file."""
     from pathlib import Path
 
-    from trtspec.textfile import read_text_file
+    from trtspec.textfile import load_yaml_text, read_text_file
 
     text = read_text_file(Path(path), "--llm-api", limit=MAX_OPTIONS_BYTES, what="an LLM-API options file")
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

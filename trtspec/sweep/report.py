@@ -15,6 +15,7 @@ from trtspec.atomic import write_text
 from trtspec.contracts import costmodel
 from trtspec.errors import ConfigError, UsageError
 from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
+from trtspec.textfile import load_yaml_text
 
 
 @dataclass
@@ -75,7 +76,7 @@ def write_config(path: str | Path, recs: Sequence[Recommendation], *, target: st
     path = Path(path)
     data: dict[str, Any] = {}
     if path.exists():
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = load_yaml_text(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ConfigError("write_config", str(path), "is not a YAML mapping", hint="pass a build config file")
         data = loaded

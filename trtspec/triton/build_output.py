@@ -23,6 +23,7 @@ from typing import Any
 from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.textfile import load_yaml_text
 
 MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
 
@@ -139,7 +140,7 @@ def _llm_api(root: Path, rel: Any) -> dict[str, Any] | None:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise UsageError(f"{path} is not valid YAML ({exc})", hint="rebuild; trtspec writes it atomically") from None
     if not isinstance(data, dict):
