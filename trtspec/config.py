@@ -32,7 +32,7 @@ from pydantic import (
 from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, spelled
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
-from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, load_target
+from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, Workflow, default_workflow, load_target
 from trtspec.textfile import load_yaml_text, read_text_file
 
 # Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
@@ -254,6 +254,11 @@ class BuildSpec(_Spec):
 
     name: str | None = None
     backend: Literal["tensorrtllm", "torch"] = "tensorrtllm"
+    workflow: Workflow | None = Field(
+        None, description="backend tensorrtllm: pytorch (TensorRT-LLM's LLM API on the PyTorch backend: trtllm-serve, "
+                          "Triton's llmapi model, Dynamo; the HF checkpoints as they are, no engines) or engine "
+                          "(convert_checkpoint.py + trtllm-build, Triton's C++ backend). Default: the target's, "
+                          "pytorch where trtspec has its LLM-API facts (1.2.1), else engine (0.18.0, 0.19.0)")
     target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
     draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
     method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, none")
@@ -301,6 +306,11 @@ class BuildSpec(_Spec):
                               hint="set the target once: `trtllm: {version: ...}` or `trtllm_version: ...`")
         data["trtllm"] = {**section, "version": version}
         return data
+
+    def workflow_name(self) -> Workflow:
+        """The workflow this build plans: `workflow` as given, else the target's default (targets.default_workflow).
+        A torch bundle has none of its own; it reports the target's default."""
+        return self.workflow or default_workflow(self.trtllm.version)
 
     @field_validator("suffix", mode="before")
     @classmethod

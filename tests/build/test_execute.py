@@ -93,12 +93,14 @@ def test_only_convert_converts_both_and_reports_engines_pending(pair_config, ran
 
 
 def test_llm_api_file_is_written_for_a_verified_target(random_pair, tmp_path):
+    """The engine workflow at 1.2.1 writes the LLM-API file beside the engines (the PyTorch workflow:
+    tests/build/test_pytorch_workflow.py)."""
     import yaml
 
     target, draft = random_pair
     config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
                           max_draft_len=4, engine={"dtype": "float32", "max_input_len": 64, "max_seq_len": 128},
-                          trtllm={"version": "1.2.1"})
+                          trtllm={"version": "1.2.1"}, workflow="engine")
     out = tmp_path / "out"
     assert run_build(config, "--only", "convert", "--out", out) == 0
     options = yaml.safe_load((out / "llm-api" / "extra_llm_api_options.yaml").read_text())

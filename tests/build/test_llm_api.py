@@ -82,7 +82,9 @@ CASES = [(p, v) for p in CONFIGS for v in WITH_FACTS]
 
 @pytest.mark.parametrize(("path", "version"), CASES, ids=[f"{p.stem}@{v}" for p, v in CASES])
 def test_written_file_has_exactly_the_keys_the_target_allows(path, version):
-    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+    """The engine workflow writes the file beside the engines or notes why not; the PyTorch workflow writes it or
+    refuses the method (tests/build/test_pytorch_workflow.py): the same file where both write one."""
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}, "workflow": "engine"})
     if spec.backend == "torch" or spec.method == "suffix":
         return
     plan = plan_build(run_preflight(spec, dry_run=True))
@@ -92,6 +94,8 @@ def test_written_file_has_exactly_the_keys_the_target_allows(path, version):
     facts = load_target(version).llm_api
     options = yaml.safe_load(next(s.content for s in plan.steps if s.id == "write-llm-api"))
     assert options == plan.llm_api and diff_llm_api(options, facts) == []
+    pytorch = plan_build(run_preflight(spec.model_copy(update={"workflow": "pytorch"}), dry_run=True))
+    assert pytorch.llm_api == options  # one options file, whichever workflow writes it
     assert set(options) <= {f.name for f in facts.top_level}
     assert set(options["kv_cache_config"]) <= {f.name for f in facts.kv_cache_fields}
     # a throwaway mutation: one unknown key, top level and inside speculative_config, fails the check by name
@@ -148,7 +152,7 @@ def test_a_control_a_release_does_not_read_is_refused():
 
 def test_refused_method_in_the_plan_notes_names_the_nearest(random_pair):
     _, plan = plan_of(target=str(random_pair[0]), method="lookahead", lookahead=[4, 4, 4],
-                      engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"})
+                      engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"}, workflow="engine")
     assert plan.llm_api is None
     assert any("Lookahead does not run on TensorRT-LLM 1.2.1's PyTorch backend" in n and "nearest method: ngram" in n
                for n in plan.notes)

@@ -25,7 +25,9 @@ BASE = (["--max_beam_width", "1"], ["--logits_dtype", "float32"], ["--use_paged_
 
 
 def dry_plan(path: Path, version: str | None = None):
-    overrides = {"trtllm": {"version": version}} if version else None
+    # another target for an example: its engine workflow there (the example's own meaning; the PyTorch workflow's
+    # examples name 1.2.1 and `workflow: pytorch` themselves)
+    overrides = {"trtllm": {"version": version}, "workflow": "engine"} if version else None
     resolved = run_preflight(load_build_spec(path, overrides=overrides), dry_run=True)
     return resolved, plan_build(resolved)
 
@@ -42,8 +44,10 @@ def normalized(path: Path, version: str | None = None) -> dict:
     return json.loads(text)
 
 
-# Each example as written (its own target), and again for 1.2.1, the target with verified LLM-API facts.
-GOLDEN_CASES = [(p, None) for p in CONFIGS] + [(p, "1.2.1") for p in CONFIGS if "backend: torch" not in p.read_text()]
+# Each example as written (its own target and workflow), and each engine-workflow example again at 1.2.1, the newest
+# target that still builds engines (its examples layout, its LLM-API file beside the engines).
+GOLDEN_CASES = [(p, None) for p in CONFIGS] + [(p, "1.2.1") for p in CONFIGS if "backend: torch" not in p.read_text()
+                                               and "workflow: pytorch" not in p.read_text()]
 
 
 @pytest.mark.parametrize(("path", "version"), GOLDEN_CASES,
@@ -166,7 +170,8 @@ def test_llm_api_draft_target(random_pair):
 def test_llm_api_eagle3_where_the_target_has_it(random_pair, tmp_path):
     (tmp_path / "eagle3").mkdir()
     fields = dict(target=str(random_pair[0]), method="eagle", engine={"max_input_len": 64, "max_seq_len": 128},
-                  eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, "num_layers": 3})
+                  eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, "num_layers": 3},
+                  workflow="engine")  # the engine workflow's plan for it (the PyTorch workflow: test_pytorch_workflow.py)
     _, plan = plan_of(trtllm={"version": "1.2.1"}, **fields)
     assert [s.id for s in plan.steps] == ["write-llm-api"] and plan.engines == {}
     # 1.2.1 reads EAGLE-3 drafters as decoding_type Eagle; max_draft_len counts draft layers, not tree nodes (63)
@@ -188,7 +193,7 @@ def test_version_selects_examples_layout_and_quantization(random_pair):
     layout = {"0.18.0": "examples/llama", "0.19.0": "examples/llama", "1.2.1": "examples/models/core/llama"}
     for version, where in layout.items():  # tagged 0.19.0 sources still use the flat layout (docs/targets.md)
         _, plan = plan_of(target=str(random_pair[0]), method="none", engine={"max_input_len": 8, "max_seq_len": 16},
-                          trtllm={"version": version})
+                          trtllm={"version": version}, workflow="engine")
         assert argv_of(plan, "convert-target")[1] == f"TensorRT-LLM/{where}/convert_checkpoint.py"
         assert (plan.target, plan.container) == (version, load_target(version).image)
 

@@ -89,7 +89,7 @@ def test_llm_api_file_and_pending_engines_follow_a_changed_k(random_pair, tmp_pa
     target, draft = random_pair
     config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target", max_draft_len=4,
                           engine={"dtype": "float32", "max_input_len": 64, "max_seq_len": 128},
-                          trtllm={"version": "1.2.1"})
+                          trtllm={"version": "1.2.1"}, workflow="engine")
     out = tmp_path / "out"
     build(config, out, only="convert")
     options = out / "llm-api" / "extra_llm_api_options.yaml"

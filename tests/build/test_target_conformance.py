@@ -1,6 +1,7 @@
-"""Every example build config x every supported target: the plan's TensorRT-LLM artefacts use only names that target
-reads and carry every name it requires (checked against trtspec/targets data files), or the config is refused
-naming the target, the missing feature and the nearest target that has it."""
+"""Every example build config x every supported target x both workflows: the plan's TensorRT-LLM artefacts use only
+names that target reads and carry every name it requires (checked against trtspec/targets data files), or the config
+is refused naming the target, the missing feature (the PyTorch workflow: the LLM-API facts, or the method's decoding
+type) and the nearest target or method that has it."""
 
 from __future__ import annotations
 
@@ -15,31 +16,44 @@ from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
 from trtspec.errors import ConfigError
 from trtspec.methods import resolve
-from trtspec.targets import SUPPORTED_TARGETS, diff_build_argv, diff_convert_argv, diff_llm_api, load_target
+from trtspec.targets import (
+    SUPPORTED_TARGETS,
+    WORKFLOWS,
+    diff_build_argv,
+    diff_convert_argv,
+    diff_llm_api,
+    load_target,
+)
+from trtspec.targets.llm_api import diff_serve_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
-CASES = [(path, version) for path in CONFIGS for version in SUPPORTED_TARGETS]
+CASES = [(path, version, workflow) for path in CONFIGS for version in SUPPORTED_TARGETS for workflow in WORKFLOWS]
 
 
-def plan_for(path: Path, version: str):
-    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+def plan_for(path: Path, version: str, workflow: str = "engine"):
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}, "workflow": workflow})
     resolved = run_preflight(spec, dry_run=True)
     return spec, resolved, plan_build(resolved)
 
 
-@pytest.mark.parametrize(("path", "version"), CASES, ids=[f"{p.stem}@{v}" for p, v in CASES])
-def test_example_artefacts_match_the_target(path, version):
+@pytest.mark.parametrize(("path", "version", "workflow"), CASES, ids=[f"{p.stem}@{v}-{w}" for p, v, w in CASES])
+def test_example_artefacts_match_the_target(path, version, workflow):
     target = load_target(version)
-    spec = load_build_spec(path, overrides={"trtllm": {"version": version}})
+    spec = load_build_spec(path, overrides={"trtllm": {"version": version}, "workflow": workflow})
     method = resolve(spec.method)
-    lacking = [f for f in method.target_features if not target.has(f)] if spec.backend == "tensorrtllm" else []
+    eagle3 = spec.eagle is not None and spec.eagle.eagle3
+    if workflow == "pytorch" and spec.backend == "tensorrtllm" and not method.trtllm_unsupported:
+        _check_pytorch(path, target, method.name, eagle3)
+        return
+    features = ["eagle3_llmapi"] if eagle3 else method.target_features  # EAGLE-3: the LLM API only (preflight)
+    lacking = [f for f in features if not target.has(f)] if spec.backend == "tensorrtllm" else []
     if lacking:
         with pytest.raises(ConfigError) as err:
-            plan_for(path, version)
+            plan_for(path, version, workflow)
         assert f"lacks {lacking[0]}" in str(err.value) and "nearest target with it" in str(err.value)
         return
-    spec, _, plan = plan_for(path, version)
+    spec, _, plan = plan_for(path, version, workflow)
     if spec.backend == "torch":
         assert plan.target is None and all(s.tool is None for s in plan.steps)
         return
@@ -54,7 +68,6 @@ def test_example_artefacts_match_the_target(path, version):
             assert argv[0] == "python3", step.id
             assert diff_convert_argv(argv, target, spec.trtllm.examples_dir) == [], step.id
     llm_api = next((s for s in plan.steps if s.id == "write-llm-api"), None)
-    eagle3 = spec.eagle is not None and spec.eagle.eagle3
     try:
         kind = decoding_type(method.name, target.llm_api, eagle3=eagle3) if target.llm_api.verified else "-"
     except LlmApiRefusal as refusal:
@@ -73,6 +86,29 @@ def test_example_artefacts_match_the_target(path, version):
         assert set(target.llm_api.decoding_types[kind].required) <= set(speculative)
     kv = plan.llm_api["kv_cache_config"]
     assert 0.05 <= kv.get("free_gpu_memory_fraction", 0.9) <= 0.95, kv
+
+
+def _check_pytorch(path: Path, target, method: str, eagle3: bool) -> None:
+    """The PyTorch workflow: refused without the target's LLM-API facts (naming `workflow` and the nearest target with
+    them) or without a decoding type for the method (naming the nearest method); else no TensorRT-LLM step, one options
+    file exactly as the facts allow and a trtllm-serve command the release declares."""
+    if not target.llm_api.verified:
+        with pytest.raises(ConfigError) as err:
+            plan_for(path, target.version, "pytorch")
+        assert err.value.field == "workflow" and "nearest target with them: 1.2.1" in err.value.message
+        return
+    try:
+        kind = decoding_type(method, target.llm_api, eagle3=eagle3)
+    except LlmApiRefusal as refusal:
+        with pytest.raises(LlmApiRefusal) as err:
+            plan_for(path, target.version, "pytorch")
+        assert err.value.message == refusal.message and "nearest:" in err.value.message
+        return
+    _, _, plan = plan_for(path, target.version, "pytorch")
+    assert plan.workflow == "pytorch" and not plan.engines and all(s.tool is None for s in plan.steps)
+    assert diff_llm_api(plan.llm_api, target) == []
+    assert (plan.llm_api.get("speculative_config") or {}).get("decoding_type") == kind
+    assert diff_serve_argv(plan.serve["trtllm-serve"], target.version) == []
 
 
 def test_every_example_names_a_supported_target():

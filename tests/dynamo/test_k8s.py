@@ -63,8 +63,8 @@ def test_every_example_renders_or_names_why_not(config, mode, api_version):
         with pytest.raises(ConfigError, match=f"method='{method}': cannot be built for TensorRT-LLM"):
             rendered(config, mode, api_version=api_version)
         return
-    if method not in LLM_API_METHODS and not eagle3:
-        with pytest.raises(ConfigError, match="trtllm.version.*no LLM-API options"):
+    if method not in LLM_API_METHODS and not eagle3:  # 1.2.1's default workflow is pytorch: the method is refused
+        with pytest.raises(ConfigError, match=f"method='{method}': has no LLM-API .* on TensorRT-LLM 1.2.1.*nearest"):
             rendered(config, mode, api_version=api_version)
         return
     result, _ = rendered(config, mode, api_version=api_version)
@@ -156,6 +156,28 @@ def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
         assert graph["apiVersion"] == f"nvidia.com/{version}" and set(graph["spec"]) == {"backendFramework", key}
     result = CliRunner().invoke(cli, ["k8s", str(config), "--out", str(tmp_path / "x"), "--api-version", "v2"])
     assert result.exit_code == 2 and "--api-version" in result.output
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b-eagle3", "llama3.1-8b-draft-target", "llama3.1-8b-ngram-pytorch",
+                                  "llama3.1-8b-ngram"])
+def test_worker_configs_carry_the_builds_llm_api_options(name, tmp_path):
+    """Every engine config of `trtspec k8s` (both modes) is the options file `trtspec build` writes for the same
+    config, speculative_config included: one source (the build plan's `llm_api`), not a second rendering."""
+    config = next(p for p in EXAMPLES if p.stem == name)
+    spec = load_build_spec(config)
+    flags = [] if spec.trtllm.version == "1.2.1" else ["--trtllm-version", "1.2.1"]
+    overrides = {"trtllm": {"version": "1.2.1"}} if flags else None
+    plan = plan_build(run_preflight(load_build_spec(config, overrides=overrides), dry_run=True))
+    written = yaml.safe_load(next(s.content for s in plan.steps if s.id == "write-llm-api") or "")
+    assert written["speculative_config"]["decoding_type"] in ("Eagle", "DraftTarget", "NGram")
+    for mode in ("agg", "disagg"):
+        out = tmp_path / mode
+        code, _, err = run_cli(["k8s", str(config), *flags, "--name", "llama-8b", "--mode", mode, "--out", str(out)])
+        assert code == 0, err
+        files = sorted((out / "engine_configs").glob("*.yaml"))
+        assert [f.name for f in files] == (["agg.yaml"] if mode == "agg" else ["decode.yaml", "prefill.yaml"])
+        for file in files:
+            assert yaml.safe_load(file.read_text()) == written, file.name
 
 
 def test_a_release_without_llm_api_facts_is_refused_naming_the_field():

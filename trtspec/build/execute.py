@@ -138,7 +138,7 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
                 result.pending.append(_pending(step, out, resolved))
         # 5. manifest, then swap the staged directory into place
         ordered = [records[s.id] for s in plan.steps if s.id in records]
-        result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm)
+        result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm, out)
         write_json(staging / MANIFEST, result.manifest)
         replace_dir(staging, out)
         for report in (f"{out.name}.trtspec-failed.json", f"{out.name}.trtspec-failed.log"):
@@ -180,6 +180,13 @@ def _pending(step: Step, out: Path, resolved: Resolved) -> dict[str, Any]:
     """A pending step as printed and stored: the shell line is built from argv (`cd OUT && ...`, quoted)."""
     return {"id": step.id, "command": f"{shlex.join(['cd', str(out)])} && {step.command()}", "cwd": str(out),
             "argv": list(step.argv), "container": resolved.spec.trtllm.image()}
+
+
+def serve_command(argv: tuple[str, ...], out: Path, plan: BuildPlan) -> dict[str, Any]:
+    """A serving form's command as printed and stored: argv, and the shell line run from the output directory
+    (`cd OUT && ...`, quoted), inside the target's container."""
+    return {"argv": list(argv), "command": f"{shlex.join(['cd', str(out)])} && {shlex.join(argv)}", "cwd": str(out),
+            "container": plan.container}
 
 
 def _disk_error(exc: OSError, out: Path, step: Step | None) -> TrtspecError:
@@ -389,12 +396,13 @@ def derived_values(resolved: Resolved) -> dict[str, Any]:
 
 
 def _manifest(plan: BuildPlan, resolved: Resolved, steps: list[dict[str, Any]], pending: list[dict[str, Any]],
-              hasher: Hasher, trtllm: bool) -> dict[str, Any]:
+              hasher: Hasher, trtllm: bool, out: Path) -> dict[str, Any]:
     config = resolved.spec.model_dump(mode="json")
     return {
         "format": FORMAT,
         "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "backend": plan.backend,
+        "workflow": plan.workflow,
         "method": plan.method,
         "config": config,
         "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
@@ -404,6 +412,7 @@ def _manifest(plan: BuildPlan, resolved: Resolved, steps: list[dict[str, Any]], 
         "engines": plan.engines,
         "checkpoints": plan.checkpoints,
         "llm_api": LLM_API_FILE if plan.llm_api is not None else None,
+        "serve": {form: serve_command(argv, out, plan) for form, argv in plan.serve.items()},
         "steps": steps,
         "pending": pending,
         "notes": list(plan.notes),
@@ -498,7 +507,7 @@ def _fail(staging: Path, out: Path, plan: BuildPlan, resolved: Resolved, records
     """Leave `out` untouched; keep the failure report and the last log beside it (best effort: the disk may be
     full)."""
     try:
-        report = _manifest(plan, resolved, list(records.values()), [], hasher, trtllm)
+        report = _manifest(plan, resolved, list(records.values()), [], hasher, trtllm, out)
         report["error"] = str(exc)
         write_json(out.parent / f"{out.name}.trtspec-failed.json", report)
         logs = sorted((staging / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)

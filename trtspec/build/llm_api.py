@@ -163,9 +163,11 @@ def _value_at(options: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def serve_argv(model: str, options_file: str = LLM_API_FILE) -> list[str]:
-    """`trtllm-serve` for the options file (PyTorch backend)."""
-    return ["trtllm-serve", model, "--backend", PYTORCH, "--extra_llm_api_options", options_file]
+def serve_argv(model: str, options_file: str = LLM_API_FILE, *, tp_size: int = 1, pp_size: int = 1) -> list[str]:
+    """`trtllm-serve` for the options file (PyTorch backend); the parallel sizes as flags when they are not 1."""
+    parallel = [*(["--tp_size", str(tp_size)] if tp_size != 1 else []), *(["--pp_size", str(pp_size)] if pp_size != 1
+                                                                          else [])]
+    return ["trtllm-serve", model, "--backend", PYTORCH, *parallel, "--extra_llm_api_options", options_file]
 
 
 def llm_api_yaml(options: Mapping[str, Any], header: list[str] | tuple[str, ...] = ()) -> str:
@@ -176,10 +178,11 @@ def llm_api_yaml(options: Mapping[str, Any], header: list[str] | tuple[str, ...]
     return "".join(f"{line}\n" for line in lines) + body
 
 
-def header_lines(method: str, target: TrtllmTarget, model: str) -> list[str]:
-    """What the file is and how to serve it, for the top of the options file."""
+def header_lines(method: str, target: TrtllmTarget, model: str, argv: list[str] | tuple[str, ...] | None = None
+                 ) -> list[str]:
+    """What the file is and how to serve it (`argv`, default `serve_argv(model)`), for the top of the options file."""
     return [f"trtspec: LLM-API options for method {method}, TensorRT-LLM {target.version} ({target.image}), PyTorch "
-            "backend. Serve from the build output directory:", shlex.join(serve_argv(model))]
+            "backend. Serve from the build output directory:", shlex.join(argv or serve_argv(model))]
 
 
 def _plain(value: Any) -> Any:

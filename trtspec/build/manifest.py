@@ -6,6 +6,7 @@ Format (version 1), written atomically into the output directory by the executor
       "format": "trtspec-manifest/1",
       "updated": "2026-11-29T10:00:00Z",
       "backend": "tensorrtllm" | "torch",
+      "workflow": "pytorch" | "engine" | null (a torch bundle),
       "method": "draft_target",
       "config": {...BuildSpec as JSON...},
       "config_sha256": "...",
@@ -15,7 +16,11 @@ Format (version 1), written atomically into the output directory by the executor
                   "kv_cache": {role: {max_tokens_in_paged_kv_cache, kv_cache_free_gpu_mem_fraction, ...}},
                   "medusa_heads": {...} | null, "checks": [{"name", "status", "detail"}]},
       "engine": {...EngineConfig.to_dict(): what the build serves: checkpoints, method, k, each method's knobs...},
-      "engines": {"target": "engines/target", ...}, "checkpoints": {...}, "llm_api": "llm-api/...yaml" | null,
+      "engines": {"target": "engines/target", ...} ({} in the PyTorch workflow),
+      "checkpoints": {role: converted checkpoint dir (engine workflow) | the HF checkpoint it serves (PyTorch)},
+      "llm_api": "llm-api/...yaml" | null,
+      "serve": {"trtllm-serve": {"argv", "command": "cd OUT && trtllm-serve ..." (shell-quoted), "cwd", "container"}}
+               (PyTorch workflow; {} otherwise),
       "steps": [{"id", "stage", "kind", "title", "status": "done" | "pending", "runner": "tensorrt_llm" | "trtspec"
                  | null, "command" (shell-quoted), "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds",
                  "key" (sha256 of everything the step reads; a re-run skips it only while unchanged), "code" (the

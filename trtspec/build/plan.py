@@ -38,6 +38,7 @@ from trtspec.config import NgramSpec
 from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
+from trtspec.targets.llm_api import diff_serve_argv
 
 TRTLLM = "tensorrt_llm"
 OWN_CONVERTER = ("python", "-m", "trtspec.build.convert")
@@ -85,6 +86,9 @@ class BuildPlan:
     notes: tuple[str, ...] = ()
     target: str | None = None  # TensorRT-LLM release the artefacts are written for (None: torch bundle)
     container: str | None = None  # the NGC image that ships it
+    workflow: str | None = None  # pytorch | engine (trtspec.targets.WORKFLOWS); None: torch bundle
+    # PyTorch workflow: each serving form's command (argv, run in the output directory, inside `container`)
+    serve: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def select(self, only: str | None) -> list[Step]:
         """Steps of one stage (`convert` or `engines`; file steps go with either), or all."""
@@ -94,7 +98,8 @@ class BuildPlan:
 
     def render(self) -> str:
         """Human-readable plan: one block per step with its command."""
-        lines = [f"# trtspec build plan: backend={self.backend} method={self.method}"]
+        workflow = f" workflow={self.workflow}" if self.workflow else ""
+        lines = [f"# trtspec build plan: backend={self.backend}{workflow} method={self.method}"]
         if self.target:
             lines.append(f"# target: TensorRT-LLM {self.target}, container {self.container}")
         for i, step in enumerate(self.steps, 1):
@@ -102,19 +107,30 @@ class BuildPlan:
             lines.append(f"    $ {step.command()}")
             if step.fallback:
                 lines.append(f"    $ {step.command(use_fallback=True)}   # without TensorRT-LLM")
+        for form, argv in self.serve.items():
+            lines.append(f"# serve with {form} (in the output directory, inside {self.container}):")
+            lines.append(f"    $ {shlex.join(argv)}")
+        if self.workflow == "pytorch":  # the options file itself: what every serving form reads
+            for step in self.steps:
+                if step.id == "write-llm-api" and step.content is not None:
+                    lines.append(f"# {step.outputs[0]}:")
+                    lines += [f"    {line}" for line in step.content.splitlines()]
         lines += [f"# note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "method": self.method, "steps": [s.to_dict() for s in self.steps],
                 "engines": self.engines, "checkpoints": self.checkpoints, "llm_api": self.llm_api,
-                "notes": list(self.notes), "target": self.target, "container": self.container}
+                "notes": list(self.notes), "target": self.target, "container": self.container,
+                "workflow": self.workflow, "serve": {form: list(argv) for form, argv in self.serve.items()}}
 
 
 def plan_build(resolved: Resolved) -> BuildPlan:
     """The ordered steps for `resolved` (see module docstring)."""
     if resolved.spec.backend == "torch":
         return _plan_torch(resolved)
+    if resolved.workflow == "pytorch":
+        return _plan_pytorch(resolved)
     return _plan_tensorrtllm(resolved)
 
 
@@ -144,7 +160,39 @@ def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
     return BuildPlan("tensorrtllm", method.name, tuple(steps),
                      engines={role: f"engines/{role}" for role in roles},
                      checkpoints={role: f"checkpoints/{role}" for role in roles}, llm_api=llm_api, notes=tuple(notes),
-                     target=target.version, container=target.image)
+                     target=target.version, container=target.image, workflow="engine")
+
+
+# --- TensorRT-LLM PyTorch workflow -----------------------------------------------------------------------------------
+
+
+def _plan_pytorch(r: Resolved) -> BuildPlan:
+    """The PyTorch workflow (the LLM API on the PyTorch backend): no checkpoint conversion and no trtllm-build. The
+    release loads the HF checkpoints where they are (target; the draft model or the EAGLE-3 drafter through
+    `speculative_config`), so the plan references them by path; its one file is the `extra_llm_api_options` YAML that
+    trtllm-serve reads and that Triton's llmapi model (model.yaml) and Dynamo's TensorRT-LLM workers carry as is."""
+    target, spec = r.spec.trtllm.target(), r.spec
+    llm_api, _ = _llm_api(r, target)
+    if llm_api is None:  # preflight refused the workflow / method already; this is a bug, not bad input
+        raise AssertionError(f"PyTorch workflow without LLM-API options for {r.method.name} on {target.version}")
+    model = r.models["target"].path
+    serve = serve_argv(model, tp_size=spec.engine.tp_size, pp_size=spec.engine.pp_size)
+    if problems := diff_serve_argv(serve, target.version):
+        raise AssertionError("; ".join(problems))  # serve_argv writes only options the release declares
+    roles = [role for role in ("target", "draft", "eagle") if role in r.models]
+    step = Step("write-llm-api", "files", "write", "LLM-API options for trtllm-serve, Triton's llmapi model and "
+                "Dynamo's TensorRT-LLM workers", content=llm_api_yaml(llm_api, header_lines(r.method.name, target,
+                                                                                            model, serve)),
+                outputs=(LLM_API_FILE,))
+    checkpoints = ", ".join(f"{role} {r.models[role].path}" for role in roles)
+    notes = (f"PyTorch workflow: no checkpoint conversion and no trtllm-build; TensorRT-LLM {target.version} loads the "
+             f"HF checkpoints where they are ({checkpoints}): mount them at these paths in {target.image}",
+             "Triton: `trtspec deploy --backend tensorrtllm --build OUT --out DIR` renders NVIDIA's llmapi model with "
+             "these options in its model.yaml; Dynamo: `trtspec k8s CONFIG --out DIR` writes them as the workers' "
+             "engine configs")
+    return BuildPlan("tensorrtllm", r.method.name, (step,), checkpoints={role: r.models[role].path for role in roles},
+                     llm_api=llm_api, notes=notes, target=target.version, container=target.image, workflow="pytorch",
+                     serve={"trtllm-serve": tuple(serve)})
 
 
 def _eagle3(r: Resolved) -> bool:

@@ -28,7 +28,7 @@ from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
-from trtspec.targets import require_feature
+from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target, require_feature
 
 T = TypeVar("T")
 
@@ -82,6 +82,11 @@ class Resolved:
     checks: list[Check] = field(default_factory=list)
     dry_run: bool = False
 
+    @property
+    def workflow(self) -> str | None:
+        """pytorch | engine for a TensorRT-LLM build (BuildSpec.workflow_name); None for a torch bundle."""
+        return self.spec.workflow_name() if self.spec.backend == "tensorrtllm" else None
+
 
 def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
     """Check `spec` and derive the plan's inputs; raise on the first problem (see module docstring)."""
@@ -130,10 +135,14 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
 
 def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> None:
     """The TensorRT-LLM target has every feature the method needs (EAGLE-3: its LLM API); else a ConfigError naming
-    the target, the feature and the nearest target with it."""
+    the target, the feature and the nearest target with it. The PyTorch workflow needs the target's LLM-API facts and
+    a PyTorch decoding type for the method instead (`_check_pytorch_workflow`)."""
     if spec.backend != "tensorrtllm":
         return
     target = spec.trtllm.target()
+    if spec.workflow_name() == "pytorch":
+        _check_pytorch_workflow(spec, method, target, checks)
+        return
     features = list(method.target_features)
     if spec.eagle is not None and spec.eagle.eagle3:
         features = ["eagle3_llmapi"]  # EAGLE-3 runs through the LLM API only: no engine-flow EAGLE
@@ -142,6 +151,25 @@ def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> N
                                                                                feature == "eagle3_llmapi" else ""))
     checks.append(Check("target", "ok", f"TensorRT-LLM {target.version} ({target.image})"
                         + (f" has {', '.join(features)}" if features else "")))
+
+
+def _check_pytorch_workflow(spec: BuildSpec, method: MethodInfo, target: TrtllmTarget, checks: list[Check]) -> None:
+    """`workflow: pytorch` needs a target whose LLM-API facts trtspec has and a PyTorch decoding type for the method
+    there: else exit 2 naming `workflow` (the target, the nearest target with facts, or workflow: engine) or the
+    method (LlmApiRefusal: the reason and the nearest method that has one)."""
+    from trtspec.build.llm_api import decoding_type
+
+    if not target.llm_api.verified:
+        having = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
+        near = nearest_target(target.version, having)
+        raise ConfigError("workflow", "pytorch", f"TensorRT-LLM {target.version} has no verified LLM-API facts "
+                          f"(trtspec writes only keys a release is known to read); nearest target with them: {near}",
+                          hint=f"set trtllm.version: {near}, or workflow: engine for {target.version}'s trtllm-build "
+                               "engines")
+    eagle3 = spec.eagle is not None and spec.eagle.eagle3
+    kind = decoding_type(method.name, target.llm_api, eagle3=eagle3)  # LlmApiRefusal (exit 2) when it has none
+    checks.append(Check("target", "ok", f"TensorRT-LLM {target.version} ({target.image}), PyTorch workflow: "
+                        + (f"decoding_type {kind}" if kind else "no speculative_config")))
 
 
 def _check_sections(spec: BuildSpec, method: MethodInfo) -> None:
@@ -207,13 +235,14 @@ def _check_architecture(spec: BuildSpec, method: MethodInfo, models: dict[str, M
     if arch is None:
         checks.append(Check("architecture", "unchecked", "target config.json not readable here; assuming Llama"))
         return "llama"
-    if spec.backend == "tensorrtllm" and method.engine_architectures and arch not in method.engine_architectures:
+    engine_flow = spec.backend == "tensorrtllm" and spec.workflow_name() == "engine"  # PyTorch: HF checkpoints as is
+    if engine_flow and method.engine_architectures and arch not in method.engine_architectures:
         raise ConfigError("target", spec.target, f"is a {arch}; TensorRT-LLM's {method.name} engine flow supports "
                           f"only {', '.join(method.engine_architectures)}",
                           hint="pick a target of a supported architecture, or another method (e.g. draft_target)")
     for role in ("target", "draft"):
         ref = models.get(role)
-        if spec.backend == "tensorrtllm" and ref and ref.architecture and ref.architecture not in CONVERT_FAMILIES:
+        if engine_flow and ref and ref.architecture and ref.architecture not in CONVERT_FAMILIES:
             raise ConfigError(role, ref.spec, f"is a {ref.architecture}; trtspec plans conversion only for "
                               f"{', '.join(sorted(CONVERT_FAMILIES))}",
                               hint="convert it yourself with TensorRT-LLM and build with trtllm-build")

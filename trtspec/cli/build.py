@@ -22,12 +22,15 @@ import click
 @click.option("--list-examples", is_flag=True, help="List the shipped example build configs and exit.")
 def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None, schema: bool, backend: str | None,
           as_json: bool, example: str | None, list_examples: bool) -> None:
-    """Build TensorRT-LLM engines with speculative decoding (or a torch bundle) from CONFIG (YAML).
+    """Plan and build a speculative-decoding deployment from CONFIG (YAML): TensorRT-LLM's PyTorch workflow (LLM-API
+    options for trtllm-serve, Triton's llmapi model and Dynamo; the default where the target has LLM-API facts),
+    its engine workflow (convert_checkpoint.py + trtllm-build), or a torch bundle.
 
     Examples:
 
     \b
         trtspec build --list-examples
+        trtspec build --example llama3.1-8b-eagle3 > 8b.yaml && trtspec build 8b.yaml --dry-run
         trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml
         trtspec build --example llama3.3-70b-draft-target > 70b.yaml && trtspec build 70b.yaml --dry-run
     """
@@ -72,7 +75,8 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
     from trtspec.build.execute import execute
 
     result = execute(plan, resolved, out_dir, only=only)
-    summary = {"out": str(result.out_dir), "done": result.done, "skipped": result.skipped, "pending": result.pending}
+    summary = {"out": str(result.out_dir), "done": result.done, "skipped": result.skipped, "pending": result.pending,
+               "serve": result.manifest.get("serve", {})}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -80,6 +84,8 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
                    f"{len(result.pending)} pending -> {result.out_dir}")
         for item in result.pending:
             click.echo(f"  pending {item['id']} (run in {item['container']}):\n    {item['command']}")
+        for form, item in result.manifest.get("serve", {}).items():
+            click.echo(f"  serve with {form} (in {item['container']}):\n    {item['command']}")
     stage_steps = {s.id for s in plan.select(only)}
     blocked = [p for p in result.pending if p["id"] in stage_steps]
     if blocked:

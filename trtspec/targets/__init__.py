@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,6 +28,10 @@ from trtspec.targets.llm_api import LlmApiFacts, LlmApiProblem, diff_llm_api, ll
 SUPPORTED_TARGETS: tuple[str, ...] = ("0.18.0", "0.19.0", "1.2.1")  # oldest first
 DEFAULT_TARGET = "0.19.0"
 SCHEMA = "trtspec-target/1"
+# How a TensorRT-LLM build is served: the LLM API on the PyTorch backend (`trtllm-serve`, Triton's llmapi model, Dynamo's
+# TensorRT-LLM worker; NVIDIA's default since 1.0) or engines built by `trtllm-build` (Triton's C++ backend).
+Workflow = Literal["pytorch", "engine"]
+WORKFLOWS: tuple[Workflow, ...] = ("pytorch", "engine")
 
 FEATURES: dict[str, str] = {
     "seed_min_tokens_names": "request inputs named `seed`/`min_tokens` (older backends read `random_seed`/`min_length`)",
@@ -183,6 +187,13 @@ def nearest_target(version: str, candidates: Iterable[str] = SUPPORTED_TARGETS) 
     return min(pool, key=distance)
 
 
+def default_workflow(target: TrtllmTarget | str) -> Workflow:
+    """A target's default workflow: pytorch where trtspec has its verified LLM-API facts (1.2.1), else engine (0.18.0,
+    0.19.0: trtspec writes only keys a release is known to read)."""
+    target = load_target(target) if isinstance(target, str) else target
+    return "pytorch" if target.llm_api.verified else "engine"
+
+
 def require_feature(target: TrtllmTarget | str, feature: str, *, needed_by: str | None = None) -> TrtllmTarget:
     """`target` if it has `feature`; else one-line ConfigError naming the target, the feature (and what needs it, e.g.
     "method lookahead") and the nearest supported target that has it."""
@@ -329,8 +340,8 @@ from trtspec.targets.checkpoint import (  # noqa: E402 - needs the names above
 )
 
 __all__ = [
-    "DEFAULT_TARGET", "FEATURES", "SUPPORTED_TARGETS", "LlmApiFacts", "LlmApiProblem", "ModelDiff", "TritonModel", "TrtllmTarget", "checkpoint_keys",
-    "checkpoint_tensor_names", "diff_against_target", "diff_build_argv", "diff_checkpoint", "diff_convert_argv",
+    "DEFAULT_TARGET", "FEATURES", "SUPPORTED_TARGETS", "WORKFLOWS", "LlmApiFacts", "Workflow", "LlmApiProblem", "ModelDiff", "TritonModel", "TrtllmTarget", "checkpoint_keys",
+    "checkpoint_tensor_names", "default_workflow", "diff_against_target", "diff_build_argv", "diff_checkpoint", "diff_convert_argv",
     "diff_llm_api", "load_target", "lookahead_max_draft_len", "nearest_target", "pbtxt_names", "require_feature",
     "validate_lookahead",
 ]

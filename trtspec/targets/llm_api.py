@@ -137,6 +137,21 @@ def llm_api_facts(version: str, unverified: Mapping[str, Any] | None = None) -> 
         validator=dict(section.get("validator", {})), raw=section)
 
 
+def serve_options(version: str) -> tuple[str, ...]:
+    """The `trtllm-serve` options of `version` (pytorch-workflow.json `trtllm_serve.options`, with its sources); empty
+    where its serve.py was not read."""
+    return tuple(_facts_data()["targets"].get(version, {}).get("trtllm_serve", {}).get("options", ()))
+
+
+def diff_serve_argv(argv: list[str] | tuple[str, ...], version: str) -> list[str]:
+    """Problems of a `trtllm-serve` command line for `version`: options its serve.py does not declare (none read:
+    every option is a problem)."""
+    known = set(serve_options(version))
+    return [f"{arg}: not a trtllm-serve option of TensorRT-LLM {version}" + (
+        f" (nearest: {near})" if (near := nearest(arg, known)) else "")
+            for arg in argv[1:] if arg.startswith("--") and arg not in known]
+
+
 # --- the check --------------------------------------------------------------------------------------------------------
 
 

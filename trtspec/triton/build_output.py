@@ -6,8 +6,8 @@ trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `
 
 Manifest fields used (format `trtspec-manifest/1`, see trtspec.build.manifest): backend, method, config.target,
 config.engine.{tp_size, pp_size, draft_tp_size, max_batch_size, max_input_len, max_seq_len},
-config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), config.workflow
-(pytorch | engine, when the config says), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
+config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), workflow
+(pytorch | engine; older manifests: config.workflow, else pytorch when there are LLM-API options and no engines), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
 medusa_heads.num_heads}, engines.<role> (relative path), llm_api (the LLM-API options file, relative path),
 steps[].{id, command | argv}.
 """
@@ -23,6 +23,7 @@ from typing import Any
 from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.targets import WORKFLOWS, Workflow
 from trtspec.textfile import load_yaml_text
 
 MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
@@ -68,7 +69,7 @@ class BuildOutput:
     pp_size: int = 1
     # the LLM-API options the build wrote (its `extra_llm_api_options` file, as a mapping); None: it wrote none
     llm_api: dict[str, Any] | None = None
-    workflow: str = "engine"  # pytorch: served through the LLM API (config.workflow; else no engines and LLM-API options)
+    workflow: Workflow = "engine"  # pytorch: served through the LLM API (the manifest's workflow; targets.WORKFLOWS)
 
     @property
     def method(self) -> str:
@@ -110,8 +111,11 @@ def read_build_output(build_dir: Path) -> BuildOutput:
     if backend == "torch":
         return _read_bundle(root, common)
     llm_api = _llm_api(root, manifest.get("llm_api"))
-    workflow = str(config.get("workflow") or ("pytorch" if llm_api is not None and not manifest.get("engines")
-                                              else "engine"))
+    workflow = str(manifest.get("workflow") or config.get("workflow")
+                   or ("pytorch" if llm_api is not None and not manifest.get("engines") else "engine"))
+    if workflow not in WORKFLOWS:
+        raise UsageError(f"{root / MANIFEST}: workflow {workflow!r} is not one of {', '.join(WORKFLOWS)}",
+                         hint="rebuild with this trtspec")
     heads = (derived.get("medusa_heads") or {}).get("num_heads")
     steps = {s.get("id"): s for s in manifest.get("steps") or [] if isinstance(s, dict)}
     engine = _manifest_engine(root, manifest, method)
