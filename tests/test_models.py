@@ -66,3 +66,29 @@ def test_embedded_eagle_drafter_resolves_and_fits_tiny():
     target = LlamaModel.from_pretrained(resolve_model("tiny"))
     drafter, taps = load_drafter("tiny-eagle", target.config, target.embed_tokens)
     assert taps == (1, 3, 5) and drafter.embed_tokens is target.embed_tokens
+
+
+def test_load_tokenizer_is_what_autotokenizer_loads(tmp_path):
+    """The embedded models' generic fast tokenizer is built directly (no AutoTokenizer config lookup) and is the same
+    tokenizer AutoTokenizer returns; a directory naming another class goes through AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    from trtspec.models import embedded_path, load_tokenizer
+
+    path = embedded_path("tiny")
+    ours, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(path)
+    assert type(ours) is type(auto)
+    text = "def add(a, b):\n    return a + b  # ünïcode"
+    assert ours(text)["input_ids"] == auto(text)["input_ids"] and ours.decode(auto(text)["input_ids"]) == text
+    assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (auto.bos_token_id, auto.eos_token_id,
+                                                                          auto.pad_token_id)
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert ours.apply_chat_template(chat, tokenize=False) == auto.apply_chat_template(chat, tokenize=False)
+    # a directory naming another class: AutoTokenizer decides, and load_tokenizer returns what it returns
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer.json").write_bytes((path / "tokenizer.json").read_bytes())
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "GPT2TokenizerFast"}))
+    assert type(load_tokenizer(other)) is type(AutoTokenizer.from_pretrained(other))
+    assert type(load_tokenizer(other)).__name__ == "GPT2Tokenizer"  # not the generic class: AutoTokenizer ran

@@ -7,6 +7,7 @@ downloads a model at run time.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -194,19 +195,58 @@ def check_pair(target: Path, draft: Path, *, allow_vocab_padding: bool = False) 
         )
 
 
+# tokenizer_config.json classes that are transformers' generic fast tokenizer (TokenizersBackend is transformers 5's
+# name for PreTrainedTokenizerFast): AutoTokenizer would resolve them to that class after importing the model's config
+# machinery (seconds per process), so load_tokenizer builds them directly.
+GENERIC_FAST_TOKENIZERS = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The Hugging Face tokenizer saved in the directory `path`, as `AutoTokenizer.from_pretrained(path)` returns it:
+    a tokenizer.json whose tokenizer_config.json names the generic fast tokenizer is loaded as that class directly
+    (the same object, without AutoTokenizer's config lookup); every other directory goes through AutoTokenizer."""
+    path = Path(path)
+    config = path / "tokenizer_config.json"
+    try:
+        tokenizer_class = json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        tokenizer_class = None
+    if tokenizer_class in GENERIC_FAST_TOKENIZERS and (path / "tokenizer.json").is_file():
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 def tokenizer_vocab(path: Path, *, field: str = "model") -> int | None:
     """Number of entries in a `tokenizer.json` (vocab + added tokens), or None when there is none.
 
-    A tokenizer.json that is not valid (not UTF-8 JSON, no model vocab) raises ModelNotFoundError naming it."""
+    A tokenizer.json that is not valid (not UTF-8 JSON, no model vocab) raises ModelNotFoundError naming it. The count
+    is remembered per file version (path, size, modification time): preflight asks for it several times per build."""
     tok = path / "tokenizer.json"
+    try:
+        stat = tok.stat()
+    except OSError:
+        return None
     if not tok.is_file():
         return None
+    count = _tokenizer_entries(str(tok.resolve()), stat.st_size, stat.st_mtime_ns)
+    if count is None:
+        raise ModelNotFoundError(f"{field}: {tok} is not a valid tokenizer.json",
+                                 hint="re-save the tokenizer with save_pretrained")
+    return count
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_entries(path: str, size: int, mtime_ns: int) -> int | None:
+    """Entries of the tokenizer.json at `path` (one version of it: `size`, `mtime_ns`); None when it is not valid."""
     try:
-        data = json.loads(tok.read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
         vocab = data.get("model", {}).get("vocab", {})
         added = {t["id"] for t in data.get("added_tokens", [])}
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
-        raise ModelNotFoundError(f"{field}: {tok} is not a valid tokenizer.json",
-                                 hint="re-save the tokenizer with save_pretrained") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return None
     ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab)))
     return len(ids | added)

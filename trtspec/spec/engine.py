@@ -376,6 +376,6 @@ def _per_prompt(value: Any, default: Any, n: int, name: str) -> list[Any]:
 def _load_tokenizer(path: Path) -> Any:
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         return None
-    from transformers import AutoTokenizer
+    from trtspec.models import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    return load_tokenizer(path)

@@ -284,12 +284,10 @@ def _bls_acceptance_outputs(config: Mapping[str, Any], spec: SweepSpec) -> list[
 
 def _load_tokenizer(model: str) -> Any:
     """The target's HF tokenizer, used exactly as the in-process engine uses it (special tokens added)."""
-    from trtspec.models import resolve_model
+    from trtspec.models import load_tokenizer, resolve_model
 
     path = Path(resolve_model(model, field="model"))
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise ServerError(f"model={model!r}: no tokenizer in {path} to tokenize prompts for the server",
                           hint="pass the target's local HF directory as --model (the one the repository serves)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
+    return load_tokenizer(path)

@@ -44,15 +44,16 @@ class EagleCalibration:
 def calibrate_eagle(target: Path, eagle: str | Path, *, num_prompts: int, prompt_len: int, new_tokens: int,
                     seed: int = 0) -> EagleCalibration:
     """Greedy continuations of held-out prompts by the target, with its taps, and the drafter checked against it."""
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
+    from trtspec.models import load_tokenizer
     from trtspec.spec.eagle_model import load_drafter
     from trtspec.spec.model import LlamaModel
     from trtspec.training.medusa import continue_with_target
 
     gen = torch.Generator().manual_seed(seed)
     hf = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(target) if (target / "tokenizer.json").is_file() else None
+    tokenizer = load_tokenizer(target) if (target / "tokenizer.json").is_file() else None
     prompts = calibration_prompts(tokenizer, hf.config.vocab_size, num_prompts, prompt_len, gen)  # [n, P]
     sequences = continue_with_target(hf, prompts, new_tokens, sample=False, gen=gen)  # [n, P + new]
     model = LlamaModel.from_pretrained(target, field="target")

@@ -82,8 +82,7 @@ def distillation_prompts(target: Path, vocab_size: int, *, num_prompts: int, pro
     """Training prompts [n, P], corpus windows [w, window_len] and held-out prompts [m, P] for self-distillation,
     with a description of their source: stdlib corpus windows (train / held-out files) when the target has a
     tokenizer, random token ids otherwise (no windows)."""
-    from transformers import AutoTokenizer
-
+    from trtspec.models import load_tokenizer
     from trtspec.training.corpus import stdlib_corpus
 
     windows = torch.zeros(0, window_len, dtype=torch.long)  # [w, window_len]
@@ -91,7 +90,7 @@ def distillation_prompts(target: Path, vocab_size: int, *, num_prompts: int, pro
         return (random_prompts(vocab_size, num_prompts, prompt_len, gen), windows,
                 random_prompts(vocab_size, num_eval, prompt_len, gen),
                 "random token-id prompts (the target has no tokenizer)")
-    tokenizer = AutoTokenizer.from_pretrained(target)
+    tokenizer = load_tokenizer(target)
     corpus = stdlib_corpus()
     train = corpus_prompts(tokenizer, corpus.train_files, num_prompts, prompt_len, gen)
     if num_windows:

@@ -58,13 +58,14 @@ def calibrate(target: Path, heads: MedusaHeads, *, num_prompts: int, prompt_len:
 
     Returns (accuracy [heads, max_rank], ranks [prompts, positions, heads]).
     """
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
+    from trtspec.models import load_tokenizer
     from trtspec.training.medusa import continue_with_target
 
     gen = torch.Generator().manual_seed(seed)
     model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(target) if (target / "tokenizer.json").is_file() else None
+    tokenizer = load_tokenizer(target) if (target / "tokenizer.json").is_file() else None
     prompts = calibration_prompts(tokenizer, model.config.vocab_size, num_prompts, prompt_len, gen)  # [n, P]
     sequences = continue_with_target(model, prompts, new_tokens, sample=False, gen=gen)  # [n, P + new]
     with torch.no_grad():
