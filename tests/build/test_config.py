@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tests.build.helpers import spec_of
 from trtspec.cli.main import cli
-from trtspec.config import BuildSpec, load_build_spec
+from trtspec.config import BuildSpec, load_build_spec, parse_build_spec
 from trtspec.errors import ConfigError
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, load_target
 
@@ -53,8 +53,9 @@ def test_k_alias_and_lookahead_list():
 
 
 def test_target_defaults_and_container_comes_from_its_data_file():
-    spec = spec_of(target="tiny")
-    assert spec.trtllm.version == DEFAULT_TARGET and spec.trtllm.target() is load_target(DEFAULT_TARGET)
+    spec = parse_build_spec({"target": "tiny"})  # spec_of pins the build tests' engine target
+    assert spec.trtllm.version == DEFAULT_TARGET == "1.2.1" and spec.trtllm.target() is load_target(DEFAULT_TARGET)
+    assert spec.workflow is None and spec.workflow_name() == "pytorch"  # the default target's default workflow
     for version in SUPPORTED_TARGETS:
         for fields in ({"trtllm": {"version": version}}, {"trtllm_version": version}):
             spec = spec_of(target="tiny", **fields)

@@ -10,7 +10,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from tests.build.helpers import make_medusa_heads, write_config
+from tests.build.helpers import ENGINE_TARGET, make_medusa_heads, pinned, write_config
 from trtspec.build.convert import trtllm_config
 from trtspec.build.execute import execute
 from trtspec.build.plan import BuildPlan, Step
@@ -18,7 +18,7 @@ from trtspec.build.preflight import run_preflight
 from trtspec.cli.main import main
 from trtspec.config import parse_build_spec
 from trtspec.errors import BuildError
-from trtspec.targets import DEFAULT_TARGET, diff_llm_api, load_target
+from trtspec.targets import diff_llm_api, load_target
 
 CONFIG_KEYS = {"architecture", "dtype", "logits_dtype", "vocab_size", "max_position_embeddings", "hidden_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act", "intermediate_size",
@@ -83,10 +83,10 @@ def test_only_convert_converts_both_and_reports_engines_pending(pair_config, ran
     pending = {p["id"]: p for p in manifest["pending"]}
     assert pending["engine-target"]["command"].startswith(f"cd {out} && trtllm-build --checkpoint_dir checkpoints/target")
     assert "--speculative_decoding_mode draft_tokens_external --max_draft_len 4" in pending["engine-target"]["command"]
-    assert pending["engine-draft"]["container"] == load_target(DEFAULT_TARGET).image
-    assert manifest["derived"]["max_draft_len"] == 4 and manifest["versions"]["target_tensorrt_llm"] == DEFAULT_TARGET
-    assert manifest["versions"]["container"] == load_target(DEFAULT_TARGET).image
-    # the default target's LLM-API facts are unverified: no options file, a note that says why
+    assert pending["engine-draft"]["container"] == load_target(ENGINE_TARGET).image
+    assert manifest["derived"]["max_draft_len"] == 4 and manifest["versions"]["target_tensorrt_llm"] == ENGINE_TARGET
+    assert manifest["versions"]["container"] == load_target(ENGINE_TARGET).image
+    # 0.19.0's LLM-API facts are unverified: no options file, a note that says why
     assert not (out / "llm-api").exists() and manifest["llm_api"] is None
     assert any("LLM-API options are not verified" in n for n in manifest["notes"])
     assert "pending engine-target" in capsys.readouterr().out
@@ -133,8 +133,8 @@ def _plan(spec):
 
 def test_changed_input_reconverts(random_pair, tmp_path):
     target = shutil.copytree(random_pair[0], tmp_path / "target")
-    spec = parse_build_spec({"target": str(target), "method": "none", "engine": {"max_input_len": 8, "max_seq_len": 16},
-                             "output": str(tmp_path / "out")})
+    spec = parse_build_spec(pinned({"target": str(target), "method": "none", "engine": {"max_input_len": 8, "max_seq_len": 16},
+                                    "output": str(tmp_path / "out")}))
     out = tmp_path / "out"
     assert execute(*_plan(spec), out, only="convert", quiet=True).done[0] == "convert-target"
     assert "convert-target" in execute(*_plan(spec), out, only="convert", quiet=True).skipped
@@ -147,8 +147,8 @@ def test_changed_input_reconverts(random_pair, tmp_path):
 
 def test_failed_step_leaves_output_dir_unchanged(random_pair, tmp_path):
     out = tmp_path / "out"
-    spec = parse_build_spec({"target": str(random_pair[0]), "method": "none",
-                             "engine": {"max_input_len": 8, "max_seq_len": 16}})
+    spec = parse_build_spec(pinned({"target": str(random_pair[0]), "method": "none",
+                                    "engine": {"max_input_len": 8, "max_seq_len": 16}}))
     resolved = run_preflight(spec)
     execute(BuildPlan("tensorrtllm", "none", ()), resolved, out, quiet=True)  # an earlier build output
     (out / "keep.txt").write_text("before")
@@ -170,8 +170,8 @@ def test_failed_step_leaves_output_dir_unchanged(random_pair, tmp_path):
 @pytest.mark.parametrize("layout", ["fastdecoding", "modelopt"])
 def test_medusa_conversion_here(random_pair, tmp_path, layout):
     heads = make_medusa_heads(tmp_path / "heads", layout=layout, num_heads=3)
-    spec = parse_build_spec({"target": str(random_pair[0]), "method": "medusa", "medusa": {"heads": str(heads)},
-                             "engine": {"dtype": "float32", "max_input_len": 8, "max_seq_len": 16}})
+    spec = parse_build_spec(pinned({"target": str(random_pair[0]), "method": "medusa", "medusa": {"heads": str(heads)},
+                                    "engine": {"dtype": "float32", "max_input_len": 8, "max_seq_len": 16}}))
     out = tmp_path / "out"
     execute(*_plan(spec), out, only="convert", quiet=True)
     ckpt = out / "checkpoints" / "target"
@@ -204,8 +204,8 @@ def test_tied_embeddings_get_their_own_lm_head(tmp_path):
     from tests.conftest import make_random_llama
 
     tied = make_random_llama(tmp_path / "tied", hidden=16, layers=1, heads=2, tie=True)
-    spec = parse_build_spec({"target": str(tied), "method": "none", "engine": {"dtype": "float32",
-                             "max_input_len": 8, "max_seq_len": 16}})
+    spec = parse_build_spec(pinned({"target": str(tied), "method": "none", "engine": {"dtype": "float32",
+                                    "max_input_len": 8, "max_seq_len": 16}}))
     execute(*_plan(spec), tmp_path / "out", only="convert", quiet=True)
     trt = load_file(str(tmp_path / "out/checkpoints/target/rank0.safetensors"))
     assert (trt["lm_head.weight"] == trt["transformer.vocab_embedding.weight"]).all()

@@ -198,16 +198,25 @@ def test_version_selects_examples_layout_and_quantization(random_pair):
         assert (plan.target, plan.container) == (version, load_target(version).image)
 
 
-def test_dry_run_names_the_target_and_its_container(capsys):
+def test_dry_run_names_the_target_and_its_container(capsys, tmp_path):
     from trtspec.cli.main import main
 
-    main(["build", str(ROOT / "build_configs/tiny-draft-target.yaml"), "--dry-run"])
+    main(["build", str(ROOT / "build_configs/tiny-draft-target.yaml"), "--dry-run"])  # names 0.19.0
     out = capsys.readouterr().out
-    target = load_target(DEFAULT_TARGET)
-    assert f"# target: TensorRT-LLM {DEFAULT_TARGET}, container {target.image}" in out.splitlines()[1]
+    target = load_target("0.19.0")
+    assert f"# target: TensorRT-LLM 0.19.0, container {target.image}" in out.splitlines()[1]
     main(["build", str(ROOT / "build_configs/tiny-draft-target.yaml"), "--dry-run", "--json"])
     plan = json.loads(capsys.readouterr().out)["plan"]
-    assert (plan["target"], plan["container"]) == (DEFAULT_TARGET, target.image)
+    assert (plan["target"], plan["container"]) == ("0.19.0", target.image)
+    config = ROOT / "build_configs/llama3.1-8b-ngram.yaml"  # a config that names no target gets the default's
+    unpinned = tmp_path / "unpinned.yaml"
+    unpinned.write_text("".join(line for line in config.read_text().splitlines(True) if "version:" not in line
+                                and not line.startswith("trtllm:")))
+    main(["build", str(unpinned), "--dry-run"])
+    lines = capsys.readouterr().out.splitlines()
+    default = load_target(DEFAULT_TARGET)
+    assert DEFAULT_TARGET == "1.2.1" and f"# target: TensorRT-LLM 1.2.1, container {default.image}" == lines[1]
+    assert lines[0] == "# trtspec build plan: backend=tensorrtllm workflow=pytorch method=ngram"
 
 
 def test_torch_plan_is_a_bundle(random_pair):

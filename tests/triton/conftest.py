@@ -27,5 +27,7 @@ def tokenized_pair(random_pair, tokenizer_dir, tmp_path_factory) -> tuple[Path, 
 @pytest.fixture(scope="module")
 def torch_bundle(tmp_path_factory) -> Path:
     """The torch bundle of the embedded pair, built the way `trtspec build build_configs/tiny-torch.yaml` builds it;
-    one per module (each module's server renders its repository beside it)."""
-    return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle")
+    one per module (each module's server renders its repository beside it). Its repositories render the 0.19.0
+    contract, the one the requests of NVIDIA's v0.19.0 clients (nvidia_requests.py: random_seed, min_length) are
+    written for; a test that wants another target passes trtllm_version (test_llmapi.py: 1.2.1)."""
+    return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle", trtllm={"version": "0.19.0"})

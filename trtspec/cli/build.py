@@ -32,7 +32,6 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
         trtspec build --list-examples
         trtspec build --example llama3.1-8b-eagle3 > 8b.yaml && trtspec build 8b.yaml --dry-run
         trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml
-        trtspec build --example llama3.3-70b-draft-target > 70b.yaml && trtspec build 70b.yaml --dry-run
     """
     from trtspec.config import BuildSpec, load_build_spec
     from trtspec.errors import ToolNotFoundError, UsageError

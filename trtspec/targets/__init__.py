@@ -26,7 +26,7 @@ from trtspec.errors import ConfigError
 from trtspec.targets.llm_api import LlmApiFacts, LlmApiProblem, diff_llm_api, llm_api_facts
 
 SUPPORTED_TARGETS: tuple[str, ...] = ("0.18.0", "0.19.0", "1.2.1")  # oldest first
-DEFAULT_TARGET = "0.19.0"
+DEFAULT_TARGET = "1.2.1"  # the newest release whose facts are complete (0.18.0/0.19.0: existing engine deployments)
 SCHEMA = "trtspec-target/1"
 # How a TensorRT-LLM build is served: the LLM API on the PyTorch backend (`trtllm-serve`, Triton's llmapi model, Dynamo's
 # TensorRT-LLM worker; NVIDIA's default since 1.0) or engines built by `trtllm-build` (Triton's C++ backend).
