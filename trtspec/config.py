@@ -4,7 +4,8 @@ no file-system checks).
 `BuildSpec` is the single source of truth for `trtspec build`: which checkpoints, which speculative method, the
 engine envelope (batch, lengths, dtype, parallelism), KV-cache and GPU-memory settings, and the TensorRT-LLM
 release the plan targets (`trtllm.version`, one of trtspec.targets.SUPPORTED_TARGETS, default DEFAULT_TARGET; the
-container comes from that target's data file, never from the config). This module checks types and ranges only;
+container comes from that target's data file, never from the config) and its workflow (`workflow`: pytorch | engine,
+unset = the target's default, `BuildSpec.workflow_name`). This module checks types and ranges only;
 cross-field and file-dependent rules (vocab match, Medusa tree vs heads, lookahead budget, features the target lacks)
 live in `trtspec.build.preflight`.
 
