@@ -144,6 +144,18 @@ def test_bad_requests_get_an_error_and_the_deployment_keeps_serving(client, depl
     with pytest.raises(openai.BadRequestError, match="method"):
         client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4,
                                   extra_body={"nvext": {"annotations": annotations(method="eagle3")}})
+    with pytest.raises(openai.BadRequestError, match="echo"):  # the frontend passes it on as prompt_logprobs
+        client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4, echo=True)
+    with pytest.raises(openai.BadRequestError, match="'trtspec:k=3' conflicts with 'trtspec:k=2'"):
+        client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4,
+                                  extra_body={"nvext": {"annotations": ["trtspec:k=2", "trtspec:k=3"]}})
+    with pytest.raises(openai.BadRequestError, match="ASCII digits"):
+        client.completions.create(model=deployment.plan.model, prompt="x", max_tokens=4,
+                                  extra_body={"nvext": {"annotations": ["trtspec:k=\u00b2"]}})
+    with pytest.raises(openai.BadRequestError):  # past the tokenizer: Dynamo's frontend refuses it, no worker sees it
+        client.completions.create(model=deployment.plan.model, prompt=[1000000], max_tokens=4)
+    logs = "".join((deployment.log_dir / f"worker-{i}.log").read_text(errors="replace") for i in range(2))
+    assert "conflicts with 'trtspec:k=2'" in logs and "ASCII digits" in logs  # each refusal is in a worker's log
     ok = client.completions.create(model=deployment.plan.model, prompt=PROMPTS[0], max_tokens=8, temperature=0)
     assert ok.choices[0].text == reference(PROMPTS[0], 8).text
     plain = client.completions.create(model=deployment.plan.model, prompt=PROMPTS[0], max_tokens=8, temperature=0,

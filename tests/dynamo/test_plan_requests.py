@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 
@@ -62,6 +63,29 @@ def test_annotations_choose_the_speculation_of_one_request():
     for bad in ("trtspec:k=two", "trtspec:depth=3", "trtspec:adaptive=maybe", "trtspec:method="):
         with pytest.raises(RequestError, match="annotation"):
             engine_request(request(annotations=[bad]), PARAMS)
+
+
+@pytest.mark.parametrize(("notes", "message"), [
+    (["trtspec:k=2", "trtspec:k=3"], "'trtspec:k=3' conflicts with 'trtspec:k=2'"),
+    (["trtspec:method=ngram", "trtspec:method=none"], "'trtspec:method=none' conflicts with 'trtspec:method=ngram'"),
+    (["trtspec:adaptive=true", "trtspec:adaptive=false"], "adaptive is given twice"),
+    (["trtspec:k=\u00b2"], "ASCII digits"),  # superscript two: str.isdigit() says yes, int() says no
+    (["trtspec:k=\u0663"], "ASCII digits"),  # Arabic-Indic three: int() would take it
+    (["trtspec:k=" + "9" * 5000], "ASCII digits"),  # past int()'s digit limit
+])
+def test_conflicting_or_non_ascii_annotations_are_refused(notes, message):
+    with pytest.raises(RequestError, match=re.escape(message)):
+        engine_request(request(annotations=notes), PARAMS)
+    same = engine_request(request(annotations=["trtspec:k=2", "trtspec:k=2"]), PARAMS).spec  # a repeat agrees
+    assert same.k == 2
+
+
+def test_echo_arrives_as_prompt_logprobs_and_is_refused():
+    """Dynamo 1.6.1's frontend turns `echo: true` into output_options.prompt_logprobs (seen in a worker's request);
+    the reference engine returns no prompt log-probs, so the request is refused instead of answered without echo."""
+    with pytest.raises(RequestError, match=r"echo/prompt_logprobs=1"):
+        engine_request(request(output_options={"prompt_logprobs": 1}), PARAMS)
+    assert engine_request(request(output_options={"prompt_logprobs": None}), PARAMS).prompt_ids == [5, 6, 7]
 
 
 def test_out_of_range_values_are_refused_by_the_engines_own_validation():

@@ -16,6 +16,7 @@ from trtspec.errors import RequestError
 
 ANNOTATION_PREFIX = "trtspec:"
 SPEC_ANNOTATIONS = ("method", "k", "adaptive")  # nvext.annotations "trtspec:<name>=<value>" -> SpecParams fields
+MAX_K_DIGITS = 9  # a k annotation longer than this is no k any engine has (and int() stays cheap)
 
 
 def served_name(target: str) -> str:
@@ -24,8 +25,12 @@ def served_name(target: str) -> str:
 
 
 def spec_annotations(annotations: list[Any]) -> dict[str, Any]:
-    """SpecParams fields from `trtspec:<name>=<value>` annotations (others are Dynamo's and ignored here)."""
+    """SpecParams fields from `trtspec:<name>=<value>` annotations (others are Dynamo's and ignored here).
+
+    Each name at most once (a repeat with another value is refused, never last-one-wins); k is ASCII digits.
+    """
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # name -> the annotation that set it
     for item in annotations:
         if not isinstance(item, str) or not item.startswith(ANNOTATION_PREFIX):
             continue
@@ -33,9 +38,14 @@ def spec_annotations(annotations: list[Any]) -> dict[str, Any]:
         if name not in SPEC_ANNOTATIONS or not value:
             raise RequestError(f"annotation {item!r}: not one of {', '.join(ANNOTATION_PREFIX + n + '=...' for n in SPEC_ANNOTATIONS)}",
                                hint="e.g. nvext.annotations: [\"trtspec:method=ngram\", \"trtspec:k=2\"]")
+        if name in given and given[name] != item:
+            raise RequestError(f"annotation {item!r} conflicts with {given[name]!r}: {name} is given twice",
+                               hint=f"send one {ANNOTATION_PREFIX}{name}=... annotation per request")
+        given[name] = item
         if name == "k":
-            if not value.isdigit():
-                raise RequestError(f"annotation {item!r}: k must be a whole number >= 0", hint="e.g. trtspec:k=2")
+            if not (value.isascii() and value.isdigit()) or len(value) > MAX_K_DIGITS:
+                raise RequestError(f"annotation {item!r}: k must be a whole number >= 0 in ASCII digits 0-9",
+                                   hint="e.g. trtspec:k=2")
             out["k"] = int(value)
         elif name == "adaptive":
             if value.lower() not in ("true", "false"):

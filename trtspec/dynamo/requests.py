@@ -10,7 +10,9 @@ Meanings (OpenAI's, as Dynamo forwards them):
 - max_tokens unset: up to the model's context (the engine's limit); min_tokens, ignore_eos as given.
 - stop_token_ids_hidden (the model's EOS ids, added by the frontend) and stop_token_ids_visible end the request;
   the frontend's decoder hides or shows the token and applies `stop` strings itself.
-- n > 1, best_of, top logprobs and guided decoding are refused naming the field (RequestError, HTTP 400).
+- n > 1, best_of, top logprobs, guided decoding and `echo` (it arrives as output_options.prompt_logprobs) are refused
+  naming the field (RequestError, HTTP 400). `logit_bias`, `suffix` and `tools` never reach the worker: Dynamo
+  1.6.1's frontend drops them from the PreprocessedRequest (docs/dynamo.md "Fields the frontend drops").
 - The speculation (method, k) is the worker's (EngineConfig.method, default_k) unless the request says otherwise in
   Dynamo's `nvext.annotations` (strings the frontend passes through): `trtspec:method=ngram`, `trtspec:k=2`,
   `trtspec:adaptive=true` (trtspec.contracts.openai). A client's output is the same whatever the method (exact verification);
@@ -66,6 +68,9 @@ def engine_request(request: Mapping[str, Any], params: EngineConfig, *, max_cont
     for key, (why, neutral, fix) in REFUSED_SAMPLING.items():
         if sampling.get(key) not in neutral:
             raise RequestError(f"{key}={sampling[key]!r}: {why}", hint=fix)
+    if output.get("prompt_logprobs") is not None:  # what Dynamo 1.6.1's frontend makes of `echo: true`
+        raise RequestError(f"echo/prompt_logprobs={output['prompt_logprobs']!r}: the reference engine returns neither "
+                           "the prompt nor its log-probs", hint="leave echo (and prompt_logprobs) unset")
     top_logprobs = output.get("logprobs")
     if top_logprobs not in (None, 0, False, True) and not (isinstance(top_logprobs, int) and top_logprobs <= 1):
         raise RequestError(f"top_logprobs={top_logprobs!r}: only the chosen token's log-prob is returned",

@@ -215,6 +215,9 @@ def engine_class() -> type:
             except UsageError as exc:
                 log.warning("refused request %s: %s (keys: %s)", context.id(), exc, sorted(request))
                 raise InvalidArgument(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from None
+            except Exception:  # a request the mapping did not foresee: in the log, not only a bare error upstream
+                log.exception("could not map request %s (keys: %s)", context.id(), sorted(request))
+                raise
             queue: asyncio.Queue[Any] = asyncio.Queue()
             sink = _QueueSink(asyncio.get_running_loop(), queue)
             try:
@@ -230,8 +233,10 @@ def engine_class() -> type:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         self.metrics.finished("abort")
-                        if isinstance(item, UsageError):
+                        if isinstance(item, UsageError):  # the engine's own checks (e.g. a token id past its vocab)
+                            log.warning("refused request %s: %s", context.id(), item)
                             raise InvalidArgument(f"{item.message} ({item.hint})" if item.hint else item.message)
+                        log.error("request %s failed: %s: %s", context.id(), type(item).__name__, item)
                         raise Unknown(str(item))
                     generated += len(item.token_ids)
                     if first_token is None and item.token_ids:
