@@ -3,14 +3,17 @@ repository's model; a rollout plan names the versions and checks the draft; stag
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError, IncompatibleModelsError, UsageError
-from trtspec.triton.control import check_k, config_params, config_with_parameter
+from trtspec.triton.control import check_k, config_params, config_with_parameter, set_default_k
 from trtspec.triton.render import validate_model_config, write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.rollout import plan_rollout, stage_version, with_versions
@@ -85,3 +88,66 @@ def test_rollout_refuses_a_tensorrtllm_repository(tmp_path):
     (tmp_path / "trtspec-repo.json").write_text(json.dumps({"backend": "tensorrtllm"}))
     with pytest.raises(UsageError, match="backend is 'tensorrtllm'"):
         plan_rollout(tmp_path, ROOT / "trtspec" / "assets" / "models" / "tiny-draft")
+
+
+class FakeServer:
+    """The part of a Triton server set_default_k talks to (through trtspec's TritonClient, replaced at its seam):
+    one model's live configuration; a reload takes a while, as Triton's does, so racing callers overlap."""
+
+    def __init__(self, config: dict) -> None:
+        self.config, self.lock, self.reloads = config, threading.Lock(), 0
+
+    def client(self, url, model=None, timeout_s=None):
+        server = self
+
+        class Client:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                pass
+
+            def model_config(self, model):
+                with server.lock:
+                    return copy.deepcopy(server.config)
+
+            def load_model(self, model, config):
+                time.sleep(0.2)
+                with server.lock:
+                    server.config, server.reloads = copy.deepcopy(config), server.reloads + 1
+
+            def model_parameters(self, model):
+                return {k: v["string_value"] for k, v in self.model_config(model)["parameters"].items()}
+
+        return Client()
+
+
+def test_racing_set_k_calls_run_one_after_another_and_report_the_k_they_replaced(repo, monkeypatch):
+    """Four set-k calls at once (k = 1, 2, 3, 4) on a model at k 3: each reports the k it really replaced, so the
+    reports chain from 3 through every new k, and the server and the repository end at the last one."""
+    from google.protobuf.json_format import MessageToDict
+
+    import trtspec.triton.client
+
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    server = FakeServer(MessageToDict(validate_model_config(path.read_text()), preserving_proto_field_name=True))
+    monkeypatch.setattr(trtspec.triton.client, "TritonClient", server.client)
+    url = "127.0.0.1:1"  # no server: its lock file is this test's own
+    changes, start = [], threading.Barrier(4)
+
+    def one(k: int) -> None:
+        start.wait()
+        changes.append(set_default_k(url, "tensorrt_llm", k, repo=repo))
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert server.reloads == 4 and len(changes) == 4
+    chain, k = {c.old_k: c.new_k for c in changes}, 3
+    assert len(chain) == 4, [(c.old_k, c.new_k) for c in changes]  # not all "3 -> X"
+    for _ in range(4):
+        k = chain.pop(k)
+    assert chain == {} and server.config["parameters"]["default_k"]["string_value"] == str(k)
+    assert config_params(path).default_k == k  # the repository holds the server's k, not an earlier writer's

@@ -9,13 +9,23 @@ finish and later ones get the new k. With `repo`, the same change is written int
 repository that is not the served one, or a failed reload changes nothing. `check_server(url, models)` checks
 beforehand that such a change could be made (`trtspec monitor --apply` runs it before it watches). Pure Python: no
 torch.
+
+Changes to one server are serialized (`server_lock`: an exclusive flock on a lock file named by the server's
+address, held from the read of the live configuration through the reload and the repository write; rollout-draft
+takes the same lock), so racing `set-k` calls run one after another and each reports the k it really replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
+import hashlib
+import os
 import re
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +95,7 @@ def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry
     """
     from trtspec.triton.client import TritonClient
 
-    with TritonClient(url, model=model, timeout_s=timeout_s) as client:
+    with server_lock(url, timeout_s=timeout_s), TritonClient(url, model=model, timeout_s=timeout_s) as client:
         config = copy.deepcopy(client.model_config(model))
         live = served_engine(config, model)
         check_k(live, k, model)
@@ -103,11 +113,49 @@ def set_default_k(url: str, model: str, k: int, *, repo: Path | None = None, dry
         if now != str(k):
             raise ServerError(f"{model} reloaded but reports default_k={now!r}, not {k}",
                               hint="see the server log; the repository was not changed")
-    if staged is not None:
-        from trtspec.atomic import write_text
+        if staged is not None:  # still under the lock: the repository follows the server in the same order
+            from trtspec.atomic import write_text
 
-        write_text(staged[0], staged[1])
+            write_text(staged[0], staged[1])
     return KChange(model, live.default_k, k, staged[0] if staged else None, note)
+
+
+LOCK_POLL_S = 0.05
+
+
+def lock_path(url: str) -> Path:
+    """The lock file of the server at `url` (gRPC host:port): one per address, loopback names folded together."""
+    host, _, port = url.strip().lower().rpartition(":")
+    host = "loopback" if host.strip("[]") in ("localhost", "127.0.0.1", "::1", "0.0.0.0", "") else host
+    name = hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"trtspec-control-{name}.lock"
+
+
+@contextlib.contextmanager
+def server_lock(url: str, *, timeout_s: float) -> Iterator[None]:
+    """Hold the exclusive lock of the server at `url` (a `set-k` or `rollout-draft` under way) for the block.
+
+    Raises ServerError when another change holds it for longer than `timeout_s`."""
+    path = lock_path(url)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # another user's lock file: a read-only descriptor locks the same
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServerError(f"url={url!r}: another set-k or rollout-draft has been changing this server "
+                                      f"for over {timeout_s:g} s (it holds {path})",
+                                      hint="wait for it to finish, or raise --timeout") from None
+                time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def served_engine(config: dict[str, Any], model: str) -> EngineConfig:

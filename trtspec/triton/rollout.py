@@ -27,7 +27,7 @@ from typing import Any
 
 from trtspec.atomic import replace_dir
 from trtspec.errors import ServerError, UsageError
-from trtspec.triton.control import config_params
+from trtspec.triton.control import config_params, server_lock
 from trtspec.triton.served_config import VERSION_FILE, write_version_file
 
 DRAFT_MODELS = {"tensorrt_llm_draft": "target", "tensorrt_llm": "draft"}  # model -> its EngineConfig field of the draft
@@ -103,7 +103,8 @@ def execute_rollout(plan: RolloutPlan, url: str, *, timeout_s: float = 300.0,
     from trtspec.triton.client import TritonClient
 
     done = []
-    with TritonClient(url, model=plan.steps[0].model, timeout_s=timeout_s) as client:
+    with server_lock(url, timeout_s=timeout_s), TritonClient(url, model=plan.steps[0].model,
+                                                             timeout_s=timeout_s) as client:
         for step in plan.steps:
             versions = client.model_versions(step.model)
             if versions.get(step.old_version) != "READY":
