@@ -173,7 +173,8 @@ def read_config(path: Path, *, field: str = "model") -> dict[str, Any]:
 
 
 def check_pair(target: Path, draft: Path, *, allow_vocab_padding: bool = False) -> None:
-    """Refuse a draft/target pair whose vocabularies differ (names both sizes).
+    """Refuse a draft/target pair whose vocabularies differ (names both sizes) or whose tokenizers map an id to
+    different tokens (names the first such id).
 
     Padding-only differences (same tokenizer, logits width rounded up) are allowed with `allow_vocab_padding`.
     """
@@ -185,6 +186,10 @@ def check_pair(target: Path, draft: Path, *, allow_vocab_padding: bool = False) 
             f"draft tokenizer ({draft}) differs from the target's ({target}): {d_tok} vs {t_tok} entries",
             hint="draft and target must share one tokenizer; pick a draft from the target's model family",
         )
+    if t_tok is not None and t_tok == d_tok and (diff := tokenizer_difference(target, draft)):
+        raise IncompatibleModelsError(f"draft tokenizer ({draft}) differs from the target's ({target}): {diff}",
+                                      hint="draft and target must share one tokenizer; pick a draft from the "
+                                           "target's model family")
     if t_vocab != d_vocab:
         if allow_vocab_padding and t_tok is not None and t_tok == d_tok and min(t_vocab, d_vocab) >= t_tok:
             return
@@ -237,6 +242,38 @@ def tokenizer_vocab(path: Path, *, field: str = "model") -> int | None:
         raise ModelNotFoundError(f"{field}: {tok} is not a valid tokenizer.json",
                                  hint="re-save the tokenizer with save_pretrained")
     return count
+
+
+def tokenizer_difference(target: Path, draft: Path) -> str | None:
+    """The first token id the two `tokenizer.json` files map to different tokens (vocab + added tokens), said in
+    words; None when they agree (or either has no tokenizer.json)."""
+    maps = []
+    for path in (target, draft):
+        tok = Path(path) / "tokenizer.json"
+        try:
+            stat = tok.stat()
+        except OSError:
+            return None
+        maps.append(_tokenizer_tokens(str(tok.resolve()), stat.st_size, stat.st_mtime_ns))
+    t_map, d_map = maps
+    if t_map is None or d_map is None or t_map == d_map:
+        return None
+    first = min(i for i in t_map.keys() | d_map.keys() if t_map.get(i) != d_map.get(i))
+    return f"token id {first} is {d_map.get(first)!r} in the draft, {t_map.get(first)!r} in the target"
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer_tokens(path: str, size: int, mtime_ns: int) -> dict[int, str] | None:
+    """Id -> token of the tokenizer.json at `path` (one version of it), vocab and added tokens; None when not valid."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        vocab = data.get("model", {}).get("vocab", {})
+        tokens = ({i: t for t, i in vocab.items()} if isinstance(vocab, dict)
+                  else {i: (t[0] if isinstance(t, list) else t) for i, t in enumerate(vocab)})
+        tokens.update({t["id"]: t["content"] for t in data.get("added_tokens", [])})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return None
+    return tokens
 
 
 @functools.lru_cache(maxsize=64)

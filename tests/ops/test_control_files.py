@@ -151,3 +151,33 @@ def test_racing_set_k_calls_run_one_after_another_and_report_the_k_they_replaced
         k = chain.pop(k)
     assert chain == {} and server.config["parameters"]["default_k"]["string_value"] == str(k)
     assert config_params(path).default_k == k  # the repository holds the server's k, not an earlier writer's
+
+
+def _swap_two_tokens(path: Path) -> None:
+    """Same size, another tokenizer: two tokens trade ids."""
+    data = json.loads((path / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    (a, ia), (b, ib) = sorted(vocab.items(), key=lambda item: item[1])[300:302]
+    vocab[a], vocab[b] = ib, ia
+    (path / "tokenizer.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_swap_two_tokens, "differs from the target's"),
+    (lambda path: (path / "generation_config.json").write_text(json.dumps(
+        {**json.loads((path / "generation_config.json").read_text()), "eos_token_id": 7})), "eos_token_id differs"),
+], ids=["tokens", "eos"])
+def test_rollout_draft_refuses_a_draft_with_another_tokenizer_as_build_does(repo, tmp_path, change, message):
+    """A draft of the target's vocabulary size whose tokenizer maps ids to other tokens (or whose EOS differs): exit 2
+    naming the draft and the difference, nothing written."""
+    import shutil
+
+    from tests.cli_checks import assert_clean_failure, run_cli
+
+    draft = shutil.copytree(ROOT / "trtspec" / "assets" / "models" / "tiny-draft", tmp_path / "other-draft")
+    change(draft)
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    code, _, err = run_cli(["rollout-draft", "--repo", str(repo), "--draft", str(draft), "--dry-run"])
+    assert code == 2 and message in err and "other-draft" in err, err
+    assert_clean_failure(code, err)
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before

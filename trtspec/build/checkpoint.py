@@ -187,6 +187,19 @@ def merged_special_ids(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def check_special_ids(target: Path, draft: Path, target_name: str, draft_name: str) -> dict[str, Any]:
+    """Refuse a pair whose bos/eos/pad ids differ (IncompatibleModelsError naming the token and both ids); returns
+    the target's merged special ids."""
+    target_ids = merged_special_ids(special_token_ids(Path(target)))
+    draft_ids = merged_special_ids(special_token_ids(Path(draft)))
+    for key in sorted(set(target_ids) & set(draft_ids)):
+        if target_ids[key] != draft_ids[key]:
+            raise IncompatibleModelsError(
+                f"{key} differs: target {target_name!r} has {target_ids[key]}, draft {draft_name!r} has "
+                f"{draft_ids[key]}", hint="draft and target must share the tokenizer and its special tokens")
+    return target_ids
+
+
 @dataclass(frozen=True)
 class MedusaHeads:
     """What a Medusa heads directory holds."""

@@ -18,10 +18,9 @@ from trtspec import choices as tree_choices
 from trtspec.build.checkpoint import (
     MedusaHeads,
     check_heads_match,
+    check_special_ids,
     check_weights,
     medusa_heads,
-    merged_special_ids,
-    special_token_ids,
 )
 from trtspec.build.memory import EngineMemory, estimate_kv
 from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
@@ -263,13 +262,7 @@ def _check_pair(spec: BuildSpec, target: ModelRef, draft: ModelRef, checks: list
             f"padded logits width differs: target (tp_size={tp_target}) {width_target}, draft "
             f"(draft_tp_size={tp_draft}) {width_draft} for vocab_size {vocab}",
             hint="use the same TP size for both engines, or a vocab divisible by both TP sizes")
-    target_ids = merged_special_ids(special_token_ids(Path(target.path)))
-    draft_ids = merged_special_ids(special_token_ids(Path(draft.path)))
-    for key in sorted(set(target_ids) & set(draft_ids)):
-        if target_ids[key] != draft_ids[key]:
-            raise IncompatibleModelsError(
-                f"{key} differs: target {target.spec!r} has {target_ids[key]}, draft {draft.spec!r} has "
-                f"{draft_ids[key]}", hint="draft and target must share the tokenizer and its special tokens")
+    target_ids = check_special_ids(Path(target.path), Path(draft.path), target.spec, draft.spec)
     checks.append(Check("tokenizer/vocab", "ok", f"vocab {vocab}, logits width {width_target}, "
                         f"special ids {target_ids}"))
 

@@ -62,9 +62,10 @@ def plan_rollout(repo: Path, draft: Path | str) -> RolloutPlan:
 
     Raises:
         UsageError: not a torch-flavour repository, or it serves no draft model.
-        ModelNotFoundError / IncompatibleModelsError: the new draft is not a checkpoint, or its vocabulary or
-            tokenizer differs from the served target's.
+        ModelNotFoundError / IncompatibleModelsError: the new draft is not a checkpoint, or its vocabulary,
+            tokenizer (an id mapped to another token) or special token ids differ from the served target's.
     """
+    from trtspec.build.checkpoint import check_special_ids
     from trtspec.models import check_pair, resolve_model
     from trtspec.triton.server import read_repo_record
 
@@ -88,8 +89,10 @@ def plan_rollout(repo: Path, draft: Path | str) -> RolloutPlan:
                          hint="roll out a draft to a draft_target deployment")
     target = params["tensorrt_llm"].target if "tensorrt_llm" in params else None
     draft_path = resolve_model(draft, field="draft")
-    if target is not None:
-        check_pair(resolve_model(target, field="target"), draft_path)  # vocabulary and tokenizer, before any write
+    if target is not None:  # as `trtspec build` checks a pair: vocabulary, tokenizer, special ids; before any write
+        target_path = resolve_model(target, field="target")
+        check_pair(target_path, draft_path)
+        check_special_ids(target_path, draft_path, str(target), str(draft))
     return RolloutPlan(repo=repo, draft=draft_path, steps=tuple(steps))
 
 
