@@ -3,6 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many pytest-xdist processes, one test module per process at a time (a module's
+# server and bundle are set up once); 2 fits the 2-core CI machine. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 # NVIDIA Dynamo's two wheels, without their placeholder dependency `aisimulate` (the real ones: extra `dynamo`).
 DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 
@@ -22,7 +25,7 @@ demo: install
 	bash scripts/demo.sh
 
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check trtspec tests scripts

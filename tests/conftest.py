@@ -9,6 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRTSPEC_HOME", str(ROOT / ".pytest_cache" / "trtspec-home"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one process per core (pytest-xdist): each, and every server it starts, computes on one thread
+    # instead of each spreading over every core (set before torch is imported; an explicit setting still wins).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def make_random_llama(path: Path, *, vocab: int = 64, hidden: int = 32, layers: int = 2, heads: int = 4,

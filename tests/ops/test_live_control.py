@@ -31,7 +31,7 @@ from trtspec.triton.server import TritonServer
 pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
 K, NEW_K, MAX_K = 3, 1, 6
-MAX_TOKENS = 40
+MAX_TOKENS = 16
 PROMPTS = ["def add(a, b):\n    return", "import os\n\n", "for i in range(3):\n", "class Point:\n    def"]
 
 
@@ -182,7 +182,7 @@ def test_rollout_serves_the_new_draft_as_version_2_and_no_request_fails(deployme
     plan = plan_rollout(repo, new_draft)
     assert [(s.model, s.old_version, s.new_version) for s in plan.steps] == [
         ("tensorrt_llm_draft", 1, 2), ("tensorrt_llm", 1, 2)]
-    with Load(server.grpc_url) as load:
+    with Load(server.grpc_url, clients=2) as load:  # two streams: the two new versions load beside them
         load.wait_for(4)
         execute_rollout(plan, server.grpc_url)
         finished = time.monotonic()
