@@ -40,3 +40,10 @@ def random_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     target = make_random_llama(base / "target", hidden=48, layers=2, heads=4, kv_heads=2, seed=1)
     draft = make_random_llama(base / "draft", hidden=16, layers=1, heads=2, seed=2)
     return target, draft
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Every server tests/servers.py stopped in the background has exited and left nothing behind."""
+    from tests.servers import reap
+
+    reap()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import running
 from trtspec.contracts.prompt_log import read_prompt_log
 from trtspec.errors import ConfigError, IncompatibleModelsError
 from trtspec.triton.client import TritonClient
@@ -26,7 +27,6 @@ from trtspec.triton.control import set_default_k
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.rollout import execute_rollout, plan_rollout
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def deployment(tmp_path_factory):
     execute(plan_build(resolved), resolved, base / "bundle", quiet=True)
     repo_spec = RepoSpec.from_build(base / "bundle", "torch", decoupled=True, engine={"max_k": MAX_K, "default_k": K, "log_prompts": base / "log", "log_sample_rate": 1.0})
     repo = write_repository(plan_repository(repo_spec), base / "repo")
-    with TritonServer(repo) as server:
+    with running(repo) as server:
         yield server, repo, base / "log"
 
 

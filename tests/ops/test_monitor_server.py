@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import running
 from trtspec.contracts.baseline import load_baseline
 from trtspec.contracts.series import __file__ as SERIES_SOURCE
 from trtspec.ops.scrape import ModelId, scraper
@@ -64,9 +65,8 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo):
-    from trtspec.triton.server import TritonServer
 
-    with TritonServer(repo) as srv:
+    with running(repo) as srv:
         yield srv
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("trtspec.spec.engine", reason="needs the reference engine (b
 pytest.importorskip("trtspec.triton.server", reason="needs the Triton deployment (branch triton)")
 helpers = pytest.importorskip("tests.triton.helpers", reason="needs the Triton test helpers (branch triton)")
 
+from tests.servers import running  # noqa: E402
 from trtspec.sweep.grid import SweepSpec  # noqa: E402
 from trtspec.sweep.records import read_records  # noqa: E402
 from trtspec.sweep.runner import run_sweep  # noqa: E402
@@ -32,13 +33,12 @@ def pair():
 def served(tmp_path_factory, pair):
     from trtspec.triton.render import write_repository
     from trtspec.triton.repo import RepoSpec, plan_repository
-    from trtspec.triton.server import TritonServer
 
     base = tmp_path_factory.mktemp("sweep_parity")
     bundle = helpers.torch_bundle(base / "bundle", *pair, method="draft_target", k=MAX_K)
     spec = RepoSpec.from_build(bundle, "torch", engine={"max_k": MAX_K, "max_input_len": 64, "max_output_len": 64})
     repo = write_repository(plan_repository(spec), base / "repo")
-    with TritonServer(repo) as server:
+    with running(repo) as server:
         yield server
 
 

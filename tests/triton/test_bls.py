@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.servers import running
 from tests.triton.helpers import CHARS, counting_model
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError
@@ -24,7 +25,6 @@ from trtspec.triton.build_output import EngineInfo
 from trtspec.triton.client import TritonClient
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 MODELS = ["preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls"]
@@ -46,7 +46,7 @@ def served(request, tmp_path_factory, tokenizer_dir):
     plan |= counting_model("tensorrt_llm", decoupled=True, version=version, role="target", input_log=log)
     plan |= counting_model("tensorrt_llm_draft", decoupled=False, version=version, role="draft")
     repo = write_repository(plan, base / "repo")
-    with TritonServer(repo, load_models=MODELS) as srv:
+    with running(repo, load_models=MODELS) as srv:
         yield srv, load_target(version), log
     shutil.rmtree(base, ignore_errors=True)
 

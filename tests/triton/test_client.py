@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.servers import running
 from tests.triton.helpers import counting_model
 from trtspec.errors import RequestError, ServerError
 from trtspec.triton.client import TritonClient, declared_name
 from trtspec.triton.render import RepoFile, write_repository
-from trtspec.triton.server import TritonServer
 
 DOUBLES = Path(__file__).parent / "doubles"
 SLOW_S = 3.0
@@ -49,7 +49,7 @@ def server(base):
     for kind, code in (("refusing", "INVALID_ARG"), ("failing", "INTERNAL")):
         for policy in ("stream", "unary"):
             plan |= _model(f"{kind}_{policy}", decoupled=policy == "stream", error=f"{kind} it", error_code=code)
-    with TritonServer(write_repository(plan, base / "repo")) as srv:
+    with running(write_repository(plan, base / "repo")) as srv:
         yield srv
 
 

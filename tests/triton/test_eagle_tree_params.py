@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.build.helpers import plan_of
+from tests.servers import running
 from tests.triton.helpers import trt_manifest, write_manifest
 from tests.triton.test_server_suffix import deploy, served_params
 from trtspec import choices
@@ -171,12 +172,11 @@ def test_served_dynamic_tree_follows_its_parameters(shaped, tmp_path):
     output."""
     from tests.triton.helpers import target_greedy
     from trtspec.triton.client import TritonClient
-    from trtspec.triton.server import TritonServer
 
     greedy = target_greedy(32)
     assert deploy(shaped, tmp_path / "repo", "--eagle-topk", "1")[0] == 0
     prompts = ["def parse_header(line):", "The quick brown fox"]
-    with TritonServer(tmp_path / "repo") as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+    with running(tmp_path / "repo") as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
         outputs = [client.generate(p, max_tokens=32) for p in prompts]
     for prompt, out in zip(prompts, outputs, strict=True):
         assert out.token_ids == greedy(prompt), prompt

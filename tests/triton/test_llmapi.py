@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import running
 from tests.triton.helpers import target_greedy, write_manifest
 from tests.triton.nvidia_requests import http_generate
 from trtspec.targets.triton_llmapi import llmapi_facts
 from trtspec.triton import llmapi
 from trtspec.triton.render import validate_model_config, write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 VERSION = "1.2.1"
 K = 3
@@ -174,7 +174,7 @@ def server(torch_bundle):
     spec = RepoSpec.from_build(torch_bundle, "torch", form="llmapi", trtllm_version=VERSION, decoupled=True,
                                engine={"max_k": 4, "default_k": K, "max_input_len": 64, "max_output_len": 64})
     repo = write_repository(plan_repository(spec), torch_bundle.parent / "llmapi-repo")
-    with TritonServer(repo) as srv:
+    with running(repo) as srv:
         yield srv
 
 

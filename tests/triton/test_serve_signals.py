@@ -144,6 +144,10 @@ def test_a_server_that_dies_by_itself_is_reported_with_its_log_kept(repo):
         _assert_nothing_left(group, workdir)
     finally:
         server.stop()
-    with TritonServer(repo) as stopped:
-        workdir = stopped._workdir
+    stopped = TritonServer(repo).start()
+    workdir, group = stopped._workdir, stopped.process.pid
+    asked = time.monotonic()
+    assert stopped.stop(wait=False) is None and time.monotonic() - asked < 1  # asked, not waited for
+    assert stopped.join() == 0  # a requested stop: exit code 0, and nothing kept
+    _assert_nothing_left(group, workdir)
     assert not Path(kept_log(str(workdir))).exists()

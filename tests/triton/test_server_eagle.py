@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import running
 from tests.triton import helpers
 from tests.triton.helpers import build_example
 from tests.triton.test_server_suffix import deploy, served_params
 from trtspec.errors import ConfigError
 from trtspec.triton.client import TritonClient
-from trtspec.triton.server import TritonServer
 
 MAX_TOKENS = 40
 PROMPTS = ["def parse_header(line):", "class Cache:\n    def get(self, key):", "import json\nwith open(path) as f:",
@@ -79,7 +79,7 @@ def target_greedy():
 @pytest.mark.triton
 def test_served_eagle_is_the_targets_greedy_output(bundle, tmp_path, target_greedy):
     assert deploy(bundle, tmp_path / "repo", "--k", "6")[0] == 0
-    with TritonServer(tmp_path / "repo") as server:
+    with running(tmp_path / "repo") as server:
         with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
             alone = [client.generate(p, max_tokens=MAX_TOKENS) for p in PROMPTS]
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from tests.cli_checks import assert_clean_failure, run_cli
+from tests.servers import running
 from tests.triton.helpers import counting_model
 from tests.triton.nvidia_requests import http_generate, stream_responses, text_request
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 MAX_INPUT = 64
@@ -32,7 +32,7 @@ def server(torch_bundle):
     spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=4, engine={"max_k": MAX_K, "default_k": 3, "max_input_len": MAX_INPUT, "max_output_len": 64})
     plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
     repo = write_repository(plan, torch_bundle.parent / "repo-hardening")
-    with TritonServer(repo) as srv:
+    with running(repo) as srv:
         yield srv
 
 

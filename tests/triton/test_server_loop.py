@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_random_llama
+from tests.servers import running
 from tests.triton.helpers import torch_bundle
 from trtspec.triton.client import TritonClient
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -69,7 +69,7 @@ def server(model, tmp_path_factory):
     repo = write_repository(plan_repository(spec), bundle.parent / "repo")
     # stop_timeout: tritonserver 2.51 does not finish unloading a decoupled Python model that had a request in flight
     # at SIGTERM, even after its exit timeout (10 s) expires, so the drain test's server is killed 2 s after that
-    with TritonServer(repo, stop_timeout=12) as srv:
+    with running(repo, stop_timeout=12) as srv:
         yield srv
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.servers import running
 from tests.triton.helpers import trt_manifest, write_manifest
 from trtspec.errors import ServerError
 from trtspec.triton.render import write_repository
@@ -28,7 +29,7 @@ def trt_repo(tmp_path_factory, tokenized_pair) -> Path:
 
 @pytest.fixture(scope="module")
 def server(trt_repo):
-    with TritonServer(trt_repo, load_models=["preprocessing", "postprocessing"]) as srv:
+    with running(trt_repo, load_models=["preprocessing", "postprocessing"]) as srv:
         yield srv
 
 

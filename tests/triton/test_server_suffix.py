@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import running
 from tests.triton import helpers
 from tests.triton.helpers import build_example
 from trtspec.cli.main import main
 from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.triton.client import TritonClient
-from trtspec.triton.server import TritonServer
 
 MAX_TOKENS = 48
 # prompts the embedded target has not been sent in this module before the warm-up test
@@ -86,7 +86,7 @@ def test_deploy_refuses_suffix_options_for_another_method(tmp_path, random_pair)
 def serve_twice(repo: Path, prompts: list[str]) -> list[tuple[str, list[int], int]]:
     """Each prompt twice in a row on one fresh server: (prompt, generated token ids, accepted draft tokens)."""
     out = []
-    with TritonServer(repo) as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+    with running(repo) as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
         for prompt in prompts:
             for _ in range(2):
                 done = client.generate(prompt, max_tokens=MAX_TOKENS)

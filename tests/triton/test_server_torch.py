@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from tests.servers import running
 from tests.triton.nvidia_requests import column, http_generate, stream_responses, text_request, token_request
 from trtspec.triton.client import TritonClient
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 K = 3
@@ -42,7 +42,7 @@ PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int3
 def server(torch_bundle):
     spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=MAX_BATCH, engine={"max_k": MAX_K, "default_k": K, "max_input_len": 64, "max_output_len": MAX_OUTPUT})
     repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
-    with TritonServer(repo) as srv:
+    with running(repo) as srv:
         yield srv
 
 

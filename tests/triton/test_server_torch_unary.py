@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.servers import running
 from tests.triton.nvidia_requests import column, http_generate, text_request, token_request, unary
 from trtspec.errors import UsageError
 from trtspec.triton.client import TritonClient
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.server import TritonServer
 
 pytestmark = pytest.mark.triton
 K = 4
@@ -33,7 +33,7 @@ def server(torch_bundle):
     spec = RepoSpec.from_build(torch_bundle, "torch", engine={"max_input_len": 64, "max_output_len": 64})
     assert not spec.decoupled
     repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
-    with TritonServer(repo) as srv:
+    with running(repo) as srv:
         yield srv
 
 

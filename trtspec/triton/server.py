@@ -254,6 +254,7 @@ class TritonServer:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.plan: LaunchPlan | None = None
+        self._stop_deadline: float | None = None  # monotonic time from which a stopping server is killed
 
     @property
     def grpc_url(self) -> str:
@@ -349,20 +350,29 @@ class TritonServer:
             return ""
         return "\n".join(Path(self.log_path).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
-    def stop(self) -> int | None:
-        """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code."""
-        code = None
+    def stop(self, *, wait: bool = True) -> int | None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL after stop_timeout. Returns the exit code.
+
+        `wait=False` only asks: Triton takes a few seconds to unload its models and exit, which a caller with other
+        work (a test run starting its next server) need not wait for; `join()` then waits and cleans up (None)."""
         if self.process is not None and self.process.poll() is not None and self._workdir is not None:
             self._report_crash(self.process.returncode)
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # the supervisor: SIGTERM to tritonserver, SIGKILL after timeout
+            self._stop_deadline = time.monotonic() + self.stop_timeout + STOP_MARGIN_S
+        return self.join() if wait else None
+
+    def join(self) -> int | None:
+        """After stop(wait=False): wait for the supervisor (SIGKILL to its group past the stop timeout), clean up,
+        and return the exit code."""
+        code = None
+        if self.process is not None:
+            deadline = self._stop_deadline
             try:
-                code = self.process.wait(timeout=self.stop_timeout + STOP_MARGIN_S)
+                code = self.process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 code = self.process.wait()
-        elif self.process is not None:
-            code = self.process.returncode
         self._cleanup()
         return code
 
