@@ -20,6 +20,9 @@ Sections (run all, or pick with --section):
            the proposers called directly and interleaved (steadier than the eagle section's wall-clock draft time)
   llmapi   streamed tokens/s through the torch-flavour llmapi repository (tritonserver on CPU, HTTP generate_stream)
            vs the in-process engine streaming the same prompts with the same method and k, and their ratio
+  ensemble streamed tokens/s through the torch-flavour inflight-batcher repository's `ensemble` (tritonserver on CPU,
+           gRPC stream, decoupled) vs the in-process engine on the same prompts, method and k: interleaved rounds,
+           medians, spread and the ratio
 
 Every section is a sweep (scripts/benchlib/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure (the transformers rows; eagle-cost times the proposers directly) and
@@ -37,7 +40,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import benchmarks, benchmarks_eagle
+from benchlib import benchmarks, benchmarks_eagle, benchmarks_ensemble
 from benchlib.benchmarks import Comparison, Section
 from trtspec.atomic import write_text
 from trtspec.sweep.grid import SweepSpec
@@ -302,6 +305,13 @@ def bench_llmapi(args: argparse.Namespace) -> Section:
                    columns=["path", "tokens", "seconds", "tokens/s", "x in-process"], rows=rows, notes=notes)
 
 
+def bench_ensemble(args: argparse.Namespace) -> Section:
+    spec = benchmarks_ensemble.EnsembleSpec(model=args.model, draft=args.draft, k=args.llmapi_k,
+                                            new_tokens=args.llmapi_new_tokens, num_prompts=args.prompts,
+                                            rounds=args.ensemble_rounds, threads=args.threads)
+    return benchmarks_ensemble.section(spec, benchmarks_ensemble.measure(spec))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -324,6 +334,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
+    "ensemble": bench_ensemble,
 }
 
 
@@ -414,8 +425,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--suffix-ngram-k", type=int, default=5, help="suffix: k of the ngram rows")
     parser.add_argument("--suffix-lookup-k", type=int, default=8, help="suffix: transformers prompt lookup tokens")
     parser.add_argument("--suffix-repeats", type=int, default=1, help="suffix: rounds per suite (medians)")
-    parser.add_argument("--llmapi-k", type=int, default=4, help="llmapi: k of the draft_target rows")
-    parser.add_argument("--llmapi-new-tokens", type=int, default=64, help="llmapi: tokens per request at most")
+    parser.add_argument("--llmapi-k", type=int, default=4, help="llmapi, ensemble: k of the draft_target rows")
+    parser.add_argument("--llmapi-new-tokens", type=int, default=64,
+                        help="llmapi, ensemble: tokens per request at most")
+    parser.add_argument("--ensemble-rounds", type=int, default=5,
+                        help="ensemble: interleaved rounds over the prompts (medians, spread)")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)
