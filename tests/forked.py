@@ -43,7 +43,9 @@ def _run(code: str, argv: list[str], cwd: str, env: dict[str, str], stderr: str)
 
 def start(code: str, argv: list[str], *, cwd: Path, env: dict[str, str], stderr: Path) -> BaseProcess:
     """`python -c CODE ARGV` in `cwd` with exactly `env`, stdout discarded and stderr written to `stderr`, started.
-    `.kill()` sends SIGKILL; after `.join()`, `.exitcode` is the exit code, or -N for signal N."""
+    `.kill()` sends SIGKILL; after `.join()`, `.exitcode` is the exit code, or -N for signal N; `.stderr` is the
+    path of its stderr."""
     proc = _forkserver().Process(target=_run, args=(code, argv, str(cwd), env, str(stderr)))
     proc.start()
+    proc.stderr = stderr
     return proc

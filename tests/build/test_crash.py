@@ -14,14 +14,14 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import forked
 from trtspec.build.execute import recover_interrupted
 from trtspec.build.manifest import Hasher
 
@@ -69,15 +69,16 @@ finally:
 """
 
 
-def child(argv: list[str], work: Path, *, kill_at: int = 0) -> subprocess.Popen:
+def child(argv: list[str], work: Path, *, kill_at: int = 0) -> BaseProcess:
+    """`python -c CHILD ARGV` in `work` (tests/forked.py: forked with torch already imported, trtspec not)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CRASH_AT": str(kill_at), "CRASH_COUNT": str(work / "count")}
-    return subprocess.Popen([sys.executable, "-c", CHILD, *argv], cwd=work, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return forked.start(CHILD, argv, cwd=work, env=env, stderr=work / "stderr")
 
 
-def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=timeout)
-    return proc.returncode, err
+def finish(proc: BaseProcess, timeout: float = 300) -> tuple[int, str]:
+    proc.join(timeout=timeout)
+    assert proc.exitcode is not None, f"the child ran past {timeout} s"
+    return proc.exitcode, proc.stderr.read_text()
 
 
 def normalized_manifest(out: Path) -> dict:
@@ -114,7 +115,7 @@ def crash_and_rerun(argv: list[str], work: Path, out: Path, reference: dict, *, 
         proc = child(argv, work, kill_at=point)
         if delay is not None:
             time.sleep(delay)
-            proc.send_signal(signal.SIGKILL)
+            proc.kill()  # SIGKILL
         code, err = finish(proc)
         label = f"kill at operation {point}" if delay is None else f"kill after {delay:.2f} s"
         if code != -signal.SIGKILL:  # the timed kill may come after the end; an operation kill may not
@@ -178,7 +179,6 @@ def test_torch_bundle_rebuild_with_a_new_k_survives_kill_9(tmp_path):
         argv = ["build", str(config(work, "tiny-torch", max_draft_len=2)), "--out", str(out)]
         crash_and_rerun(argv, work, out, reference, expected_code=0, kill_points=[point], timed=[],
                         previous=previous)
-        finish(child(["build", str(config(work, "tiny-torch")), "--out", str(out)], work))  # back to k=4
 
 
 @pytest.mark.slow
