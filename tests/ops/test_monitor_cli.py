@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_checks
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "sweep" / "results.jsonl"
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trtspec", *args], capture_output=True, text=True, timeout=timeout)
+    """`trtspec ARGS` in this process (tests/cli_checks.py), as a CompletedProcess."""
+    code, out, err = cli_checks.run_cli(list(args), limit=timeout)
+    return subprocess.CompletedProcess(["trtspec", *args], code, out, err)
 
 
 def _free_port() -> int:
