@@ -133,7 +133,7 @@ def _add(totals: dict[str, float], more: dict[str, float]) -> None:
 
 
 def _tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds (user + system) so far of `root`'s descendants, summed by process name (Python stubs by model:
+    """CPU seconds (user + system) so far of `root` (the supervisor) and its descendants, summed by process name (Python stubs by model:
     tensorrt_llm_0_0 -> tensorrt_llm); empty where /proc cannot be read."""
     parents, cpu = {}, {}
     try:
@@ -150,6 +150,7 @@ def _tree_cpu(root: int) -> dict[str, float]:
         parents[pid] = int(stat[1])
         stub = [a.decode() for a in argv if a.endswith(b"_0_0")]
         name = stub[0].rsplit("_", 2)[0] + " (Python stub)" if stub else Path(argv[0].decode()).name
+        name = "trtspec.supervise" if pid == root else name
         cpu[pid] = (name, (int(stat[11]) + int(stat[12])) / hertz)
     totals: dict[str, float] = {}
     for pid, (name, seconds) in cpu.items():
