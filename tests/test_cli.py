@@ -4,10 +4,18 @@ import sys
 
 from click.testing import CliRunner
 
+from tests import cli_checks
 from trtspec.cli.main import cli, main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`trtspec ARGS` in this process (tests/cli_checks.py), as a CompletedProcess."""
+    code, out, err = cli_checks.run_cli(list(args), limit=120)
+    return subprocess.CompletedProcess(["trtspec", *args], code, out, err)
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m trtspec ARGS`: for what only a process shows (a traceback printed on the way out)."""
     return subprocess.run([sys.executable, "-m", "trtspec", *args], capture_output=True, text=True, timeout=120)
 
 
@@ -45,7 +53,7 @@ def test_directory_without_config_names_missing_file(tmp_path):
 
 
 def test_debug_shows_traceback(tmp_path):
-    proc = run_cli("--debug", "models", str(tmp_path))
+    proc = run_process("--debug", "models", str(tmp_path))
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
