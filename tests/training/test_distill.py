@@ -49,9 +49,16 @@ def run(out: Path, log: Path, **kwargs):
     return distill_draft(resolve_model("tiny"), resolve_model("tiny-draft"), log, out, RECIPE, **kwargs)
 
 
-def test_an_interrupted_run_resumes_to_the_same_draft(tmp_path):
-    log = write_log(tmp_path / "log.jsonl", PROMPTS)
-    whole = run(tmp_path / "a" / "out", log)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """One uninterrupted run (log, output, report), shared by the two tests below; every prompt but 3 logged once."""
+    base = tmp_path_factory.mktemp("distill")
+    log = write_log(base / "log.jsonl", PROMPTS + PROMPTS[:3])  # logged twice: still one prompt
+    return log, base / "out", run(base / "out", log)
+
+
+def test_an_interrupted_run_resumes_to_the_same_draft(tmp_path, whole):
+    log, whole_out, whole_report = whole
 
     def interrupt(stage, done, total, info):
         if stage == "train" and done == 5:
@@ -65,20 +72,19 @@ def test_an_interrupted_run_resumes_to_the_same_draft(tmp_path):
     assert steps == [5, 6]  # resumed after the checkpoint of step 4, not from 0
     assert not resume_dir(tmp_path / "b" / "out").exists()
     weights = "model.safetensors"
-    assert (tmp_path / "a" / "out" / weights).read_bytes() == (tmp_path / "b" / "out" / weights).read_bytes()
-    assert again["acceptance_after"] == whole["acceptance_after"]
+    assert (whole_out / weights).read_bytes() == (tmp_path / "b" / "out" / weights).read_bytes()
+    assert again["acceptance_after"] == whole_report["acceptance_after"]
 
 
-def test_acceptance_is_measured_on_held_out_prompts_only(tmp_path):
-    log = write_log(tmp_path / "log.jsonl", PROMPTS + PROMPTS[:3])  # logged twice: still one prompt
-    report = run(tmp_path / "out", log)
+def test_acceptance_is_measured_on_held_out_prompts_only(whole):
+    _, out, report = whole
     data = report["data"]
     assert data["logged_prompts"] == 11 and data["train_prompts"] + data["heldout_prompts"] == 8
     assert data["heldout_prompts"] == 2 and data["train_sequences"] == data["train_prompts"]
     for side in ("acceptance_before", "acceptance_after"):
         assert report[side]["prompts"] == data["heldout_prompts"] and report[side]["num_drafts"] > 0
-    assert json.loads((tmp_path / "out" / "training-report.json").read_text()) == report
-    resolve_model(tmp_path / "out")  # a loadable checkpoint with the tokenizer
+    assert json.loads((out / "training-report.json").read_text()) == report
+    resolve_model(out)  # a loadable checkpoint with the tokenizer
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
