@@ -41,12 +41,12 @@ def plain(eagle_target, trained_eagle):
 @pytest.mark.parametrize("tree", list(TREES))
 def test_greedy_equals_plain_decoding_for_every_k(eagle_target, trained_eagle, plain, tree):
     engine = make_engine(eagle_target, trained_eagle[0], TREES[tree])
-    accepted = 0
-    for k in range(1, 9):
-        outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=32), SpecParams("eagle3", k))
-        assert [o.token_ids for o in outs] == plain, (tree, k)
-        accepted += sum(o.stats.num_accepted_tokens for o in outs)
-    assert accepted > 0  # the accept path (and the drafter's tree attention) was exercised
+    cases = [(k, i) for k in range(1, 9) for i in range(len(PROMPTS))]  # every k in one continuous batch
+    outs = engine.generate([PROMPTS[i] for _, i in cases], SamplingParams(max_new_tokens=32),
+                           [SpecParams("eagle3", k) for k, _ in cases])
+    for (k, i), out in zip(cases, outs, strict=True):
+        assert out.token_ids == plain[i], (tree, k, i)
+    assert sum(o.stats.num_accepted_tokens for o in outs) > 0  # the accept path (and the drafter's tree attention)
     assert not engine.proposers["eagle"].states and engine.proposers["eagle"].cache.num_free_slots == 256
 
 
