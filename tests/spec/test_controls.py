@@ -216,10 +216,10 @@ def test_stop_word_may_start_in_the_prompt(self_draft):
 @pytest.mark.parametrize("method", ["draft_target", "ngram", "lookahead", "medusa"])
 def test_stop_words_for_every_method_equal_transformers(engine, hf_target, method):
     sampling = SamplingParams(max_new_tokens=32, stop_words=((2, 56, 9), (41, 8, 63)), repetition_penalty=1.1)
-    for prompt in PROMPTS:
-        expected = hf_generate(hf_target, prompt, sampling)[0]
-        for k in (1, 5):
-            assert engine.generate([prompt], sampling, SpecParams(method, k))[0].token_ids == expected
+    expected = [hf_generate(hf_target, prompt, sampling)[0] for prompt in PROMPTS]
+    for k in (1, 5):
+        outs = engine.generate(PROMPTS, sampling, SpecParams(method, k))
+        assert [o.token_ids for o in outs] == expected, k
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -340,7 +340,11 @@ def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joi
     if spec is None:  # a caller's draft: the most likely 3 tokens, so that some of it is accepted
         spec = SpecParams("none", 0, draft_token_ids=max(sampled_joint, key=sampled_joint.__getitem__))
     n = 1000
-    samplings = [dataclasses.replace(SAMPLED, seed=i) for i in range(n)]
+    # plain decoding draws one token per step from the request's generator, so its first 3 tokens are the same
+    # whether 3 or 6 are generated: 3 (half the steps, the same samples). A draft's length depends on the tokens
+    # left, so the other cases keep 6.
+    sampled = dataclasses.replace(SAMPLED, max_new_tokens=3) if spec.k == 0 and not spec.draft_token_ids else SAMPLED
+    samplings = [dataclasses.replace(sampled, seed=i) for i in range(n)]
     outs = engine.generate([PROMPTS[2]] * n, samplings, spec)
     counts = Counter(tuple(o.token_ids[:3]) for o in outs)
     assert _p_value(counts, sampled_joint) > 1e-3, spec
