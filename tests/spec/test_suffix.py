@@ -351,17 +351,17 @@ def _rss_mb() -> float:
 def test_soak_thousands_of_distinct_requests_keep_rss_bounded():
     """4000 requests of fresh random tokens (nothing repeats, so every one adds new tree nodes) through a cache
     bounded at 200 outputs: after the cache fills, RSS stays flat; the global tree stays at its bound's size."""
-    rng = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
     proposer = SuffixProposer(SuffixConfig(max_cached_requests=200))
 
     def run(first: int, count: int) -> None:
         for rid in range(first, first + count):
-            prompt = [rng.randrange(32_000) for _ in range(64)]
-            context = list(prompt)
+            tokens = torch.randint(32_000, (64 + 24 * 8,), generator=gen).tolist()  # prompt + output, drawn at once
+            prompt, context = tokens[:64], tokens[:64]
             proposer.observe_prompt(rid, prompt)
-            for _ in range(24):  # 24 steps of 8 tokens: 192 output tokens
+            for step in range(24):  # 24 steps of 8 tokens: 192 output tokens
                 proposer.propose([item(rid, context, 8)])
-                context += [rng.randrange(32_000) for _ in range(8)]
+                context = tokens[: 64 + 8 * (step + 1)]
                 proposer.commit(rid, context)
             proposer.observe_finish(rid, context)
             proposer.free(rid)
