@@ -47,3 +47,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from tests.servers import reap
 
     reap()
+
