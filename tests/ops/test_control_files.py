@@ -17,7 +17,7 @@ from trtspec.errors import ConfigError, IncompatibleModelsError, UsageError
 from trtspec.triton.control import check_k, config_params, config_with_parameter, set_default_k
 from trtspec.triton.render import validate_model_config, write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
-from trtspec.triton.rollout import plan_rollout, stage_version, with_versions
+from trtspec.triton.rollout import plan_rollout, serves_latest, stage_version, with_versions
 from trtspec.triton.served_config import VERSION_FILE, for_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +76,11 @@ def test_rollout_plan_and_staged_version(repo, tmp_path):
             stage_version(plan, step)
     assert not list(repo.glob("*/.*tmp*"))  # no staging left behind
     assert with_versions({"name": "m"}, [1, 2]) == {"name": "m", "version_policy": {"specific": {"versions": [1, 2]}}}
+    # Triton's default policy (the latest version) lets a rollout load only the new version; any other is staged
+    assert serves_latest({"name": "m"}) and serves_latest({"version_policy": {"latest": {"num_versions": 1}}})
+    assert serves_latest({"version_policy": {"latest": {}}})
+    assert not serves_latest({"version_policy": {"latest": {"num_versions": 2}}})
+    assert not serves_latest(with_versions({"name": "m"}, [1])) and not serves_latest({"version_policy": {"all": {}}})
 
 
 def test_rollout_refuses_a_draft_of_another_vocabulary_before_writing(repo, random_pair):

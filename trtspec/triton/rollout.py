@@ -6,9 +6,11 @@ against the served target (same vocabulary and tokenizer) before anything is wri
 per model:
   1. stage    `MODEL/.N+1.tmp/`: the files of version N (model.py), the draft checkpoint in `draft/`, and
               `trtspec-version.json` naming it (triton/served_config.py); renamed to `MODEL/N+1/` when complete
-  2. load     reload the model with its live config and version_policy {specific: [N, N+1]}: N+1 loads while N
-              keeps serving; requests without a version go to the newest ready one, N+1
-  3. retire   reload with version_policy {specific: [N+1]}: N drains its running requests and unloads
+  2. load     a model served with Triton's default policy (the latest version) is loaded again with its live config
+              unchanged: Triton loads only N+1 while N keeps serving, then N drains its running requests and unloads
+              (one model load). Any other policy: reload with version_policy {specific: [N, N+1]}, then
+              3. retire with {specific: [N+1]} (a changed config reloads every version it names: three loads)
+              Requests without a version go to the newest ready one, N+1.
 The repository's config.pbtxt is not touched: its default policy (the latest version) serves N+1 after a restart.
 Version N's directory stays on disk (roll back by removing N+1 and reloading). A failure before step 3 unloads
 nothing: the staged version is removed and N keeps serving. Pure Python: no torch.
@@ -116,9 +118,11 @@ def execute_rollout(plan: RolloutPlan, url: str, *, timeout_s: float = 300.0,
             progress(f"{step.model}: staging version {step.new_version}")
             stage_version(plan, step)
             config = copy.deepcopy(client.model_config(step.model))
+            latest = serves_latest(config)
             try:
                 progress(f"{step.model}: loading version {step.new_version} beside {step.old_version}")
-                client.load_model(step.model, with_versions(config, [step.old_version, step.new_version]))
+                client.load_model(step.model, config if latest else
+                                  with_versions(config, [step.old_version, step.new_version]))
                 if client.model_versions(step.model).get(step.new_version) != "READY":
                     raise ServerError(f"{step.model} version {step.new_version} did not become ready",
                                       hint="see the server log")
@@ -127,7 +131,8 @@ def execute_rollout(plan: RolloutPlan, url: str, *, timeout_s: float = 300.0,
                 client.load_model(step.model, config)  # back to exactly what served before
                 raise
             progress(f"{step.model}: retiring version {step.old_version}")
-            client.load_model(step.model, with_versions(config, [step.new_version]))
+            if not latest:  # the latest-version policy retires N by itself once N+1 is ready
+                client.load_model(step.model, with_versions(config, [step.new_version]))
             wait_retired(client, step, timeout_s)
             done.append(step)
     return done
@@ -164,6 +169,13 @@ def stage_version(plan: RolloutPlan, step: VersionStep) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def serves_latest(config: dict[str, Any]) -> bool:
+    """Whether a live model config serves only the newest version (Triton's default policy, `latest {num_versions:
+    1}`, or no policy): then a new version directory and a load with the config unchanged move it there."""
+    policy = config.get("version_policy") or {"latest": {}}
+    return set(policy) == {"latest"} and int((policy["latest"] or {}).get("num_versions", 1) or 1) == 1
 
 
 def with_versions(config: dict[str, Any], versions: list[int]) -> dict[str, Any]:
