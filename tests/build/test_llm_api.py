@@ -115,6 +115,9 @@ def test_the_file_is_yaml_with_comment_only_headers():
     text = llm_api_yaml(options, ["first\nsecond: x", "third"])
     assert text.splitlines()[:3] == ["# first", "# second: x", "# third"]
     assert yaml.safe_load(text) == options
+    # every line break YAML knows (\r, NEL, LS, PS) starts a new comment line, never a key
+    text = llm_api_yaml(options, ["a\rb: 1\x85c: 2\u2028d: 3\u2029e: 4\r\nf: 5"])
+    assert yaml.safe_load(text) == options
 
 
 def test_controls_are_written_where_the_target_reads_them(random_pair):
