@@ -26,7 +26,8 @@ BASE = {"methods": ["ngram"], "k": [0, 2], "num_prompts": 1, "max_new_tokens": 3
 FIELDS = ["model", "methods", "k", "drafts", "medusa", "trees", "temperatures", "suites", "concurrency",
           "max_new_tokens", "num_prompts", "seed", "num_requests", "waves", "prompt_tokens", "adaptive", "lookahead",
           "max_ngram", "calibrate", "repeats", "shuffle", "max_draft_len", "via", "backend", "url", "flavour", "model_name",
-          "bls_model_name", "timeout_s", "calibration_batch_sizes", "chat_template", "threads", "device", "dtype"]
+          "bls_model_name", "timeout_s", "calibration_batch_sizes", "calibration_repeats", "chat_template", "threads",
+          "device", "dtype"]
 COUNTS = st.integers(-2, 4) | st.sampled_from([INT32_MAX, INT32_MAX + 1, 2**64, 10**400, 1.0, 2.5, math.inf])
 # Plausible values per field (valid or nearly so), beside the arbitrary VALUES every field also gets.
 PLAUSIBLE = {
@@ -45,8 +46,8 @@ PLAUSIBLE = {
     "dtype": st.sampled_from(["float32", "float16", "bfloat16", "int8", "bogus"]),
     "via": st.sampled_from(["engine", "triton", "onnx"]),
     "url": st.sampled_from(["localhost:8001", "localhost:99999", "", "http://x"]),
-    **{field: COUNTS for field in ("max_new_tokens", "num_prompts", "repeats", "prompt_tokens", "max_ngram", "waves",
-                                   "num_requests", "threads", "max_draft_len")},
+    **{field: COUNTS for field in ("max_new_tokens", "num_prompts", "repeats", "calibration_repeats", "prompt_tokens",
+                                   "max_ngram", "waves", "num_requests", "threads", "max_draft_len")},
     "calibration_batch_sizes": st.lists(COUNTS, max_size=3),
 }
 
@@ -80,7 +81,7 @@ def _numbers_in_range(doc: dict) -> bool:
     if any(not 0 <= s <= UINT64_MAX for s in ints(doc.get("seed"))):
         return False
     counts = ("concurrency", "max_new_tokens", "num_prompts", "num_requests", "prompt_tokens", "max_ngram", "repeats",
-              "calibration_batch_sizes", "threads")
+              "calibration_batch_sizes", "calibration_repeats", "threads")
     return all(1 <= v <= INT32_MAX for field in counts for v in ints(doc.get(field)))
 
 

@@ -2,8 +2,8 @@
 again ends with the records of an uninterrupted run: the same ids, each case and calibration once, every line whole, and the same case
 contents apart from timings.
 
-Every run here times each calibration point over REPEATS (1) repeat, not the product's CALIBRATION_REPEATS (5): no
-timing is compared, and the calibration record is still written once, between the sweep record and the cases."""
+Every run here times each calibration point once (--calibration-repeats 1, not the default 5): no timing is compared,
+and the calibration record is still written once, between the sweep record and the cases."""
 
 from __future__ import annotations
 
@@ -24,11 +24,8 @@ from tests.cli_checks import run_cli
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["sweep", "--model", "tiny", "--draft", "tiny-draft", "--method", "draft_target", "--k", "0-3", "--suite",
         "code", "--num-prompts", "2", "--max-new-tokens", "8", "--calibration-batch-sizes", "1", "--threads", "1",
-        "--no-progress"]
-REPEATS = 1
-# `python -m trtspec`, the calibration timing each point REPEATS times
-CHILD = (f"import trtspec.sweep.backend_engine as b; b.CALIBRATION_REPEATS = {REPEATS}; "
-         "from trtspec.cli.main import main; main()")
+        "--calibration-repeats", "1", "--no-progress"]
+CHILD = "from trtspec.cli.main import main; main()"  # `python -m trtspec`
 TIMING = re.compile(r"(_s$|per_s|per_cpu_s|overhead_share|time|elapsed|date|host|_at$)")
 
 
@@ -40,11 +37,7 @@ def _sweep(out: Path) -> BaseProcess:
 
 def _sweep_to_the_end(out: Path) -> None:
     """The same sweep in this process (only the run that is killed needs a process of its own)."""
-    import trtspec.sweep.backend_engine
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trtspec.sweep.backend_engine, "CALIBRATION_REPEATS", REPEATS)
-        code, _, err = run_cli([*ARGS, "--out", str(out)], limit=300)
+    code, _, err = run_cli([*ARGS, "--out", str(out)], limit=300)
     assert code == 0, err
 
 

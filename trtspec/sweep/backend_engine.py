@@ -30,7 +30,6 @@ from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
 from trtspec.sweep.runner import ModelSet
 
-CALIBRATION_REPEATS = 5
 WARMUP_TOKENS = 16  # per request of a path's warm-up loop
 
 Lookahead = tuple[int, int, int] | None  # an engine's lookahead (W, N, G); None = the engine's default
@@ -168,7 +167,7 @@ class EngineBackend:
         cpu: dict[tuple, list[float]] = {p: [] for p in points}
         with torch.inference_mode():
             # interleaved repeats: a burst of load from other processes hits every point, not one
-            for rep in range(CALIBRATION_REPEATS + 1):
+            for rep in range(spec.calibration_repeats + 1):
                 for role, b, n in points:
                     benches[(role, b)].time(n)  # back to back: time the second call, on warm caches as in a run
                     w, c = benches[(role, b)].time(n)
@@ -176,7 +175,7 @@ class EngineBackend:
                         wall[(role, b, n)].append(w)
                         cpu[(role, b, n)].append(c)
         out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "prompt_tokens": prompt_len,
-                               "repeats": CALIBRATION_REPEATS,
+                               "repeats": spec.calibration_repeats,
                                "device": spec.device, "dtype": spec.dtype, "torch_threads": torch.get_num_threads(),
                                "smoothing": "median of interleaved warm repeats, then isotonic (non-decreasing in n)"}
         for clock, samples in (("s", wall), ("cpu_s", cpu)):

@@ -110,6 +110,8 @@ class SweepSpec(BaseModel):
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
                              description="seconds one request to the server may take (triton)")
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
+    calibration_repeats: int = Field(5, description="timed rounds of the cost micro-benchmark (each point's cost is "
+                                     "the median over them, after one warm-up round)")
     chat_template: str | None = Field(None, description="prompts as one-turn chats: `model` = the model's own template "
                                       "(trtspec.chat), or a Jinja template (via engine); None = raw text")
     threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
@@ -181,7 +183,7 @@ class SweepSpec(BaseModel):
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
         if self.threads is not None:
             _positive("threads", [self.threads])
-        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats"):
+        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats", "calibration_repeats"):
             _positive(field, [getattr(self, field)])
         if not 0 <= self.seed <= UINT64_MAX:
             raise ConfigError("seed", shown(self.seed), f"must be within 0..{UINT64_MAX} (a uint64 seed)",
