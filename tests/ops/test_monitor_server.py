@@ -28,7 +28,7 @@ from trtspec.triton.repo import SERIES_MODULE
 pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
 K, CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, NUM_PROMPTS = 4, 4, 32, 64, 16
-STEADY_S, SHIFT_LIMIT_S = 20.0, 60.0
+STEADY_S, SHIFT_LIMIT_S = 10.0, 60.0
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,8 @@ def repo(tmp_path_factory) -> Path:
     run_sweep(SweepSpec.build(model="tiny", methods=["draft_target"], drafts=["tiny-draft"], k=[0, K],
                               temperatures=[0.0], suites=["code"], concurrency=[CONCURRENCY], num_prompts=NUM_PROMPTS,
                               max_new_tokens=MAX_TOKENS, prompt_tokens=PROMPT_TOKENS,
-                              calibration_batch_sizes=[1, CONCURRENCY], max_draft_len=K),
+                              calibration_batch_sizes=[1, CONCURRENCY], calibration_repeats=1,
+                              max_draft_len=K),
               results, show_progress=False)
     out = base / "repo"
     result = CliRunner().invoke(cli, ["deploy", "--backend", "torch", "--build", str(bundle), "--out", str(out),
