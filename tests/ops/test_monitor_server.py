@@ -2,7 +2,7 @@
 baseline sweep (`trtspec sweep` library, engine) -> `trtspec deploy --baseline` -> serve -> traffic -> monitor.
 
 - Drift: steady traffic at concurrency 4 from the baseline's prompts raises no alarm; traffic shifted to the
-  `grounded` suite (lower acceptance: docs/sweep) is flagged within 60 s. (CI-sized: 20 s steady; the 10-minute
+  `grounded` suite (lower acceptance: docs/sweep) is flagged within 60 s. (CI-sized: 10 s steady; the 10-minute
   false-alarm measurement is scripts/drift_demo.py, reported in docs/operations.md.) No request fails.
 - `trtspec monitor --once --json` reads the same server.
 - The BLS publishes the same series on the TensorRT-LLM flavour: with `trtspec_series.py` beside it (as that flavour
