@@ -78,6 +78,9 @@ def test_eagle3_one_and_two_model():
 
 
 CASES = [(p, v) for p in CONFIGS for v in WITH_FACTS]
+# A target and draft given as local checkpoint directories (the embedded pair's): planning reads their config.json,
+# weights headers and tokenizer.json only, so these tests need no random pair (a torch and transformers import).
+LOCAL_PAIR = (ROOT / "trtspec" / "assets" / "models" / "tiny", ROOT / "trtspec" / "assets" / "models" / "tiny-draft")
 
 
 @pytest.mark.parametrize(("path", "version"), CASES, ids=[f"{p.stem}@{v}" for p, v in CASES])
@@ -120,8 +123,8 @@ def test_the_file_is_yaml_with_comment_only_headers():
     assert yaml.safe_load(text) == options
 
 
-def test_controls_are_written_where_the_target_reads_them(random_pair):
-    target, draft = random_pair
+def test_controls_are_written_where_the_target_reads_them():
+    target, draft = LOCAL_PAIR
     controls = {"max_concurrency": 8, "draft_len_schedule": {1: 3, 4: 2, 16: 0}, "acceptance_window": 16,
                 "acceptance_length_threshold": 1.5}
     _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
@@ -136,8 +139,8 @@ def test_controls_are_written_where_the_target_reads_them(random_pair):
     ({1: 3, 0: 1}, "llm_api.draft_len_schedule[0]", "must be an integer >= 1"),
     ({1: 3, 4: -1}, "llm_api.draft_len_schedule[4]", "must be an integer >= 0"),
 ])
-def test_bad_schedules_exit_2_naming_the_entry_and_rule(random_pair, tmp_path, schedule, entry, rule):
-    target, draft = random_pair
+def test_bad_schedules_exit_2_naming_the_entry_and_rule(tmp_path, schedule, entry, rule):
+    target, draft = LOCAL_PAIR
     config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
                           max_draft_len=3, engine={"max_input_len": 64, "max_seq_len": 128},
                           trtllm={"version": "1.2.1"}, llm_api={"draft_len_schedule": schedule})
@@ -153,8 +156,8 @@ def test_a_control_a_release_does_not_read_is_refused():
     assert err.value.field == "llm_api.max_concurrency" and "1.0.0" in err.value.message and "1.2.1" in err.value.hint
 
 
-def test_refused_method_in_the_plan_notes_names_the_nearest(random_pair):
-    _, plan = plan_of(target=str(random_pair[0]), method="lookahead", lookahead=[4, 4, 4],
+def test_refused_method_in_the_plan_notes_names_the_nearest():
+    _, plan = plan_of(target=str(LOCAL_PAIR[0]), method="lookahead", lookahead=[4, 4, 4],
                       engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"}, workflow="engine")
     assert plan.llm_api is None
     assert any("Lookahead does not run on TensorRT-LLM 1.2.1's PyTorch backend" in n and "nearest method: ngram" in n

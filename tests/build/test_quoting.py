@@ -17,6 +17,8 @@ from tests.cli_checks import cli
 HOSTILE = ["o;touch PWNED;#", "o $(touch PWNED)", "o `touch PWNED`", "o'\"; touch PWNED; echo '", "o\ntouch PWNED",
            "o && touch PWNED", "o|touch PWNED", "o\\'$HOME*", "-o"]
 SHELLS = [s for s in ("bash", "sh") if shutil.which(s)]
+# The converted model: a local checkpoint directory (the embedded draft's, 1.7M parameters; no random pair to make)
+MODEL = Path(__file__).resolve().parents[2] / "trtspec" / "assets" / "models" / "tiny-draft"
 # A stand-in for the real tool: records its working directory and its arguments, one per NUL-terminated field.
 RECORDER = """#!/usr/bin/env python3
 import os, sys
@@ -47,8 +49,8 @@ def no_side_effects(root: Path) -> None:
 
 @pytest.mark.skipif(not SHELLS, reason="no POSIX shell")
 @pytest.mark.parametrize("name", HOSTILE)
-def test_pending_trtllm_build_lines_paste_safely(name, random_pair, tmp_path, capsys):
-    config = write_config(tmp_path / "c.yaml", target=str(random_pair[0]), method="none",
+def test_pending_trtllm_build_lines_paste_safely(name, tmp_path, capsys):
+    config = write_config(tmp_path / "c.yaml", target=str(MODEL), method="none",
                           engine={"dtype": "float32", "max_input_len": 8, "max_seq_len": 16})
     out = tmp_path / "work" / name
     out.parent.mkdir()
