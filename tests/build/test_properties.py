@@ -232,15 +232,22 @@ def build_argv(draw: st.DrawFn) -> list[str]:
     return argv
 
 
+def _work_config(name: str) -> str:
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "build_configs" / f"{name}.yaml").read_text())
+    doc.update(output=f"out/{name}", engine={**doc["engine"], "dtype": "float32"})
+    return yaml.safe_dump(doc)
+
+
+# small configs: the torch bundle and a one-model conversion (the same text for every example, made once)
+WORK_CONFIGS = {name: _work_config(name) for name in ("tiny-torch", "tiny-baseline")}
+
+
 @settings(SETTINGS, max_examples=150)
 @given(argv=build_argv())
 def test_any_build_command_line_is_a_result_or_a_one_line_error(argv, tmp_path_factory, monkeypatch):
     work = tmp_path_factory.mktemp("work")
-    for name in ("tiny-torch", "tiny-baseline"):  # small configs: the torch bundle and a one-model conversion
-        text = (Path(__file__).resolve().parents[2] / "build_configs" / f"{name}.yaml").read_text()
-        doc = yaml.safe_load(text)
-        doc.update(output=f"out/{name}", engine={**doc["engine"], "dtype": "float32"})
-        (work / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    for name, text in WORK_CONFIGS.items():
+        (work / f"{name}.yaml").write_text(text)
     monkeypatch.chdir(work)
     code, out, err = run_cli(argv, limit=120)
     assert code in BUILD_EXIT_CODES, (argv, code, err)

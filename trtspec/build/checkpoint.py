@@ -6,10 +6,13 @@ preflight checks and the memory estimate; never writes anything.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from trtspec.errors import ConfigError, IncompatibleModelsError, shown_text
@@ -312,9 +315,21 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _token_to_id(path: Path) -> dict[str, int]:
-    data = _json(path)
+def _token_to_id(path: Path) -> Mapping[str, int]:
+    """Token -> id of a tokenizer.json (vocab + added tokens; {} when missing or not JSON), remembered per file version
+    (path, inode, size, mtime_ns, as trtspec.models.tokenizer_vocab and the manifest's file hashes): preflight reads
+    both models' special tokens on every plan of a pair."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    return _token_to_id_of(str(path.absolute()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _token_to_id_of(path: str, inode: int, size: int, mtime_ns: int) -> Mapping[str, int]:
+    data = _json(Path(path))
     vocab = data.get("model", {}).get("vocab", {})
     mapping = dict(vocab) if isinstance(vocab, dict) else {}
     mapping.update({t["content"]: t["id"] for t in data.get("added_tokens", []) if "content" in t})
-    return mapping
+    return MappingProxyType(mapping)  # shared between calls: read-only

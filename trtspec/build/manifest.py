@@ -41,6 +41,12 @@ from typing import Any
 
 MANIFEST = "trtspec-manifest.json"
 FORMAT = "trtspec-manifest/1"
+# sha256 of files this process has read, by (path, device, inode, size, mtime_ns): a build's inputs (model weights)
+# are hashed once per process, not once per build. The same trust as the manifest's file_hashes (size, mtime_ns),
+# narrowed to one file (its inode: a file replaced, as trtspec writes them, is another file). Not ctime: hard-linking
+# a model into a bundle or a staging directory changes it without changing the content.
+_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
+_DIGESTS_MAX = 4096
 
 
 def read_manifest(out_dir: Path) -> dict[str, Any] | None:
@@ -70,12 +76,19 @@ class Hasher:
         hit = self.cache.get(key)
         if hit and hit[0] == stat.st_size and hit[1] == stat.st_mtime_ns:
             return str(hit[2])
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        self.cache[key] = [stat.st_size, stat.st_mtime_ns, digest.hexdigest()]
-        return digest.hexdigest()
+        seen = (str(Path(path).absolute()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        hexdigest = _DIGESTS.get(seen)
+        if hexdigest is None:
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            hexdigest = digest.hexdigest()
+            if len(_DIGESTS) >= _DIGESTS_MAX:
+                _DIGESTS.clear()
+            _DIGESTS[seen] = hexdigest
+        self.cache[key] = [stat.st_size, stat.st_mtime_ns, hexdigest]
+        return hexdigest
 
     def tree(self, path: Path, key: str) -> str | None:
         """One digest over a file or every file under a directory (names + contents); None when missing."""
