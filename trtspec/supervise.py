@@ -6,6 +6,12 @@ child, in the process group the launcher gave it (its own session). It guarantee
   server as if asked to; the supervisor itself dies (SIGKILL): Linux delivers SIGTERM to the server the same way;
 - SIGTERM, SIGINT or SIGHUP: forwarded to tritonserver as SIGTERM (Triton drains in-flight requests); whatever of the
   process group is still running after the stop timeout (tritonserver, its backend stubs) is killed;
+- a drained server is not waited for: tritonserver 2.51 unloads its models, then its gRPC shutdown waits for every
+  open client stream, even an idle one, until killed. Once the Python backend stubs it had when the stop began have
+  all exited (the drain and the unload are done), it gets DRAINED_GRACE_S to exit, then it is killed and the stop
+  counts as clean (exit 0);
+- when the launcher is gone (nobody waits for the drain; the ports must come free for a restart) the whole stop is
+  capped at ORPHAN_STOP_S;
 - the work directory (prepared backends, the default log) is removed once the server is gone; when the server
   exited by itself (a crash: nobody asked it to stop), its log is kept first, at `kept_log(DIR)` (DIR + ".log").
 It exits with tritonserver's exit code. Pure standard library: it starts in a fraction of a second.
@@ -26,6 +32,10 @@ from collections.abc import Sequence
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WAKE_S = 1.0  # the longest sleep between checks when no signal comes (a stop timeout is met to 0.05 s)
+STOPPING_WAKE_S = 0.25  # ... and while a stop is under way (the stubs are watched)
+DRAINED_GRACE_S = 2.0  # a server whose stubs have exited normally exits within ~1 s (Triton checks once a second)
+ORPHAN_STOP_S = 6.0  # the stop timeout when the launcher died
+STUB = "triton_python_backend_stub"  # the executable of Triton's Python backend, one process per model instance
 LOG_NAME = "tritonserver.log"  # the server's default log, inside the work directory (TritonServer writes it there)
 
 
@@ -54,6 +64,19 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             pids.append(int(entry))
     return pids
+
+
+def backend_stubs(pgid: int) -> set[int]:
+    """PIDs of the live Python backend stubs in process group `pgid`."""
+    out = set()
+    for pid in group_members(pgid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if STUB.encode() in f.read().split(b"\0", 1)[0]:
+                    out.add(pid)
+        except OSError:
+            continue
+    return out
 
 
 def kill_group_except(pgid: int, keep: int) -> None:
@@ -93,14 +116,21 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
     if sleeper:
         signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, signal.SIGCHLD})
     deadline = None
+    stubs: set[int] = set()  # the server's backend stubs when the stop began
+    drained = False  # they have all exited: only the server's transport shutdown is left
     while child.poll() is None:
         if stop_requested and deadline is None:
             child.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + stop_timeout
+            orphan = os.getppid() != parent
+            deadline = time.monotonic() + (min(stop_timeout, ORPHAN_STOP_S) if orphan else stop_timeout)
+            stubs = backend_stubs(os.getpgrp())
+        if stubs and not drained and not stubs & backend_stubs(os.getpgrp()):
+            drained = True
+            deadline = min(deadline, time.monotonic() + DRAINED_GRACE_S)  # type: ignore[type-var]
         if deadline is not None and time.monotonic() > deadline:
             child.kill()
         if sleeper:
-            wait = WAKE_S if deadline is None else min(WAKE_S, max(0.05, deadline - time.monotonic()))
+            wait = WAKE_S if deadline is None else min(STOPPING_WAKE_S, max(0.05, deadline - time.monotonic()))
             info = signal.sigtimedwait({*STOP_SIGNALS, signal.SIGCHLD}, wait)
             stop_requested = stop_requested or (info is not None and info.si_signo in STOP_SIGNALS)
             continue
@@ -117,6 +147,10 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
                   f"{kept_log(workdir)}", file=sys.stderr, flush=True)
             shutil.copyfile(log, kept_log(workdir))
         shutil.rmtree(workdir, ignore_errors=True)
+    if drained and child.returncode == -signal.SIGKILL:
+        print("trtspec supervise: tritonserver had drained and unloaded its models; it was killed in its transport "
+              "shutdown (an open client stream holds it)", file=sys.stderr, flush=True)
+        return 0
     return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
 

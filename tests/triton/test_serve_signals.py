@@ -3,33 +3,39 @@ itself; and a busy port is refused (exit 2, naming the port and its owner) befor
 
 Each case runs the real CLI on a one-model repository (the counting test double: the Python backend, no torch) and
 then checks that no process of the server's process group is left and its trtspec-triton-* work directory is gone.
+
+An open client gRPC stream holds tritonserver 2.51's shutdown: after it unloads its models, its gRPC server waits for
+every open stream (even an idle one) until killed, and a stream that has sent a request to a non-decoupled model keeps
+that model loaded until the exit timeout. The teardown is timed with such a stream open: after SIGKILL of `trtspec
+serve` and after Ctrl-C, nothing is left within 10 s.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tests.triton.helpers import counting_model
 from trtspec.supervise import group_members
+from trtspec.triton.render import write_repository
 from trtspec.triton.server import Ports
 
 pytestmark = pytest.mark.triton
-DOUBLES = Path(__file__).parent / "doubles"
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("repo")
-    shutil.copytree(DOUBLES / "counting_lm", root / "counting_lm")
-    return root
+    """The counting double as a non-decoupled `counting_lm` with the tensorrt_llm model's inputs and outputs."""
+    return write_repository(counting_model("counting_lm", decoupled=False), tmp_path_factory.mktemp("repo") / "repo")
 
 
 def _serve(repo: Path, ports: Ports) -> subprocess.Popen:
@@ -109,6 +115,72 @@ def test_sigkill_of_trtspec_serve(repo):
     serve.kill()
     serve.wait(timeout=10)
     _assert_nothing_left(group, workdir)
+
+
+class OpenStream:
+    """A gRPC client stream to the server, kept open: idle, or after one request answered by `counting_lm` (which
+    then stays loaded until tritonserver's exit timeout)."""
+
+    def __init__(self, grpc_port: int, *, request: bool) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        answered, errors = threading.Event(), []
+        self.client.start_stream(callback=lambda result, error: (errors.append(error), answered.set()))
+        if not request:
+            return
+        tensors = {"input_ids": np.array([[5, 6, 7]], np.int32), "input_lengths": np.array([[3]], np.int32),
+                   "request_output_len": np.array([[4]], np.int32)}
+        inputs = []
+        for name, value in tensors.items():
+            tensor = grpcclient.InferInput(name, list(value.shape), "INT32")
+            tensor.set_data_from_numpy(value)
+            inputs.append(tensor)
+        self.client.async_stream_infer("counting_lm", inputs)
+        assert answered.wait(30) and errors == [None], errors
+
+    def close(self) -> None:
+        self.client.stop_stream(cancel_requests=True)
+        self.client.close()
+
+
+def _teardown_seconds(group: int, workdir: Path, since: float) -> float:
+    _assert_nothing_left(group, workdir, timeout=30)
+    return time.monotonic() - since
+
+
+def test_sigkill_of_trtspec_serve_with_a_client_stream_open_tears_down_within_10_s(repo):
+    ports = Ports.free()
+    serve = _serve(repo, ports)
+    group, workdir = _supervisor(serve)
+    _wait_for_line(serve, "tritonserver ready")
+    stream = OpenStream(ports.grpc, request=True)
+    try:
+        killed = time.monotonic()
+        serve.kill()
+        serve.wait(timeout=10)
+        seconds = _teardown_seconds(group, workdir, killed)
+    finally:
+        stream.close()
+    assert seconds < 10, f"the server group took {seconds:.1f} s to go after SIGKILL of trtspec serve"
+
+
+def test_ctrl_c_with_an_idle_client_stream_open_stops_within_10_s_and_exits_0(repo):
+    """The models unload at once; the supervisor then ends tritonserver's wait on the stream (a clean stop)."""
+    ports = Ports.free()
+    serve = _serve(repo, ports)
+    group, workdir = _supervisor(serve)
+    _wait_for_line(serve, "tritonserver ready")
+    stream = OpenStream(ports.grpc, request=False)
+    try:
+        asked = time.monotonic()
+        serve.send_signal(signal.SIGINT)
+        out, _ = serve.communicate(timeout=60)
+        seconds = _teardown_seconds(group, workdir, asked)
+    finally:
+        stream.close()
+    assert seconds < 10, f"the server group took {seconds:.1f} s to go after Ctrl-C"
+    assert serve.returncode == 0, out
 
 
 def test_busy_port_is_refused_with_its_owner(repo):

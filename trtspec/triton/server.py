@@ -32,6 +32,8 @@ from trtspec.ports import HOST, check_ports_free, free_ports, port_owner, proces
 from trtspec.supervise import LOG_NAME, kept_log
 
 POLL_INTERVAL_S = 0.25  # readiness polling while tritonserver starts
+EXIT_TIMEOUT_S = 10.0  # tritonserver --exit-timeout-secs: how long it drains in-flight requests when asked to stop
+STOP_TIMEOUT_S = EXIT_TIMEOUT_S + 2.0  # then it is killed: past its exit timeout it drains nothing more
 PROBE_TIMEOUT_S = 2.0  # one readiness probe (HTTP /v2/health/ready)
 STOP_MARGIN_S = 5.0  # past the supervisor's own stop timeout, its whole process group is killed
 
@@ -172,7 +174,7 @@ def plan_launch(
             f"--http-address={host}", f"--http-port={ports.http}",
             f"--grpc-address={host}", f"--grpc-port={ports.grpc}",
             f"--metrics-address={host}", f"--metrics-port={ports.metrics}",
-            "--allow-metrics=true", "--exit-timeout-secs=10", f"--log-verbose={log_verbose}"]
+            "--allow-metrics=true", f"--exit-timeout-secs={EXIT_TIMEOUT_S:g}", f"--log-verbose={log_verbose}"]
     # Explicit model control always: every model of the repository (`*`) unless asked for some, and the
     # model-control API (load with a config override, new versions) stays open: `trtspec set-k`, `rollout-draft`.
     argv += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (["*"] if load_models is None else load_models))]
@@ -238,7 +240,7 @@ class TritonServer:
     """
 
     def __init__(self, repo: Path, *, ports: Ports | None = None, load_models: Sequence[str] | None = None,
-                 binary: Path | None = None, startup_timeout: float = 180.0, stop_timeout: float = 20.0,
+                 binary: Path | None = None, startup_timeout: float = 180.0, stop_timeout: float = STOP_TIMEOUT_S,
                  log_path: Path | None = None, log_verbose: int = 0, env: dict[str, str] | None = None,
                  host: str = HOST) -> None:
         self.repo = Path(repo).resolve()
