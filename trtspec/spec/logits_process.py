@@ -31,6 +31,7 @@ This module knows nothing about requests, proposers or KV caches.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -110,9 +111,7 @@ def process_logits(logits: Tensor, controls: LogitsControls, context: Sequence[i
     draft_token_ids, paths = draft_token_ids.to(device), paths.to(device)
     # 2-4. penalties: occurrences in the committed context + the draft tokens on the row's path
     if controls.penalised:
-        committed = torch.tensor(list(context), dtype=torch.long, device=device)  # [context]
-        draft_one_hot = torch.nn.functional.one_hot(draft_token_ids, vocab).float()  # [num_draft, vocab]
-        counts = torch.bincount(committed, minlength=vocab)[None, :vocab].float() + paths.float() @ draft_one_hot
+        counts = _token_counts(rows, vocab, context, draft_token_ids, paths)  # [rows, vocab]
         seen = counts > 0  # [rows, vocab]
         if controls.repetition_penalty != 1.0:
             penalty = controls.repetition_penalty
@@ -121,41 +120,70 @@ def process_logits(logits: Tensor, controls: LogitsControls, context: Sequence[i
             scores = scores - controls.presence_penalty * seen.float()
         if controls.frequency_penalty != 0.0:
             scores = scores - controls.frequency_penalty * counts
-    # 5. min tokens: the end ids cannot end an output shorter than min_tokens
-    if controls.min_tokens > 0 and controls.end_ids:
+    # 5. min tokens: the end ids cannot end an output shorter than min_tokens (no row can once the committed output
+    #    alone is long enough: the draft tokens on a path only lengthen it)
+    if controls.min_tokens > 0 and controls.end_ids and len(context) - controls.num_prompt_tokens < controls.min_tokens:
         num_output = len(context) - controls.num_prompt_tokens + paths.sum(-1)  # [rows]
-        end_mask = torch.zeros(vocab, dtype=torch.bool, device=device)  # [vocab]
-        end_mask[[t for t in controls.end_ids if t < vocab]] = True
+        end_mask = _vocab_mask(controls.end_ids, vocab, device)  # [vocab]
         scores = scores.masked_fill((num_output < controls.min_tokens)[:, None] & end_mask, float("-inf"))
     # 6. bad words
     if controls.bad_words:
-        scores = scores.masked_fill(_bad_word_mask(rows, vocab, controls.bad_words, context, draft_token_ids, paths)
-                                    .to(device), float("-inf"))
+        scores = _ban_bad_words(scores, controls.bad_words, context, draft_token_ids, paths)
     return scores
 
 
-def _bad_word_mask(rows: int, vocab: int, bad_words: TokenSequences, context: Sequence[int], draft_token_ids: Tensor,
-                   paths: Tensor) -> Tensor:
-    """[rows, vocab] bool: word[-1] in every row whose context ends with word[:-1] (TensorRT-LLM `ban_bad_words`;
-    a one-token word is banned everywhere).
+def _token_counts(rows: int, vocab: int, context: Sequence[int], draft_token_ids: Tensor, paths: Tensor) -> Tensor:
+    """[rows, vocab] float32: occurrences of each token in `context` + the draft tokens on row r's path.
 
     Args:
         draft_token_ids: [num_draft]; paths: [rows, num_draft].
     """
-    mask = torch.zeros(rows, vocab, dtype=torch.bool)  # [rows, vocab]
-    mask[:, [word[0] for word in bad_words if len(word) == 1 and word[0] < vocab]] = True
+    device = paths.device
+    committed = torch.tensor(context, dtype=torch.long, device=device)  # [context]
+    counts = torch.bincount(committed, minlength=vocab)[:vocab].float()  # [vocab]
+    if draft_token_ids.numel() == 0:
+        return counts.expand(rows, vocab)
+    # row r adds 1 at draft_token_ids[j] for every j on its path (exact small integers in float32)
+    return counts.repeat(rows, 1).scatter_add_(1, draft_token_ids.expand(rows, -1), paths.float())
+
+
+@functools.lru_cache(maxsize=256)
+def _vocab_mask(token_ids: tuple[int, ...], vocab: int, device: torch.device) -> Tensor:
+    """[vocab] bool, True at `token_ids` (those inside the vocabulary); cached per control set, never modified."""
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)  # [vocab]
+    mask[[t for t in token_ids if t < vocab]] = True
+    return mask
+
+
+def _ban_bad_words(scores: Tensor, bad_words: TokenSequences, context: Sequence[int], draft_token_ids: Tensor,
+                   paths: Tensor) -> Tensor:
+    """`scores` [rows, vocab] with -inf at word[-1] in every row whose context ends with word[:-1]
+    (TensorRT-LLM `ban_bad_words`; a one-token word is banned everywhere).
+
+    Args:
+        draft_token_ids: [num_draft]; paths: [rows, num_draft].
+    """
+    rows, vocab = scores.shape
+    singles = tuple(word[0] for word in bad_words if len(word) == 1)
+    if singles:
+        scores = scores.masked_fill(_vocab_mask(singles, vocab, scores.device), float("-inf"))
     multi = [word for word in bad_words if len(word) > 1 and word[-1] < vocab]
     if not multi:
-        return mask
+        return scores
     longest = max(len(word) for word in multi) - 1
     tail = list(context[-longest:])
     draft = draft_token_ids.tolist()
+    banned_rows, banned_tokens = [], []
     for row, on_path in enumerate(paths.tolist()):
         row_tail = (tail + [t for t, on in zip(draft, on_path, strict=True) if on])[-longest:]
         for word in multi:
             if ends_with(row_tail, word[:-1]):
-                mask[row, word[-1]] = True
-    return mask
+                banned_rows.append(row)
+                banned_tokens.append(word[-1])
+    if not banned_rows:
+        return scores
+    index = torch.tensor([banned_rows, banned_tokens], dtype=torch.long, device=scores.device)  # [2, num_banned]
+    return scores.index_put((index[0], index[1]), torch.tensor(float("-inf"), device=scores.device))
 
 
 def ends_with(tokens: Sequence[int], suffix: Sequence[int]) -> bool:

@@ -82,6 +82,8 @@ class KVCache:
 
     Layout: key/value [num_layers, num_slots, max_seq_len, num_kv_heads, head_dim]; lengths [num_slots].
     Slots are allocated and freed explicitly; the slot count doubles when full, up to `max_slots`.
+    `length(slot)` reads a host copy of the lengths (no tensor read, no device sync per call); every change to
+    `lengths` goes through this class and `StepInputs.commit`, which keep the two equal.
     """
 
     def __init__(self, config: LlamaConfig, *, num_slots: int = 4, max_slots: int = 256, max_seq_len: int | None = None,
@@ -92,6 +94,7 @@ class KVCache:
         self.key = torch.zeros(shape, dtype=dtype, device=device)  # [layers, slots, max_seq_len, kv_heads, head_dim]
         self.value = torch.zeros(shape, dtype=dtype, device=device)  # [layers, slots, max_seq_len, kv_heads, head_dim]
         self.lengths = torch.zeros(num_slots, dtype=torch.long, device=device)  # [slots]
+        self._host_lengths = [0] * num_slots  # lengths.tolist(), kept in step
         self._free = list(range(num_slots))
 
     @property
@@ -107,21 +110,31 @@ class KVCache:
         if not self._free:
             self._grow()
         slot = self._free.pop(0)
-        self.lengths[slot] = 0
+        self._set_length(slot, 0)
         return slot
 
     def free(self, slot: int) -> None:
-        self.lengths[slot] = 0
+        self._set_length(slot, 0)
         self._free.append(slot)
 
     def length(self, slot: int) -> int:
-        return int(self.lengths[slot])
+        return self._host_lengths[slot]
+
+    def _set_length(self, slot: int, new_len: int) -> None:
+        self.lengths[slot] = new_len
+        self._host_lengths[slot] = new_len
+
+    def set_lengths(self, slots: Tensor, new_lengths: Tensor) -> None:
+        """lengths[slots] = new_lengths (slots, new_lengths: [batch]; a forward's appended tokens)."""
+        self.lengths[slots] = new_lengths
+        for slot, new_len in zip(slots.tolist(), new_lengths.tolist(), strict=True):
+            self._host_lengths[slot] = new_len
 
     def rollback(self, slot: int, new_len: int) -> None:
         """Keep the first `new_len` cached tokens of `slot` (an accepted prefix); the rest is overwritten later."""
         if not 0 <= new_len <= self.length(slot):
             raise ValueError(f"rollback(slot={slot}, new_len={new_len}) outside [0, {self.length(slot)}]")
-        self.lengths[slot] = new_len
+        self._set_length(slot, new_len)
 
     def compact(self, slot: int, start: int, keep: list[int]) -> None:
         """Move cached entries start+keep[i] to start+i and truncate there (an accepted tree path).
@@ -133,7 +146,7 @@ class KVCache:
         dst = torch.arange(start, start + len(keep), device=self.key.device)  # [num_keep]
         self.key[:, slot, dst] = self.key[:, slot, src]
         self.value[:, slot, dst] = self.value[:, slot, src]
-        self.lengths[slot] = start + len(keep)
+        self._set_length(slot, start + len(keep))
 
     def _grow(self) -> None:
         old = self.num_slots
@@ -146,6 +159,7 @@ class KVCache:
         self.key = torch.cat([self.key, self.key.new_zeros(extra)], dim=1)
         self.value = torch.cat([self.value, self.value.new_zeros(extra)], dim=1)
         self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(new - old)])
+        self._host_lengths.extend([0] * (new - old))
         self._free.extend(range(old, new))
 
 
@@ -333,7 +347,7 @@ class StepInputs:
 
     def commit(self, cache: KVCache, slots: Tensor) -> None:
         """Grow the slots by the tokens this forward appended."""
-        cache.lengths[slots] = self.new_lengths
+        cache.set_lengths(slots, self.new_lengths)
 
 
 def prepare_step(cache: KVCache, slots: Tensor, shape: torch.Size | tuple[int, int], inv_freq: Tensor,

@@ -48,7 +48,7 @@ def scores_to_probs(scores: Tensor, *, greedy: bool, top_k: int = 0, top_p: floa
     """
     scores = scores.float()
     if greedy:
-        return torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).float()
+        return torch.zeros_like(scores).scatter_(-1, scores.argmax(-1, keepdim=True), 1.0)  # one-hot [..., vocab]
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]  # [..., 1]
         scores = scores.masked_fill(scores < kth, float("-inf"))

@@ -122,7 +122,8 @@ def verify_chain(target_probs: Tensor, draft_token_ids: Tensor, draft_probs: Ten
         output, num_accepted = greedy_verify(target_probs[None], draft_token_ids[None])
     else:
         if draft_probs is None:
-            draft_probs = torch.nn.functional.one_hot(draft_token_ids, target_probs.shape[-1]).float()  # [k, vocab]
+            draft_probs = torch.zeros(k, target_probs.shape[-1], device=target_probs.device).scatter_(
+                1, draft_token_ids[:, None], 1.0)  # [k, vocab] one-hot
         output, num_accepted = rejection_verify(target_probs[None], draft_probs[None], draft_token_ids[None], generator)
     n = int(num_accepted[0])
     return Verdict(token_ids=output[0, : n + 1].tolist(), num_accepted=n, num_draft_tokens=k)
