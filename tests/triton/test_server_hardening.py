@@ -32,7 +32,9 @@ def server(torch_bundle):
     spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=4, engine={"max_k": MAX_K, "default_k": 3, "max_input_len": MAX_INPUT, "max_output_len": 64})
     plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
     repo = write_repository(plan, torch_bundle.parent / "repo-hardening")
-    with running(repo) as srv:
+    # tensorrt_llm_draft stays unloaded: the BLS refuses the draft-target request here before it would call it
+    models = [m for m in spec.model_names if m != "tensorrt_llm_draft"] + ["tensorrt_llm_failing"]
+    with running(repo, load_models=models) as srv:
         yield srv
 
 
