@@ -105,9 +105,16 @@ def _joint(target, prompt, temperature, top_k, depth):
     return joint
 
 
+@pytest.fixture(scope="module")
+def sampled_joint(eagle_target):
+    """The target's exact distribution of the first 3 tokens after PROMPTS[2] (T=1, top-k 3), shared by the exact
+    and the mutation case."""
+    return _joint(eagle_target, PROMPTS[2], 1.0, 3, 3)
+
+
 @pytest.mark.parametrize("mutate", [False, True], ids=["exact", "mutation-claims-uniform-draft-probs"])
-def test_sampling_with_eagle_trees_follows_the_target(eagle_target, trained_eagle, monkeypatch, mutate):
-    """1000 seeded requests at T=1, top-k 3: the first 3 tokens follow the target's joint distribution (6 tokens are
+def test_sampling_with_eagle_trees_follows_the_target(eagle_target, trained_eagle, sampled_joint, monkeypatch, mutate):
+    """500 seeded requests at T=1, top-k 3: the first 3 tokens follow the target's joint distribution (6 tokens are
     generated so that the second step verifies a dynamic EAGLE tree of 4 nodes). Mutation: the proposer claims its top-k nodes were sampled from a uniform
     draft distribution, so the verifier accepts them with p / q instead of p: the test must see it."""
     if mutate:
@@ -119,8 +126,8 @@ def test_sampling_with_eagle_trees_follows_the_target(eagle_target, trained_eagl
             return Draft(draft.token_ids, torch.full((draft.num_tokens, vocab), 1 / vocab), draft.parents)
 
         monkeypatch.setattr(EagleProposer, "_select", uniform)
-    prompt, n = PROMPTS[2], 1000
-    joint = _joint(eagle_target, prompt, 1.0, 3, 3)
+    # 500 requests (was 1000; measured): exact p = 0.38 (0.006 at 1000), the mutation p = 7e-112 (3e-228 at 1000)
+    prompt, n, joint = PROMPTS[2], 500, sampled_joint
     engine = make_engine(eagle_target, trained_eagle[0], EagleTree(topk=2, depth=2))
     samplings = [SamplingParams(temperature=1.0, top_k=3, seed=i, max_new_tokens=6, ignore_eos=True)
                  for i in range(n)]

@@ -329,6 +329,12 @@ def _p_value(counts: Counter, joint: dict) -> float:
     return _chisquare([counts.get(c, 0) for c in cells], [joint[c] for c in cells])
 
 
+# requests per chi-square test. 500 (was 1000; seeds 0..499, measured): the exact cases pass with p = 0.72 (plain),
+# 0.14 (chain), 0.27 (tree), 0.94 (external), and the unprocessed-target mutation still yields tokens the processed
+# target bans (p = 0, as at 1000)
+N_SAMPLED = 500
+
+
 @pytest.fixture(scope="module")
 def sampled_joint(hf_target):
     return _joint(hf_target, PROMPTS[2], SAMPLED, 3)
@@ -339,7 +345,7 @@ def sampled_joint(hf_target):
 def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joint, spec):
     if spec is None:  # a caller's draft: the most likely 3 tokens, so that some of it is accepted
         spec = SpecParams("none", 0, draft_token_ids=max(sampled_joint, key=sampled_joint.__getitem__))
-    n = 1000
+    n = N_SAMPLED
     # plain decoding draws one token per step from the request's generator, so its first 3 tokens are the same
     # whether 3 or 6 are generated: 3 (half the steps, the same samples). A draft's length depends on the tokens
     # left, so the other cases keep 6.
@@ -356,7 +362,7 @@ def test_verifying_against_unprocessed_targets_is_detected(engine, sampled_joint
     """Mutation: the engine verifies against logits / temperature, ignoring the processors."""
     monkeypatch.setattr(step_phases, "process_logits",
                         lambda logits, controls, *a, **k: logits.float() / controls.temperature)
-    n = 1000
+    n = N_SAMPLED
     samplings = [dataclasses.replace(SAMPLED, seed=i) for i in range(n)]
     counts = Counter(tuple(o.token_ids[:3]) for o in engine.generate([PROMPTS[2]] * n, samplings,
                                                                       SpecParams("draft_target", 2)))

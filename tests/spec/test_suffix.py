@@ -28,9 +28,11 @@ from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
 from trtspec.sweep.prompts import shipped_suites
 
+GREEDY = SamplingParams()  # one instance: the soak test proposes 96k times, validating it each time cost ~1 s
+
 
 def item(request_id: int, token_ids: list[int], k: int) -> ProposeInput:
-    return ProposeInput(request_id=request_id, token_ids=token_ids, k=k, sampling=SamplingParams(), generator=None)
+    return ProposeInput(request_id=request_id, token_ids=token_ids, k=k, sampling=GREEDY, generator=None)
 
 
 def finish(proposer: SuffixProposer, request_id: int, prompt: list[int], output: list[int]) -> None:
@@ -277,7 +279,9 @@ def test_a_warm_cache_drafts_more_of_repeated_traffic(embedded):
 # the prompt's own tree drafts the chain [41, 8, ...] at the first step; at the second, a first token the prompt does
 # not contain (most of them) matches only the other requests' outputs in the shared cache, whose continuations branch
 PROMPT = [17, 30, 2, 8, 41, 8, 41, 8, 63, 12, 30, 2, 8]
-TEMPERATURE, TOP_K, N = 1.0, 3, 1000
+# N = 500 requests per chi-square test (was 1000; measured): the exact case passes with p = 0.72 (0.78 at 1000) over
+# 452 tree drafts, the frequencies-as-probabilities mutation fails with p = 5e-53 (3e-122 at 1000)
+TEMPERATURE, TOP_K, N = 1.0, 3, 500
 
 
 @pytest.fixture(scope="module")
