@@ -374,8 +374,10 @@ def _per_prompt(value: Any, default: Any, n: int, name: str) -> list[Any]:
 
 
 def _load_tokenizer(path: Path) -> Any:
+    """The checkpoint's tokenizer (trtspec.text_codec: the `tokenizers` library for a tokenizer.json, so an engine
+    starts without importing transformers; the Hugging Face tokenizer behind it for everything else), or None."""
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         return None
-    from trtspec.models import load_tokenizer
+    from trtspec.text_codec import TextCodec
 
-    return load_tokenizer(path)
+    return TextCodec(path)

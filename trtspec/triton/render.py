@@ -158,15 +158,15 @@ def render_model(template_dir: str, values: Mapping[str, object], *, root: Path 
     return text
 
 
-def model_files(name: str, template_dir: str, values: Mapping[str, object], *, shared: Mapping[str, str] | None = None,
-                root: Path | None = None) -> RepoPlan:
+def model_files(name: str, template_dir: str, values: Mapping[str, object], *,
+                shared: Mapping[str, str | Path] | None = None, root: Path | None = None) -> RepoPlan:
     """The files of one model: its rendered config.pbtxt, `1/` copied from the template (model.py, ...), and the
-    `shared` modules of `model_repo/common/` in its `1/` (file name there -> module in common/; the Python backend
-    imports from its own directory)."""
+    `shared` modules in its `1/` (file name there -> a module of `model_repo/common/`, or a file's path; the Python
+    backend imports from its own directory)."""
     root = root or template_root()
     plan: RepoPlan = {f"{name}/config.pbtxt": RepoFile(text=render_model(template_dir, values, root=root))}
     for dest, module in (shared or {}).items():
-        plan[f"{name}/1/{dest}"] = RepoFile(copy_from=root / "common" / module)
+        plan[f"{name}/1/{dest}"] = RepoFile(copy_from=module if isinstance(module, Path) else root / "common" / module)
     version_dir = root / template_dir / "1"
     if version_dir.is_dir():
         for src in sorted(version_dir.rglob("*")):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import choices as tree_choices
+from trtspec import text_codec
 from trtspec.contracts import observability, series
 from trtspec.contracts.baseline import BASELINE_FILE, Baseline
 from trtspec.contracts.engine import EngineConfig, Lookahead
@@ -36,7 +37,7 @@ from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_
 BACKENDS = ("tensorrtllm", "torch")
 ENGINE_BACKEND = {"tensorrtllm": "tensorrtllm", "torch": "python"}  # Triton backend of the engine models
 SERIES_MODULE = "trtspec_series.py"  # trtspec.contracts.series, next to the tensorrtllm flavour's BLS model.py
-CODEC = {"text_codec.py": "text_codec.py"}  # model_repo/common/ helper the tokenizing Python models import
+CODEC = {"text_codec.py": Path(text_codec.__file__)}  # what the tokenizing Python models import
 ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
 # What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour.

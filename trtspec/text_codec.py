@@ -1,10 +1,12 @@
-"""Text <-> token ids for the Python models of the repository (copied next to each model.py that needs it).
+"""Text <-> token ids as the Hugging Face fast tokenizer makes them, without importing transformers when it can.
 
-Self-contained (no trtspec import), so the models also run in NVIDIA's TensorRT-LLM container. A directory with a
-`tokenizer.json` is served by the `tokenizers` library directly: it starts in a fraction of a second, while importing
-transformers takes seconds (and, with torch installed, imports torch). It encodes and decodes as the Hugging Face fast
-tokenizer does (`PreTrainedTokenizerFast` calls the same library); a tokenizer_config that asks for
-`clean_up_tokenization_spaces`, or a directory without tokenizer.json, goes through transformers' AutoTokenizer.
+The reference engine's tokenizer, and the helper the tokenizing Python models of a rendered repository import
+(`trtspec deploy` copies this file next to their model.py, so it stays self-contained: no trtspec import, and it also
+runs in NVIDIA's TensorRT-LLM container). A directory with a `tokenizer.json` is served by the `tokenizers` library
+directly: it starts in a fraction of a second, while importing transformers takes seconds. It encodes and decodes as
+the Hugging Face fast tokenizer does (`PreTrainedTokenizerFast` calls the same library); a tokenizer_config that asks
+for `clean_up_tokenization_spaces`, or a directory without tokenizer.json, goes through transformers' AutoTokenizer.
+Anything else (`apply_chat_template`, `chat_template`, ...) is the Hugging Face tokenizer's, loaded on first use.
 """
 
 import json
@@ -22,6 +24,7 @@ class TextCodec:
         config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
         special_file = path / "special_tokens_map.json"
         special = json.loads(special_file.read_text(encoding="utf-8")) if special_file.is_file() else {}
+        self._path = path
         self._fast = None
         self._hf = None
         if (path / "tokenizer.json").is_file() and not config.get("clean_up_tokenization_spaces", False):
@@ -62,3 +65,13 @@ class TextCodec:
         if self._fast is not None:
             return self._fast.decode(ids, skip_special_tokens=skip_special_tokens)
         return self._hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def __getattr__(self, name):
+        """Every other attribute of the Hugging Face tokenizer of the same directory (loaded once, on first use)."""
+        if name.startswith("__") or name in ("_path", "_fast", "_hf"):
+            raise AttributeError(name)
+        if self._hf is None:
+            from transformers import AutoTokenizer
+
+            self._hf = AutoTokenizer.from_pretrained(self._path)
+        return getattr(self._hf, name)
