@@ -42,6 +42,26 @@ def random_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return target, draft
 
 
+# Test modules that share one session-wide server (tests/triton/conftest.py `standard_server`): under `--dist
+# loadfile` they are one unit of work, so one xdist process runs them one after the other and starts the server once.
+SHARED_SERVER = frozenset({"tests/triton/test_server_torch.py", "tests/triton/test_server_hardening.py"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`, with the SHARED_SERVER modules as one file."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/triton/standard-server" if path in SHARED_SERVER else path
+
+    return SharedServerScheduling(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every server tests/servers.py stopped in the background has exited and left nothing behind."""
     from tests.servers import reap

@@ -16,26 +16,19 @@ import numpy as np
 import pytest
 
 from tests.cli_checks import assert_clean_failure, run_cli
-from tests.servers import running
-from tests.triton.helpers import counting_model
+from tests.triton.helpers import STANDARD_ENGINE
 from tests.triton.nvidia_requests import http_generate, stream_responses, text_request
-from trtspec.triton.render import write_repository
-from trtspec.triton.repo import RepoSpec, plan_repository
 
 pytestmark = pytest.mark.triton
-MAX_INPUT = 64
-MAX_K = 6
+MAX_INPUT = STANDARD_ENGINE["max_input_len"]
+MAX_K = STANDARD_ENGINE["max_k"]
+TOO_LONG = "request_output_len=1000 must be in [1, max_output_len={}]".format(STANDARD_ENGINE["max_output_len"])
 
 
 @pytest.fixture(scope="module")
-def server(torch_bundle):
-    spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=4, engine={"max_k": MAX_K, "default_k": 3, "max_input_len": MAX_INPUT, "max_output_len": 64})
-    plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
-    repo = write_repository(plan, torch_bundle.parent / "repo-hardening")
-    # tensorrt_llm_draft stays unloaded: the BLS refuses the draft-target request here before it would call it
-    models = [m for m in spec.model_names if m != "tensorrt_llm_draft"] + ["tensorrt_llm_failing"]
-    with running(repo, load_models=models) as srv:
-        yield srv
+def server(standard_server):
+    """The standard deployment's server (tests/triton/conftest.py), with `tensorrt_llm_failing` beside its models."""
+    return standard_server
 
 
 def good(server) -> None:
@@ -174,8 +167,8 @@ def test_random_bad_tensor_requests_are_answered_or_refused_naming_an_input(serv
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--max-new-tokens", "1000"], "request_output_len=1000 must be in [1, max_output_len=64]"),  # ensemble
-    (["--max-new-tokens", "1000", "--stream"], "request_output_len=1000 must be in [1, max_output_len=64]"),
+    (["--max-new-tokens", "1000"], TOO_LONG),  # ensemble
+    (["--max-new-tokens", "1000", "--stream"], TOO_LONG),
     (["--model", "tensorrt_llm", "--max-new-tokens", "1000"], "request_output_len=1000 must be in [1, max_output_len"),
     (["--model", "tensorrt_llm", "--k", "9", "--max-new-tokens", "4"], "num_draft_tokens (k)=9"),  # past max_k 6
     (["--model", "tensorrt_llm_bls", "--stream", "--k", "2"], "streaming is not supported with draft-target"),
@@ -201,7 +194,7 @@ def test_generate_url_exits_1_when_the_model_fails(server, stream):
 def test_nvidias_clients_still_read_the_message_of_a_refused_request(server):
     """end_to_end_grpc_client.py reads the error of a plain stream; the HTTP generate endpoint answers 400."""
     _, errors = stream_responses(server.grpc_url, "ensemble", text_request("x = 1", 1000), ["text_output"], timeout=60)
-    assert errors and "request_output_len=1000 must be in [1, max_output_len=64]" in errors[0], errors
+    assert errors and TOO_LONG in errors[0], errors
     (answer,) = http_generate(server.http_url, "ensemble", {"text_input": "x = 1", "max_tokens": 1000})
     assert answer["status"] == 400 and "request_output_len=1000" in answer["error"], answer
     good(server)

@@ -1,7 +1,8 @@
 """A real tritonserver (CPU) serving the torch-flavour repository deployed with `--decoupled`: the reference engine
 behind NVIDIA's tensorrt_llm tensors, asked the way NVIDIA's clients ask (tests/triton/nvidia_requests.py).
 
-One server per module. Over gRPC streams: greedy output equals the in-process engine (prompt included unless
+The standard deployment's server (tests/triton/conftest.py `standard_server`, shared with test_server_hardening).
+Over gRPC streams: greedy output equals the in-process engine (prompt included unless
 exclude_input_in_output), streaming is incremental, a batch of prompts comes back with batch_index, num_return_sequences
 with sequence_index and TensorRT-LLM's per-sequence seeds, log-prob and perf outputs have NVIDIA's shapes, stop and bad
 words act, stop requests cancel, refused features and bad tensors are errors naming the input while the server keeps
@@ -18,18 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.servers import running
+from tests.triton.helpers import STANDARD_BATCH, STANDARD_ENGINE
 from tests.triton.nvidia_requests import column, http_generate, stream_responses, text_request, token_request
 from trtspec.triton.client import TritonClient
-from trtspec.triton.render import write_repository
-from trtspec.triton.repo import RepoSpec, plan_repository
 
 pytestmark = pytest.mark.triton
-K = 3
-MAX_K = 6
+K = STANDARD_ENGINE["default_k"]
+MAX_K = STANDARD_ENGINE["max_k"]
 MAX_TOKENS = 12
-MAX_BATCH = 4
-MAX_OUTPUT = 200
+MAX_BATCH = STANDARD_BATCH
+MAX_OUTPUT = STANDARD_ENGINE["max_output_len"]
 PROMPTS = ["def add(a, b):", "import os", "for i in range(3):", "x = 1 + 2", "print(x)", "class a:", "y = (1, 2)",
            "return x"]
 PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int32,
@@ -39,11 +38,8 @@ PERF = {"kv_cache_alloc_new_blocks": np.int32, "kv_cache_reused_blocks": np.int3
 
 
 @pytest.fixture(scope="module")
-def server(torch_bundle):
-    spec = RepoSpec.from_build(torch_bundle, "torch", decoupled=True, triton_max_batch_size=MAX_BATCH, engine={"max_k": MAX_K, "default_k": K, "max_input_len": 64, "max_output_len": MAX_OUTPUT})
-    repo = write_repository(plan_repository(spec), torch_bundle.parent / "repo")
-    with running(repo) as srv:
-        yield srv
+def server(standard_server):
+    return standard_server
 
 
 @pytest.fixture(scope="module")
