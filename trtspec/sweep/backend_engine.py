@@ -30,7 +30,7 @@ from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
 from trtspec.sweep.runner import ModelSet
 
-WARMUP_TOKENS = 16  # per request of a path's warm-up loop
+WARMUP_TOKENS = 16  # per request of a path's warm-up loop (at most a case's max_new_tokens)
 
 Lookahead = tuple[int, int, int] | None  # an engine's lookahead (W, N, G); None = the engine's default
 EngineKey = tuple[ModelSet, Lookahead, str | None]  # + the EAGLE tree (grid.SweepSpec.eagle_trees) of an eagle set
@@ -200,7 +200,7 @@ class EngineBackend:
         samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
-        self._warm_up(engine, prompts, spec_params)
+        self._warm_up(engine, prompts, spec_params, min(WARMUP_TOKENS, case.max_new_tokens))
         if case.suffix_cache is not None:  # suffix decoding: the cross-request cache starts as the case says
             engine.proposers[resolve(method).proposer].reset()
             if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
@@ -267,16 +267,17 @@ class EngineBackend:
             self._engines[key] = engine
         return self._engines[key]
 
-    def _warm_up(self, engine: Any, prompts: list[list[int]], spec: Any) -> None:
-        """An untimed closed loop the first time an engine runs a decoding path: first batched forwards (and the
-        draft model's), and the adaptive policy's acceptance and step-cost estimates, are not measured in a case."""
+    def _warm_up(self, engine: Any, prompts: list[list[int]], spec: Any, tokens: int) -> None:
+        """An untimed closed loop of 4 requests of `tokens` tokens the first time an engine runs a decoding path: first
+        batched forwards (and the draft model's), and the adaptive policy's acceptance and step-cost estimates, are not
+        measured in a case."""
         from trtspec.spec.params import SamplingParams
 
         path = (id(engine), spec.method if spec.k else "none", spec.adaptive)
         if path in self._warm:
             return
         self._warm.add(path)
-        samplings = [SamplingParams(max_new_tokens=WARMUP_TOKENS, ignore_eos=True, seed=i) for i in range(4)]
+        samplings = [SamplingParams(max_new_tokens=tokens, ignore_eos=True, seed=i) for i in range(4)]
         closed_loop(engine, [prompts[i % len(prompts)] for i in range(4)], samplings, spec, concurrency=4)
 
 
