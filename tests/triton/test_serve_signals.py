@@ -144,41 +144,43 @@ class OpenStream:
         self.client.close()
 
 
-def _teardown_seconds(group: int, workdir: Path, since: float) -> float:
-    _assert_nothing_left(group, workdir, timeout=30)
-    return time.monotonic() - since
-
-
-def test_sigkill_of_trtspec_serve_with_a_client_stream_open_tears_down_within_10_s(repo):
+def _teardown_with_a_stream_open(repo: Path, stop, *, request: bool) -> tuple[float, subprocess.Popen, str]:
+    """Serve `repo`, open a client stream (OpenStream), then `stop(serve)` (returns serve's output) and time it until
+    no process of the server's group and no work directory is left: (seconds, serve, output)."""
     ports = Ports.free()
     serve = _serve(repo, ports)
     group, workdir = _supervisor(serve)
     _wait_for_line(serve, "tritonserver ready")
-    stream = OpenStream(ports.grpc, request=True)
+    stream = OpenStream(ports.grpc, request=request)
     try:
-        killed = time.monotonic()
-        serve.kill()
-        serve.wait(timeout=10)
-        seconds = _teardown_seconds(group, workdir, killed)
+        start = time.monotonic()
+        out = stop(serve)
+        _assert_nothing_left(group, workdir, timeout=30)
+        seconds = time.monotonic() - start
     finally:
         stream.close()
+    return seconds, serve, out
+
+
+def _sigkill(serve: subprocess.Popen) -> str:
+    serve.kill()
+    serve.wait(timeout=10)
+    return ""
+
+
+def _ctrl_c(serve: subprocess.Popen) -> str:
+    serve.send_signal(signal.SIGINT)
+    return serve.communicate(timeout=60)[0]
+
+
+def test_sigkill_of_trtspec_serve_with_a_client_stream_open_tears_down_within_10_s(repo):
+    seconds, _, _ = _teardown_with_a_stream_open(repo, _sigkill, request=True)
     assert seconds < 10, f"the server group took {seconds:.1f} s to go after SIGKILL of trtspec serve"
 
 
 def test_ctrl_c_with_an_idle_client_stream_open_stops_within_10_s_and_exits_0(repo):
     """The models unload at once; the supervisor then ends tritonserver's wait on the stream (a clean stop)."""
-    ports = Ports.free()
-    serve = _serve(repo, ports)
-    group, workdir = _supervisor(serve)
-    _wait_for_line(serve, "tritonserver ready")
-    stream = OpenStream(ports.grpc, request=False)
-    try:
-        asked = time.monotonic()
-        serve.send_signal(signal.SIGINT)
-        out, _ = serve.communicate(timeout=60)
-        seconds = _teardown_seconds(group, workdir, asked)
-    finally:
-        stream.close()
+    seconds, serve, out = _teardown_with_a_stream_open(repo, _ctrl_c, request=False)
     assert seconds < 10, f"the server group took {seconds:.1f} s to go after Ctrl-C"
     assert serve.returncode == 0, out
 
