@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,15 +84,23 @@ def test_deploy_refuses_suffix_options_for_another_method(tmp_path, random_pair)
     assert code == 2 and "--suffix={'max_cached_requests': 5}: shapes method suffix, but the method is ngram" in output, output
 
 
-def serve_twice(repo: Path, prompts: list[str]) -> list[tuple[str, list[int], int]]:
-    """Each prompt twice in a row on one fresh server: (prompt, generated token ids, accepted draft tokens)."""
+def serve_twice(url: str, model: str, prompts: list[str]) -> list[tuple[str, list[int], int]]:
+    """Each prompt twice in a row to a freshly loaded engine model: (prompt, generated token ids, accepted drafts)."""
     out = []
-    with running(repo) as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+    with TritonClient(url, model=model) as client:
         for prompt in prompts:
             for _ in range(2):
                 done = client.generate(prompt, max_tokens=MAX_TOKENS)
                 out.append((prompt, done.token_ids, done.total_accepted_draft_tokens))
     return out
+
+
+def add_engine_model(source: Path, repo: Path, name: str) -> None:
+    """Another repository's engine model (`tensorrt_llm`, as deploy wrote it) beside `repo`'s, served as `name`."""
+    shutil.copytree(source, repo / name)
+    config = repo / name / "config.pbtxt"
+    config.write_text(config.read_text().replace('\nname: "tensorrt_llm"\n', f'\nname: "{name}"\n', 1))
+    assert f'name: "{name}"' in config.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +112,11 @@ def target_greedy():
 def test_the_served_cache_learns_from_live_traffic(bundle, tmp_path, target_greedy):
     assert deploy(bundle, tmp_path / "warm")[0] == 0
     assert deploy(bundle, tmp_path / "off", "--suffix", "max_cached_requests=0")[0] == 0
-    warm, off = serve_twice(tmp_path / "warm", PROMPTS), serve_twice(tmp_path / "off", PROMPTS)
+    # one server: the default deployment, with the cache-off deployment's engine model beside it
+    add_engine_model(tmp_path / "off" / "tensorrt_llm", tmp_path / "warm", "tensorrt_llm_off")
+    with running(tmp_path / "warm") as server:
+        warm = serve_twice(server.grpc_url, "tensorrt_llm", PROMPTS)
+        off = serve_twice(server.grpc_url, "tensorrt_llm_off", PROMPTS)
     for prompt, ids, _ in warm + off:  # lossless either way: the target's greedy tokens
         assert ids and ids == target_greedy(prompt), prompt
     for i in range(0, len(warm), 2):
