@@ -124,9 +124,9 @@ def run(argv: Sequence[str], workdir: str | None, stop_timeout: float, parent: i
             orphan = os.getppid() != parent
             deadline = time.monotonic() + (min(stop_timeout, ORPHAN_STOP_S) if orphan else stop_timeout)
             stubs = backend_stubs(os.getpgrp())
-        if stubs and not drained and not stubs & backend_stubs(os.getpgrp()):
+        if deadline is not None and stubs and not drained and not stubs & backend_stubs(os.getpgrp()):
             drained = True
-            deadline = min(deadline, time.monotonic() + DRAINED_GRACE_S)  # type: ignore[type-var]
+            deadline = min(deadline, time.monotonic() + DRAINED_GRACE_S)
         if deadline is not None and time.monotonic() > deadline:
             child.kill()
         if sleeper:
