@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRTSPEC_HOME", str(ROOT / ".pytest_cache" / "trtspec-home"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` runs one process per core (pytest-xdist): each, and every server it starts, computes on one thread
+    # `make test` runs several processes on the cores (pytest-xdist): each, and every server it starts, computes on one thread
     # instead of each spreading over every core (set before torch is imported; an explicit setting still wins).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -36,15 +36,40 @@ def make_random_llama(path: Path, *, vocab: int = 64, hidden: int = 32, layers: 
 
 @pytest.fixture(scope="session")
 def random_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("random_pair")
-    target = make_random_llama(base / "target", hidden=48, layers=2, heads=4, kv_heads=2, seed=1)
-    draft = make_random_llama(base / "draft", hidden=16, layers=1, heads=2, seed=2)
-    return target, draft
+    from tests.shared_files import made_once
+
+    def make(base: Path) -> None:
+        make_random_llama(base / "target", hidden=48, layers=2, heads=4, kv_heads=2, seed=1)
+        make_random_llama(base / "draft", hidden=16, layers=1, heads=2, seed=2)
+
+    base = made_once(tmp_path_factory, "random_pair", make)
+    return base / "target", base / "draft"
 
 
-# Test modules that share one session-wide server (tests/triton/conftest.py `standard_server`): under `--dist
-# loadfile` they are one unit of work, so one xdist process runs them one after the other and starts the server once.
-SHARED_SERVER = frozenset({"tests/triton/test_server_torch.py", "tests/triton/test_server_hardening.py"})
+@pytest.fixture(scope="session")
+def standard_server(tmp_path_factory):
+    """One tritonserver for the test modules that ask NVIDIA's models of the standard deployment (tests/conftest.py
+    SHARED_SERVER has xdist run them in one process, one after the other): the torch bundle of the embedded pair
+    (0.19.0 contract) deployed decoupled with STANDARD_ENGINE, plus `tensorrt_llm_failing` (the counting double
+    answering every request with an INTERNAL error)."""
+    from tests.servers import running
+    from tests.triton.helpers import STANDARD_BATCH, STANDARD_ENGINE, build_example, counting_model
+    from trtspec.triton.render import write_repository
+    from trtspec.triton.repo import RepoSpec, plan_repository
+
+    base = tmp_path_factory.mktemp("standard")
+    bundle = build_example("tiny-torch", base / "bundle", trtllm={"version": "0.19.0"})
+    spec = RepoSpec.from_build(bundle, "torch", decoupled=True, triton_max_batch_size=STANDARD_BATCH,
+                               engine=STANDARD_ENGINE)
+    plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
+    with running(write_repository(plan, base / "repo")) as server:
+        yield server
+
+
+# Test modules that share one session-wide server (`standard_server` above): under `--dist loadfile` they are one unit
+# of work, so one xdist process runs them one after the other and starts the server once.
+SHARED_SERVER = frozenset({"tests/triton/test_server_torch.py", "tests/triton/test_server_hardening.py",
+                           "tests/sweep/test_triton_parity.py"})
 
 
 # The slowest modules, slowest first (seconds in a quiet `make test`, 2026-12-02: 69, 56, 49, 44, 42, 39, 36, 35, 32,

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import make_random_llama
+from tests.shared_files import made_once
 from trtspec.cli.main import cli
 from trtspec.models import EMBEDDED_MODELS
 
@@ -26,18 +27,23 @@ def _few_threads() -> None:
 @pytest.fixture(scope="session")
 def eagle_target(tmp_path_factory) -> Path:
     """A random 4-layer target: taps (1, 2, 3) by default."""
-    return make_random_llama(tmp_path_factory.mktemp("eagle_target") / "target", hidden=48, layers=4, heads=4,
-                             kv_heads=2, seed=3)
+    def make(base: Path) -> None:
+        make_random_llama(base / "target", hidden=48, layers=4, heads=4, kv_heads=2, seed=3)
+
+    return made_once(tmp_path_factory, "eagle_target", make) / "target"
 
 
 @pytest.fixture(scope="session")
 def trained_eagle(eagle_target, tmp_path_factory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("eagle") / "drafter"
-    result = CliRunner().invoke(cli, ["train", "eagle", "--model", str(eagle_target), "--steps", "40", "--prompts",
-                                      "16", "--gen-len", "40", "--corpus-windows", "0", "--batch-size", "8",
-                                      "--out", str(out), "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return out, json.loads(result.stdout)
+    def make(base: Path) -> None:
+        result = CliRunner().invoke(cli, ["train", "eagle", "--model", str(eagle_target), "--steps", "40", "--prompts",
+                                          "16", "--gen-len", "40", "--corpus-windows", "0", "--batch-size", "8",
+                                          "--out", str(base / "drafter"), "--json"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        (base / "report.json").write_text(result.stdout)
+
+    base = made_once(tmp_path_factory, "trained_eagle", make)
+    return base / "drafter", json.loads((base / "report.json").read_text())
 
 
 @pytest.fixture(scope="session")

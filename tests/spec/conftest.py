@@ -19,16 +19,19 @@ def _few_threads() -> None:
 @pytest.fixture(scope="session")
 def near_draft(random_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The random target with noise added to every weight: agrees with the target often, not always."""
-    from transformers import LlamaForCausalLM
+    from tests.shared_files import made_once
 
-    model = LlamaForCausalLM.from_pretrained(random_pair[0])
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    path = tmp_path_factory.mktemp("near_draft") / "draft"
-    model.save_pretrained(path, safe_serialization=True)
-    return path
+    def make(base: Path) -> None:
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM.from_pretrained(random_pair[0])
+        gen = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        model.save_pretrained(base / "draft", safe_serialization=True)
+
+    return made_once(tmp_path_factory, "near_draft", make) / "draft"
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,7 @@ import pytest
 
 pytest.importorskip("trtspec.spec.engine", reason="needs the reference engine (branch engine)")
 pytest.importorskip("trtspec.triton.server", reason="needs the Triton deployment (branch triton)")
-helpers = pytest.importorskip("tests.triton.helpers", reason="needs the Triton test helpers (branch triton)")
 
-from tests.servers import running  # noqa: E402
 from trtspec.sweep.grid import SweepSpec  # noqa: E402
 from trtspec.sweep.records import read_records  # noqa: E402
 from trtspec.sweep.runner import run_sweep  # noqa: E402
@@ -30,16 +28,10 @@ def pair():
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, pair):
-    from trtspec.triton.render import write_repository
-    from trtspec.triton.repo import RepoSpec, plan_repository
-
-    base = tmp_path_factory.mktemp("sweep_parity")
-    bundle = helpers.torch_bundle(base / "bundle", *pair, method="draft_target", k=MAX_K)
-    spec = RepoSpec.from_build(bundle, "torch", engine={"max_k": MAX_K, "max_input_len": 64, "max_output_len": 64})
-    repo = write_repository(plan_repository(spec), base / "repo")
-    with running(repo) as server:
-        yield server
+def served(standard_server):
+    """The standard deployment of the embedded pair (tests/triton/conftest.py): its tensorrt_llm takes k per request
+    up to max_k 6."""
+    return standard_server
 
 
 def _accepts(path):

@@ -6,15 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import running
-from tests.triton.helpers import (
-    STANDARD_BATCH,
-    STANDARD_ENGINE,
-    build_example,
-    counting_model,
-    make_tokenizer,
-    with_tokenizer,
-)
+from tests.triton.helpers import build_example, make_tokenizer, with_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,21 +31,3 @@ def torch_bundle(tmp_path_factory) -> Path:
     contract, the one the requests of NVIDIA's v0.19.0 clients (nvidia_requests.py: random_seed, min_length) are
     written for; a test that wants another target passes trtllm_version (test_llmapi.py: 1.2.1)."""
     return build_example("tiny-torch", tmp_path_factory.mktemp("torch") / "bundle", trtllm={"version": "0.19.0"})
-
-
-@pytest.fixture(scope="session")
-def standard_server(tmp_path_factory):
-    """One tritonserver for the test modules that ask NVIDIA's models of the standard deployment (tests/conftest.py
-    SHARED_SERVER has xdist run them in one process, one after the other): the torch bundle of the embedded pair
-    (0.19.0 contract) deployed decoupled with STANDARD_ENGINE, plus `tensorrt_llm_failing` (the counting double
-    answering every request with an INTERNAL error)."""
-    from trtspec.triton.render import write_repository
-    from trtspec.triton.repo import RepoSpec, plan_repository
-
-    base = tmp_path_factory.mktemp("standard")
-    bundle = build_example("tiny-torch", base / "bundle", trtllm={"version": "0.19.0"})
-    spec = RepoSpec.from_build(bundle, "torch", decoupled=True, triton_max_batch_size=STANDARD_BATCH,
-                               engine=STANDARD_ENGINE)
-    plan = plan_repository(spec) | counting_model("tensorrt_llm_failing", decoupled=True, error="the engine failed")
-    with running(write_repository(plan, base / "repo")) as server:
-        yield server

@@ -94,7 +94,7 @@ def trt_manifest(method: str, target: Path, *, max_draft_len: int = 0, draft: bo
     }  # fmt: skip
 
 
-# The standard deployment of the embedded pair (tests/triton/conftest.py `standard_server`): torch flavour, decoupled,
+# The standard deployment of the embedded pair (tests/conftest.py `standard_server`): torch flavour, decoupled,
 # Triton max batch STANDARD_BATCH, and these engine settings.
 STANDARD_BATCH = 4
 STANDARD_ENGINE = {"max_k": 6, "default_k": 3, "max_input_len": 64, "max_output_len": 200}
