@@ -232,7 +232,7 @@ def test_monitor_cli_with_a_sweeps_results_as_baseline(client, deployment):
     urls = ",".join(f"127.0.0.1:{port}" for port in deployment.plan.system_ports)
     monitor = subprocess.Popen([sys.executable, "-m", "trtspec", "monitor", "--metrics", urls, "--baseline",
                                 str(root / "docs" / "sweep" / "results.jsonl"), "--baseline-temperature", "0",
-                                "--once", "--json", "--window", "6s", "--interval", "0.5s"],
+                                "--once", "--json", "--window", "3s", "--interval", "0.5s"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while monitor.poll() is None:  # traffic for as long as the monitor watches

@@ -28,7 +28,7 @@ from trtspec.triton.repo import SERIES_MODULE
 
 pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
-K, CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, NUM_PROMPTS = 4, 4, 32, 64, 16
+K, CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, NUM_PROMPTS = 4, 4, 32, 64, 8
 STEADY_S, SHIFT_LIMIT_S = 10.0, 60.0
 
 
