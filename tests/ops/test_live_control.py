@@ -65,7 +65,7 @@ class Done:
 class Load:
     """`clients` threads streaming requests to tensorrt_llm back to back until the block ends."""
 
-    def __init__(self, url: str, clients: int = 4) -> None:
+    def __init__(self, url: str, clients: int) -> None:
         self.url, self.clients, self.done = url, clients, []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(clients)]
@@ -154,7 +154,7 @@ def test_prompt_log_holds_the_prompts_sent(deployment):
 def test_set_k_reloads_live_and_no_request_fails(deployment):
     server, repo, _ = deployment
     drafted_before = sum(series(server, "num_draft_tokens").values())
-    with Load(server.grpc_url) as load:
+    with Load(server.grpc_url, clients=2) as load:  # two back-to-back streams: always a request in flight
         load.wait_for(4)
         started = time.monotonic()
         change = set_default_k(server.grpc_url, "tensorrt_llm", NEW_K, repo=repo)
