@@ -2,7 +2,7 @@
 
 torch flavour: the dynamic tree's shape (eagle.topk / eagle.depth in a build config, --eagle-topk / --eagle-depth at
 deploy) reaches the served model's `eagle_topk` / `eagle_depth` parameters and the engine's proposer; out-of-limit or
-contradictory settings are refused naming the field, the value and the limit.
+contradictory settings are refused naming the field, the value and the limit (served: test_server_eagle.py).
 TensorRT-LLM targets: what trtspec renders for EAGLE is exactly what each release reads (the targets' facts:
 triton.backend.eagle_config, llm_api.speculative_config.Eagle), and what a release cannot take is refused."""
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.build.helpers import plan_of
-from tests.servers import running
 from tests.triton.helpers import trt_manifest, write_manifest
 from tests.triton.test_server_suffix import deploy, served_params
 from trtspec import choices
@@ -163,22 +162,3 @@ def test_engine_flow_eagle_refuses_a_dynamic_tree(random_pair, tmp_path):
     with pytest.raises(ConfigError, match="eagle.topk=4: sets the reference engine's dynamic tree"):
         plan_of(target=str(random_pair[0]), method="eagle", engine={"max_input_len": 64, "max_seq_len": 128},
                 eagle={"model": str(tmp_path / "eagle"), "topk": 4}, trtllm={"version": "0.19.0"}, dry_run=True)
-
-
-@pytest.mark.triton
-def test_served_dynamic_tree_follows_its_parameters(shaped, tmp_path):
-    """A real tritonserver loads the shaped bundle with --eagle-topk 1 over the build's depth 3: a chain of at most 3
-    drafted nodes per target forward (the defaults, top-4 x 6 levels, would draft all k=8), and the target's greedy
-    output."""
-    from tests.triton.helpers import target_greedy
-    from trtspec.triton.client import TritonClient
-
-    greedy = target_greedy(32)
-    assert deploy(shaped, tmp_path / "repo", "--eagle-topk", "1")[0] == 0
-    prompts = ["def parse_header(line):", "The quick brown fox"]
-    with running(tmp_path / "repo") as server, TritonClient(server.grpc_url, model="tensorrt_llm") as client:
-        outputs = [client.generate(p, max_tokens=32) for p in prompts]
-    for prompt, out in zip(prompts, outputs, strict=True):
-        assert out.token_ids == greedy(prompt), prompt
-        forwards = len(out.token_ids) - out.total_accepted_draft_tokens  # each forward adds its accepted + 1 tokens
-        assert 0 < out.total_draft_tokens <= 3 * forwards, (out.total_draft_tokens, forwards)
