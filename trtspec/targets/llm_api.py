@@ -282,7 +282,7 @@ def _check_fields(section: Mapping[Any, Any], fields: dict[str, FieldFact], path
 def _check_speculative(spec: Mapping[Any, Any], facts: LlmApiFacts, backend: str) -> list[LlmApiProblem]:
     version, kinds = facts.version, facts.decoding_types
     kind = spec.get("decoding_type")
-    if kind not in kinds:
+    if not isinstance(kind, str) or kind not in kinds:  # a list or a mapping is no decoding type (nor hashable)
         why = facts.invalid_decoding_types.get(kind) if isinstance(kind, str) else None
         problem = (f"{_shown(kind)} is not a decoding type of TensorRT-LLM {version}" + (f" ({why})" if why else "")
                    if kind is not None else f"is required (one of {', '.join(kinds)})")
