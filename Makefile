@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # `make test` runs the suite in this many pytest-xdist processes, one test module per process at a time (a module's
 # server and bundle are set up once). 3 on the 2-core CI machine: one more process than cores, so a module waiting on a
-# server, a signal or a clock leaves no core idle (quiet machine: 2 -> 6 min 29-48 s, 3 -> 5 min 37-58 s, 4 no faster).
+# server, a signal or a clock leaves no core idle (side by side, same hour: 2 -> 6 min 29-48 s, 3 -> 5 min 37-58 s, 4 no faster).
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 3
 # NVIDIA Dynamo's two wheels, without their placeholder dependency `aisimulate` (the real ones: extra `dynamo`).

@@ -10,8 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRTSPEC_HOME", str(ROOT / ".pytest_cache" / "trtspec-home"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` runs several processes on the cores (pytest-xdist): each, and every server it starts, computes on one thread
-    # instead of each spreading over every core (set before torch is imported; an explicit setting still wins).
+    # `make test` runs several processes on the cores (pytest-xdist): each, and every server it starts, computes on
+    # one thread instead of each spreading over every core (set before torch is imported; an explicit setting wins).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

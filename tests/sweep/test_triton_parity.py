@@ -1,5 +1,5 @@
 """Sweep parity: via triton against a real tritonserver serving the torch-flavour repository of the embedded
-pair gives the same greedy acceptance numbers (draft tokens, accepted tokens, output tokens) as the in-process
+pair (the session's standard deployment, tests/conftest.py: k per request up to max_k 6) gives the same greedy acceptance numbers (draft tokens, accepted tokens, output tokens) as the in-process
 engine (via engine), at concurrency 1 and 2. Skipped where the reference engine or the Triton deployment is missing.
 """
 
@@ -27,13 +27,6 @@ def pair():
     return resolve_model("tiny"), resolve_model("tiny-draft")
 
 
-@pytest.fixture(scope="module")
-def served(standard_server):
-    """The standard deployment of the embedded pair (tests/triton/conftest.py): its tensorrt_llm takes k per request
-    up to max_k 6."""
-    return standard_server
-
-
 def _accepts(path):
     return {(r["params"]["method"], r["params"]["k"], r["params"]["concurrency"]): (r["metrics"]["output_tokens"],
                                                           r["metrics"]["stats"]["num_draft_tokens"],
@@ -41,7 +34,7 @@ def _accepts(path):
             for r in read_records(path) if r["kind"] == "case" and r["status"] == "ok"}
 
 
-def test_triton_sweep_matches_in_process_greedy(served, pair, tmp_path):
+def test_triton_sweep_matches_in_process_greedy(standard_server, pair, tmp_path):
     target, draft = pair
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n"
@@ -52,7 +45,7 @@ def test_triton_sweep_matches_in_process_greedy(served, pair, tmp_path):
               "suites": [str(prompts)], "num_prompts": 3, "max_new_tokens": 12, "max_draft_len": MAX_K}
     local, remote = tmp_path / "engine.jsonl", tmp_path / "triton.jsonl"
     run_sweep(SweepSpec.build(**common, threads=1), local, show_progress=False)
-    run_sweep(SweepSpec.build(**common, via="triton", url=served.grpc_url), remote, show_progress=False)
+    run_sweep(SweepSpec.build(**common, via="triton", url=standard_server.grpc_url), remote, show_progress=False)
     engine_numbers, triton_numbers = _accepts(local), _accepts(remote)
     assert len(engine_numbers) == 6 and engine_numbers == triton_numbers
     assert 0 < engine_numbers[("draft_target", MAX_K, 1)][2] < engine_numbers[("draft_target", MAX_K, 1)][1]
