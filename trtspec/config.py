@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, spelled
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, Workflow, default_workflow, load_target
@@ -307,6 +308,29 @@ class BuildSpec(_Spec):
                               hint="set the target once: `trtllm: {version: ...}` or `trtllm_version: ...`")
         data["trtllm"] = {**section, "version": version}
         return data
+
+    @model_validator(mode="after")
+    def _schedule_keys(self) -> BuildSpec:
+        """`llm_api.draft_len_schedule` keys are batch sizes this build can run (<= engine.max_batch_size); its other
+        rules are the target's (checked where the options are written) and the engine's (`schedule`)."""
+        draft_len = self.llm_api.draft_len_schedule if self.llm_api is not None else None
+        for key in draft_len or {}:
+            if key > self.engine.max_batch_size:
+                raise ConfigError(f"llm_api.draft_len_schedule[{key}]", key, "a batch-size key above "
+                                  f"engine.max_batch_size {self.engine.max_batch_size} never applies",
+                                  hint=f"drop it, or raise engine.max_batch_size to {key}")
+        return self
+
+    def schedule(self) -> SpecSchedule | None:
+        """The engine configuration's schedule: `llm_api`'s controls through SpecSchedule's rules (errors name
+        `llm_api.<entry>`); None when none is set."""
+        if self.llm_api is None:
+            return None
+        with spelled(lambda name: "llm_api." + name.removeprefix("parameter ")):
+            schedule = SpecSchedule.from_llm_api(self.llm_api.options())
+            if schedule is not None:
+                schedule.check(max_k=self.max_draft_len, max_batch_size=self.engine.max_batch_size)
+        return schedule
 
     def workflow_name(self) -> Workflow:
         """The workflow this build plans: `workflow` as given, else the target's default (targets.default_workflow).

@@ -125,7 +125,7 @@ def test_the_file_is_yaml_with_comment_only_headers():
 
 def test_controls_are_written_where_the_target_reads_them():
     target, draft = LOCAL_PAIR
-    controls = {"max_concurrency": 8, "draft_len_schedule": {1: 3, 4: 2, 16: 0}, "acceptance_window": 16,
+    controls = {"max_concurrency": 8, "draft_len_schedule": {1: 3, 4: 2, 8: 0}, "acceptance_window": 16,
                 "acceptance_length_threshold": 1.5}
     _, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
                       engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "1.2.1"}, llm_api=controls)

@@ -401,7 +401,7 @@ def engine_config(r: Resolved) -> EngineConfig:
         ngram=Ngram(max_size=spec.ngram.max_matching_ngram_size) if method == "ngram" and spec.ngram else None,
         suffix=SuffixConfig.from_options(spec.suffix) if method == "suffix" else None,
         dtype=spec.engine.dtype if torch else "float32", max_input_len=spec.engine.max_input_len,
-        max_output_len=max(1, spec.engine.max_seq_len - spec.engine.max_input_len))
+        max_output_len=max(1, spec.engine.max_seq_len - spec.engine.max_input_len), schedule=spec.schedule())
 
 
 def bundle_settings(r: Resolved) -> dict[str, Any]:

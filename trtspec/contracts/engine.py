@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from trtspec import choices as tree_choices
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, shown
 
@@ -304,7 +305,7 @@ class _SuffixPart:
 
 
 PARTS: dict[str, type] = {"eagle_tree": EagleTree, "medusa_tree": MedusaTree, "lookahead": Lookahead, "ngram": Ngram,
-                          "prompt_log": PromptLog}  # field -> part type (suffix: SuffixConfig, below)
+                          "prompt_log": PromptLog, "schedule": SpecSchedule}  # field -> part type (suffix: below)
 METHOD_PARTS = {"eagle_tree": ("eagle", "eagle3"), "medusa_tree": ("medusa",), "lookahead": ("lookahead",),
                 "ngram": ("ngram",), "suffix": ("suffix",)}  # a method's knobs are set only for that method
 CHECKPOINTS = ("target", "draft", "medusa", "eagle")  # the fields that name checkpoints (bundles store them relative)
@@ -341,6 +342,8 @@ class EngineConfig:
     normalize_log_probs: bool = True
     drain_timeout_s: float = 30.0  # on unload, running requests get this long to finish before they are aborted
     prompt_log: PromptLog | None = field(default=None)  # off unless set
+    # when requests speculate and how far, by load and by recent acceptance (contracts/schedule.py); None: always k
+    schedule: SpecSchedule | None = None
 
     def __post_init__(self) -> None:
         for name in PARTS:  # a part that sets nothing is the defaults: unset (so every form round-trips)
@@ -366,6 +369,8 @@ class EngineConfig:
                               hint="e.g. 30")
         if self.suffix is not None:
             self.suffix.validate("suffix_")
+        if self.schedule is not None:
+            self.schedule.check(max_k=self.max_k)
         for name, methods in METHOD_PARTS.items():
             part = getattr(self, name)
             if part is not None and self.method not in methods:
