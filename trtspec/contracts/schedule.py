@@ -108,6 +108,9 @@ class SpecSchedule:
         if (self.acceptance_window or 0) > 0 and threshold is None:
             raise ConfigError("acceptance_length_threshold", None, "is required with acceptance_window "
                               f"{self.acceptance_window}", hint="e.g. acceptance_length_threshold 1.3")
+        if threshold is not None and not self.acceptance_window:
+            raise ConfigError("acceptance_window", self.acceptance_window, "a gate with a threshold needs a window of "
+                              "at least 1 finished request", hint="e.g. acceptance_window 32")
 
     # -- semantics ---------------------------------------------------------------------------------------------------
     def draft_len_at(self, batch_size: int, k: int) -> int:
