@@ -25,7 +25,7 @@ from trtspec.build.llm_api import (
     speculative_config,
     validate_llm_api,
 )
-from trtspec.build.plan import plan_build
+from trtspec.build.plan import engine_config, plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
 from trtspec.errors import ConfigError
@@ -240,3 +240,48 @@ def test_any_mapping_gets_problems_not_a_traceback(options, version):
     assert all(isinstance(str(p), str) and p.key for p in problems)
     validation = validate_llm_api(options, version, release=False)
     assert validation.validator == f"facts {version}" and validation.ok == (not problems)
+
+
+SCHEDULE_CONTROLS = {"max_concurrency": 6, "draft_len_schedule": {1: 3, 2: 2, 4: 1}, "acceptance_window": 8,
+                     "acceptance_length_threshold": 1.25}
+
+
+def test_the_schedule_is_written_where_the_target_reads_it_and_matches_its_facts():
+    """1.2.1 PyTorch workflow: the file holds the schedule with {1: max_draft_len}, max_concurrency and the gate, the
+    facts find no problem in it, and the build's engine configuration (torch flavour, Dynamo) runs the same."""
+    target, draft = LOCAL_PAIR
+    resolved, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
+                             engine={"max_input_len": 64, "max_seq_len": 128}, workflow="pytorch",
+                             trtllm={"version": "1.2.1"}, llm_api=SCHEDULE_CONTROLS)
+    written = yaml.safe_load(next(s.content for s in plan.steps if s.id == "write-llm-api") or "")
+    speculative = written["speculative_config"]
+    assert {k: speculative[k] for k in SCHEDULE_CONTROLS} == SCHEDULE_CONTROLS
+    assert speculative["draft_len_schedule"][1] == speculative["max_draft_len"] == 3
+    assert diff_llm_api(written, load_target_facts("1.2.1")) == []
+    schedule = engine_config(resolved).schedule
+    assert schedule is not None and schedule.llm_api_options() == SCHEDULE_CONTROLS
+    assert [schedule.draft_len_at(b, 3) for b in (1, 2, 3, 4, 6, 7)] == [3, 2, 2, 1, 1, 0]
+
+
+def test_a_target_that_reads_no_schedule_gets_none_and_a_note():
+    """0.19.0 (engine workflow, no LLM-API file): nothing carries the controls to TensorRT-LLM; the plan says which
+    keys were not written and why, and the reference engine's configuration still runs them."""
+    target, draft = LOCAL_PAIR
+    resolved, plan = plan_of(target=str(target), draft=str(draft), method="draft_target", max_draft_len=3,
+                             engine={"max_input_len": 64, "max_seq_len": 128}, trtllm={"version": "0.19.0"},
+                             llm_api=SCHEDULE_CONTROLS)
+    assert plan.llm_api is None and not any(s.id == "write-llm-api" for s in plan.steps)
+    note = next(n for n in plan.notes if n.startswith("not written:"))
+    assert all(f"llm_api.{key}" in note for key in SCHEDULE_CONTROLS) and "0.19.0" in note
+    assert engine_config(resolved).schedule.llm_api_options() == SCHEDULE_CONTROLS
+
+
+def test_schedule_keys_above_the_max_batch_size_exit_2(tmp_path):
+    target, draft = LOCAL_PAIR
+    config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
+                          max_draft_len=3, engine={"max_input_len": 64, "max_seq_len": 128, "max_batch_size": 4},
+                          trtllm={"version": "1.2.1"}, llm_api={"draft_len_schedule": {1: 3, 8: 0}})
+    code, out, err = run_cli(["build", str(config), "--dry-run"])
+    assert code == 2, out + err
+    line = next(line for line in err.splitlines() if line.startswith("Error:"))
+    assert "llm_api.draft_len_schedule[8]" in line and "engine.max_batch_size 4" in line

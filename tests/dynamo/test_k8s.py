@@ -601,3 +601,21 @@ def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path
         at = args.index("--extra-engine-args") + 1
         expected += ["python3", "-m", "dynamo.trtllm", *args[:at], f"engine_configs/{engine}", *args[at + 1:], "&"]
     assert shlex.split(stdout, comments=True) == expected
+
+
+def test_worker_configs_carry_the_schedule_and_gate(tmp_path):
+    """A build config's `llm_api:` schedule, max_concurrency and gate reach every Dynamo TensorRT-LLM worker config
+    (1.2.1 reads them), within the release's rules."""
+    config = yaml.safe_load(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-draft-target").read_text())
+    k = config.get("max_draft_len") or config.get("k")
+    controls = {"draft_len_schedule": {1: k, 4: 1, 8: 0}, "max_concurrency": 16, "acceptance_window": 32,
+                "acceptance_length_threshold": 1.4}
+    config.update(llm_api=controls, engine={**config.get("engine", {}), "max_batch_size": 64})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, _, err = run_cli(["k8s", str(path), "--name", "llama-8b", "--mode", "disagg", "--out", str(tmp_path / "o")])
+    assert code == 0, err
+    for file in sorted((tmp_path / "o" / "engine_configs").glob("*.yaml")):
+        written = yaml.safe_load(file.read_text())
+        assert {key: written["speculative_config"][key] for key in controls} == controls, file.name
+        assert diff_llm_api(written, load_target("1.2.1").llm_api) == [], file.name

@@ -153,6 +153,10 @@ def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
     # 3. LLM-API form where the target's LLM API is verified and runs the method
     llm_api, note = _llm_api(r, target)
     notes = [EAGLE3_NOTE] if _eagle3(r) else []
+    if llm_api is None and r.spec.llm_api is not None and r.spec.llm_api.options():
+        notes.append(_controls_note(r, f"no LLM-API file for TensorRT-LLM {target.version} and {r.method.name}; "
+                                       "trtllm-build engines take no schedule or gate: the PyTorch backend of 1.2.1 "
+                                       "reads them"))
     if llm_api is not None:
         steps.append(Step("write-llm-api", "files", "write", "LLM-API options for trtllm-serve / trtllm-bench",
                           content=_llm_api_yaml(llm_api, r, target), outputs=(LLM_API_FILE,)))
@@ -326,6 +330,12 @@ def _engine_step(r: Resolved, role: str) -> Step:
 
 
 # --- LLM-API form --------------------------------------------------------------------------------------------------
+
+
+def _controls_note(r: Resolved, why: str) -> str:
+    """The plan note of `llm_api` controls that are not written, and why."""
+    keys = ", ".join(f"llm_api.{key}" for key in r.spec.llm_api.options())  # type: ignore[union-attr]
+    return f"not written: {keys} ({why}); the reference engine (torch flavour) runs them"
 
 
 def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, str]:
