@@ -148,15 +148,46 @@ class LlmApiSpec(_Spec):
     """The LLM API's speculation controls (PyTorch workflow, `speculative_config`); unset ones are not written. Whether
     the target reads each, and the schedule's rules, are checked against its facts (trtspec.targets.llm_api)."""
 
-    max_concurrency: int | None = Field(None, ge=0, le=COUNT_MAX, description="speculation off at batch sizes above it")
+    max_concurrency: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True,
+                                        description="speculation off at batch sizes above it")
     draft_len_schedule: dict[int, int] | None = Field(
         None, description="{batch size: draft length}: from that batch size on, that draft length (0: off); must hold "
                           "1: max_draft_len")
-    acceptance_window: int | None = Field(None, ge=0, le=COUNT_MAX, description="completed requests in the acceptance "
-                                          "gate's rolling average (0: no gate)")
-    acceptance_length_threshold: float | None = Field(None, ge=0, le=COUNT_MAX, allow_inf_nan=False,
+    acceptance_window: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True, description="completed requests in the "
+                                          "acceptance gate's rolling average (0: no gate; >= 1 with a threshold)")
+    acceptance_length_threshold: float | None = Field(None, ge=0, le=COUNT_MAX, allow_inf_nan=False, strict=True,
                                                       description="speculation off once the average acceptance "
                                                                   "length falls below it (tokens per step)")
+
+    @field_validator("draft_len_schedule", mode="before")
+    @classmethod
+    def _integers(cls, value: Any) -> Any:
+        """Keys and draft lengths are integers (a YAML 2.0, "4" or true is not): errors name the entry and the rule.
+        Ranges are the target's rules (build/llm_api.py) and the engine's (contracts/schedule.py)."""
+        if not isinstance(value, dict):
+            return value  # None, or pydantic's "valid dictionary" error
+        for key, draft_len in value.items():
+            entry = f"llm_api.draft_len_schedule[{shown_text(key)}]"
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise ConfigError(entry, shown(key), "a batch-size key must be an integer >= 1",
+                                  hint="keys are batch sizes, e.g. draft_len_schedule: {1: 4, 4: 2, 16: 0}")
+            if isinstance(draft_len, bool) or not isinstance(draft_len, int):
+                raise ConfigError(entry, shown(draft_len), "a draft length must be an integer >= 0 (0: no "
+                                  "speculation)", hint="e.g. draft_len_schedule: {1: 4, 4: 2, 16: 0}")
+        return value
+
+    @model_validator(mode="after")
+    def _gate(self) -> LlmApiSpec:
+        """The acceptance gate is a window of at least one finished request and a threshold, or neither (window 0
+        alone: no gate)."""
+        window, threshold = self.acceptance_window, self.acceptance_length_threshold
+        if threshold is not None and not window:
+            raise ConfigError("llm_api.acceptance_window", window, "a gate with a threshold needs a window of at least "
+                              "1 finished request", hint="e.g. acceptance_window: 32, or drop acceptance_length_threshold")
+        if window and threshold is None:
+            raise ConfigError("llm_api.acceptance_length_threshold", None, f"is required with acceptance_window {window}",
+                              hint="e.g. acceptance_length_threshold: 1.3 (tokens per drafting step)")
+        return self
 
     def options(self) -> dict[str, Any]:
         """The fields set here, by their LLM-API name."""

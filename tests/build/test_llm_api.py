@@ -132,22 +132,67 @@ def test_controls_are_written_where_the_target_reads_them():
     assert {k: plan.llm_api["speculative_config"][k] for k in controls} == controls
 
 
-@pytest.mark.parametrize(("schedule", "entry", "rule"), [
-    ({2: 3}, "llm_api.draft_len_schedule", "must contain batch size 1"),
-    ({1: 2}, "llm_api.draft_len_schedule[1]", "!= max_draft_len 3"),
-    ({1: 3, 4: 5}, "llm_api.draft_len_schedule[4]", "draft length 5 > max_draft_len 3"),
-    ({1: 3, 0: 1}, "llm_api.draft_len_schedule[0]", "must be an integer >= 1"),
-    ({1: 3, 4: -1}, "llm_api.draft_len_schedule[4]", "must be an integer >= 0"),
-])
-def test_bad_schedules_exit_2_naming_the_entry_and_rule(tmp_path, schedule, entry, rule):
+SCHEDULE = "llm_api.draft_len_schedule"
+# (llm_api controls, the entry the error names, words of the rule both backends state, the rule is the target's:
+# TensorRT-LLM 1.2.1 names itself in the tensorrtllm build's error). The issue's bad input: keys < 1 or above the max
+# batch size, draft lengths above max_draft_len or negative, no batch size 1, non-integers, a threshold that is not
+# finite, a window < 1.
+BAD_CONTROLS = [
+    ({"draft_len_schedule": {2: 3}}, SCHEDULE, ("must contain batch size 1",), True),
+    ({"draft_len_schedule": {1: 3, 4: 5}}, f"{SCHEDULE}[4]", ("draft length", "max_draft_len 3"), True),
+    ({"draft_len_schedule": {1: 3, 0: 1}}, f"{SCHEDULE}[0]", ("batch-size key", "must be an integer"), True),
+    ({"draft_len_schedule": {1: 3, -2: 1}}, f"{SCHEDULE}[-2]", ("batch-size key", "must be an integer"), True),
+    ({"draft_len_schedule": {1: 3, 4: -1}}, f"{SCHEDULE}[4]", ("must be an integer >= 0",), True),
+    ({"draft_len_schedule": {1: 3, 16: 1}}, f"{SCHEDULE}[16]", ("above engine.max_batch_size 8",), False),
+    ({"draft_len_schedule": {1: 3, 2.5: 1}}, f"{SCHEDULE}[2.5]", ("batch-size key must be an integer >= 1",), False),
+    ({"draft_len_schedule": {1: 3, "4": 1}}, f"{SCHEDULE}['4']", ("batch-size key must be an integer >= 1",), False),
+    ({"draft_len_schedule": {1: 3, 4: 1.5}}, f"{SCHEDULE}[4]", ("draft length must be an integer >= 0",), False),
+    ({"draft_len_schedule": {1: 3, 4: True}}, f"{SCHEDULE}[4]", ("draft length must be an integer >= 0",), False),
+    ({"draft_len_schedule": [1, 3]}, SCHEDULE, ("valid dictionary",), False),
+    ({"acceptance_window": 8, "acceptance_length_threshold": float("inf")}, "llm_api.acceptance_length_threshold",
+     ("finite number",), False),
+    ({"acceptance_window": 8, "acceptance_length_threshold": float("nan")}, "llm_api.acceptance_length_threshold",
+     ("finite number",), False),
+    ({"acceptance_window": 8, "acceptance_length_threshold": "high"}, "llm_api.acceptance_length_threshold",
+     ("valid number",), False),
+    ({"acceptance_window": 0, "acceptance_length_threshold": 1.5}, "llm_api.acceptance_window",
+     ("needs a window of at least 1",), False),
+    ({"acceptance_window": -1, "acceptance_length_threshold": 1.5}, "llm_api.acceptance_window",
+     ("greater than or equal to 0",), False),
+    ({"acceptance_window": 2.5, "acceptance_length_threshold": 1.5}, "llm_api.acceptance_window",
+     ("valid integer",), False),
+    ({"acceptance_length_threshold": 1.5}, "llm_api.acceptance_window", ("needs a window of at least 1",), False),
+    ({"acceptance_window": 8}, "llm_api.acceptance_length_threshold", ("is required with acceptance_window 8",),
+     False),
+    ({"max_concurrency": -1}, "llm_api.max_concurrency", ("greater than or equal to 0",), False),
+    ({"max_concurrency": "4"}, "llm_api.max_concurrency", ("valid integer",), False),
+]
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorrtllm"])
+@pytest.mark.parametrize(("controls", "entry", "rule", "targets_rule"), BAD_CONTROLS)
+def test_bad_controls_exit_2_naming_the_entry_and_rule(tmp_path, backend, controls, entry, rule, targets_rule):
+    target, draft = LOCAL_PAIR
+    config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
+                          max_draft_len=3, backend=backend, output=str(tmp_path / "out"),
+                          engine={"max_input_len": 64, "max_seq_len": 128, "max_batch_size": 8},
+                          trtllm={"version": "1.2.1"}, llm_api=controls)
+    code, out, err = run_cli(["build", str(config), "--dry-run"])
+    assert code == 2, out + err
+    lines = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and f"Error: {entry}=" in lines[0] and all(words in lines[0] for words in rule), lines
+    assert ("TensorRT-LLM 1.2.1" in lines[0]) == (targets_rule and backend == "tensorrtllm"), lines
+
+
+def test_schedule_1_is_max_draft_len_on_the_target(tmp_path):
+    """TensorRT-LLM 1.2.1's own rule (schedule[1] == max_draft_len); the reference engine caps k at it instead."""
     target, draft = LOCAL_PAIR
     config = write_config(tmp_path / "c.yaml", target=str(target), draft=str(draft), method="draft_target",
                           max_draft_len=3, engine={"max_input_len": 64, "max_seq_len": 128},
-                          trtllm={"version": "1.2.1"}, llm_api={"draft_len_schedule": schedule})
+                          trtllm={"version": "1.2.1"}, llm_api={"draft_len_schedule": {1: 2}})
     code, out, err = run_cli(["build", str(config), "--dry-run"])
-    assert code == 2, out + err
     line = next(line for line in err.splitlines() if line.startswith("Error:"))
-    assert entry in line and rule in line and "TensorRT-LLM 1.2.1" in line
+    assert code == 2 and f"{SCHEDULE}[1]=2" in line and "!= max_draft_len 3" in line and "TensorRT-LLM 1.2.1" in line
 
 
 def test_a_control_a_release_does_not_read_is_refused():

@@ -157,9 +157,13 @@ def _user_key(key: str) -> bool:
 
 
 def _value_at(options: Mapping[str, Any], key: str) -> Any:
+    """The value at a problem's dotted key; `path[entry]` is the mapping's entry whose key is shown as `entry`."""
+    path, _, entry = key.partition("[")
     value: Any = options
-    for part in key.split("[")[0].split("."):
+    for part in path.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
+    if entry and isinstance(value, Mapping):
+        return next((v for k, v in value.items() if entry.removesuffix("]") in (str(k), repr(k))), value)
     return value
 
 
