@@ -435,8 +435,11 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
     return out
 
 
-def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
-             temperature: float, price: float | None, timing: str) -> Recommendation:
+def predictions_at(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
+                   timing: str = "wall") -> dict[int, costmodel.Prediction]:
+    """The cost model's prediction at `batch` for k = 0 and each k of one variant's rows (k > 0, fixed): E(k) averaged
+    over the rows (suites, concurrencies), step costs calibrated at `batch`, host overhead per step from the nearest
+    measured concurrency scaled to `batch`. UsageError when the results hold no calibration for the model set."""
     sample = rows[0]
     costs = step_costs(calibs, sample.params, batch, timing)
     if costs is None:
@@ -446,14 +449,26 @@ def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs
     for r in rows:
         tps_by_k[r.k].append(r.tokens_per_step)
     e_by_k = {k: statistics.fmean(v) for k, v in tps_by_k.items()}
-    over_spec = {k: _scaled_overhead([r for r in rows if r.k == k], batch) for k in e_by_k}
     over_base = _scaled_overhead(base_rows, batch)
-    draft_step = None
-    if not (resolve(sample.method).needs_draft_model or resolve(sample.method).needs_medusa_heads):
-        draft_step = {k: statistics.fmean([r.prediction.draft_step_s for r in rows if r.k == k and r.prediction]
-                                          or [0.0]) for k in e_by_k}
-    best = costmodel.optimal_k(e_by_k, costs, overhead_base_s=over_base, overhead_spec_s=over_spec,
-                               draft_step_s=draft_step)
+    model_free = not (resolve(sample.method).needs_draft_model or resolve(sample.method).needs_medusa_heads)
+    out = {0: costmodel.predict(0, 1.0, costs, overhead_base_s=over_base)}
+    for k, e in sorted(e_by_k.items()):
+        draft_step = (statistics.fmean([r.prediction.draft_step_s for r in rows if r.k == k and r.prediction] or [0.0])
+                      if model_free else None)
+        out[k] = costmodel.predict(k, e, costs, overhead_base_s=over_base,
+                                   overhead_spec_s=_scaled_overhead([r for r in rows if r.k == k], batch),
+                                   draft_step_s=draft_step)
+    return out
+
+
+def _best_at(variant: str, rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Record], batch: int,
+             temperature: float, price: float | None, timing: str) -> Recommendation:
+    sample = rows[0]
+    predictions = predictions_at(rows, base_rows, calibs, batch, timing)
+    best = predictions[0]  # k = 0 unless a k beats it
+    for k in sorted(predictions):
+        if predictions[k].speedup > best.speedup:
+            best = predictions[k]
     base_tps = batch / best.baseline_step_s
     return Recommendation(
         temperature=temperature, batch_size=batch, variant=variant, method=sample.method if best.k else "none",
