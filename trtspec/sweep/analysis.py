@@ -82,6 +82,7 @@ class CaseRow:
     base_admissions: float | None = None  # the same for the baseline case
 
     base_modelled_s: float | None = None
+    per_request_acceptance: list[float] = field(default_factory=list)  # each request's mean acceptance length
 
     @property
     def predicted_speedup(self) -> float | None:
@@ -275,6 +276,7 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
         measured_step_s=seconds / steps if steps else None, seconds=seconds,
         num_requests=int(metrics.get("num_requests") or 0), wall_tokens_per_s=float(metrics.get("tokens_per_s", 0.0)),
         num_steps=int(metrics.get("num_steps") or 0), admission_steps=int(metrics.get("num_admission_steps") or 0),
+        per_request_acceptance=[float(x) for x in metrics.get("per_request_mean_acceptance_length") or []],
         admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
                     if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
 
