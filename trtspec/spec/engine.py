@@ -3,7 +3,8 @@
 `step()` is the whole algorithm, one phase per numbered block: schedule, propose, one batched target forward,
 verify, commit + KV rollback, observe. Requests carry their own sampling parameters, generator, method and k, so one
 batch may mix draft_target, ngram, suffix, lookahead and plain decoding. Continuous batching (queues, token budget,
-admission, preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py; phase 1 calls both.
+admission, preemption by recompute) lives in scheduler.py, the per-step choice of k in adaptive.py, the speculation
+schedule (draft length by batch size, max_concurrency, the acceptance gate) in schedule_policy.py; phase 1 calls them.
 Every verified target row goes through the request's logits processors (logits_process.py) with its own context
 (committed tokens + its draft prefix), so penalties, bad words and min_tokens stay exact under speculation; stop
 words are matched token by token at commit, so an output that completes one inside an accepted draft is cut there.
@@ -26,6 +27,7 @@ import torch
 
 from trtspec.contracts.engine import EngineConfig, ProposerOptions
 from trtspec.contracts.metrics import AcceptanceStats
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
@@ -38,7 +40,8 @@ from trtspec.spec.proposers import PROPOSERS, Proposer, ProposerContext, runnabl
 from trtspec.spec.proposers.draft_model import DraftModelProposer
 from trtspec.spec.proposers.external import ExternalProposer
 from trtspec.spec.request_state import EngineRequest, Prompt, RequestDelta, RequestOutput
-from trtspec.spec.scheduler import Scheduler, SchedulerConfig
+from trtspec.spec.schedule_policy import GateState, SchedulePolicy
+from trtspec.spec.scheduler import Schedule, Scheduler, SchedulerConfig
 from trtspec.spec.step_phases import StepPhases
 
 
@@ -48,7 +51,7 @@ class SpecEngine(StepPhases):
     def __init__(self, target: LlamaModel, *, draft: LlamaModel | None = None, tokenizer: Any = None, max_k: int = 8,
                  medusa: Path | None = None, eagle: Path | None = None, max_num_seqs: int = 256,
                  options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None,
-                 k_policy: AdaptiveK | None = None) -> None:
+                 k_policy: AdaptiveK | None = None, schedule: SpecSchedule | None = None) -> None:
         scheduler = scheduler or SchedulerConfig(max_num_seqs=max_num_seqs,
                                                  max_num_batched_tokens=max(4096, max_num_seqs))
         max_num_seqs = scheduler.max_num_seqs
@@ -87,13 +90,18 @@ class SpecEngine(StepPhases):
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
+        if schedule is not None:
+            schedule.check(max_k=max_k)
+        # draft length by batch size, no speculation above max_concurrency, the acceptance gate; None: always k
+        self.schedule_policy = SchedulePolicy(schedule) if schedule is not None else None
         self._ids = itertools.count()
 
     @classmethod
     def from_pretrained(cls, target: str | Path = "tiny", draft: str | Path | None = None, medusa: str | Path | None = None,
                         *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32",
                         max_num_seqs: int = 256, allow_vocab_padding: bool = False,
-                        options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None) -> SpecEngine:
+                        options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None,
+                        schedule: SpecSchedule | None = None) -> SpecEngine:
         """Load a target (and optionally a draft) by embedded name or HF directory.
 
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
@@ -116,16 +124,18 @@ class SpecEngine(StepPhases):
             max_num_seqs=max_num_seqs,
             options=options,
             scheduler=scheduler,
+            schedule=schedule,
         )
 
     @classmethod
     def from_config(cls, config: EngineConfig, *, scheduler: SchedulerConfig | None = None) -> SpecEngine:
         """The engine an EngineConfig describes (what every server runs): its checkpoints, max k, device and dtype,
-        each proposer's typed part, and a request queue of `max_queue`."""
+        each proposer's typed part, its speculation schedule, and a request queue of `max_queue`."""
         return cls.from_pretrained(
             target=config.target, draft=config.draft, medusa=config.medusa, eagle=config.eagle,
             max_k=max(config.max_k, 1), device=config.device, dtype=config.dtype, options=config.proposer_options(),
-            scheduler=scheduler or SchedulerConfig(max_queue_len=config.max_queue).validate())
+            scheduler=scheduler or SchedulerConfig(max_queue_len=config.max_queue).validate(),
+            schedule=config.schedule)
 
     # -- text --------------------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -151,18 +161,28 @@ class SpecEngine(StepPhases):
         Returns whether the request was still queued or running.
         """
         self.k_policy.forget(request_id)
+        if self.schedule_policy is not None:
+            self.schedule_policy.forget(request_id)
         return self.scheduler.abort(request_id) is not None
+
+    @property
+    def gate_state(self) -> GateState | None:
+        """The acceptance gate (open, window mean, closes, opens, probes); None without a gate. Safe to read from
+        any thread (a frozen snapshot)."""
+        policy = self.schedule_policy
+        return policy.state if policy is not None and policy.gated else None
 
     def step(self) -> list[RequestDelta]:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
-        # 1. schedule: running requests + admissions within the token and KV budgets; k per request, then trimmed
+        # 1. schedule: running requests + admissions within the token and KV budgets; k per request, capped by the
+        #    speculation schedule at this batch size (and the gate), then chosen within the caps and trimmed
         schedule = self.scheduler.schedule(self._step_k)
         batch = schedule.requests
         if not batch:
             return []
-        ks = self.scheduler.allot_draft_tokens(schedule, self.k_policy.choose(self._k_requests(schedule.requests,
-                                                                                                schedule.ks)))
+        caps = self._scheduled_ks(schedule)
+        ks = self.scheduler.allot_draft_tokens(schedule, self.k_policy.choose(self._k_requests(batch, caps)))
 
         # 2. propose: each proposer drafts for its own requests, batched (a caller's draft in a request's first step)
         t = time.perf_counter()
@@ -220,6 +240,8 @@ class SpecEngine(StepPhases):
                 stats.wall_time_s = time.perf_counter() - request.start_time
                 self.stats.merge(stats)
                 self.k_policy.forget(request.request_id, len(request.output_ids))
+                if self.schedule_policy is not None:
+                    self.schedule_policy.finish(request.request_id, stats.num_drafts, stats.num_accepted_tokens)
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------
@@ -275,6 +297,19 @@ class SpecEngine(StepPhases):
                     return
 
     # -- phases ------------------------------------------------------------------------------------------------
+    def _scheduled_ks(self, schedule: Schedule) -> list[int]:
+        """[batch] each request's reservation under the speculation schedule at this step's batch size, 0 while the
+        acceptance gate is closed (probes excepted); the reservations as they are without a schedule. The k policy
+        chooses within these caps, so adaptive requests and a caller's own draft are capped too."""
+        policy = self.schedule_policy
+        if policy is None:
+            return schedule.ks
+        admitted = set(schedule.admitted)
+        for r in schedule.requests:
+            if r.request_id in admitted:
+                policy.admit(r.request_id, drafts=r.proposer is not None or r.external_draft is not None)
+        return policy.caps(len(schedule.requests), [r.request_id for r in schedule.requests], schedule.ks)
+
     def _k_requests(self, batch: list[EngineRequest], reserved: list[int]) -> list[KRequest]:
         """A caller's draft keeps its length (not adaptive) and runs no draft model."""
         return [KRequest(request_id=r.request_id, method=r.spec.method if r.external_draft is None else "external",

@@ -1,0 +1,114 @@
+"""The speculation schedule as a policy, without a model: caps by batch size and max_concurrency, the acceptance gate
+(closes only on a full window below the threshold, probes while closed, reopens; probe_every 0 never reopens)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trtspec.contracts.schedule import SpecSchedule
+from trtspec.spec.schedule_policy import GateState, SchedulePolicy
+
+
+def gate(window: int = 3, threshold: float = 2.0, probe_every: int | None = 2, **extra) -> SchedulePolicy:
+    return SchedulePolicy(SpecSchedule(acceptance_window=window, acceptance_length_threshold=threshold,
+                                       probe_every=probe_every, **extra))
+
+
+def finish(policy: SchedulePolicy, request_id: int, length: float) -> None:
+    """A request that drafted 10 times with mean acceptance length `length` (1 + accepted / drafts)."""
+    policy.admit(request_id, drafts=True)
+    policy.finish(request_id, 10, round((length - 1) * 10))
+
+
+def test_caps_follow_the_schedule_by_batch_size_and_stop_above_max_concurrency():
+    policy = SchedulePolicy(SpecSchedule(draft_len=((1, 4), (4, 2), (16, 0)), max_concurrency=8))
+    assert policy.caps(1, [0], [4]) == [4]
+    assert policy.caps(3, [0, 1, 2], [4, 1, 3]) == [4, 1, 3]  # min(k, schedule[1])
+    assert policy.caps(4, [0, 1, 2, 3], [4, 1, 3, 0]) == [2, 1, 2, 0]  # batch size >= 4: 2
+    assert policy.caps(8, [0] * 8, [4] * 8) == [2] * 8
+    assert policy.caps(9, [0] * 9, [4] * 9) == [0] * 9  # above max_concurrency
+    unscheduled = SchedulePolicy(SpecSchedule(max_concurrency=2))
+    assert unscheduled.caps(2, [0, 1], [5, 3]) == [5, 3] and unscheduled.caps(3, [0, 1, 2], [5, 3, 1]) == [0, 0, 0]
+    assert not unscheduled.gated and unscheduled.state == GateState()
+    unscheduled.finish(0, 10, 0)  # no gate: finished requests change nothing
+    assert unscheduled.state == GateState()
+
+
+def test_gate_closes_only_on_a_full_window_below_the_threshold():
+    policy = gate(window=3, threshold=2.0)
+    finish(policy, 0, 1.0)
+    finish(policy, 1, 1.0)
+    assert policy.state.open and policy.state.window_fill == 2 and policy.state.window_mean == 1.0  # not full yet
+    policy.admit(9, drafts=True)
+    policy.finish(9, 0, 0)  # finished without drafting: not in the window
+    assert policy.state.window_fill == 2 and policy.state.open
+    finish(policy, 2, 3.4)  # full: mean (1 + 1 + 3.4) / 3 = 1.8 < 2
+    assert not policy.state.open and policy.state.closes == 1
+    assert abs(policy.state.window_mean - 1.8) < 1e-9
+    assert policy.caps(1, [5], [4]) == [0]  # a request admitted before the close stops drafting too
+
+    at_threshold = gate(window=2, threshold=2.0)
+    finish(at_threshold, 0, 1.5)
+    finish(at_threshold, 1, 2.5)  # mean 2.0: not below
+    assert at_threshold.state.open
+
+
+def test_closed_gate_probes_one_admission_in_probe_every_and_reopens():
+    policy = gate(window=2, threshold=2.0, probe_every=3, draft_len=((1, 4), (2, 1)))
+    finish(policy, 0, 1.0)
+    finish(policy, 1, 1.0)
+    assert not policy.state.open
+    for rid in range(10, 19):
+        policy.admit(rid, drafts=True)
+    policy.admit(30, drafts=False)  # a request that would not draft is never a probe, nor counted
+    policy.admit(12, drafts=True)  # admitted again (after a preemption): counted once
+    ids = [*range(10, 19), 30]
+    caps = policy.caps(1, ids, [4] * len(ids))
+    assert [rid for rid, cap in zip(ids, caps, strict=True) if cap] == [12, 15, 18]  # every 3rd
+    assert caps[2] == 4 and policy.caps(2, [12], [4]) == [1]  # a probe follows the schedule's caps
+    assert policy.state.probes == 3
+    policy.finish(12, 10, 30)  # probe: length 4.0; window (1.0, 4.0), mean 2.5 >= 2: reopens
+    assert policy.state.open and policy.state.opens == 1 and policy.state.closes == 1
+    assert policy.caps(1, [10, 11], [4, 3]) == [4, 3]  # everyone drafts again
+    finish(policy, 40, 1.0)  # window (4.0, 1.0): 2.5, open
+    finish(policy, 41, 1.0)  # (1.0, 1.0): closes a second time; counting of admissions starts again
+    assert not policy.state.open and policy.state.closes == 2
+    for rid in (50, 51, 52):
+        policy.admit(rid, drafts=True)
+    assert policy.caps(1, [50, 51, 52], [4, 4, 4]) == [0, 0, 4]
+
+
+def test_probe_every_zero_is_tensorrt_llms_permanent_gate():
+    policy = gate(window=2, threshold=2.0, probe_every=0)
+    finish(policy, 0, 1.0)
+    finish(policy, 1, 1.0)
+    assert not policy.state.open
+    for rid in range(10, 60):
+        policy.admit(rid, drafts=True)
+    assert policy.caps(1, list(range(10, 60)), [4] * 50) == [0] * 50 and policy.state.probes == 0
+    policy.finish(10, 10, 40)  # a request that drafted before the close, finishing well: still closed
+    policy.finish(11, 10, 40)
+    assert policy.state.window_mean == 5.0 and not policy.state.open and policy.state.opens == 0
+
+
+def test_default_probe_every_is_the_contracts():
+    assert gate(probe_every=None).schedule.probes == 16
+
+
+schedules = st.dictionaries(st.integers(2, 64), st.integers(0, 8), max_size=5).flatmap(
+    lambda rest: st.integers(0, 8).map(lambda first: tuple(sorted({1: first, **rest}.items()))))
+
+
+@given(schedules, st.one_of(st.none(), st.integers(0, 70)), st.integers(1, 80), st.integers(0, 8))
+def test_caps_stay_in_0_k_and_are_monotone(draft_len, max_concurrency, batch_size, k):
+    schedule = SpecSchedule(draft_len=draft_len, max_concurrency=max_concurrency)
+    policy = SchedulePolicy(schedule)
+    cap = policy.caps(batch_size, [0], [k])[0]
+    assert 0 <= cap <= k
+    assert cap <= policy.caps(batch_size, [0], [k + 1])[0]  # more asked, never fewer given
+    if max_concurrency is not None and batch_size > max_concurrency:
+        assert cap == 0
+    values = [value for _, value in draft_len]
+    if all(a >= b for a, b in zip(values, values[1:], strict=False)):  # a schedule that falls with load
+        assert policy.caps(batch_size + 1, [0], [k])[0] <= cap
