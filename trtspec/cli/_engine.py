@@ -64,7 +64,19 @@ FLAGS = {f.flag: f for f in (
          "--log-prompts; default 0.1)."),
     Flag("--log-max-mb", "log_max_mb", FiniteFloat(min=0.01, max=1e6), "MiB the prompt log's files may take together; "
          "the oldest are dropped (default 64)."),
+    Flag("--draft-len-schedule", "draft_len_schedule", str, "Draft length by batch size: from BATCH running requests "
+         "on, at most K draft tokens (0: none); must hold batch size 1 (docs/operations.md).", metavar="1:4,4:2,16:0"),
+    Flag("--max-concurrency", "max_concurrency", int, "No speculation above this many running requests."),
+    Flag("--acceptance-window", "acceptance_window", int, "The acceptance gate: finished drafting requests in its "
+         "rolling mean (0: no gate; with --acceptance-length-threshold)."),
+    Flag("--acceptance-length-threshold", "acceptance_length_threshold", str, "The acceptance gate: speculation stops "
+         "while the window's mean acceptance length (tokens per drafting step) is below this.", metavar="TOKENS"),
+    Flag("--gate-probe-every", "gate_probe_every", int, "While the gate is closed, one admitted request in this many "
+         "still speculates, so the gate reopens when acceptance recovers (default 16; 0: closed for good, as "
+         "TensorRT-LLM)."),
 )}  # fmt: skip
+SCHEDULE = ("--draft-len-schedule", "--max-concurrency", "--acceptance-window", "--acceptance-length-threshold",
+            "--gate-probe-every")  # the speculation schedule (contracts/schedule.py)
 
 
 DEPLOY_NOTES = {  # `trtspec deploy`: each engine flag overrides the build's engine configuration
@@ -73,6 +85,7 @@ DEPLOY_NOTES = {  # `trtspec deploy`: each engine flag overrides the build's eng
     "--eagle-depth": "torch flavour; over the build's eagle.depth.", "--suffix": "torch flavour; over the build's.",
     "--log-prompts": "torch flavour.",
     "--lookahead": "On the tensorrtllm flavour it must match the engine's max_draft_len.",
+    **{flag: "torch flavour; over the build's llm_api section (what the tensorrtllm flavour reads)." for flag in SCHEDULE},
 }
 
 
@@ -114,7 +127,10 @@ def apply(config: EngineConfig, values: Mapping[str, Any]) -> EngineConfig:
 
 def flag_of(field: str) -> str | None:
     """The flag of a parameter named in an error (`parameter eagle_topk` or `eagle_topk` -> `--eagle-topk`)."""
-    name = field.removeprefix("parameter ")
+    name, bracket, entry = field.removeprefix("parameter ").partition("[")  # `draft_len_schedule[4]`: one entry
+    if bracket:
+        flag = flag_of(name)
+        return None if flag is None else f"{flag}[{entry}"
     if name == "suffix":
         return "--suffix"
     for f in FLAGS.values():

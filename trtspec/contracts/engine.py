@@ -47,8 +47,9 @@ def spelled(spelling: Callable[[str], str | None]) -> Iterator[None]:
         name = spelling(exc.field)
         if name is None or name == exc.field:
             raise
-        old = exc.field.removeprefix("parameter ")  # the hint names it too (`e.g. eagle_topk 4`)
-        hint = exc.hint.replace(old, name) if exc.hint and old not in name else exc.hint
+        # the hint names it too (`e.g. eagle_topk 4`); an entry's (`draft_len_schedule[4]`) names its field
+        old, new = exc.field.removeprefix("parameter ").partition("[")[0], name.partition("[")[0]
+        hint = exc.hint.replace(old, new) if exc.hint and old not in new else exc.hint
         raise ConfigError(name, exc.value, exc.problem, hint=hint) from None
 
 

@@ -9,6 +9,7 @@ prometheus_client exposes a counter `X` as `X_total` (the Prometheus convention)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from trtspec.contracts.metrics import AcceptanceStats
@@ -17,15 +18,18 @@ from trtspec.contracts.series import SERIES
 
 class WorkerMetrics:
     """Counters of ended requests and their acceptance; the mean acceptance length over all of them; latency
-    histograms; the served default k.
+    histograms; the served default k; whether the acceptance gate is closed.
 
     Args:
         labels: constant labels (the worker passes `method`, the deployment's speculative method; Dynamo adds
             `model` = the model's path and `model_name` = the served name, which `trtspec monitor` reads).
         default_k: the k every request runs unless it asks otherwise (the `k` gauge).
+        gate: returns the engine's gate state (`SpecEngine.gate_state`; None without a gate or before the engine
+            starts); read when a request ends (the only time it changes) and on `update_gate`.
     """
 
-    def __init__(self, labels: dict[str, str] | None = None, *, default_k: int | None = None) -> None:
+    def __init__(self, labels: dict[str, str] | None = None, *, default_k: int | None = None,
+                 gate: Callable[[], Any] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -43,8 +47,16 @@ class WorkerMetrics:
                                         registry=self.registry)
         self._total = AcceptanceStats()  # every finished request's, merged: the gauge's one definition
         self._lock = threading.Lock()
+        self._gate = gate
         if default_k is not None:
             self._metric("k").set(default_k)
+        self.update_gate()
+
+    def update_gate(self) -> None:
+        """Set the gate_closed gauge from the engine's gate (nothing without one)."""
+        state = self._gate() if self._gate is not None else None
+        if state is not None:
+            self._metric("gate_closed").set(0.0 if state.open else 1.0)
 
     def _metric(self, key: str, **extra: str) -> Any:
         labels = {**self._labels, **extra}
@@ -54,6 +66,7 @@ class WorkerMetrics:
                  time_per_output_token_s: float | None = None) -> None:
         """Count one ended request; add its AcceptanceStats when it ran to the end, and its timings (as the Triton
         models' `SpecMetrics.finished`: arrival to last token; (last - first token) / (tokens - 1))."""
+        self.update_gate()
         with self._lock:
             self._metric("requests", finish_reason=finish_reason).inc()
             if latency_s is not None:

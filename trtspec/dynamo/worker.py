@@ -113,7 +113,8 @@ def engine_class() -> type:
             self.name = options.served_model_name or served_name(params.target)
             self.host: Any = None  # spec.host.EngineHost, once started
             self.engine: Any = None
-            self.metrics = WorkerMetrics({"method": params.method}, default_k=params.default_k)
+            self.metrics = WorkerMetrics({"method": params.method}, default_k=params.default_k,
+                                         gate=lambda: None if self.engine is None else self.engine.gate_state)
             self._handles: dict[str, int] = {}  # Dynamo request id -> EngineLoop handle
             self._kv: Any = None  # KvEventPublisher, once Dynamo hands it over
             self._snapshots: Any = None  # SnapshotPublisher
@@ -147,6 +148,7 @@ def engine_class() -> type:
             except TrtspecError as exc:
                 raise EngineShutdown(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from None
             self.engine = self.host.engine
+            self.metrics.update_gate()
             scheduler = self.engine.scheduler.config
             return EngineConfig(model=str(self.target), served_model_name=self.name, llm=LlmRegistration(
                 context_length=self.engine.max_context, kv_cache_block_size=scheduler.kv_block_size,

@@ -91,7 +91,7 @@ class EngineModel:
         vocab = read_config(resolve_model(params.target, field="target")).get("vocab_size")
         self.vocab_size = int(vocab) if vocab else None
         self.features = engine_features()
-        self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k)
+        self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k, gate=lambda: self.engine.gate_state)
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
 

@@ -315,7 +315,8 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineConfig]:
         assert engine.draft is not None
         models["tensorrt_llm_draft"] = replace(engine, target=engine.draft, draft=None, medusa=None, eagle=None,
                                                method="none", default_k=0, eagle_tree=None, medusa_tree=None,
-                                               lookahead=None, ngram=None, suffix=None, prompt_log=None)
+                                               lookahead=None, ngram=None, suffix=None, prompt_log=None,
+                                               schedule=None)  # plain decoding: no speculation to schedule
     return models
 
 
