@@ -10,7 +10,7 @@ from tests.sweep.fakes import FakeSweepBackend
 from trtspec.cli.main import cli
 from trtspec.sweep.analysis import load_results
 from trtspec.sweep.grid import SweepSpec
-from trtspec.sweep.report import markdown_table, render_report, write_config
+from trtspec.sweep.report import markdown_table, render_report
 from trtspec.sweep.runner import run_sweep
 
 
@@ -37,10 +37,14 @@ def test_report_renders_markdown_plots_and_recommendation(tmp_path):
     made = render_report(_results(tmp_path, noise=0.3), tmp_path / "rep", price_per_hour=2.0)
     text = made.markdown.read_text()
     for needle in ("## Results", "## Cost model check", "## Recommendation", "projection", "Where the model misses",
-                   "$ per 1M tokens", "![Predicted vs measured speedup](predicted_vs_measured.png)"):
+                   "$ per 1M tokens", "![Predicted vs measured speedup](predicted_vs_measured.png)",
+                   "## Speculation schedule", "### draft_target:fake-draft, T=0", "### ngram, T=1",
+                   "![Schedule, T=1](schedule_T1.png)"):
         assert needle in text, needle
     assert set(made.plots) == {"acceptance_per_position", "acceptance_length_vs_k", "throughput_vs_k",
-                               "speedup_vs_concurrency", "predicted_vs_measured"}
+                               "speedup_vs_concurrency", "predicted_vs_measured", "schedule_T0", "schedule_T1"}
+    assert {(s.variant, s.temperature, s.max_batch_size) for s in made.schedules} == {
+        (v, t, 16) for v in ("draft_target:fake-draft", "ngram") for t in (0.0, 1.0)}  # the largest calibrated
     for path in made.plots.values():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     recs = made.recommendations
@@ -50,19 +54,6 @@ def test_report_renders_markdown_plots_and_recommendation(tmp_path):
     assert at1.cost_per_million < at1.baseline_cost_per_million
 
 
-def test_write_config_creates_and_updates(tmp_path):
-    made = render_report(_results(tmp_path), tmp_path / "rep", plots=False)
-    cfg = tmp_path / "build.yaml"
-    cfg.write_text("target: tiny\nengine:\n  max_batch_size: 8\nmethod: none\n")
-    data = write_config(cfg, made.recommendations, target="fake-target")
-    text = cfg.read_text()
-    assert text.startswith("# Recommended by `trtspec report`")
-    loaded = yaml.safe_load(text)
-    assert loaded == data and loaded["method"] == "draft_target" and loaded["draft"] == "fake-draft"
-    assert loaded["target"] == "tiny" and loaded["engine"] == {"max_batch_size": 8}
-    assert loaded["max_draft_len"] == max(r.k for r in made.recommendations if r.temperature == 0)
-
-
 def test_cli_sweep_dry_run_and_report(tmp_path):
     out = _results(tmp_path)
     runner = CliRunner()
@@ -70,6 +61,9 @@ def test_cli_sweep_dry_run_and_report(tmp_path):
                               "--write-config", str(tmp_path / "b.yaml")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and (tmp_path / "r" / "report.md").exists()
+    written = yaml.safe_load((tmp_path / "b.yaml").read_text())  # a new config: the sweep's target, TensorRT-LLM 1.2.1
+    assert written["target"] == "fake-target" and written["method"] == "draft_target"
+    assert written["llm_api"]["draft_len_schedule"][1] == written["max_draft_len"]
     res = runner.invoke(cli, ["sweep", "--out", str(out), "--dry-run", "--via", "triton", "--url", "x:1",
                               "--model", "fake-target", "--draft", "fake-draft", "--k", "0-5", "--temperature", "0,1",
                               "--suite", "code,grounded", "--concurrency", "1,4", "--num-prompts", "2"],

@@ -1,13 +1,14 @@
 """`trtspec report`: results.jsonl -> report.md + PNG plots + a recommendation that can be written into a build config.
 
-Formatting only: the numbers come from analysis.py (measured and predicted) and costmodel.py (projection). The
-Markdown is written atomically (trtspec.atomic).
+Formatting only: the numbers come from analysis.py (measured and predicted), costmodel.py (projection) and
+schedule.py (the speculation schedule; its section, plot and --write-config: schedule_report.py). The Markdown is
+written atomically (trtspec.atomic).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from trtspec.atomic import write_text
 from trtspec.contracts import costmodel
 from trtspec.errors import ConfigError, UsageError
 from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
-from trtspec.textfile import load_yaml_text
+from trtspec.sweep.schedule import DEFAULT_GATE_BATCH, ScheduleRecommendation, recommend_schedules
+from trtspec.sweep.schedule_report import render_schedule_plots, schedule_section
 
 
 @dataclass
@@ -24,11 +26,14 @@ class ReportOutput:
     plots: dict[str, Path]
     recommendations: list[Recommendation]
     results: Results
+    schedules: list[ScheduleRecommendation] = field(default_factory=list)  # per variant and temperature
 
 
 def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_hour: float | None = None,
-                  gpus: Sequence[str] = ("H100", "H200"), plots: bool = True, timing: str = "auto") -> ReportOutput:
-    """Write `out_dir/report.md` and the plots; returns what was written and the recommendation."""
+                  gpus: Sequence[str] = ("H100", "H200"), plots: bool = True, timing: str = "auto",
+                  max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH) -> ReportOutput:
+    """Write `out_dir/report.md` and the plots; returns what was written, the recommendation and the schedules
+    (batch sizes 1..max_batch_size, default the largest calibrated or measured; sweep/schedule.py)."""
     results_path, out_dir = Path(results_path), Path(out_dir)
     if not results_path.is_file():
         raise UsageError(f"results file {results_path} does not exist", hint="run `trtspec sweep ... --out FILE` first")
@@ -50,56 +55,13 @@ def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_ho
 
         made = render_all(results, out_dir)
     recs = recommend(results, price_per_hour=price_per_hour)
-    text = _markdown(results_path, results, made, recs, price_per_hour, gpus)
+    schedules = recommend_schedules(results, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size)
+    schedule_plots = render_schedule_plots(schedules, out_dir) if plots else {}
+    text = _markdown(results_path, results, made, recs, price_per_hour, gpus,
+                     schedule_section(schedules, schedule_plots))
     md = out_dir / "report.md"
     write_text(md, text)
-    return ReportOutput(md, made, recs, results)
-
-
-def write_config(path: str | Path, recs: Sequence[Recommendation], *, target: str | None = None,
-                 temperature: float | None = None) -> dict[str, Any]:
-    """Create or update a build config with the recommended method, draft and max_draft_len (k).
-
-    The k per batch size is a runtime setting (`num_draft_tokens` per request), recorded as a comment header; the
-    engine is built for the largest of them. Returns the mapping written.
-    """
-    import yaml
-
-    if not recs:
-        raise UsageError("no recommendation to write (the results have no calibration records)",
-                         hint="rerun the sweep with --via engine, which measures forward costs")
-    temps = sorted({r.temperature for r in recs})
-    temp = temperature if temperature is not None else temps[0]
-    chosen = [r for r in recs if r.temperature == temp]
-    if not chosen:
-        raise ConfigError("temperature", temperature, f"has no recommendation; choose one of {temps}")
-    path = Path(path)
-    data: dict[str, Any] = {}
-    if path.exists():
-        loaded = load_yaml_text(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError("write_config", str(path), "is not a YAML mapping", hint="pass a build config file")
-        data = loaded
-    best_k = max(r.k for r in chosen)
-    spec_rec = next((r for r in chosen if r.k == best_k), chosen[0])
-    if best_k == 0:
-        data["method"] = "none"
-        data.pop("max_draft_len", None)
-    else:
-        data["method"] = spec_rec.method
-        data["max_draft_len"] = best_k
-        if spec_rec.draft:
-            data["draft"] = spec_rec.draft
-    if target and "target" not in data:
-        data["target"] = target
-    schedule = ", ".join(f"batch {r.batch_size}: k={r.k} ({r.speedup:.2f}x predicted)" for r in chosen)
-    header = (f"# Recommended by `trtspec report` at temperature {temp:g}: {schedule}.\n"
-              "# k per batch size is a runtime setting (num_draft_tokens per request); the engine is built for the "
-              "largest.\n")
-    write_text(path, header + yaml.safe_dump(data, sort_keys=False))
-    return data
-
-
+    return ReportOutput(md, {**made, **schedule_plots}, recs, results, schedules)
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -115,7 +77,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, n
 
 
 def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs: list[Recommendation],
-              price: float | None, gpus: Sequence[str]) -> str:
+              price: float | None, gpus: Sequence[str], schedule_lines: Sequence[str] = ()) -> str:
     rows = sorted(results.rows, key=lambda r: (r.suite, r.params["temperature"], r.params["concurrency"],
                                                r.k > 0, r.variant, r.k))
     out = [f"# Speculative decoding sweep report: `{results_path.name}`", ""]
@@ -156,6 +118,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
                                 e["error"].get("hint") or "") for e in results.errors])
     out += _winners_section(results)
     out += _recommendation_section(recs, price, results.timing)
+    out += schedule_lines
     out += _projection_section(results, recs, gpus)
     if plots:
         out += ["## Plots", ""]
@@ -261,8 +224,8 @@ def _recommendation_section(recs: list[Recommendation], price: float | None, tim
     out += ["Steady-state prediction (long generations, prompt passes amortised) from the acceptance measured in this "
             "sweep, averaged over its suites, and the forward costs measured on this machine at each batch size "
             "(k = 0 means: do not speculate at this batch size; host overhead per step is scaled from the nearest "
-            "measured concurrency). Write it into a build config with "
-            "`trtspec report RESULTS --out DIR --write-config build.yaml`.", ""]
+            "measured concurrency). Every batch size, with measured points, max_concurrency and the acceptance "
+            "gate: the speculation schedule below, which `--write-config build.yaml` writes.", ""]
     header = ["T", "batch", "method", "k", "expected speedup", "tokens/s", "plain tokens/s"]
     if timing == "cpu":
         out += ["Throughput and cost are per CPU-second of this process (timing cpu).", ""]

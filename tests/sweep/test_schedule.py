@@ -1,0 +1,214 @@
+"""The speculation schedule a sweep recommends (sweep/schedule.py) and where it goes (sweep/schedule_report.py): k per
+batch size from a known machine, max_concurrency, the gate's threshold and window, measured points anchoring the
+model, the report's section and PNG, `--write-config` into torch and TensorRT-LLM 1.2.1 / 0.19.0 build configs, and,
+for random cost tables, the argmax and TensorRT-LLM's schedule rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.cli_checks import run_cli
+from trtspec.build.plan import engine_config, plan_build
+from trtspec.build.preflight import run_preflight
+from trtspec.config import load_build_spec
+from trtspec.contracts import costmodel
+from trtspec.contracts.schedule import SpecSchedule
+from trtspec.errors import ConfigError
+from trtspec.sweep.analysis import CaseRow, Results, step_costs
+from trtspec.sweep.schedule import MIN_WINDOW, choose, recommend_schedule, recommend_schedules
+from trtspec.sweep.schedule_report import render_schedule_plots, schedule_section, write_schedule_config
+from trtspec.targets.llm_api import schedule_problems
+
+ALPHA = 0.8
+VARIANT = "draft_target:tiny-draft"
+
+
+def machine(batch: int, n: int) -> float:
+    """Target forward seconds: 10 ms nearly flat in tokens at batch 1 (memory bound), 20 ms x n at batch 8 (compute
+    bound); the calibration holds batches 1 and 8, the model interpolates between them."""
+    return {1: 0.010 * (1 + 0.02 * (n - 1)), 8: 0.020 * n}[batch]
+
+
+def calibration(target: dict[int, dict[int, float]] | None = None, draft: dict[int, float] | None = None,
+                model: str = "tiny") -> dict:
+    target = target or {b: {n: machine(b, n) for n in range(1, 6)} for b in (1, 8)}
+    draft = draft or {1: 0.001, 8: 0.002}
+    return {"kind": "calibration", "id": "cal", "model": model, "draft": "tiny-draft", "medusa": None,
+            "target_s": {str(b): {str(n): t for n, t in ts.items()} for b, ts in target.items()},
+            "draft_s": {str(b): t for b, t in draft.items()}}
+
+
+def row(k: int, concurrency: int = 1, *, e: float | None = None, measured: float | None = None,
+        per_request: tuple[float, ...] = (), suite: str = "code", model: str = "tiny") -> CaseRow:
+    params = {"model": model, "draft": "tiny-draft" if k else None, "medusa": None,
+              "method": "draft_target" if k else "none", "k": k, "concurrency": concurrency, "temperature": 0.0,
+              "suite": suite, "max_new_tokens": 64, "num_prompts": 4, "seed": 0, "via": "engine"}
+    tokens_per_step = e if e is not None else sum(ALPHA ** i for i in range(k + 1))
+    return CaseRow(id=f"{k}-{concurrency}-{suite}", params=params, tokens_per_s=100.0 * (measured or 1.0),
+                   wall_time_s=1.0, tokens_per_step=tokens_per_step, acceptance_rate=0.0, per_pos=[],
+                   measured_speedup=measured, per_request_acceptance=list(per_request))
+
+
+def results(rows: list[CaseRow], calib: dict | None = None) -> Results:
+    return Results(rows, [], {"cal": calib or calibration()}, timing="wall")
+
+
+def sweep(*, measured_factor: float | None = None, per_request: tuple[float, ...] = ()) -> Results:
+    """k 0..4 at concurrency 1 on the known machine; measured speedups = factor x the model's (None: not measured)."""
+    rows = [row(0, measured=1.0 if measured_factor else None)]
+    for k in range(1, 5):
+        model = sum(ALPHA ** i for i in range(k + 1)) * machine(1, 1) / (k * 0.001 + machine(1, k + 1))
+        rows.append(row(k, measured=measured_factor * model if measured_factor else None,
+                        per_request=per_request if k == 4 else ()))
+    return results(rows)
+
+
+def test_known_machine_gives_the_expected_schedule_concurrency_and_gate():
+    rec = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8)
+    assert [r.k for r in rec.rows] == [4, 2, 1, 1, 0, 0, 0, 0]
+    assert rec.draft_len == ((1, 4), (2, 2), (3, 1), (5, 0)) and rec.max_draft_len == 4
+    assert rec.max_concurrency == 4 and all(r.chosen.source == "modelled" for r in rec.rows)
+    assert rec.rows[1].chosen.speedup == pytest.approx(1.4104, abs=1e-4)  # k=2 at batch 2 (k=3: 1.4091)
+    # threshold = S_4 / S_0 at batch 1 = (4 x 1 ms + 10.8 ms) / 10 ms; no per-request records: the default window
+    assert rec.gate.threshold == pytest.approx(1.48) and rec.gate.window == 32 and "default 32" in rec.gate.window_reason
+    assert rec.schedule == SpecSchedule(draft_len=((1, 4), (2, 2), (3, 1), (5, 0)), max_concurrency=4,
+                                        acceptance_window=32, acceptance_length_threshold=1.48)
+    at2 = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8, gate_batch_size=2).gate
+    assert (at2.k, at2.threshold) == (2, pytest.approx(1.73, abs=1e-3))  # (2 D(2) + T(2, 3)) / T(2, 1)
+    assert recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=3).max_concurrency is None  # wins up to 3
+
+
+def test_measured_points_anchor_the_model_between_them():
+    """Measured speedups 0.9 x the model's at batch 1: the modelled batch sizes are scaled the same, so speculation
+    stops one batch size earlier than the model alone says."""
+    rec = recommend_schedule(sweep(measured_factor=0.9), VARIANT, 0.0, max_batch_size=8)
+    assert rec.rows[0].chosen.source == "measured" and rec.rows[1].chosen.source == "modelled"
+    assert rec.rows[1].chosen.anchor == pytest.approx(0.9) and rec.rows[1].chosen.predicted_speedup > 1.4
+    assert rec.draft_len == ((1, 4), (2, 2), (3, 1), (4, 0)) and rec.max_concurrency == 3
+
+
+def test_window_from_the_spread_of_per_request_acceptance():
+    spread = recommend_schedule(sweep(per_request=(1.0, 3.0, 1.0, 3.0)), VARIANT, 0.0, max_batch_size=8).gate
+    # mean 2.0, sd 1.1547, threshold 1.48: ceil((2.326 x 1.1547 / 0.52)^2) = 27
+    assert spread.window == 27 and "sd 1.15" in spread.window_reason
+    narrow = recommend_schedule(sweep(per_request=(3.0, 3.1, 2.9)), VARIANT, 0.0, max_batch_size=8).gate
+    assert narrow.window == MIN_WINDOW
+    below = recommend_schedule(sweep(per_request=(1.2, 1.4)), VARIANT, 0.0, max_batch_size=8).gate
+    assert not below.set and "would close at once" in below.reason
+
+
+def test_no_speculation_and_bad_arguments():
+    slow_draft = results([row(0), row(1, e=1.1), row(2, e=1.2)], calibration(draft={1: 0.02, 8: 0.04}))
+    rec = recommend_schedule(slow_draft, VARIANT, 0.0, max_batch_size=4)
+    assert rec.draft_len == ((1, 0),) and rec.max_concurrency == 0 and not rec.gate.set
+    for kwargs, field in (({"max_batch_size": 0}, "max_batch_size"), ({"gate_batch_size": 9}, "gate_batch_size")):
+        with pytest.raises(ConfigError) as err:
+            recommend_schedule(sweep(), VARIANT, 0.0, **{"max_batch_size": 8, **kwargs})
+        assert err.value.field == field
+    for kwargs, field in (({"method": "ngram"}, "method"), ({"temperature": 1.0}, "temperature")):
+        with pytest.raises(ConfigError) as err:
+            choose(sweep(), **kwargs)
+        assert err.value.field == field and "choose one of" in str(err.value.hint)
+
+
+def test_section_and_plot(tmp_path):
+    recs = recommend_schedules(sweep(measured_factor=0.9), max_batch_size=8)
+    plots = render_schedule_plots(recs, tmp_path)
+    assert set(plots) == {"schedule_T0"} and plots["schedule_T0"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = "\n".join(schedule_section(recs, plots))
+    for needle in ("### draft_target:tiny-draft, T=0", "`draft_len_schedule` {1: 4, 2: 2, 3: 1, 4: 0}",
+                   "`max_concurrency` 3", "`acceptance_length_threshold` 1.48, `acceptance_window` 32",
+                   "| 1 | 4 | 2.04x | measured | 2.27x | 2.04x |", "| 2 | 2 | 1.27x | modelled | 1.41x | - |",
+                   "![Schedule, T=0](schedule_T0.png)"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("backend", ["tensorrtllm", "torch"])
+def test_write_config_round_trip(tmp_path, backend):
+    path = tmp_path / "build.yaml"
+    path.write_text(f"name: tiny-dt\nbackend: {backend}\ntarget: tiny\nmethod: ngram\nk: 2\nngram:\n"
+                    "  max_matching_ngram_size: 2\nengine:\n  max_batch_size: 6\n  max_input_len: 64\n"
+                    "  max_seq_len: 256\nllm_api:\n  max_concurrency: 2\n")
+    done = write_schedule_config(path, sweep(), max_batch_size=6)
+    assert done.written and done.notes == ("removed `ngram:` (method draft_target does not use it)",)
+    data = yaml.safe_load(path.read_text())
+    assert list(data) == ["name", "backend", "target", "method", "max_draft_len", "engine", "llm_api", "draft"]  # k renamed in place
+    assert data["llm_api"] == {"draft_len_schedule": {1: 4, 2: 2, 3: 1, 5: 0}, "max_concurrency": 4,
+                               "acceptance_window": 32, "acceptance_length_threshold": 1.48}
+    assert path.read_text().startswith("# Recommended by `trtspec report`: method draft_target at temperature 0")
+    resolved = run_preflight(load_build_spec(path), dry_run=True)
+    assert engine_config(resolved).schedule == done.recommendation.schedule
+    if backend == "tensorrtllm":
+        speculative = plan_build(resolved).llm_api["speculative_config"]
+        assert speculative["max_draft_len"] == 4 and speculative["draft_len_schedule"][1] == 4
+        assert {k: speculative[k] for k in data["llm_api"]} == data["llm_api"]
+        assert schedule_problems(speculative["draft_len_schedule"], 4, "1.2.1") == []
+
+
+def test_write_config_engine_workflow_gets_no_controls_and_dry_run_writes_nothing(tmp_path):
+    path = tmp_path / "build.yaml"
+    text = "target: tiny\ndraft: tiny-draft\nmethod: draft_target\nmax_draft_len: 3\ntrtllm:\n  version: 0.19.0\n"
+    path.write_text(text)
+    done = write_schedule_config(path, sweep(), dry_run=True)
+    assert not done.written and path.read_text() == text and "+max_draft_len: 4" in done.diff
+    assert done.notes[0].startswith("no llm_api controls written: TensorRT-LLM 0.19.0's engine workflow")
+    assert "llm_api" not in yaml.safe_load(done.text)
+    code, out, err = run_cli(["report", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "r"), "--dry-run"])
+    assert code == 2 and "--dry-run is an option of --write-config" in err
+
+
+def test_write_config_refuses_a_schedule_past_the_build(tmp_path):
+    path = tmp_path / "build.yaml"
+    path.write_text("target: tiny\nmethod: none\nengine:\n  max_batch_size: 4\n")
+    with pytest.raises(ConfigError) as err:
+        write_schedule_config(path, sweep(), max_batch_size=8)
+    assert err.value.field == "max_batch_size" and "engine.max_batch_size 4" in err.value.message
+    assert path.read_text() == "target: tiny\nmethod: none\nengine:\n  max_batch_size: 4\n"
+
+
+# --- property: the argmax of the predictions, and TensorRT-LLM's rules ------------------------------------------
+
+SIZES = (1, 4, 16)
+tables = st.fixed_dictionaries({
+    "base": st.tuples(*[st.floats(0.002, 0.05) for _ in SIZES]),
+    "slope": st.tuples(*[st.floats(0.0, 1.5) for _ in SIZES]),
+    "draft": st.tuples(*[st.floats(0.0, 0.01) for _ in SIZES]),
+    "alpha": st.floats(0.0, 1.0),
+    "max_k": st.integers(1, 4),
+    "measured": st.lists(st.tuples(st.integers(1, 4), st.sampled_from(SIZES), st.floats(0.3, 3.0)), max_size=4),
+})
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(tables)
+def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
+    calib = calibration({b: {n: table["base"][i] * (1 + table["slope"][i] * (n - 1)) for n in range(1, 6)}
+                         for i, b in enumerate(SIZES)}, dict(zip(SIZES, table["draft"], strict=True)))
+    e = {k: sum(table["alpha"] ** i for i in range(k + 1)) for k in range(table["max_k"] + 1)}
+    measured = {(k, c): s for k, c, s in table["measured"] if k <= table["max_k"]}
+    rows = [row(0, c, measured=1.0 if any(m[1] == c for m in measured) else None) for c in SIZES]
+    rows += [row(k, c, e=e[k], measured=measured.get((k, c))) for k in range(1, table["max_k"] + 1) for c in SIZES]
+    rec = recommend_schedule(results(rows, calib), VARIANT, 0.0, max_batch_size=16)
+    if not measured:  # the cost model alone: the argmax of costmodel.predict at each batch size, k <= the k at 1
+        for r in rec.rows:
+            costs = step_costs([calib], rows[-1].params, r.batch_size)
+            speedups = [1.0] + [costmodel.predict(k, e[k], costs).speedup for k in range(1, table["max_k"] + 1)]
+            cap = table["max_k"] if r.batch_size == 1 else rec.rows[0].k
+            best = max(range(cap + 1), key=lambda k: (speedups[k], -k))
+            assert r.k == best, (r.batch_size, speedups)
+    for r in rec.rows:  # each row's k is the best of its candidates within the cap, whatever their source
+        allowed = [p for p in r.points if p.k <= rec.rows[0].k or r.batch_size == 1]
+        assert r.chosen.speedup == max(p.speedup for p in allowed)
+    schedule = rec.schedule
+    schedule.check(max_k=rec.max_draft_len, max_batch_size=16)
+    assert schedule_problems(dict(schedule.draft_len), rec.max_draft_len, "1.2.1") == []
+    assert all(schedule.draft_len_at(r.batch_size, rec.max_draft_len) == r.k for r in rec.rows)
+    if rec.max_concurrency is not None:
+        assert all(r.k == 0 for r in rec.rows[rec.max_concurrency:])
+        assert rec.max_concurrency == 0 or rec.rows[rec.max_concurrency - 1].k > 0
+    assert rec.gate.threshold is None or (math.isfinite(rec.gate.threshold) and rec.gate.threshold > 1)

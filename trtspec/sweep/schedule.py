@@ -1,0 +1,347 @@
+"""The speculation schedule a sweep recommends: per method (variant) and temperature, the draft length k for each
+batch size up to a max batch size, where speculation stops (`max_concurrency`) and the acceptance gate, as a
+`contracts.schedule.SpecSchedule` with its evidence. Pure Python (no torch).
+
+Per batch size b = 1..max batch size, every candidate k (0 and each fixed k the sweep ran for the variant) has a
+speedup over plain decoding: measured where the sweep ran (concurrency b, k) (the mean over its suites), else the
+cost model's (`analysis.predictions_at`: E(k) measured, step costs calibrated at b, host overhead scaled to b). The
+recommended k maximises it; k = 0 wins ties. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_len and
+no draft length exceeds it, so for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the
+unconstrained one). The schedule keeps batch 1 and each batch size where k changes.
+
+`max_concurrency` is the last batch size where speculation wins when plain decoding wins at every batch size above it
+(None when speculation wins at the max batch size; 0 when it never wins).
+
+The gate's threshold is the mean acceptance length at which speculation at the schedule's k stops paying at the gate
+batch size (default 1): speedup = E * S_0 / S_k, so threshold = S_k / S_0, the cost model's per-step seconds with host
+overheads. Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate then closes
+only when acceptance is too low for speculation to pay at any load, and the schedule's smaller k (and
+max_concurrency) already answer a higher load; a gate at a larger batch size closes sooner. The window (finished
+requests in the gate's mean) comes from the spread of per-request acceptance lengths at that k when the records hold
+them (engine sweeps): the smallest window whose mean, at the measured acceptance, falls below the threshold with
+probability <= 1% (normal approximation), clamped to [MIN_WINDOW, MAX_WINDOW]; else DEFAULT_WINDOW.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trtspec.contracts.schedule import DraftLens, SpecSchedule
+from trtspec.errors import ConfigError, UsageError
+from trtspec.sweep.analysis import CaseRow, Results, predictions_at
+
+DEFAULT_GATE_BATCH = 1
+DEFAULT_WINDOW = 32  # finished requests, when the records hold no per-request acceptance lengths
+MIN_WINDOW, MAX_WINDOW = 8, 256
+WINDOW_Z = 2.326  # one-sided 1% quantile of the normal distribution
+
+
+@dataclass(frozen=True)
+class KPoint:
+    """One candidate k at one batch size: the cost model's speedup and throughput, and the measured ones where the
+    sweep ran that (concurrency, k)."""
+
+    k: int
+    predicted_speedup: float
+    predicted_tokens_per_s: float
+    measured_speedup: float | None = None
+    measured_tokens_per_s: float | None = None
+    anchor: float = 1.0  # measured / modelled speedup of this k at the nearest measured batch sizes (interpolated)
+
+    @property
+    def source(self) -> str:
+        return "measured" if self.measured_speedup is not None else "modelled"
+
+    @property
+    def speedup(self) -> float:
+        """The speedup the choice is made on: measured where it ran, else the model's anchored to the measurements."""
+        return self.measured_speedup if self.measured_speedup is not None else self.predicted_speedup * self.anchor
+
+    @property
+    def tokens_per_s(self) -> float:
+        if self.measured_tokens_per_s is not None:
+            return self.measured_tokens_per_s
+        return self.predicted_tokens_per_s * self.anchor
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"k": self.k, "source": self.source, "speedup": self.speedup, "tokens_per_s": self.tokens_per_s,
+                "predicted_speedup": self.predicted_speedup, "predicted_tokens_per_s": self.predicted_tokens_per_s,
+                "measured_speedup": self.measured_speedup, "measured_tokens_per_s": self.measured_tokens_per_s,
+                "anchor": self.anchor}
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """The recommended k at one batch size, and every candidate it was chosen from (k ascending, 0 first)."""
+
+    batch_size: int
+    k: int  # the argmax over k <= the k at batch 1 (TensorRT-LLM: no draft length above max_draft_len)
+    best_k: int  # the argmax over every k
+    points: tuple[KPoint, ...]
+    calibrated_up_to: int  # the largest calibrated batch size: above it the model uses that batch size's costs
+
+    def point(self, k: int) -> KPoint:
+        return next(p for p in self.points if p.k == k)
+
+    @property
+    def chosen(self) -> KPoint:
+        return self.point(self.k)
+
+    @property
+    def plain(self) -> KPoint:
+        return self.point(0)
+
+    @property
+    def note(self) -> str:
+        notes = []
+        if self.best_k != self.k:
+            notes.append(f"k={self.best_k} is faster ({self.point(self.best_k).speedup:.2f}x) but above the k at "
+                         "batch 1 (max_draft_len)")
+        if self.batch_size > self.calibrated_up_to and self.chosen.measured_speedup is None:
+            notes.append(f"costs of batch {self.calibrated_up_to} (not calibrated above)")
+        return "; ".join(notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "k": self.k, "best_k": self.best_k, "source": self.chosen.source,
+                "speedup": self.chosen.speedup, "note": self.note, "points": [p.to_dict() for p in self.points]}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The acceptance gate: threshold and window, or None with the reason (`reason` says how either was found)."""
+
+    batch_size: int  # where the threshold is the break-even
+    k: int  # the schedule's k there
+    threshold: float | None
+    window: int | None
+    reason: str
+    window_reason: str = ""
+
+    @property
+    def set(self) -> bool:
+        return self.threshold is not None and self.window is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "k": self.k, "threshold": self.threshold, "window": self.window,
+                "reason": self.reason, "window_reason": self.window_reason}
+
+
+@dataclass(frozen=True)
+class ScheduleRecommendation:
+    """One variant's recommended schedule at one temperature, with its evidence."""
+
+    variant: str
+    method: str
+    params: dict[str, Any]  # a case's parameters (model, draft, heads, drafter): what a build config needs
+    temperature: float
+    timing: str
+    rows: tuple[BatchRow, ...]  # batch sizes 1..max_batch_size
+    max_concurrency: int | None
+    gate: Gate
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.rows[-1].batch_size
+
+    @property
+    def max_draft_len(self) -> int:
+        """The k at batch 1 (TensorRT-LLM: schedule[1] == max_draft_len); 0: do not speculate."""
+        return self.rows[0].k
+
+    @property
+    def draft_len(self) -> DraftLens:
+        """Batch 1 and each batch size where k changes."""
+        pairs = [(1, self.rows[0].k)]
+        for prev, row in zip(self.rows, self.rows[1:], strict=False):
+            if row.k != prev.k:
+                pairs.append((row.batch_size, row.k))
+        return tuple(pairs)
+
+    @property
+    def schedule(self) -> SpecSchedule:
+        return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency,
+                            acceptance_window=self.gate.window if self.gate.set else None,
+                            acceptance_length_threshold=self.gate.threshold if self.gate.set else None)
+
+    @property
+    def mean_speedup(self) -> float:
+        """Geometric mean of the chosen speedups over the batch sizes (how variants are ranked)."""
+        return statistics.geometric_mean([max(r.chosen.speedup, 1e-9) for r in self.rows])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "method": self.method, "temperature": self.temperature,
+                "timing": self.timing, "max_batch_size": self.max_batch_size, "max_draft_len": self.max_draft_len,
+                "schedule": self.schedule.to_dict(), "max_concurrency": self.max_concurrency,
+                "gate": self.gate.to_dict(), "rows": [r.to_dict() for r in self.rows]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def candidates(results: Results) -> dict[tuple[str, float], list[CaseRow]]:
+    """The fixed-k rows of each (variant, temperature) a schedule can be made for (as analysis.recommend: no adaptive
+    rows, no warm suffix cache)."""
+    groups: dict[tuple[str, float], list[CaseRow]] = defaultdict(list)
+    for r in results.rows:
+        if r.k > 0 and not r.params.get("adaptive") and r.params.get("suffix_cache") != "warm":
+            groups[(r.variant, float(r.params["temperature"]))].append(r)
+    return dict(sorted(groups.items()))
+
+
+def calibrated_sizes(results: Results) -> list[int]:
+    timing = "cpu_s" if results.timing == "cpu" else "s"
+    return sorted({int(b) for c in results.calibrations.values() for b in c.get(f"target_{timing}") or {}})
+
+
+def default_max_batch_size(results: Results) -> int:
+    """The largest calibrated batch size or measured concurrency."""
+    sizes = calibrated_sizes(results) + [int(r.params["concurrency"]) for r in results.rows]
+    return max(sizes, default=1)
+
+
+def recommend_schedules(results: Results, *, max_batch_size: int | None = None,
+                        gate_batch_size: int = DEFAULT_GATE_BATCH) -> list[ScheduleRecommendation]:
+    """A schedule per (variant, temperature) of the sweep; [] when the results hold no calibration."""
+    if not results.calibrations:
+        return []
+    return [recommend_schedule(results, variant, temperature, max_batch_size=max_batch_size,
+                               gate_batch_size=gate_batch_size) for variant, temperature in candidates(results)]
+
+
+def recommend_schedule(results: Results, variant: str, temperature: float, *, max_batch_size: int | None = None,
+                       gate_batch_size: int = DEFAULT_GATE_BATCH) -> ScheduleRecommendation:
+    """The schedule of one variant at one temperature (module docstring). ConfigError naming `max_batch_size` /
+    `gate_batch_size` when out of range; UsageError when the results hold no calibration for its model set."""
+    rows = candidates(results).get((variant, float(temperature)))
+    if not rows:
+        raise ConfigError("method", variant, f"has no fixed-k cases at temperature {temperature:g}",
+                          hint="choose one of: " + ", ".join(f"{v} (T={t:g})" for v, t in candidates(results)))
+    top = default_max_batch_size(results) if max_batch_size is None else max_batch_size
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ConfigError("max_batch_size", top, "must be an integer >= 1", hint="e.g. --max-batch-size 16")
+    if isinstance(gate_batch_size, bool) or not isinstance(gate_batch_size, int) or not 1 <= gate_batch_size <= top:
+        raise ConfigError("gate_batch_size", gate_batch_size, f"must be an integer in [1, max batch size {top}]",
+                          hint="the batch size the gate's threshold is the break-even at, e.g. 1")
+    model = rows[0].params["model"]
+    base_rows = [r for r in results.rows if r.k == 0 and float(r.params["temperature"]) == float(temperature)
+                 and r.params["model"] == model]
+    calibs = list(results.calibrations.values())
+    calibrated_up_to = max(calibrated_sizes(results), default=0)
+    measured_sizes = {int(r.params["concurrency"]) for r in rows if r.measured_speedup is not None}
+    raw = {b: tuple(_point(k, pred.speedup, pred.tokens_per_s, rows, base_rows, b) for k, pred in
+                    sorted(predictions_at(rows, base_rows, calibs, b, results.timing).items()))
+           for b in sorted(set(range(1, top + 1)) | measured_sizes)}
+    table: list[BatchRow] = []
+    for b in range(1, top + 1):
+        points = tuple(replace(p, anchor=_anchor(raw, p.k, b)) if p.measured_speedup is None else p for p in raw[b])
+        best_k = _argmax(points, None)
+        k = best_k if not table else _argmax(points, table[0].k)
+        table.append(BatchRow(b, k, best_k, points, calibrated_up_to))
+    speculating = [row.batch_size for row in table if row.k > 0]
+    max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
+    gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing)
+    return ScheduleRecommendation(variant, rows[0].method, dict(rows[0].params), float(temperature), results.timing,
+                                  tuple(table), max_concurrency, gate)
+
+
+def _point(k: int, predicted: float, predicted_tps: float, rows: list[CaseRow], base_rows: list[CaseRow],
+           batch: int) -> KPoint:
+    """The candidate k at `batch`: the model's numbers, and the sweep's where it ran (concurrency batch, k)."""
+    if k == 0:
+        ran = [r for r in base_rows if int(r.params["concurrency"]) == batch]
+        if not ran:
+            return KPoint(0, predicted, predicted_tps)
+        return KPoint(0, predicted, predicted_tps, 1.0, statistics.fmean(r.tokens_per_s for r in ran))
+    ran = [r for r in rows if r.k == k and int(r.params["concurrency"]) == batch and r.measured_speedup is not None]
+    if not ran:
+        return KPoint(k, predicted, predicted_tps)
+    return KPoint(k, predicted, predicted_tps, statistics.fmean(r.measured_speedup or 0.0 for r in ran),
+                  statistics.fmean(r.tokens_per_s for r in ran))
+
+
+def _anchor(raw: dict[int, tuple[KPoint, ...]], k: int, batch: int) -> float:
+    """measured / modelled speedup of `k`, linear in batch size between the nearest measured batch sizes around
+    `batch` (the nearest one's outside them; 1 where k was never measured)."""
+    ratios = [(b, p.measured_speedup / p.predicted_speedup) for b, points in sorted(raw.items()) for p in points
+              if p.k == k and p.measured_speedup is not None and p.predicted_speedup > 0]
+    if not ratios:
+        return 1.0
+    lo = max((r for r in ratios if r[0] <= batch), default=ratios[0])
+    hi = min((r for r in ratios if r[0] >= batch), default=ratios[-1])
+    if lo[0] == hi[0]:
+        return lo[1]
+    w = (batch - lo[0]) / (hi[0] - lo[0])
+    return lo[1] * (1 - w) + hi[1] * w
+
+
+def _argmax(points: tuple[KPoint, ...], cap: int | None) -> int:
+    """The k with the highest speedup among k <= cap (every k: cap None); the smaller k wins a tie, so k = 0 unless
+    speculation is strictly faster."""
+    best = points[0]
+    for point in points[1:]:
+        if (cap is None or point.k <= cap) and point.speedup > best.speedup:
+            best = point
+    return best.k
+
+
+def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
+          timing: str) -> Gate:
+    k = table[batch - 1].k
+    if k == 0:
+        return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}")
+    pred = predictions_at(rows, base_rows, calibs, batch, timing)[k]
+    ratio = pred.spec_step_s / pred.baseline_step_s if pred.baseline_step_s > 0 else math.inf
+    if not math.isfinite(ratio):
+        return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not finite")
+    if ratio <= 1.0:
+        return Gate(batch, k, None, None, f"no gate: at batch {batch} a step at k={k} costs {ratio:.3f}x a plain step, "
+                    "so speculation does not lose even when no draft token is accepted")
+    threshold = round(ratio, 3)
+    if pred.tokens_per_step <= threshold:
+        return Gate(batch, k, None, None, f"no gate: the cost model puts k={k} at batch {batch} below plain decoding "
+                    f"(E = {pred.tokens_per_step:.2f} <= break-even {threshold:.3f}); the measurement chose it")
+    reason = (f"break-even at batch {batch}, k={k}: S_k / S_0 = {pred.spec_step_s * 1e3:.3f} / "
+              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included)")
+    per_request = [x for r in rows if r.k == k for x in r.per_request_acceptance]
+    if len(per_request) < 2:
+        return Gate(batch, k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records hold no "
+                    f"per-request acceptance lengths at k={k} (engine sweeps record them)")
+    mean, sd = statistics.fmean(per_request), statistics.stdev(per_request)
+    if mean <= threshold:
+        return Gate(batch, k, None, None, f"no gate: the measured mean acceptance length at k={k} ({mean:.2f}) is "
+                    f"not above the modelled break-even {threshold:.3f}: a gate would close at once")
+    window = min(MAX_WINDOW, max(MIN_WINDOW, math.ceil((WINDOW_Z * sd / (mean - threshold)) ** 2)))
+    return Gate(batch, k, threshold, window, reason,
+                f"per-request acceptance at k={k}: mean {mean:.2f}, sd {sd:.2f} over {len(per_request)} requests; "
+                f"the mean of {window} requests falls below {threshold:.3f} with probability <= 1% (normal "
+                f"approximation, window clamped to [{MIN_WINDOW}, {MAX_WINDOW}])")
+
+
+def choose(results: Results, *, method: str | None = None, temperature: float | None = None,
+           max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH) -> ScheduleRecommendation:
+    """One recommendation: `method` a variant (`draft_target:tiny-draft`) or a method with one variant (default: the
+    variant with the best mean speedup over the batch sizes), `temperature` one the sweep ran (default: the lowest).
+    ConfigError naming `method` / `temperature` with the choices."""
+    groups = candidates(results)
+    if not results.calibrations or not groups:
+        raise UsageError("no schedule to recommend: the results hold no calibration records or no fixed-k cases",
+                         hint="sweep with --via engine (it calibrates forward costs) and k > 0")
+    variants = sorted({v for v, _ in groups})
+    if method is not None:
+        matches = [v for v in variants if v == method] or [v for v in variants if v.split(":")[0] == method]
+        if len(matches) != 1:
+            problem = "matches several variants" if matches else "is not a variant of these results"
+            raise ConfigError("method", method, problem, hint="choose one of: " + ", ".join(variants))
+        variants = matches
+    temps = sorted({t for v, t in groups if v in variants})
+    if temperature is not None and float(temperature) not in temps:
+        raise ConfigError("temperature", temperature, "has no fixed-k cases for " + ", ".join(variants),
+                          hint="choose one of: " + ", ".join(f"{t:g}" for t in temps))
+    temp = float(temperature) if temperature is not None else temps[0]
+    recs = [recommend_schedule(results, v, temp, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size)
+            for v in variants if (v, temp) in groups]
+    return max(recs, key=lambda r: r.mean_speedup)
