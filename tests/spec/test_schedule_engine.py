@@ -114,3 +114,20 @@ def test_engine_from_config_runs_its_schedule(embedded_pair):
     assert engine.schedule_policy is not None and engine.schedule_policy.schedule == schedule
     assert engine.gate_state is not None and engine.gate_state.open
     assert SpecEngine.from_config(EngineConfig(target=str(embedded_pair[0]))).schedule_policy is None
+
+
+def test_adaptive_requests_and_a_callers_draft_are_capped_too(engine, plain):
+    engine.schedule_policy = SchedulePolicy(SpecSchedule(draft_len=((1, 4), (2, 1))))
+    drafted: list[tuple[int, int]] = []  # (batch size, draft length) of each request's steps
+    propose = engine._propose
+    engine._propose = lambda batch, ks: drafted.extend((len(batch), k) for k in ks) or propose(batch, ks)
+    try:
+        adaptive = engine.generate(PROMPTS[:3], [SamplingParams(max_new_tokens=n) for n in MAX_NEW[:3]],
+                                   SpecParams(k=4, adaptive=True))
+        assert [o.token_ids for o in adaptive] == plain[:3]
+        assert max(k for b, k in drafted if b >= 2) == 1 and max(k for b, k in drafted if b == 1) > 1
+        own = engine.generate([plain[0][:6], plain[1][:6]], SamplingParams(max_new_tokens=4),
+                              SpecParams(method="none", k=0, draft_token_ids=(1, 2, 3, 4)))
+    finally:
+        del engine._propose
+    assert [o.stats.num_draft_tokens for o in own] == [1, 1]  # 4 drafted tokens given, 1 verified at batch size 2
