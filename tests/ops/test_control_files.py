@@ -191,3 +191,109 @@ def test_rollout_draft_refuses_a_draft_with_another_tokenizer_as_build_does(repo
     assert code == 2 and message in err and "other-draft" in err, err
     assert_clean_failure(code, err)
     assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before
+
+
+@pytest.fixture
+def served(repo, monkeypatch):
+    """A fake server serving the repository's tensorrt_llm (its config.pbtxt as Triton reads it)."""
+    from google.protobuf.json_format import MessageToDict
+
+    import trtspec.triton.client
+
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    server = FakeServer(MessageToDict(validate_model_config(path.read_text()), preserving_proto_field_name=True))
+    monkeypatch.setattr(trtspec.triton.client, "TritonClient", server.client)
+    return server
+
+
+def _live_parameters(server: FakeServer) -> dict[str, str]:
+    return {k: v["string_value"] for k, v in server.config["parameters"].items()}
+
+
+def test_set_schedule_changes_the_live_model_and_the_repository_and_back(repo, served):
+    """A schedule with every field (and the default k) in one reload: the live configuration and config.pbtxt carry
+    exactly its parameters, every other line as it was; `set-schedule --max-concurrency none` changes that field only;
+    `--clear` removes the schedule, and the file is byte for byte the deployed one again."""
+    from tests.cli_checks import run_cli
+    from trtspec.contracts.schedule import SpecSchedule
+    from trtspec.triton.control import set_schedule
+
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    deployed = path.read_text()
+    schedule = SpecSchedule(((1, 6), (4, 2), (16, 0)), 24, 32, 1.3, 8)
+    change = set_schedule("127.0.0.1:1", "tensorrt_llm", schedule, default_k=6, repo=repo)
+    assert (change.old, change.new, change.old_k, change.new_k, change.persisted) == (None, schedule, 3, 6, path)
+    want = {"draft_len_schedule": "1:6,4:2,16:0", "max_concurrency": "24", "acceptance_window": "32",
+            "acceptance_length_threshold": "1.3", "gate_probe_every": "8", "default_k": "6"}
+    assert {k: _live_parameters(served)[k] for k in want} == want
+    assert config_params(path).schedule == schedule and config_params(path).default_k == 6
+    old_lines, new_lines = deployed.splitlines(), path.read_text().splitlines()
+    assert [line for line in new_lines if line not in old_lines] == [  # default_k in its line, the rest appended
+        'parameters: { key: "default_k" value: { string_value: "6" } }',
+        'parameters: { key: "draft_len_schedule" value: { string_value: "1:6,4:2,16:0" } }',
+        'parameters: { key: "max_concurrency" value: { string_value: "24" } }',
+        'parameters: { key: "acceptance_window" value: { string_value: "32" } }',
+        'parameters: { key: "acceptance_length_threshold" value: { string_value: "1.3" } }',
+        'parameters: { key: "gate_probe_every" value: { string_value: "8" } }']
+    assert [line for line in old_lines if line not in new_lines] == [
+        'parameters: { key: "default_k" value: { string_value: "3" } }']
+
+    code, out, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", "--max-concurrency", "none",
+                              "--repo", str(repo)])
+    assert code == 0, err
+    assert "-> k=6 draft_len_schedule=1:6,4:2,16:0 acceptance_window=32" in out and f"written to {path}" in out
+    assert "max_concurrency" not in _live_parameters(served) and "max_concurrency" not in path.read_text()
+    assert config_params(path).schedule == SpecSchedule(((1, 6), (4, 2), (16, 0)), None, 32, 1.3, 8)
+
+    code, out, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", "--clear", "--k", "3",
+                              "--repo", str(repo), "--json"])
+    assert code == 0, err
+    assert json.loads(out)["new"] == {"default_k": 3, "schedule": None}
+    assert path.read_text() == deployed
+    assert not {"draft_len_schedule", "acceptance_window"} & set(_live_parameters(served)) and served.reloads == 3
+
+
+BAD_SCHEDULES = [  # (set-schedule flags, what the one error line says)
+    (["--draft-len-schedule", "2:4"], "--draft-len-schedule='2:4': must contain batch size 1"),
+    (["--draft-len-schedule", "1:4,0:2"], "--draft-len-schedule[0]=0: a batch-size key must be an integer in [1,"),
+    (["--draft-len-schedule", "1:7"], "--draft-len-schedule[1]=7: a draft length must be an integer >= 0, at most "
+                                      "max_draft_len 6"),
+    (["--draft-len-schedule", "1:4,4:-1"], "--draft-len-schedule[4]=-1: a draft length must be an integer >= 0"),
+    (["--draft-len-schedule", "1:4,2.5:2"], "entry '2.5:2' is not BATCH:DRAFT_LEN with two integers"),
+    (["--draft-len-schedule", "1:4,1:2"], "--draft-len-schedule[1]=1: is given twice"),
+    (["--max-concurrency", "1.5"], "--max-concurrency='1.5': is not an integer"),
+    (["--acceptance-window", "32", "--acceptance-length-threshold", "nan"],
+     "--acceptance-length-threshold=nan: must be a finite number >= 0"),
+    (["--acceptance-window", "32", "--acceptance-length-threshold", "inf"], "must be a finite number >= 0"),
+    (["--acceptance-window", "0", "--acceptance-length-threshold", "1.3"],
+     "--acceptance-window=0: a gate with a threshold needs a window of at least 1"),
+    (["--acceptance-window", "-3", "--acceptance-length-threshold", "1.3"], "--acceptance-window=-3: must be an integer"),
+    (["--acceptance-length-threshold", "1.3"], "needs a window of at least 1"),
+    (["--draft-len-schedule", "1:4", "--k", "7"], "--k=7: must be in [0, max_k=6]"),
+    (["--draft-len-schedule", "1:4", "--no-gate", "--acceptance-window", "4"], "--no-gate removes the gate"),
+]
+
+
+def test_set_schedule_refuses_bad_input_naming_the_entry_and_the_rule(repo, served):
+    """Each bad schedule exits 2 in one line naming the flag (the entry) and the rule; nothing is reloaded or written."""
+    from tests.cli_checks import assert_clean_failure, run_cli
+
+    before = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    for args, needle in BAD_SCHEDULES:
+        code, _, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", *args, "--repo", str(repo)])
+        assert code == 2 and needle in err, (args, err)
+        assert_clean_failure(code, err)
+    assert served.reloads == 0 and (repo / "tensorrt_llm" / "config.pbtxt").read_text() == before
+
+
+def test_set_schedule_dry_run_and_nothing_to_set_change_nothing(repo, served):
+    from tests.cli_checks import run_cli
+
+    before = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    code, out, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", "--draft-len-schedule", "1:6,8:2",
+                              "--repo", str(repo), "--dry-run"])
+    assert code == 0 and "would change k=3 -> k=3 draft_len_schedule=1:6,8:2" in out, err
+    assert "default k 3 is below the schedule's draft length 6" in out  # the schedule caps k: say so
+    code, _, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm"])
+    assert code == 2 and "nothing to set" in err
+    assert served.reloads == 0 and (repo / "tensorrt_llm" / "config.pbtxt").read_text() == before

@@ -1,6 +1,6 @@
 """A real tritonserver (CPU) serving the embedded pair (torch flavour, decoupled), changed while clients stream:
-`set-k` reloads tensorrt_llm with a new default k, `rollout-draft` serves a new draft as version 2 of the models that
-load it. Every request sent during either change succeeds, and the change shows in responses, in the repository
+`set-k` reloads tensorrt_llm with a new default k (then `set-schedule` with a schedule, which the reloaded model's
+configuration reports), `rollout-draft` serves a new draft as version 2 of the models that load it. Every request sent during either change succeeds, and the change shows in responses, in the repository
 index and in the Prometheus series. Bad input (a k above max_k, a draft of another vocabulary) changes nothing.
 The same deployment logs every prompt (sample rate 1), and the log holds what the clients sent.
 """
@@ -21,9 +21,10 @@ import pytest
 
 from tests.servers import running
 from trtspec.contracts.prompt_log import read_prompt_log
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, IncompatibleModelsError
 from trtspec.triton.client import TritonClient
-from trtspec.triton.control import set_default_k
+from trtspec.triton.control import set_default_k, set_schedule
 from trtspec.triton.render import write_repository
 from trtspec.triton.repo import RepoSpec, plan_repository
 from trtspec.triton.rollout import execute_rollout, plan_rollout
@@ -173,6 +174,16 @@ def test_set_k_reloads_live_and_no_request_fails(deployment):
     with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
         assert client.model_parameters("tensorrt_llm")["default_k"] == str(NEW_K)
     assert server.alive() and sum(series(server, "num_draft_tokens").values()) > drafted_before
+    # the schedule's parameters reach the reloaded model's configuration (k 1 up to 3 running requests, then none;
+    # a gate that never closes: acceptance lengths are >= 1); the rollout below still drafts at 2 clients
+    schedule = SpecSchedule(((1, NEW_K), (4, 0)), 8, 32, 1.0)
+    change = set_schedule(server.grpc_url, "tensorrt_llm", schedule, repo=repo)
+    assert (change.old, change.new, change.new_k) == (None, schedule, NEW_K)
+    with TritonClient(server.grpc_url, model="tensorrt_llm") as client:
+        params = client.model_parameters("tensorrt_llm")
+    assert {k: params.get(k) for k in schedule.to_parameters()} == schedule.to_parameters()
+    assert params["draft_len_schedule"] == "1:1,4:0" and params["default_k"] == str(NEW_K)
+    assert 'key: "max_concurrency" value: { string_value: "8" }' in change.persisted.read_text()
 
 
 def test_rollout_serves_the_new_draft_as_version_2_and_no_request_fails(deployment, tmp_path):

@@ -1,13 +1,16 @@
-"""`trtspec set-k` and `trtspec rollout-draft`: change a running torch-flavour deployment without failing a request.
+"""`trtspec set-k`, `trtspec set-schedule` and `trtspec rollout-draft`: change a running torch-flavour deployment
+without failing a request.
 
-Thin: parse, call trtspec.triton.control / trtspec.triton.rollout, print. Both refuse bad input (a k outside the model's
-range, a draft whose vocabulary differs from the target's) before anything on the server or on disk changes.
+Thin: parse, call trtspec.triton.control / trtspec.triton.rollout, print. Each refuses bad input (a k outside the
+model's range, a schedule entry that breaks a rule, a draft whose vocabulary differs from the target's) before anything
+on the server or on disk changes.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,6 +53,124 @@ def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry
     verb = "would change" if dry_run else "changed"
     click.echo(f"{change.model}: default k {verb} {change.old_k} -> {change.new_k} on {url}")
     click.echo(f"written to {change.persisted}" if change.persisted else change.note)
+
+
+_FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--max-concurrency",
+          "acceptance_window": "--acceptance-window", "acceptance_length_threshold": "--acceptance-length-threshold",
+          "gate_probe_every": "--gate-probe-every", "default_k": "--k"}
+
+
+@click.command("set-schedule")
+@click.argument("url", type=HOST_PORT)
+@click.argument("model")
+@click.option("--draft-len-schedule", "draft_len", default=None, metavar="B:K,...",
+              help="Draft length by batch size: from B running requests on, at most K draft tokens (0: none). Must "
+                   "hold batch size 1, e.g. 1:4,4:2,16:0; `none` removes it.")
+@click.option("--max-concurrency", default=None, metavar="N|none",
+              help="No speculation above N running requests; `none` removes the limit.")
+@click.option("--acceptance-window", default=None, metavar="N",
+              help="The acceptance gate: finished requests in its rolling mean of acceptance lengths (0: no gate).")
+@click.option("--acceptance-length-threshold", default=None, metavar="X",
+              help="The gate closes while that mean (tokens per drafting step, bonus included) is below X.")
+@click.option("--gate-probe-every", default=None, metavar="N",
+              help="While the gate is closed, one admitted request in N still speculates, so the gate reopens when "
+                   "acceptance recovers (default 16; 0: never, TensorRT-LLM's permanent gate).")
+@click.option("--no-gate", is_flag=True, help="Remove the acceptance gate (window, threshold and probes).")
+@click.option("--clear", is_flag=True,
+              help="Start from no schedule instead of the served one: the flags given are the whole schedule (alone: "
+                   "remove the schedule).")
+@click.option("--k", "default_k", type=COUNT, default=None,
+              help="Also set the default k, in the same reload (a schedule caps a request's k, never raises it: the "
+                   "default k should be the schedule's largest draft length).")
+@click.option("--repo", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="The repository the server runs: the change is also written into MODEL/config.pbtxt (atomically), "
+                   "so a restart keeps it. Without it the change lasts until the server restarts.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1.0), default=300.0, show_default=True,
+              help="Seconds the reload may take.")
+@click.option("--dry-run", is_flag=True, help="Check the server, the model, the schedule and --repo; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the change as JSON.")
+def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: str | None,
+                 acceptance_window: str | None, acceptance_length_threshold: str | None, gate_probe_every: str | None,
+                 no_gate: bool, clear: bool, default_k: int | None, repo: Path | None, timeout_s: float, dry_run: bool,
+                 as_json: bool) -> None:
+    """Set the speculation schedule of MODEL on the running Triton server at URL (gRPC HOST:PORT): the draft length
+    per batch size, the concurrency above which it does not speculate, and the acceptance gate.
+
+    The fields given replace the served ones; the others stay as served (--clear: start from none). The model is
+    reloaded through Triton's model-control API with its live configuration carrying the new schedule; requests in
+    flight finish on the old instance. Every entry is checked first (keys >= 1 with batch size 1 present, draft lengths
+    0..max_k, a finite threshold >= 0 with a window >= 1): a bad one exits 2 naming it and the rule.
+
+    Examples:
+
+    \b
+        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --draft-len-schedule 1:4,4:2 --max-concurrency 12 --k 4
+        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --acceptance-window 32 --acceptance-length-threshold 1.3
+        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --clear --repo out/triton/tiny-torch --dry-run
+    """
+    from trtspec.contracts.control import describe
+    from trtspec.contracts.engine import spelled
+    from trtspec.contracts.schedule import SpecSchedule
+    from trtspec.errors import UsageError
+    from trtspec.triton.control import SCHEDULE_FIELDS, set_schedule
+
+    gate = (acceptance_window, acceptance_length_threshold, gate_probe_every)
+    if no_gate and any(v is not None for v in gate):
+        raise click.UsageError("--no-gate removes the gate: give it or the gate's flags, not both")
+    with spelled(_flag):
+        changes: dict[str, Any] = {}
+        if draft_len is not None:
+            changes["draft_len"] = None if draft_len.strip().lower() == "none" else SpecSchedule.parse_draft_len(
+                draft_len, "--draft-len-schedule")
+        for name, text, kind in (("max_concurrency", max_concurrency, int), ("acceptance_window", acceptance_window, int),
+                                 ("acceptance_length_threshold", acceptance_length_threshold, float),
+                                 ("probe_every", gate_probe_every, int)):
+            if text is not None:
+                changes[name] = _number(text, kind, _flag(SpecSchedule.PARAMETERS[name]))
+        if no_gate or changes.get("acceptance_window") == 0 and acceptance_length_threshold is None:
+            changes |= {"acceptance_window": None, "acceptance_length_threshold": None, "probe_every": None}
+        if clear:
+            changes = {name: changes.get(name) for name in SCHEDULE_FIELDS}
+        if not changes and default_k is None:
+            raise UsageError("set-schedule: nothing to set", hint="give --draft-len-schedule, --max-concurrency, the "
+                             "gate's flags, --no-gate, --clear or --k")
+        change = set_schedule(url, model, changes=changes, default_k=default_k, repo=repo, dry_run=dry_run,
+                              timeout_s=timeout_s)
+    if as_json:
+        click.echo(json.dumps({"model": change.model, "dry_run": dry_run, "note": change.note,
+                               "persisted": str(change.persisted) if change.persisted else None,
+                               **{side: {"default_k": k, "schedule": s.to_parameters() if s else None}
+                                  for side, k, s in (("old", change.old_k, change.old),
+                                                     ("new", change.new_k, change.new))}}))
+        return
+    verb = "would change" if dry_run else "changed"
+    click.echo(f"{change.model}: {verb} {describe(change.old, change.old_k)} -> {describe(change.new, change.new_k)} "
+               f"on {url}")
+    click.echo(f"written to {change.persisted}" if change.persisted else change.note)
+    if change.persisted and change.note:
+        click.echo(change.note)
+
+
+def _flag(field: str) -> str | None:
+    """A schedule parameter (or an entry of one, `draft_len_schedule[16]`) as its flag."""
+    for parameter, flag in _FLAGS.items():
+        if field == parameter or field.startswith(parameter + "["):
+            return flag + field[len(parameter):]
+    return None
+
+
+def _number(text: str, kind: type, flag: str | None) -> Any:
+    """An integer (or a number) or `none`; ConfigError naming the flag otherwise (the schedule's rules come after)."""
+    from trtspec.errors import ConfigError
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(flag or "?", text, f"is not {'an integer' if kind is int else 'a number'} (or none)",
+                          hint="e.g. --max-concurrency 12, --acceptance-window 32 --acceptance-length-threshold "
+                               "1.3") from None
 
 
 @click.command("rollout-draft")

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "rollout-draft": "trtspec.cli.control:rollout_draft",
     "serve": "trtspec.cli.serve:serve",
     "set-k": "trtspec.cli.control:set_k",
+    "set-schedule": "trtspec.cli.control:set_schedule",
     "sweep": "trtspec.cli.sweep:sweep",
     "train": "trtspec.cli.train:train",
     "tune": "trtspec.cli.tune:tune",
