@@ -158,7 +158,8 @@ def test_apply_seam_changes_k_live(server, repo):
     from trtspec.triton.control import TritonControl
 
     rec = Recommendation("tensorrt_llm/1", "reduce_k", K, 2, 1.1, 0.9, 1.2, None, 4.0, False, "reduce k 4 -> 2")
-    report = SimpleNamespace(recommendation=rec, drift=SimpleNamespace(drifted=True))
+    report = SimpleNamespace(model="tensorrt_llm/1", recommendation=rec, schedule=None,
+                             drift=SimpleNamespace(drifted=True))
     (line,) = Monitor(60.0).apply([report], TritonControl(server.grpc_url))
     assert "k 4 -> 2" in line
     with TritonClient(server.grpc_url, model="tensorrt_llm") as client:

@@ -150,7 +150,8 @@ def test_apply_hands_only_drifted_changes_to_the_control_and_restarts_the_drift_
 
     def report(action: str, current: int, recommended: int, drifted: bool) -> SimpleNamespace:
         rec = Recommendation("tensorrt_llm/1", action, current, recommended, 1.1, 0.9, 1.2, None, 4.0, False, "why")
-        return SimpleNamespace(recommendation=rec, drift=SimpleNamespace(drifted=drifted))
+        return SimpleNamespace(model="tensorrt_llm/1", recommendation=rec, schedule=None,
+                               drift=SimpleNamespace(drifted=drifted))
 
     monitor, control = Monitor(60.0), Control()
     resets: list[object] = []

@@ -1,11 +1,14 @@
-"""`trtspec monitor`: live acceptance, drift and the recommended k of a running server, from its metrics port(s).
+"""`trtspec monitor`: live acceptance, drift, the recommended k and the proposed schedule of a running server, from
+its metrics port(s).
 
 Scrapes Triton's metrics page, or every worker's page of a NVIDIA Dynamo deployment (summed per model), every
 --interval, keeps the last --window of scrapes (trtspec.ops.window), runs the
-drift test against the deploy-time baseline (trtspec.ops.drift) and the cost model's recommendation
-(trtspec.ops.recommend), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
-recommended k to `trtspec.triton.control.set_default_k` (the live reload behind `trtspec set-k`) and restarts its drift
-test; this command never reloads anything itself.
+drift test against the deploy-time baseline (trtspec.ops.drift), the cost model's recommendation
+(trtspec.ops.recommend) and schedule proposal per concurrency bucket (trtspec.ops.schedule, beside the served schedule
+read from --url or --repo), and shows them per model (trtspec.ops.dashboard). `--apply` hands a drifted model's
+proposed schedule to `trtspec.triton.control.set_schedule` (`trtspec set-schedule`), or its recommended k to
+`set_default_k` (`trtspec set-k`) where the proposal is one k and no schedule is served, and restarts its drift test;
+this command never reloads anything itself.
 """
 
 from __future__ import annotations
@@ -77,22 +80,29 @@ class Duration(click.ParamType):
 @click.option("--json", "as_json", is_flag=True,
               help="JSON: one document with --once, else one line per refresh.")
 @click.option("--apply", is_flag=True,
-              help="When drift is flagged, set the recommended k live (`trtspec set-k`: Triton model control; with "
-                   "--repo also persisted in the repository). Needs --url.")
+              help="When drift is flagged, set the proposed schedule live (`trtspec set-schedule`), or the recommended "
+                   "k (`trtspec set-k`) when the proposal is one k and no schedule is served: Triton model control; "
+                   "with --repo also persisted in the repository. Needs --url.")
 @click.option("--url", "grpc_url", type=HOST_PORT, default=None,
-              help="Triton gRPC HOST:PORT, for --apply (e.g. localhost:8001).")
+              help="Triton gRPC HOST:PORT (e.g. localhost:8001): where --apply acts, and where the served schedule "
+                   "is read (else from --repo's files).")
+@click.option("--max-batch-size", type=click.IntRange(1, 1 << 20), default=None,
+              help="The largest batch size the schedule proposal covers (default: the baseline's largest "
+                   "calibrated batch size; the cost model knows nothing beyond it).")
 def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None, baseline_temperature: float | None,
             window_s: float, interval_s: float, price_per_hour: float | None, models: tuple[str, ...], alpha: float,
             horizon: int, shift: float, dispersion: float, once: bool, duration_s: float | None, as_json: bool,
-            apply: bool, grpc_url: str | None) -> None:
+            apply: bool, grpc_url: str | None, max_batch_size: int | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
-    plain decoding, cost per 1M tokens, drift against the deploy-time baseline and the k to use now.
+    plain decoding, cost per 1M tokens, drift against the deploy-time baseline, the k to use now and the schedule
+    (draft length per batch size, max concurrency, gate threshold) to serve, beside the served one.
 
     Examples:
 
     \b
         trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --window 60s --price-per-hour 2.5
         trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --apply --url localhost:8001
+        trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --url localhost:8001 --once --json
     """
     from trtspec.contracts.baseline import load_baseline
     from trtspec.errors import UsageError
@@ -125,8 +135,10 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     if control is not None:  # the server --apply acts on answers, and can set k on what the metrics show
         control.check(sorted({m.model for m in first.models if m.method not in ("", "none")
                               and (not models or m.model in models)}))
+    served = _served(first, set(models), grpc_url, repo) if baseline is not None else {}
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
-                    drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion))
+                    drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion),
+                    served=served, max_batch_size=max_batch_size)
     state.observe(first)
     stop_at = time.monotonic() + (window_s if once else duration_s or float("inf"))
     if once:
@@ -161,6 +173,28 @@ def _baseline_of_results(results: Path, sample: Any, models: set[str], temperatu
                          hint="choose one with --model NAME, or pass a trtspec-baseline.json")
     ((method, k),) = kinds
     return baseline_for(results, method=method, k=k, temperature=temperature)
+
+
+def _served(sample: Any, models: set[str], grpc_url: str | None, repo: Path | None) -> dict[str, Any]:
+    """What each speculating model of the first scrape serves (trtspec.contracts.control.ServedSpeculation): from the
+    server at --url (its live configuration), else from --repo's config.pbtxt files; {} when neither is given. A model
+    the repository has no engine configuration for (another flavour's) is left out."""
+    from trtspec.errors import TrtspecError
+    from trtspec.triton.control import TritonControl, served_in_repository
+
+    names = sorted({m.model for m in sample.models if m.method not in ("", "none") and (not models or m.model in models)})
+    if grpc_url is not None:
+        control = TritonControl(grpc_url, repo)
+        return {name: control.served(name) for name in names}
+    out: dict[str, Any] = {}
+    if repo is None:
+        return out
+    for name in names:
+        try:
+            out[name] = served_in_repository(repo, name)
+        except TrtspecError:  # no such model there, or not a torch-flavour engine model
+            continue
+    return out
 
 
 def _collect(scrape: Any, state: Any, interval_s: float, until: float) -> None:

@@ -58,6 +58,17 @@ def model_panel(report: ModelReport) -> Any:
         rec = report.recommendation
         style = {"keep": "green", "no_data": "dim", "retrain_draft": "red"}.get(rec.action, "yellow")
         table.add_row("recommendation", f"[{style}]{rec.message}[/{style}]")
+    if report.schedule is not None:
+        plan = report.schedule
+        style = {"keep": "green", "no_data": "dim"}.get(plan.action, "yellow")
+        if plan.action == "no_data":
+            table.add_row("schedule", f"[dim]served {plan.served_text()}; {plan.message}[/dim]")
+        else:
+            verb = "keep" if plan.action == "keep" else "propose"
+            table.add_row("schedule", f"served {plan.served_text()}   [{style}]{verb} {plan.text()}[/{style}]")
+            table.add_row("by batch size", "  ".join(
+                f"{b.batch_size}: k={b.k} {b.speedup:.2f}x ({f'{b.drafts:.0f} drafts' if b.acceptance == 'window' else 'pooled'})"
+                for b in plan.buckets))
     if report.speedup and report.mean_acceptance_length and report.speedup > 1.5 * report.mean_acceptance_length:
         table.add_row("note", "the ratio to plain decoding exceeds what acceptance allows: the baseline's throughput "
                               "was measured under other conditions (load, threads, hardware); re-sweep where it serves")

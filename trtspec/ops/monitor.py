@@ -1,23 +1,28 @@
 """The monitor's state: scrapes in, one `ModelReport` per served model out (window numbers, drift, recommendation).
 
 `Monitor.observe(sample)` pushes a scrape into the ring, feeds each model's drift detector the increments since the
-previous scrape, and `Monitor.reports()` derives the window's numbers. A model served by several instances (the
+previous scrape (and keeps the increments per concurrency bucket, ops/buckets.py), and `Monitor.reports()` derives
+the window's numbers, the recommended k and the proposed schedule (ops/schedule.py). A model served by several instances (the
 workers of a Dynamo deployment, one metrics page each) is one report: their increments added up (`window.pool`).
 Rendering (rich, text, JSON) is dashboard.py; fetching is scrape.py. A model without drafts (plain decoding, the
 draft model itself) is reported with its throughput only. `Monitor.apply` acts on the reports through a server's
-control interface (trtspec.contracts.control: `trtspec monitor --apply`).
+control interface (trtspec.contracts.control: `trtspec monitor --apply`): a drifted model's proposed schedule, or
+its recommended k where the proposal is one k and the model serves no schedule.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from trtspec.contracts.baseline import Baseline
-from trtspec.contracts.control import ServerControl
+from trtspec.contracts.control import ServedSpeculation, ServerControl, describe
 from trtspec.contracts.costmodel import cost_per_million_tokens
+from trtspec.ops.buckets import BucketWindows
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
 from trtspec.ops.recommend import Recommendation, recommend
+from trtspec.ops.schedule import ScheduleProposal, propose_schedule
 from trtspec.ops.scrape import ModelId, Sample
 from trtspec.ops.window import Ring, WindowStats, increments, pool
 
@@ -48,10 +53,12 @@ class ModelReport:
     drift: DriftStatus | None
     recommendation: Recommendation | None
     resets: int
+    schedule: ScheduleProposal | None = None  # the proposed schedule per batch size (with a baseline)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["drift"] = None if self.drift is None else {**asdict(self.drift), "drifted": self.drift.drifted}
+        out["schedule"] = None if self.schedule is None else self.schedule.to_dict()
         return out
 
 
@@ -61,11 +68,18 @@ class Monitor:
     Args:
         window_s: the window's length. baseline: the deploy-time reference. price_per_hour: $ per device-hour.
         models: only these model names (None: every model that publishes the series).
+        served: what each model (by name) speculates with, where known (`ServerControl.served`, or the served
+            repository's files); the schedule proposal starts from it, and `apply` keeps it current.
+        max_batch_size: the largest batch size a schedule proposal covers (None: the baseline's largest calibrated).
     """
 
     def __init__(self, window_s: float, baseline: Baseline | None = None, *, price_per_hour: float | None = None,
-                 drift: DriftConfig | None = None, models: set[str] | None = None) -> None:
+                 drift: DriftConfig | None = None, models: set[str] | None = None,
+                 served: Mapping[str, ServedSpeculation] | None = None, max_batch_size: int | None = None) -> None:
         self.ring = Ring(window_s)
+        self.buckets = BucketWindows(window_s)
+        self.served: dict[str, ServedSpeculation] = dict(served or {})
+        self.max_batch_size = max_batch_size
         self.baseline = baseline
         self.price_per_hour = price_per_hour
         self.drift_config = drift or DriftConfig()
@@ -83,6 +97,7 @@ class Monitor:
                      for model, counters in sample.models.items() if self._wanted(model)]
             for model, step in pool(steps, seconds).items():  # the instances of a model (Dynamo workers), summed
                 self.steps[model] = step
+                self.buckets.add(model, sample.time, step)
                 if step.num_drafts and self.baseline is not None:
                     self._detector(model).update(step.accepted_per_pos, step.rejections_per_pos)
         self._last = sample
@@ -104,18 +119,38 @@ class Monitor:
                 detector.reset()
 
     def apply(self, reports: list[ModelReport], control: ServerControl) -> list[str]:
-        """Hand each drifted model's recommended k to the server (`control`); its drift test starts afresh once a
-        change is applied. Returns one line per change made."""
+        """Hand each drifted model's change to the server (`control`): its proposed schedule (`set_schedule`), or its
+        recommended k (`set_default_k`) where the proposal is one k at every batch size and the model serves no
+        schedule; its drift test starts afresh once a change is applied. Returns one line per change made."""
         done = []
         for report in reports:
+            if report.drift is None or not report.drift.drifted:
+                continue
+            name = report.model.split("/")[0]
+            proposal = report.schedule
+            if proposal is not None and not (proposal.single_k and (proposal.served is None
+                                                                    or proposal.served.schedule is None)):
+                if proposal.action == "change":
+                    change = control.set_schedule(name, proposal.schedule, default_k=proposal.default_k)
+                    max_k = proposal.served.max_k if proposal.served else self._max_k()
+                    self.served[name] = ServedSpeculation(name, change.new_k, max_k, change.new)
+                    done.append(f"applied: {change.model} {describe(change.old, change.old_k)} -> "
+                                f"{describe(change.new, change.new_k)} ({proposal.message})")
+                    self.reset_drift()
+                continue
             rec = report.recommendation
-            if rec is None or report.drift is None or not report.drift.drifted:
+            if rec is None:
                 continue
             if rec.action in ("reduce_k", "increase_k", "retrain_draft") and rec.recommended_k != rec.current_k:
-                change = control.set_default_k(rec.model.split("/")[0], rec.recommended_k)
+                change = control.set_default_k(name, rec.recommended_k)
+                if name in self.served:
+                    self.served[name] = replace(self.served[name], default_k=change.new_k)
                 done.append(f"applied: {change.model} k {change.old_k} -> {change.new_k} ({rec.message})")
                 self.reset_drift()
         return done
+
+    def _max_k(self) -> int:
+        return self.baseline.max_k if self.baseline is not None else 0
 
     def reports(self) -> list[ModelReport]:
         """One report per model in the window (models with drafts first, then by name)."""
@@ -129,7 +164,10 @@ class Monitor:
         plain = baseline.plain_tokens_per_s_at(w.concurrency or 1.0) if baseline else None
         detector = self.detectors.get(w.model)
         drift = detector.status((w.accepted_per_pos, w.rejections_per_pos)) if detector else None
-        rec = recommend(w, baseline) if baseline is not None and drafting and w.model.method != "none" else None
+        speculates = baseline is not None and drafting and w.model.method != "none"
+        rec = recommend(w, baseline) if speculates else None
+        proposal = propose_schedule(w, self.buckets.of(w.model), baseline, served=self.served.get(w.model.model),
+                                    max_batch_size=self.max_batch_size) if speculates and baseline else None
         price = self.price_per_hour
         return ModelReport(
             model=str(w.model), method=w.model.method, window_s=w.seconds,
@@ -146,4 +184,4 @@ class Monitor:
             time_per_output_token_p50_s=w.latency_quantile("time_per_output_token_seconds", 0.5),
             cost_per_million=cost_per_million_tokens(w.tokens_per_s, price) if price and w.tokens_per_s else None,
             baseline_per_pos=baseline.acceptance_per_pos if baseline else None,
-            drift=drift, recommendation=rec, resets=w.resets)
+            drift=drift, recommendation=rec, resets=w.resets, schedule=proposal)

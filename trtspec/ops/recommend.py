@@ -77,10 +77,7 @@ def recommend(window: WindowStats, baseline: Baseline, *, current_k: int | None 
     e_base = expected_tokens_by_k(baseline.acceptance_per_pos, _alpha(baseline), max_k)
 
     def speedup(k: int, e: dict[int, float]) -> float:
-        if k == 0:
-            return 1.0
-        return costmodel.predict(k, e[k], costs, overhead_base_s=baseline.overhead_at(0, batch),
-                                 overhead_spec_s=baseline.overhead_at(k, batch)).speedup
+        return predicted_speedup(k, e, baseline, batch, costs)
 
     by_k = {k: speedup(k, e_now) for k in range(1, max_k + 1)}
     best_k = max(by_k, key=lambda k: (by_k[k], -k))
@@ -102,6 +99,17 @@ def recommend(window: WindowStats, baseline: Baseline, *, current_k: int | None 
     verb = "reduce" if best_k < k_now else "raise"
     return Recommendation(**common, action=action, recommended_k=best_k, predicted_speedup=by_k[best_k],
                           message=f"{verb} k {k_now} -> {best_k}: predicted {by_k[best_k]:.2f}x, {now}")
+
+
+def predicted_speedup(k: int, tokens_by_k: dict[int, float], baseline: Baseline, batch: float,
+                      costs: costmodel.StepCosts | None = None) -> float:
+    """The cost model's speedup over plain decoding of draft length k at batch size `batch`: E(k) from
+    `tokens_by_k`, the baseline's calibrated step costs (`costs`: already looked up for `batch`) and host overheads."""
+    if k == 0:
+        return 1.0
+    return costmodel.predict(k, tokens_by_k[k], costs or baseline.step_costs(batch),
+                             overhead_base_s=baseline.overhead_at(0, batch),
+                             overhead_spec_s=baseline.overhead_at(k, batch)).speedup
 
 
 def _alpha(baseline: Baseline) -> float:
