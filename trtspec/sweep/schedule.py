@@ -51,6 +51,7 @@ class KPoint:
     measured_speedup: float | None = None
     measured_tokens_per_s: float | None = None
     anchor: float = 1.0  # measured / modelled speedup of this k at the nearest measured batch sizes (interpolated)
+    plain_anchor: float = 1.0  # the same for plain decoding's tokens/s
 
     @property
     def source(self) -> str:
@@ -65,13 +66,13 @@ class KPoint:
     def tokens_per_s(self) -> float:
         if self.measured_tokens_per_s is not None:
             return self.measured_tokens_per_s
-        return self.predicted_tokens_per_s * self.anchor
+        return self.predicted_tokens_per_s * self.anchor * self.plain_anchor
 
     def to_dict(self) -> dict[str, Any]:
         return {"k": self.k, "source": self.source, "speedup": self.speedup, "tokens_per_s": self.tokens_per_s,
                 "predicted_speedup": self.predicted_speedup, "predicted_tokens_per_s": self.predicted_tokens_per_s,
                 "measured_speedup": self.measured_speedup, "measured_tokens_per_s": self.measured_tokens_per_s,
-                "anchor": self.anchor}
+                "anchor": self.anchor, "plain_anchor": self.plain_anchor}
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,11 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
            for b in sorted(set(range(1, top + 1)) | measured_sizes)}
     table: list[BatchRow] = []
     for b in range(1, top + 1):
-        points = tuple(replace(p, anchor=_anchor(raw, p.k, b)) if p.measured_speedup is None else p for p in raw[b])
+        plain = _anchor([(c, p.measured_tokens_per_s / p.predicted_tokens_per_s) for c, points in raw.items()
+                         for p in points[:1] if p.measured_tokens_per_s and p.predicted_tokens_per_s > 0], b)
+        points = tuple(p if p.measured_speedup is not None else replace(p, plain_anchor=plain, anchor=_anchor(
+            [(c, q.measured_speedup / q.predicted_speedup) for c, points in raw.items() for q in points
+             if q.k == p.k and q.measured_speedup is not None and q.predicted_speedup > 0], b)) for p in raw[b])
         best_k = _argmax(points, None)
         k = best_k if not table else _argmax(points, table[0].k)
         table.append(BatchRow(b, k, best_k, points, calibrated_up_to))
@@ -263,11 +268,9 @@ def _point(k: int, predicted: float, predicted_tps: float, rows: list[CaseRow], 
                   statistics.fmean(r.tokens_per_s for r in ran))
 
 
-def _anchor(raw: dict[int, tuple[KPoint, ...]], k: int, batch: int) -> float:
-    """measured / modelled speedup of `k`, linear in batch size between the nearest measured batch sizes around
-    `batch` (the nearest one's outside them; 1 where k was never measured)."""
-    ratios = [(b, p.measured_speedup / p.predicted_speedup) for b, points in sorted(raw.items()) for p in points
-              if p.k == k and p.measured_speedup is not None and p.predicted_speedup > 0]
+def _anchor(ratios: list[tuple[int, float]], batch: int) -> float:
+    """A measured / modelled ratio at `batch`, linear in batch size between the nearest measured batch sizes around
+    it (the nearest one's outside them; 1 where none was measured). `ratios`: (batch size, ratio), ascending."""
     if not ratios:
         return 1.0
     lo = max((r for r in ratios if r[0] <= batch), default=ratios[0])
