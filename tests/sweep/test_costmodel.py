@@ -74,3 +74,94 @@ def test_projection_is_labelled_and_memory_bound_at_batch_1():
     assert at1.speedup == pytest.approx(3.0 / (1 + 4 / 8))  # E / (1 + k * draft/target weight ratio)
     at512 = next(p for p in proj if p.batch_size == 512 and p.k == 4)
     assert at512.speedup < at1.speedup
+
+
+def _machine(b: float) -> cm.StepCosts:
+    """Made-up costs at batch b: target 10 ms + 1 ms per row + 2 ms per extra token, draft 2 ms + 0.5 ms per extra
+    token, prompt passes 40 ms (target) and 8 ms (draft) per row, calibrated at a 50-token prompt."""
+    return cm.StepCosts(round(b), {n: 0.010 + 0.001 * b + 0.002 * (n - 1) for n in range(1, 6)}, draft_s=0.002,
+                        target_prefill_s=0.040 * b, draft_prefill_s=0.008 * b,
+                        draft_tokens_s={n: 0.002 + 0.0005 * (n - 1) for n in range(1, 6)}, prefill_tokens=50)
+
+
+def test_admission_step_plain_decoding():
+    # one of 4 rows admitted, 60-token prompt: its prompt pass + the 3 running rows' one-token forward
+    got = cm.admission_seconds(_machine, rows=4, admitted=1, prompt_tokens=60, draft_len=0, draft_model=False,
+                               overhead_s=0.001)
+    assert got == pytest.approx(0.040 * 60 / 50 + (0.010 + 0.003) + 0.001)
+    # a whole batch admitted together: the prompt pass at 4 rows, no running rows
+    got = cm.admission_seconds(_machine, rows=4, admitted=4, prompt_tokens=60, draft_len=0, draft_model=False,
+                               overhead_s=0.0)
+    assert got == pytest.approx(0.160 * 60 / 50)
+
+
+def test_admission_step_with_a_draft_model():
+    # 1 of 4 admitted, k = 2, running rows catch up 2 tokens: target = P(1) (W + k) / L + T(3, 3);
+    # draft = P_d(1) W / L + T_d(3, 2) + (k - 1) T_d(4, 1)
+    got = cm.admission_seconds(_machine, rows=4, admitted=1, prompt_tokens=60, draft_len=2, draft_model=True,
+                               overhead_s=0.001, catch_up_tokens=2)
+    target = 0.040 * 62 / 50 + (0.010 + 0.003 + 0.004)
+    draft = 0.008 * 60 / 50 + 0.0025 + 0.002
+    assert got == pytest.approx(target + draft + 0.001)
+    # batch 1, k = 4: the prompt pass over prompt + draft, the draft's prompt pass and 3 more draft forwards
+    got = cm.admission_seconds(_machine, rows=1, admitted=1, prompt_tokens=40, draft_len=4, draft_model=True,
+                               overhead_s=0.0)
+    assert got == pytest.approx(0.040 * 44 / 50 + 0.008 * 40 / 50 + 3 * 0.002)
+    # a model-free proposer: its measured lookup time instead of draft forwards
+    got = cm.admission_seconds(_machine, rows=1, admitted=1, prompt_tokens=40, draft_len=4, draft_model=False,
+                               overhead_s=0.0, draft_step_s=0.0003)
+    assert got == pytest.approx(0.040 * 44 / 50 + 0.0003)
+    # prefill costs without a calibrated prompt length are taken as they are
+    bare = cm.admission_seconds(lambda b: cm.StepCosts(1, {1: 0.01}, target_prefill_s=0.05), rows=1, admitted=1,
+                                prompt_tokens=99, draft_len=0, draft_model=False, overhead_s=0.0)
+    assert bare == pytest.approx(0.05)
+
+
+def test_blend_carries_the_calibrated_prompt_length():
+    assert cm.blend(_machine(1), _machine(4), 0.5).prefill_tokens == 50
+
+
+def _case(method: str, k: int, *, steps: int, trace: list[list[int]], forwards: int, draft_tokens: int,
+          overhead: float = 0.001) -> dict:
+    drafts = forwards if k else 0
+    return {"kind": "case", "id": f"{method}-{k}", "status": "ok",
+            "params": {"model": "m", "method": method, "k": k, "draft": "d" if k else None, "temperature": 0.0,
+                       "suite": "code", "concurrency": 4, "max_new_tokens": 24, "num_prompts": 8, "seed": 0,
+                       "via": "engine"},
+            "metrics": {"wall_time_s": 1.0, "output_tokens": 192, "num_requests": 8, "num_steps": steps,
+                        "num_admission_steps": len(trace), "admission_trace": trace,
+                        "stats": {"num_target_forwards": forwards, "num_drafts": drafts,
+                                  "num_draft_tokens": draft_tokens, "num_emitted_tokens": 2 * forwards if k else forwards,
+                                  "overhead_time_s": overhead * forwards, "draft_time_s": 0.0,
+                                  "mean_acceptance_length": 3.0 if k else 1.0}}}
+
+
+def test_trace_prices_each_admission_step_and_the_other_steps_at_their_own_batch(tmp_path):
+    from trtspec.sweep.analysis import load_results
+
+    calibration = {"kind": "calibration", "id": "calib", "model": "m", "draft": "d", "medusa": None,
+                   "prompt_tokens": 50, "target_s": {}, "draft_s": {}, "target_prefill_s": {}, "draft_prefill_s": {},
+                   "draft_tokens_s": {}}
+    for b in (1, 4):
+        c = _machine(b)
+        calibration["target_s"][str(b)] = {str(n): t for n, t in c.target_s.items()}
+        calibration["draft_tokens_s"][str(b)] = {str(n): t for n, t in c.draft_tokens_s.items()}
+        calibration["draft_s"][str(b)] = c.draft_s
+        calibration["target_prefill_s"][str(b)] = c.target_prefill_s
+        calibration["draft_prefill_s"][str(b)] = c.draft_prefill_s
+    # plain: two waves of 4 admitted together; 18 other steps at 4 rows
+    plain = _case("none", 0, steps=20, trace=[[4, 4, 60], [4, 4, 60]], forwards=80, draft_tokens=0)
+    # k = 2 (every row drafts 2, commits 2 a step): a wave of 4, then 4 admissions of one row; 7 other steps at 3
+    # rows on average (the batch drains at the tail), not the 41 / 12 rows of all steps
+    spec = _case("draft_target", 2, steps=12, trace=[[4, 4, 60]] + [[4, 1, 60]] * 4, forwards=20 + 7 * 3,
+                 draft_tokens=2 * 41)
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (calibration, plain, spec)))
+    rows = {r.k: r for r in load_results(path, "wall").rows}
+    o = 0.001
+    assert rows[0].modelled_s == pytest.approx(18 * (0.014 + o) + 2 * (0.160 * 60 / 50 + o))
+    decode = 0.013 + 2 * 0.002 + (0.0025 + 0.002) + o  # T(3, 3) + T_d(3, catch-up 2) + T_d(3, 1)
+    wave = 0.160 * 62 / 50 + 0.032 * 60 / 50 + 0.002 + o  # prompt passes of 4 rows + 1 more draft forward
+    single = (0.040 * 62 / 50 + 0.017) + (0.008 * 60 / 50 + 0.0025 + 0.002) + o
+    assert rows[2].modelled_s == pytest.approx(7 * decode + wave + 4 * single)
+    assert rows[2].predicted_speedup == pytest.approx(rows[0].modelled_s / rows[2].modelled_s)

@@ -17,7 +17,7 @@ Pure Python (no torch, no numpy), so the report can run anywhere.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trtspec.contracts.metrics import expected_tokens_per_step as geometric_tokens_per_step
@@ -35,6 +35,7 @@ class StepCosts:
     target_prefill_s: float = 0.0  # one target forward over the prompt (mean prompt length)
     draft_prefill_s: float = 0.0  # the same for the draft model
     draft_tokens_s: Mapping[int, float] | None = None  # draft forward over n tokens per sequence, when measured
+    prefill_tokens: float = 0.0  # the prompt length the prefill costs were measured at (0: unknown)
 
     def draft(self, num_tokens: float) -> float:
         """T_draft(b, n): the draft's first forward of a step feeds the tokens committed since its last proposal."""
@@ -105,7 +106,7 @@ def blend(lo: StepCosts, hi: StepCosts, weight: float) -> StepCosts:
     draft_tokens = ({n: mix(lo.draft(n), hi.draft(n)) for n in sorted(lo.draft_tokens_s)}
                     if lo.draft_tokens_s and hi.draft_tokens_s else None)
     return StepCosts(batch, target, mix(lo.draft_s, hi.draft_s), mix(lo.target_prefill_s, hi.target_prefill_s),
-                     mix(lo.draft_prefill_s, hi.draft_prefill_s), draft_tokens)
+                     mix(lo.draft_prefill_s, hi.draft_prefill_s), draft_tokens, mix(lo.prefill_tokens, hi.prefill_tokens))
 
 
 def step_seconds(costs: StepCosts, *, draft_len: float, draft_share: float, overhead_s: float,
@@ -127,6 +128,41 @@ def step_seconds(costs: StepCosts, *, draft_len: float, draft_share: float, over
         draft = draft_share * (first + max(draft_len - 1, 0) * costs.draft(1))
     else:
         draft = draft_step_s
+    return target + draft + overhead_s
+
+
+def admission_seconds(costs_at: Callable[[float], StepCosts], *, rows: int, admitted: int, prompt_tokens: float,
+                      draft_len: float, draft_model: bool, overhead_s: float, draft_step_s: float | None = None,
+                      catch_up_tokens: float = 1.0) -> float:
+    """Modelled seconds of an engine step that admits `admitted` of its `rows` requests (their prompt pass).
+
+    The engine runs the admitted rows' prompts (plus their first draft) and the running rows' ordinary step as
+    separate forwards (spec/model.py `forward_grouped`), so with a = admitted, r = rows, d = draft_len, W = the
+    longest admitted prompt and L = the prompt length the prefill costs were calibrated at:
+        target = P_target(a) * (W + d) / L + [r > a] * T_target(r - a, d + 1)
+        draft  = P_draft(a) * W / L + [r > a] * T_draft(r - a, c) + (d - 1) * T_draft(r, 1)   (draft model, d >= 1)
+               = draft_step_s                                                                  (model-free proposer)
+        step   = target + draft + overhead_s
+    where P(a) is the calibrated prompt pass of a sequences and c = catch_up_tokens. Plain decoding is d = 0: the
+    prompt pass and the running rows' one-token forward.
+    """
+    new = costs_at(admitted)
+
+    def stretch(tokens: float) -> float:  # a prompt pass costs in proportion to its tokens (1 when L is unknown)
+        return tokens / new.prefill_tokens if new.prefill_tokens else 1.0
+
+    target = new.target_prefill_s * stretch(prompt_tokens + draft_len)
+    rest = costs_at(rows - admitted) if rows > admitted else None
+    if rest is not None:
+        target += rest.target(draft_len + 1)
+    if draft_step_s is not None:
+        draft = draft_step_s
+    elif draft_model and draft_len:
+        draft = new.draft_prefill_s * stretch(prompt_tokens)
+        draft += rest.draft(catch_up_tokens) if rest is not None else 0.0
+        draft += max(draft_len - 1, 0) * costs_at(rows).draft(1)
+    else:
+        draft = 0.0
     return target + draft + overhead_s
 
 

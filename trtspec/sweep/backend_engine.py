@@ -3,10 +3,12 @@
 One engine per model set (target + draft or Medusa heads, or a lookahead W,N,G) is loaded once and reused for every
 case that needs it; n-gram, suffix and plain cases reuse whichever engine is loaded. Suffix cases start from the
 cache state they name (grid.py): the engine's suffix cache is emptied before each, and for `warm` the case's requests
-run once, unmeasured, before the measured loop. `closed_loop` keeps c requests in
-flight through `add_request` / `step` (a finished request is replaced by the next prompt at once), so the target
-forward of each step is batched over up to c sequences. Each engine gets an untimed warm-up request before its first
-case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its first.
+run once, unmeasured, before the measured loop. `closed_loop` keeps c requests in flight through `add_request` /
+`step` (a finished request is replaced by the next prompt at once), so the target forward of each step is batched
+over up to c sequences; each step that admits requests is recorded (its rows, how many it admitted, their longest
+prompt: the cost model prices its prompt passes from them). Each engine gets an untimed warm-up request before its
+first case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its
+first.
 
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
 the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
@@ -48,6 +50,7 @@ class LoopRun:
     per_request_mean_acceptance_length: list[float]  # finish order
     num_steps: int
     num_admission_steps: int  # steps that also ran prompt passes
+    admission_trace: list[tuple[int, int, int]]  # per admission step: (rows in the step, rows admitted, longest prompt)
 
     @property
     def output_tokens(self) -> int:
@@ -67,17 +70,20 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
     per_request: list[float] = []
     num_steps = admission_steps = 0
     next_index = in_flight = 0
+    trace: list[tuple[int, int, int]] = []
     cpu_start = time.process_time()
     start = time.perf_counter()
     while next_index < len(prompts) or in_flight:
-        admitted = False
+        admitted: list[int] = []  # prompt lengths of the requests this step admits
         while next_index < len(prompts) and in_flight < concurrency:
             rid = engine.add_request(prompts[next_index], samplings[next_index], spec)
             submitted[rid] = (next_index, time.perf_counter())
+            admitted.append(len(prompts[next_index]))
             next_index += 1
             in_flight += 1
-            admitted = True
-        admission_steps += admitted  # a step that also runs prompt passes (the batch is padded to them)
+        if admitted:  # a step that also runs prompt passes (padded to the longest of them)
+            admission_steps += 1
+            trace.append((in_flight, len(admitted), max(admitted)))
         for delta in engine.step():
             index, submit = submitted[delta.request_id]
             outputs[index].extend(delta.token_ids)
@@ -90,7 +96,7 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
         num_steps += 1
     wall = time.perf_counter() - start
     return LoopRun(wall, time.process_time() - cpu_start, outputs, latencies, stats, per_request, num_steps,
-                   admission_steps)
+                   admission_steps, trace)
 
 
 class EngineBackend:
@@ -210,7 +216,8 @@ class EngineBackend:
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,
                 "num_requests": len(prompts), "output_tokens": tokens,
                 "tokens_per_s": tokens / wall if wall > 0 else 0.0, "num_steps": run.num_steps,
-                "num_admission_steps": run.num_admission_steps, "latencies_s": run.latencies_s,
+                "num_admission_steps": run.num_admission_steps,
+                "admission_trace": [list(step) for step in run.admission_trace], "latencies_s": run.latencies_s,
                 "output_sha256": output_digest(run.outputs),
                 "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
                 "stats": run.stats.to_dict()}
