@@ -1,4 +1,4 @@
-"""The sweep's pure layers (grid, records, cost model, analysis, report, CLI modules) never import torch."""
+"""The sweep's pure layers (grid, records, cost model, analysis, report, schedule, CLI modules) never import torch."""
 
 import pytest
 
@@ -6,7 +6,8 @@ from tests.fresh_imports import heavy_modules_loaded_by
 
 PURE = ["trtspec.sweep.grid", "trtspec.sweep.records", "trtspec.contracts.costmodel", "trtspec.sweep.analysis",
         "trtspec.sweep.report", "trtspec.sweep.runner", "trtspec.cli.sweep", "trtspec.cli.report",
-        "trtspec.sweep.backend_triton", "trtspec.sweep.backend_openai"]
+        "trtspec.sweep.backend_triton", "trtspec.sweep.backend_openai", "trtspec.sweep.schedule",
+        "trtspec.sweep.schedule_report"]
 
 
 @pytest.fixture(scope="module")
