@@ -165,3 +165,43 @@ def test_trace_prices_each_admission_step_and_the_other_steps_at_their_own_batch
     single = (0.040 * 62 / 50 + 0.017) + (0.008 * 60 / 50 + 0.0025 + 0.002) + o
     assert rows[2].modelled_s == pytest.approx(7 * decode + wave + 4 * single)
     assert rows[2].predicted_speedup == pytest.approx(rows[0].modelled_s / rows[2].modelled_s)
+
+
+def test_rounds_pair_each_case_with_its_own_rounds_baseline(tmp_path):
+    from trtspec.sweep.analysis import load_results
+
+    records = []
+    for repeat, (base_s, case_s) in enumerate([(1.0, 0.5), (2.0, 1.25)]):  # the second round ran on a slower machine
+        for method, k, seconds in (("none", 0, base_s), ("draft_target", 2, case_s)):
+            rec = _case(method, k, steps=10, trace=[], forwards=10, draft_tokens=20 if k else 0)
+            rec["id"] += f"#{repeat}"
+            rec["params"]["repeat"] = repeat
+            rec["metrics"]["wall_time_s"] = seconds
+            records.append(rec)
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    row = next(r for r in load_results(path, "wall").rows if r.k)
+    assert row.round_speedups == pytest.approx([2.0, 1.6])
+    assert row.measured_speedup == pytest.approx(1.8)  # median of the paired rounds, not 1.5 / 0.875 (medians)
+
+
+def test_error_distribution_counts_bounds_and_spread():
+    from trtspec.sweep.analysis import CaseRow, error_distribution
+
+    def row(k: int, measured: float, predicted: float, rounds: list[float]) -> CaseRow:
+        return CaseRow(id=f"c{k}", params={"method": "ngram", "k": k, "temperature": 0.0, "suite": "code",
+                                           "concurrency": 1}, tokens_per_s=1.0, wall_time_s=1.0, tokens_per_step=2.0,
+                       acceptance_rate=0.5, per_pos=[], measured_speedup=measured, modelled_s=1.0,
+                       base_modelled_s=predicted, round_speedups=rounds)
+
+    rows = [row(1, 1.0, 1.04, [1.0, 1.03]), row(2, 1.0, 0.92, [1.0, 1.1, 1.05]), row(3, 2.0, 2.6, []),
+            row(0, 1.0, 1.0, [])]
+    dist = error_distribution(rows)
+    assert dist is not None and dist.cases == 3  # k = 0 is the baseline, not a case
+    assert dist.within == {0.05: 1, 0.10: 2, 0.15: 2}
+    assert dist.median_error == pytest.approx(0.08) and dist.worst_error == pytest.approx(0.30)
+    assert dist.worst_case == "ngram k=3 T=0 code c=1"
+    assert (dist.repeated, dist.spread_within_5) == (2, 1)
+    assert dist.median_spread == pytest.approx((0.03 + 0.10) / 2) and dist.worst_spread == pytest.approx(0.10)
+    assert "2 within 10%" in dist.lines()[0] and "1 of 2 within 5%" in dist.lines()[1]
+    assert error_distribution([rows[-1]]) is None

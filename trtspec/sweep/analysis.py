@@ -156,9 +156,12 @@ def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | Non
         base = results.baseline_of(row)
         row.base_modelled_s = base.modelled_s if base else None
         if base is not None and base.tokens_per_s > 0:
-            row.measured_speedup = row.tokens_per_s / base.tokens_per_s
+            # with rounds: the median of each round's case / that round's baseline (run close in time, so a slower
+            # or faster stretch of a shared machine cancels), else the ratio of the two (median) rates
             row.round_speedups = [rate / base.round_tokens_per_s[r] for r, rate in sorted(row.round_tokens_per_s.items())
                                   if base.round_tokens_per_s.get(r)]
+            row.measured_speedup = (statistics.median(row.round_speedups) if len(row.round_speedups) > 1
+                                    else row.tokens_per_s / base.tokens_per_s)
         costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]), timing)
         if costs is None:
             continue
