@@ -212,8 +212,8 @@ def _live_parameters(server: FakeServer) -> dict[str, str]:
 
 def test_set_schedule_changes_the_live_model_and_the_repository_and_back(repo, served):
     """A schedule with every field (and the default k) in one reload: the live configuration and config.pbtxt carry
-    exactly its parameters, every other line as it was; `set-schedule --max-concurrency none` changes that field only;
-    `--clear` removes the schedule, and the file is byte for byte the deployed one again."""
+    exactly its parameters, every other line as it was; `set-schedule --max-concurrency none` changes that field only,
+    `--no-gate` the gate's; `--clear` removes the schedule, and the file is byte for byte the deployed one again."""
     from tests.cli_checks import run_cli
     from trtspec.contracts.schedule import SpecSchedule
     from trtspec.triton.control import set_schedule
@@ -244,13 +244,16 @@ def test_set_schedule_changes_the_live_model_and_the_repository_and_back(repo, s
     assert "-> k=6 draft_len_schedule=1:6,4:2,16:0 acceptance_window=32" in out and f"written to {path}" in out
     assert "max_concurrency" not in _live_parameters(served) and "max_concurrency" not in path.read_text()
     assert config_params(path).schedule == SpecSchedule(((1, 6), (4, 2), (16, 0)), None, 32, 1.3, 8)
+    assert run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", "--no-gate", "--repo", str(repo)])[0] == 0
+    assert config_params(path).schedule == SpecSchedule(((1, 6), (4, 2), (16, 0)))
+    assert not {"acceptance_window", "gate_probe_every"} & set(_live_parameters(served))
 
     code, out, err = run_cli(["set-schedule", "127.0.0.1:1", "tensorrt_llm", "--clear", "--k", "3",
                               "--repo", str(repo), "--json"])
     assert code == 0, err
     assert json.loads(out)["new"] == {"default_k": 3, "schedule": None}
     assert path.read_text() == deployed
-    assert not {"draft_len_schedule", "acceptance_window"} & set(_live_parameters(served)) and served.reloads == 3
+    assert not {"draft_len_schedule", "acceptance_window"} & set(_live_parameters(served)) and served.reloads == 4
 
 
 BAD_SCHEDULES = [  # (set-schedule flags, what the one error line says)

@@ -124,6 +124,10 @@ def test_what_is_served_stays_unless_another_k_is_3_percent_better():
     served = ServedSpeculation("tensorrt_llm", 2, 4, SpecSchedule(((1, 2), (3, 1)), 5))
     plan = propose_schedule(HALF, {}, baseline(), served=served)
     assert plan.action == "keep" and plan.schedule == served.schedule and plan.default_k == 2
+    # batch 1 at k = 3 predicts what k = 2 does (E(3) = E(2)): the served 3 stays, though the best alone would be 2
+    served = ServedSpeculation("tensorrt_llm", 3, 4, SpecSchedule(((1, 3), (2, 2), (3, 1)), 5))
+    plan = propose_schedule(HALF, {}, baseline(), served=served)
+    assert plan.action == "keep" and plan.ks[:3] == (3, 2, 1) and plan.default_k == 3
     # batch 5 at k = 2: 2.5 / 2.8 = 0.89x, k = 1: 1.05x; served k = 1 up to 8 (no limit): kept where k = 1 is within 3%
     served = ServedSpeculation("tensorrt_llm", 2, 4, SpecSchedule(((1, 2), (3, 1))))
     plan = propose_schedule(HALF, {}, baseline(), served=served)
