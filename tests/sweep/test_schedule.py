@@ -90,6 +90,7 @@ def test_measured_points_anchor_the_model_between_them():
     assert rec.rows[0].chosen.source == "measured" and rec.rows[1].chosen.source == "modelled"
     assert rec.rows[1].chosen.anchor == pytest.approx(0.9) and rec.rows[1].chosen.predicted_speedup > 1.4
     assert rec.draft_len == ((1, 4), (2, 2), (3, 1), (4, 0)) and rec.max_concurrency == 3
+    assert rec.gate.threshold == pytest.approx(1.48 / 0.9, abs=1e-3)  # E / measured speedup at batch 1, k=4
 
 
 def test_window_from_the_spread_of_per_request_acceptance():
@@ -122,7 +123,7 @@ def test_section_and_plot(tmp_path):
     assert set(plots) == {"schedule_T0"} and plots["schedule_T0"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = "\n".join(schedule_section(recs, plots))
     for needle in ("### draft_target:tiny-draft, T=0", "`draft_len_schedule` {1: 4, 2: 2, 3: 1, 4: 0}",
-                   "`max_concurrency` 3", "`acceptance_length_threshold` 1.48, `acceptance_window` 32",
+                   "`max_concurrency` 3", "`acceptance_length_threshold` 1.644, `acceptance_window` 32",
                    "| 1 | 4 | 2.04x | measured | 2.27x | 2.04x |", "| 2 | 2 | 1.27x | modelled | 1.41x | - |",
                    "![Schedule, T=0](schedule_T0.png)"):
         assert needle in text, needle

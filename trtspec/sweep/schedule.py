@@ -14,7 +14,7 @@ unconstrained one). The schedule keeps batch 1 and each batch size where k chang
 
 The gate's threshold is the mean acceptance length at which speculation at the schedule's k stops paying at the gate
 batch size (default 1): speedup = E * S_0 / S_k, so threshold = S_k / S_0, the cost model's per-step seconds with host
-overheads. Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate then closes
+overheads, divided by the same measured / modelled anchor as the speedup (at a measured point: E / measured speedup). Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate then closes
 only when acceptance is too low for speculation to pay at any load, and the schedule's smaller k (and
 max_concurrency) already answer a higher load; a gate at a larger batch size closes sooner. The window (finished
 requests in the gate's mean) comes from the spread of per-request acceptance lengths at that k when the records hold
@@ -297,7 +297,10 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
     if k == 0:
         return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}")
     pred = predictions_at(rows, base_rows, calibs, batch, timing)[k]
-    ratio = pred.spec_step_s / pred.baseline_step_s if pred.baseline_step_s > 0 else math.inf
+    point = table[batch - 1].chosen  # its speedup = E x S_0 / S_k, anchored: S_k / S_0 scales by 1 / anchor
+    anchor = (point.measured_speedup / point.predicted_speedup if point.measured_speedup is not None
+              and point.predicted_speedup > 0 else point.anchor)
+    ratio = pred.spec_step_s / pred.baseline_step_s / anchor if pred.baseline_step_s > 0 and anchor > 0 else math.inf
     if not math.isfinite(ratio):
         return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not finite")
     if ratio <= 1.0:
@@ -305,10 +308,11 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
                     "so speculation does not lose even when no draft token is accepted")
     threshold = round(ratio, 3)
     if pred.tokens_per_step <= threshold:
-        return Gate(batch, k, None, None, f"no gate: the cost model puts k={k} at batch {batch} below plain decoding "
-                    f"(E = {pred.tokens_per_step:.2f} <= break-even {threshold:.3f}); the measurement chose it")
+        return Gate(batch, k, None, None, f"no gate: k={k} at batch {batch} does not beat plain decoding at the "
+                    f"measured acceptance (E = {pred.tokens_per_step:.2f} <= break-even {threshold:.3f})")
     reason = (f"break-even at batch {batch}, k={k}: S_k / S_0 = {pred.spec_step_s * 1e3:.3f} / "
-              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included)")
+              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included)"
+              + (f" / {anchor:.3f} (measured / modelled speedup)" if abs(anchor - 1) > 1e-9 else ""))
     per_request = [x for r in rows if r.k == k for x in r.per_request_acceptance]
     if len(per_request) < 2:
         return Gate(batch, k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records hold no "

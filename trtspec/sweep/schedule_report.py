@@ -43,7 +43,7 @@ def schedule_section(recs: Sequence[ScheduleRecommendation], plots: dict[str, Pa
             "nearest measured concurrencies (`model alone` is the unscaled prediction). No k above the k at batch 1 "
             "(TensorRT-LLM: schedule[1] == max_draft_len); k = 0 wins ties. The gate's threshold is the mean "
             "acceptance length at which speculation stops paying at its batch size (S_k / S_0, host overhead "
-            "included). Write one into a build config: `trtspec report RESULTS --out DIR --write-config build.yaml "
+            "included, anchored like the speedups). Write one into a build config: `trtspec report RESULTS --out DIR --write-config build.yaml "
             "[--method M] [--temperature T]`.", ""]
     for rec in recs:
         schedule = rec.schedule
