@@ -165,6 +165,10 @@ def test_trace_prices_each_admission_step_and_the_other_steps_at_their_own_batch
     single = (0.040 * 62 / 50 + 0.017) + (0.008 * 60 / 50 + 0.0025 + 0.002) + o
     assert rows[2].modelled_s == pytest.approx(7 * decode + wave + 4 * single)
     assert rows[2].predicted_speedup == pytest.approx(rows[0].modelled_s / rows[2].modelled_s)
+    from trtspec.sweep.report import _cost_model_section
+
+    assert any(line.startswith("Error distribution over 1 cases: ") for line in
+               _cost_model_section(load_results(path, "wall")))
 
 
 def test_rounds_pair_each_case_with_its_own_rounds_baseline(tmp_path):

@@ -15,7 +15,15 @@ from typing import Any
 from trtspec.atomic import write_text
 from trtspec.contracts import costmodel
 from trtspec.errors import ConfigError, UsageError
-from trtspec.sweep.analysis import TOLERANCE, Recommendation, Results, load_results, recommend, winners
+from trtspec.sweep.analysis import (
+    TOLERANCE,
+    Recommendation,
+    Results,
+    error_distribution,
+    load_results,
+    recommend,
+    winners,
+)
 from trtspec.sweep.schedule import DEFAULT_GATE_BATCH, ScheduleRecommendation, recommend_schedules
 from trtspec.sweep.schedule_report import render_schedule_plots, schedule_section
 
@@ -137,20 +145,26 @@ def _wall_speedup(results: Results, row: Any) -> float | None:
 
 
 def _cost_model_section(results: Results) -> list[str]:
+    """How close the predictions came: the count within the tolerance, the error distribution and the measurement's
+    own round-to-round spread, the formulas, the calibration and each miss with its reason."""
     out = ["## Cost model check", ""]
     checked = [r for r in results.rows if r.k > 0 and r.error is not None]
     if not checked:
         return out + ["No predictions: the results have no calibration records (forward costs are measured only "
                       "with --via engine).", ""]
     inside = [r for r in checked if r.within_tolerance]
+    distribution = error_distribution(checked)
+    assert distribution is not None  # `checked` has a prediction
     out += [f"Predicted speedup within {TOLERANCE:.0%} of measured for **{len(inside)} of {len(checked)}** cases "
-            f"(median |error| {_median([abs(r.error or 0) for r in checked]) * 100:.1f}%).",
+            f"(median |error| {_median([abs(r.error or 0) for r in checked]) * 100:.1f}%).", "",
+            *distribution.lines(), "",
             "Per step: S_0 = T_target(b,1) + overhead_base and S_k = k * T_draft(b) + T_target(b,k+1) + overhead_spec; "
             "steady-state speedup = E(k) * S_0 / S_k, with E(k) = 1 + sum of the measured per-position acceptance, T "
             "from the calibration micro-benchmark at b = concurrency, host overhead per step from the engine's own "
             "accounting. A case's predicted speedup is modelled time of its baseline / modelled time of the case, "
             "each the run's measured step trace (engine steps, admission steps with their prompt pass, average rows "
-            "per step, how often rows drafted and how long) priced with the calibrated costs; without a trace, "
+            "per step, how often rows drafted and how long; each admission step as its prompt passes, stretched to "
+            "its longest prompt, plus the running rows' own step) priced with the calibrated costs; without a trace, "
             "(c * P_0 + N * S_0) / (c * P_k + N / E(k) * S_k) for N new tokens per request and c in flight.", ""]
     calib = list(results.calibrations.values())
     if calib:
