@@ -236,13 +236,20 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
     raw = {b: tuple(_point(k, pred.speedup, pred.tokens_per_s, rows, base_rows, b) for k, pred in
                     sorted(predictions_at(rows, base_rows, calibs, b, results.timing).items()))
            for b in sorted(set(range(1, top + 1)) | measured_sizes)}
+    # measured / modelled at the measured batch sizes: each k's speedup, and plain decoding's tokens/s
+    speedup_ratios: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    plain_ratios = []
+    for b, points in raw.items():
+        for p in points:
+            if p.measured_speedup is not None and p.predicted_speedup > 0:
+                speedup_ratios[p.k].append((b, p.measured_speedup / p.predicted_speedup))
+        if points[0].measured_tokens_per_s and points[0].predicted_tokens_per_s > 0:
+            plain_ratios.append((b, points[0].measured_tokens_per_s / points[0].predicted_tokens_per_s))
     table: list[BatchRow] = []
     for b in range(1, top + 1):
-        plain = _anchor([(c, p.measured_tokens_per_s / p.predicted_tokens_per_s) for c, points in raw.items()
-                         for p in points[:1] if p.measured_tokens_per_s and p.predicted_tokens_per_s > 0], b)
-        points = tuple(p if p.measured_speedup is not None else replace(p, plain_anchor=plain, anchor=_anchor(
-            [(c, q.measured_speedup / q.predicted_speedup) for c, points in raw.items() for q in points
-             if q.k == p.k and q.measured_speedup is not None and q.predicted_speedup > 0], b)) for p in raw[b])
+        plain = _anchor(plain_ratios, b)
+        points = tuple(p if p.measured_speedup is not None else
+                       replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
         best_k = _argmax(points, None)
         k = best_k if not table else _argmax(points, table[0].k)
         table.append(BatchRow(b, k, best_k, points, calibrated_up_to))
