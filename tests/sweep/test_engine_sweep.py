@@ -103,3 +103,36 @@ def test_lookahead_variants_get_their_own_engine(random_pair):
         assert engines[("ngram", None)].proposers["ngram"].max_ngram == 2  # engine options from the spec
     finally:
         backend.close()
+
+
+def test_engine_backend_runs_schedules_and_ramps(random_pair, tmp_path):
+    """A schedule case runs its schedule on the engine (a gate that cannot be met closes after its window of
+    finished requests, then only probes draft; draft lengths follow the batch size), a ramp keeps each phase's
+    concurrency in flight; every case lossless at temperature 0; other cases run without a schedule."""
+    target, draft = random_pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "abcabcabc the cat"}\n{"prompt": "the cat the cat the"}\n')
+    gate = "draft_len_schedule=1:2,2:1;acceptance_window=2;acceptance_length_threshold=3.5;gate_probe_every=3"
+    spec = SweepSpec.build(model=str(target), drafts=[str(draft)], methods=["draft_target"], k=[0, 2],
+                           schedules=[gate, "draft_len_schedule=1:2,2:0"], ramps=["1,2,1"], suites=[str(prompts)],
+                           concurrency=[2], num_prompts=2, num_requests=8, max_new_tokens=5, max_draft_len=2,
+                           threads=1, calibrate=False)
+    out = tmp_path / "results.jsonl"
+    summary = run_sweep(spec, out, show_progress=False)
+    assert summary.errors == 0, summary.error_messages
+    cases = {(r["params"].get("ramp"), r["params"].get("schedule"), r["params"]["k"]): r["metrics"]
+             for r in read_records(out) if r["kind"] == "case"}
+    assert len(cases) == 2 * 4
+    for (ramp, schedule, _), m in cases.items():
+        assert m["output_sha256"] == cases[(ramp, None, 0)]["output_sha256"]  # lossless whatever k does
+        assert m["num_requests"] == (4 if ramp else 8) == len(m["latencies_s"])
+        assert ("gate" in m) == (schedule == gate)  # no schedule, or no gate: nothing to report
+    closed = cases[(None, gate, 2)]["gate"]
+    # the window's mean can never reach 3.5 (at most k + 1 = 3 tokens per step): closed after 2 finished drafting
+    # requests; then 1 admission in 3 is a probe
+    assert closed["closes"] == 1 and closed["open"] is False and closed["closed_after"] == 2
+    assert closed["probes"] >= 1 and cases[(None, gate, 2)]["requests_drafted"] < 8
+    # "1:2,2:0" drafts only in steps with one running request: on the ramp 1,2,1 its first and last phase
+    assert cases[(None, "draft_len_schedule=1:2,2:0", 2)]["stats"]["num_draft_tokens"] == 0  # c=2 throughout
+    fixed, capped = cases[("1,2,1", None, 2)]["stats"], cases[("1,2,1", "draft_len_schedule=1:2,2:0", 2)]["stats"]
+    assert 0 < capped["num_draft_tokens"] < fixed["num_draft_tokens"]

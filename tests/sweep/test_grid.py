@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ModelNotFoundError, UnknownMethodError, UsageError
-from trtspec.sweep.grid import SweepSpec, parse_int_list
+from trtspec.sweep.grid import SweepSpec, parse_int_list, parse_schedule, ramp_limits, schedule_text
 from trtspec.sweep.prompts import last_tokens, load_suite, shipped_suites
 
 
@@ -239,3 +242,53 @@ def test_bad_eagle_fields_are_refused_naming_the_field(spec_kwargs, changes, fie
 def test_eagle_trees_are_checked_when_the_spec_is_built(spec_kwargs):
     with pytest.raises(ConfigError, match="dynamic:TOPKxDEPTH"):
         SweepSpec.build(**spec_kwargs, methods=["eagle3"], eagle=["tiny-eagle"], eagle_trees=["dynamic:4"])
+
+
+def test_schedules_and_ramps_are_cases_beside_fixed_k_and_concurrency(spec_kwargs):
+    """A schedule is a case per method variant asking its draft length at batch 1; a ramp is a point with its own
+    baseline whose concurrency is its largest phase and whose requests are max(waves, 1) x each phase; the cases
+    of a spec without either keep their ids."""
+    text = "draft_len_schedule=1:3,4:1;max_concurrency=8;acceptance_window=4;acceptance_length_threshold=1.5"
+    kwargs = dict(**spec_kwargs, methods=["draft_target", "ngram"], k=[0, 2], concurrency=[1, 4], waves=2)
+    spec = SweepSpec.build(**kwargs, schedules=[text], ramps=["1,4,2"], max_draft_len=4)
+    cases = spec.cases()
+    assert len(cases) == 3 * 5  # (c=1, c=4, the ramp) x (plain, 2 fixed k, 2 schedules)
+    scheduled = [c for c in cases if c.schedule]
+    assert {(c.method, c.k) for c in scheduled} == {("draft_target", 3), ("ngram", 3)}
+    assert parse_schedule(scheduled[0].schedule) == parse_schedule(text)
+    ramp = [c for c in cases if c.ramp]
+    assert len(ramp) == 5 and {c.concurrency for c in ramp} == {4} and {c.num_requests for c in ramp} == {14}
+    assert ramp_limits("1,4,2", 2) == [1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2]
+    assert ramp_limits("3,1", 0) == [3, 3, 3, 1]  # at least one wave per phase
+    assert "ramp=1,4,2" in ramp[0].label() and "schedule draft_len_schedule=1:3,4:1" in scheduled[0].label()
+    plain = SweepSpec.build(**kwargs).cases()
+    assert [c.case_id for c in plain] == [c.case_id for c in cases if not c.schedule and not c.ramp]
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    ({"schedules": ["draft_len_schedule=2:1"]}, "draft_len_schedule", "batch size 1"),
+    ({"schedules": ["draft_len_schedule=1:9"]}, "draft_len_schedule[1]", "at most max_draft_len 8"),
+    ({"schedules": ["max_concurrency"]}, "schedules", "NAME=VALUE"),
+    ({"schedules": ["draft_len=1:4"]}, "schedules", "NAME=VALUE"),
+    ({"schedules": ["acceptance_window=4"]}, "acceptance_length_threshold", "required"),
+    ({"schedules": ["acceptance_window=4;acceptance_length_threshold=nan"]}, "acceptance_length_threshold",
+     "finite"),
+    ({"ramps": ["1,0,2"]}, "ramps", "positive"),
+    ({"ramps": ["1,x"]}, "ramps", "comma-separated"),
+    ({"methods": ["none"], "schedules": ["draft_len_schedule=1:2"]}, "schedules", "speculative method"),
+    ({"via": "triton", "url": "x:1", "ramps": ["1,2"]}, "ramps", "in-process engine only"),
+])
+def test_bad_schedules_and_ramps_name_the_field(spec_kwargs, changes, field, words):
+    with pytest.raises(ConfigError, match=words) as exc:
+        SweepSpec.build(**{**spec_kwargs, **changes})
+    assert exc.value.field == field
+
+
+@given(draft_len=st.dictionaries(st.integers(2, 64), st.integers(0, 8), max_size=4), k1=st.integers(0, 8),
+       max_concurrency=st.none() | st.integers(0, 64), window=st.none() | st.integers(1, 64),
+       threshold=st.floats(0, 9, allow_nan=False), probe_every=st.none() | st.integers(0, 32))
+def test_schedule_text_round_trips(draft_len, k1, max_concurrency, window, threshold, probe_every):
+    schedule = SpecSchedule(draft_len=((1, k1), *draft_len.items()), max_concurrency=max_concurrency,
+                            acceptance_window=window, acceptance_length_threshold=threshold if window else None,
+                            probe_every=probe_every)
+    assert parse_schedule(schedule_text(schedule)) == schedule

@@ -26,7 +26,7 @@ from trtspec.sweep.records import Record, latest_by_id, read_records
 
 TOLERANCE = 0.10  # the acceptance bound for |predicted / measured - 1| (issue 28)
 BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "via")
-LOOP_KEYS = ("num_requests", "prompt_tokens")  # closed-loop fields a baseline shares too (absent = default)
+LOOP_KEYS = ("num_requests", "prompt_tokens", "ramp")  # closed-loop fields a baseline shares too (absent = default)
 
 
 @dataclass
@@ -67,14 +67,15 @@ class CaseRow:
 
     @property
     def variant(self) -> str:
-        """method plus its draft / heads / lookahead W,N,G / suffix cache state (and `adaptive`), the unit a
-        recommendation picks."""
+        """method plus its draft / heads / lookahead W,N,G / suffix cache state (and `adaptive` or `schedule`), the
+        unit a recommendation picks."""
         extra = (self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
                  or self.params.get("suffix_cache"))
         variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
         if self.params.get("eagle"):  # EAGLE-3 drafter and its tree (grid.SweepSpec.eagle_trees)
             variant = f"{self.method}:{Path(str(self.params['eagle'])).name}/{self.params.get('tree')}"
-        return variant + (" adaptive" if self.params.get("adaptive") else "")
+        return variant + (" adaptive" if self.params.get("adaptive") else " schedule" if self.params.get("schedule")
+                          else "")
 
     prefill: tuple[float, float] | None = None  # (plain, speculative) prompt-pass seconds, when calibrated
     admissions: float | None = None  # admission steps per `concurrency` requests (measured by the runner)
@@ -163,7 +164,7 @@ def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | Non
             row.measured_speedup = (statistics.median(row.round_speedups) if len(row.round_speedups) > 1
                                     else row.tokens_per_s / base.tokens_per_s)
         costs = step_costs(results.calibrations.values(), row.params, int(row.params["concurrency"]), timing)
-        if costs is None:
+        if costs is None or row.params.get("schedule") or row.params.get("ramp"):  # k or the batch size varies
             continue
         stats, base_stats = stats_of[row.id], stats_of.get(base.id, {}) if base else {}
         row.prediction = costmodel.predict(
@@ -500,7 +501,8 @@ def recommend(results: Results, batch_sizes: Sequence[int] | None = None,
         for r in rows:
             # a recommendation is a fixed k per batch size; a warm suffix cache is a traffic condition (the same
             # requests again), not a setting, so suffix is judged by its cold cases
-            if r.k > 0 and not r.params.get("adaptive") and r.params.get("suffix_cache") != "warm":
+            if (r.k > 0 and not r.params.get("adaptive") and not r.params.get("schedule")
+                    and r.params.get("suffix_cache") != "warm"):
                 by_variant[r.variant].append(r)
         base_rows = [r for r in rows if r.k == 0]
         plans: dict[str, list[Recommendation]] = {}

@@ -10,6 +10,9 @@ prompt: the cost model prices its prompt passes from them). Each engine gets an 
 first case, and each decoding path (plain, or a method with fixed or adaptive k) an untimed closed loop before its
 first.
 
+A case with a speculation schedule runs it on the engine (a fresh SchedulePolicy: its gate starts open; every other
+case runs without one); a ramp case's closed loop keeps each phase's concurrency in flight (grid.ramp_limits).
+
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
 the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
 and both over the mean prompt (a request's first step), at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
@@ -23,16 +26,17 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from trtspec.methods import parse_lookahead, resolve
-from trtspec.sweep.grid import BASELINE, Case, SweepSpec
+from trtspec.sweep.grid import BASELINE, Case, SweepSpec, parse_schedule, ramp_limits
 from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
 from trtspec.sweep.runner import ModelSet
 
 WARMUP_TOKENS = 16  # per request of a path's warm-up loop (at most a case's max_new_tokens)
+HOST_TOKENS = 8  # per request of the calibration's host-time loops
 
 Lookahead = tuple[int, int, int] | None  # an engine's lookahead (W, N, G); None = the engine's default
 EngineKey = tuple[ModelSet, Lookahead, str | None]  # + the EAGLE tree (grid.SweepSpec.eagle_trees) of an eagle set
@@ -51,6 +55,8 @@ class LoopRun:
     num_steps: int
     num_admission_steps: int  # steps that also ran prompt passes
     admission_trace: list[tuple[int, int, int]]  # per admission step: (rows in the step, rows admitted, longest prompt)
+    gate_closed_after: int | None = None  # finished requests when the acceptance gate first closed (None: it did not)
+    requests_drafted: int = 0  # finished requests that drafted at least once
 
     @property
     def output_tokens(self) -> int:
@@ -58,9 +64,10 @@ class LoopRun:
 
 
 def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[Any], spec: Any,
-                concurrency: int) -> LoopRun:
+                concurrency: int, limits: Sequence[int] | None = None) -> LoopRun:
     """Run request i = (prompts[i], samplings[i], spec) for every i, keeping `concurrency` in flight: a finished
-    request is replaced before the next step."""
+    request is replaced before the next step. `limits` (a load ramp): request i is submitted once fewer than
+    limits[i] are in flight."""
     from trtspec.contracts.metrics import AcceptanceStats
 
     stats = AcceptanceStats()
@@ -71,11 +78,13 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
     num_steps = admission_steps = 0
     next_index = in_flight = 0
     trace: list[tuple[int, int, int]] = []
+    finished = drafted = 0
+    gate_closed_after: int | None = None
     cpu_start = time.process_time()
     start = time.perf_counter()
     while next_index < len(prompts) or in_flight:
         admitted: list[int] = []  # prompt lengths of the requests this step admits
-        while next_index < len(prompts) and in_flight < concurrency:
+        while next_index < len(prompts) and in_flight < (limits[next_index] if limits else concurrency):
             rid = engine.add_request(prompts[next_index], samplings[next_index], spec)
             submitted[rid] = (next_index, time.perf_counter())
             admitted.append(len(prompts[next_index]))
@@ -89,14 +98,19 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
             outputs[index].extend(delta.token_ids)
             if delta.finished:
                 in_flight -= 1
+                finished += 1
                 latencies[index] = time.perf_counter() - submit
                 if delta.stats is not None:
                     stats.merge(delta.stats)
                     per_request.append(delta.stats.mean_acceptance_length)
+                    drafted += delta.stats.num_drafts > 0
+        gate = getattr(engine, "gate_state", None)
+        if gate_closed_after is None and gate is not None and gate.closes:
+            gate_closed_after = finished
         num_steps += 1
     wall = time.perf_counter() - start
     return LoopRun(wall, time.process_time() - cpu_start, outputs, latencies, stats, per_request, num_steps,
-                   admission_steps, trace)
+                   admission_steps, trace, gate_closed_after, drafted)
 
 
 class EngineBackend:
@@ -193,6 +207,7 @@ class EngineBackend:
             for role, n in (("draft", 1), ("target_prefill", prompt_len), ("draft_prefill", prompt_len)):
                 out[f"{role}_{clock}"] = {str(b): statistics.median(samples[(role, b, n)])
                                           for b in sizes if (role, b, n) in samples}
+        out.update(_host_costs(engine, spec, sizes))
         return out
 
     def run_case(self, case: Case, suite: PromptSuite, spec: SweepSpec) -> dict[str, Any]:
@@ -207,12 +222,15 @@ class EngineBackend:
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
                      for i in range(len(prompts))]
         self._warm_up(engine, prompts, spec_params, min(WARMUP_TOKENS, case.max_new_tokens))
+        engine.schedule_policy = _policy(case.schedule)  # after the warm-up: the case's gate starts with its requests
         if case.suffix_cache is not None:  # suffix decoding: the cross-request cache starts as the case says
             engine.proposers[resolve(method).proposer].reset()
             if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
                 closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
-        run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
+        limits = ramp_limits(case.ramp, spec.waves) if case.ramp else None
+        run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency, limits)
         tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
+        gate = engine.gate_state
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,
                 "num_requests": len(prompts), "output_tokens": tokens,
                 "tokens_per_s": tokens / wall if wall > 0 else 0.0, "num_steps": run.num_steps,
@@ -220,7 +238,8 @@ class EngineBackend:
                 "admission_trace": [list(step) for step in run.admission_trace], "latencies_s": run.latencies_s,
                 "output_sha256": output_digest(run.outputs),
                 "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
-                "stats": run.stats.to_dict()}
+                "requests_drafted": run.requests_drafted, "stats": run.stats.to_dict(),
+                **({"gate": {**asdict(gate), "closed_after": run.gate_closed_after}} if gate is not None else {})}
 
     def info(self) -> dict[str, Any]:
         import torch
@@ -298,6 +317,61 @@ def encode_prompt(engine: Any, text: str, chat_template: str | None = None) -> l
             text = chat_prompt(engine.tokenizer, text, chat_template)
         return engine.encode(text)
     return [b % engine.vocab_size for b in text.encode("utf-8")]
+
+
+def _policy(schedule: str | None) -> Any:
+    """A fresh SchedulePolicy of a case's schedule (grid.schedule_text), or None."""
+    if schedule is None:
+        return None
+    from trtspec.spec.schedule_policy import SchedulePolicy
+
+    return SchedulePolicy(parse_schedule(schedule))
+
+
+def _host_costs(engine: Any, spec: SweepSpec, sizes: Sequence[int]) -> dict[str, Any]:
+    """Host time per engine step outside the forwards, at each batch size b, from short closed loops of b requests
+    (HOST_TOKENS tokens each, the first suite's prompts; the engine's own time split, converted to CPU seconds with
+    the loop's CPU / wall ratio; median over min(calibration_repeats, 3) rounds):
+      overhead_{s,cpu_s}[b]            plain decoding's host time per step
+      overhead_token_{s,cpu_s}[b]      the extra per draft token per row (a loop at max_draft_len: the draft model
+                                       when the set has one, else the first model-free method)
+      proposer_{s,cpu_s}[method][b]    a model-free proposer's time per step (n-gram lookup and the like)
+    """
+    from trtspec.spec.params import SamplingParams, SpecParams
+
+    prompts = [last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens)
+               for p in load_suite(spec.suites[0], spec.num_prompts).prompts]
+    model_free = [m for m in spec.methods if m in engine.available_methods and m not in (BASELINE, "lookahead")
+                  and resolve(m).proposer is not None and not (resolve(m).needs_draft_model
+                                                               or resolve(m).needs_medusa_heads
+                                                               or resolve(m).needs_eagle_drafter)]
+    has_draft = engine.proposers.get("draft_model") is not None and "draft_target" in engine.available_methods
+    drafting = "draft_target" if has_draft else (model_free[0] if model_free else None)
+    methods = [BASELINE, *([drafting] if drafting else []), *(m for m in model_free if m != drafting)]
+    k = spec.max_draft_len
+    seen: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}  # (overhead, proposer, draft tokens, cpu/wall)
+    for _ in range(min(spec.calibration_repeats, 3)):
+        for b in sizes:
+            for method in methods:
+                samplings = [SamplingParams(max_new_tokens=HOST_TOKENS, ignore_eos=True, seed=i) for i in range(b)]
+                params = SpecParams(method="none" if method == BASELINE else method, k=0 if method == BASELINE else k)
+                run = closed_loop(engine, [prompts[i % len(prompts)] for i in range(b)], samplings, params, b)
+                forwards = max(run.stats.num_target_forwards, 1)
+                seen.setdefault((method, b), []).append((run.stats.overhead_time_s / forwards,
+                                                         run.stats.draft_time_s / forwards,
+                                                         run.stats.num_draft_tokens / forwards,
+                                                         run.cpu_s / run.wall_s if run.wall_s > 0 else 1.0))
+    out: dict[str, Any] = {"host_tokens": HOST_TOKENS, "host_methods": methods}
+    for clock in ("s", "cpu_s"):
+        def med(method: str, b: int, i: int, clock: str = clock) -> float:
+            return statistics.median(x[i] * (x[3] if clock == "cpu_s" and i < 2 else 1.0) for x in seen[(method, b)])
+
+        out[f"overhead_{clock}"] = {str(b): med(BASELINE, b, 0) for b in sizes}
+        if drafting:
+            out[f"overhead_token_{clock}"] = {str(b): max(med(drafting, b, 0) - med(BASELINE, b, 0), 0.0)
+                                              / max(med(drafting, b, 2), 1e-9) for b in sizes}
+        out[f"proposer_{clock}"] = {m: {str(b): med(m, b, 1) for b in sizes} for m in model_free}
+    return out
 
 
 def _calibration_lengths(spec: SweepSpec, engine: Any) -> tuple[int, int]:

@@ -10,6 +10,11 @@ Suffix decoding keeps a cache of earlier requests' outputs, so its cases come in
 `warm` (the case's requests ran once, unmeasured, just before: a repeat of the same traffic, like retries). The
 cache never carries over from one case to the next, so results do not depend on the order of the grid.
 
+Via engine, a sweep can also run speculation schedules (`schedules`: a `contracts.schedule.SpecSchedule` each, in the
+text form of `schedule_text`) beside the fixed and adaptive k, and load ramps (`ramps`: concurrency phases such as
+1,2,4,8,16,8,4,2,1 in one closed loop) beside the fixed concurrencies: a ramp is a point of the grid like a
+concurrency, with its own baseline, and its case's `concurrency` is the ramp's largest phase.
+
 `via` says how cases run: `engine` (the in-process reference engine), `triton` (a served repository over gRPC) or
 `openai` (an OpenAI endpoint, such as `trtspec serve --dynamo N`); the build/deploy `backend` (torch | tensorrtllm) is
 another thing. A spec may spell `via` as `backend` (an alias); a field the sweep no longer reads (RETIRED_FIELDS) is
@@ -34,6 +39,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.config import load_yaml
 from trtspec.contracts.engine import EagleTree, Lookahead
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
@@ -44,7 +50,7 @@ CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth 
 LOOKAHEAD = "lookahead"
 SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
-ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache")
+ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache", "schedules", "ramps")
 MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
 MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
 INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
@@ -83,6 +89,13 @@ class SweepSpec(BaseModel):
     prompt_tokens: int | None = Field(None, description="keep the last N tokens of each prompt; None = whole prompts")
     adaptive: list[int] = Field([], description="caps of adaptive-k cases: the engine picks k in [0, cap] every step "
                                 "(run beside the fixed k)")
+    schedules: list[str] = Field([], description="speculation schedules run beside the fixed k (via engine), each "
+                                 "a SpecSchedule's parameters joined by ';', e.g. draft_len_schedule=1:4,4:2,16:0;"
+                                 "max_concurrency=16;acceptance_window=32;acceptance_length_threshold=1.3: a case "
+                                 "per method variant whose requests ask the schedule's draft length at batch 1")
+    ramps: list[str] = Field([], description="load ramps run beside the fixed concurrencies (via engine): each "
+                             "concurrency phases, e.g. 1,2,4,8,16,8,4,2,1; phase c submits max(waves, 1) x c "
+                             "requests with c in flight, the phases one closed loop")
     lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
                                  "nodes and stops at G x (N - 1), which verifies every candidate")
     max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
@@ -223,6 +236,13 @@ class SweepSpec(BaseModel):
             if getattr(self, field) is not None:
                 _positive(field, [getattr(self, field)])
         _positive("waves", [self.waves], allow_zero=True)
+        for text in self.schedules:
+            parse_schedule(text, field="schedules").check(max_k=self.max_draft_len)
+        for text in self.ramps:
+            parse_ramp(text)
+        if self.schedules and all(m == BASELINE for m in self.methods):
+            raise ConfigError("schedules", self.schedules, "a schedule needs a speculative method",
+                              hint="add a method such as draft_target, or drop schedules")
         for value in self.lookahead:
             parse_lookahead(value, field="lookahead")
         if self.lookahead and LOOKAHEAD not in self.methods:
@@ -247,8 +267,10 @@ class SweepSpec(BaseModel):
         """Refuse a grid of more than MAX_CASES cases, from an upper bound computed without listing them."""
         variants = max(len(self.drafts), len(self.medusa) * len(self.trees), len(self.eagle) * len(self.eagle_trees),
                        len(self.lookahead), 1)
-        per_point = 1 + len(self.methods) * variants * (len(set(self.k)) + len(set(self.adaptive)))
-        bound = len(self.suites) * len(self.temperatures) * len(self.concurrency) * per_point * self.repeats
+        per_point = 1 + len(self.methods) * variants * (len(set(self.k)) + len(set(self.adaptive))
+                                                         + len(self.schedules))
+        loads = len(self.concurrency) + len(self.ramps)
+        bound = len(self.suites) * len(self.temperatures) * loads * per_point * self.repeats
         if bound > MAX_CASES:
             raise ConfigError("sweep", f"up to {bound} cases", f"is more than a sweep runs ({MAX_CASES} cases)",
                               hint="sweep fewer values (k, methods, temperatures, suites, concurrency) or repeats")
@@ -266,21 +288,22 @@ class SweepSpec(BaseModel):
         out, points = [], self._points()
         for r in range(self.repeats):
             for i, point in enumerate(points):
-                point = [replace(case, repeat=r, **self._run_options(case.concurrency)) for case in point]
+                point = [replace(case, repeat=r, **self._run_options(case.concurrency, case.ramp)) for case in point]
                 if self.shuffle:
                     random.Random(f"{self.seed}:{r}:{i}").shuffle(point)
                 out.extend(point)
         return out
 
     def _points(self) -> list[list[Case]]:
-        """The cases of one round per (suite, temperature, concurrency), its baseline first."""
+        """The cases of one round per (suite, temperature, concurrency or ramp), its baseline first."""
         out: list[list[Case]] = []
+        loads = [(c, None) for c in self.concurrency] + [(max(parse_ramp(r)), r) for r in self.ramps]
         for suite in self.suites:
             for temperature in self.temperatures:
-                for concurrency in self.concurrency:
+                for concurrency, ramp in loads:
                     common = {"model": self.model, "temperature": float(temperature), "suite": suite,
                               "concurrency": concurrency, "max_new_tokens": self.max_new_tokens,
-                              "num_prompts": self.num_prompts, "seed": self.seed, "via": self.via}
+                              "num_prompts": self.num_prompts, "seed": self.seed, "via": self.via, "ramp": ramp}
                     point = [Case(method=BASELINE, k=0, **common)]  # always: speedups divide by it
                     for method in self.methods:
                         if method == BASELINE:
@@ -290,12 +313,18 @@ class SweepSpec(BaseModel):
                                          for k in self._ks(method, variant, self.k))
                             point.extend(Case(method=method, k=k, adaptive=True, **variant, **common)
                                          for k in self._ks(method, variant, self.adaptive))
+                            for text in self.schedules:
+                                schedule = parse_schedule(text)
+                                point.append(Case(method=method, k=schedule.draft_len_at(1, self.max_draft_len),
+                                                  schedule=schedule_text(schedule), **variant, **common))
                     out.append(point)
         return out
 
-    def _run_options(self, concurrency: int) -> dict[str, int | None]:
-        """Closed-loop fields of a case at this concurrency (None = default, left out of the case id)."""
+    def _run_options(self, concurrency: int, ramp: str | None = None) -> dict[str, int | None]:
+        """Closed-loop fields of a case at this concurrency or ramp (None = default, left out of the case id)."""
         requests = max(self.num_requests or self.num_prompts, self.waves * concurrency)
+        if ramp is not None:
+            requests = len(ramp_limits(ramp, self.waves))
         return {"num_requests": requests if requests != self.num_prompts else None,
                 "prompt_tokens": self.prompt_tokens}
 
@@ -354,6 +383,8 @@ class Case:
     prompt_tokens: int | None = None  # prompts cut to their last N tokens; None = whole
     suffix_cache: str | None = None  # suffix decoding: cold | warm cache at the start (None: not suffix, or served)
     eagle: str | None = None  # EAGLE-3 drafter (eagle3 via engine; its tree in `tree`)
+    schedule: str | None = None  # a speculation schedule (schedule_text) capping k by batch size, and its gate
+    ramp: str | None = None  # concurrency phases "1,4,16,4,1" of one closed loop (concurrency = the largest)
 
     @property
     def case_id(self) -> str:
@@ -373,13 +404,51 @@ class Case:
         extra = self.draft or self.medusa or self.lookahead or self.suffix_cache or ""
         if self.eagle:
             extra = f"{self.eagle}/{self.tree}"
-        k = f"k<={self.k} adaptive" if self.adaptive else f"k={self.k}"
-        label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} c={self.concurrency}"
+        k = f"k<={self.k} adaptive" if self.adaptive else f"schedule {self.schedule}" if self.schedule else f"k={self.k}"
+        load = f"ramp={self.ramp}" if self.ramp else f"c={self.concurrency}"
+        label = f"{self.method}{'/' + extra if extra else ''} {k} T={self.temperature:g} {self.suite} {load}"
         return label + (f" #{self.repeat}" if self.repeat else "")
 
 
 _LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
-                 "prompt_tokens": None, "suffix_cache": None, "eagle": None}
+                 "prompt_tokens": None, "suffix_cache": None, "eagle": None, "schedule": None, "ramp": None}
+
+
+def schedule_text(schedule: SpecSchedule) -> str:
+    """A schedule's parameters as one case field: `draft_len_schedule=1:4,4:2;max_concurrency=8;...` (parameter
+    order of SpecSchedule.PARAMETERS); `parse_schedule` reads it back."""
+    return ";".join(f"{name}={value}" for name, value in schedule.to_parameters().items())
+
+
+def parse_schedule(text: str, field: str = "schedule") -> SpecSchedule:
+    """`schedule_text`'s form -> SpecSchedule; ConfigError naming `field` when an item is not NAME=VALUE or names
+    no schedule parameter (the schedule's own errors name the entry and the rule)."""
+    values: dict[str, str] = {}
+    known = SpecSchedule.PARAMETERS.values()
+    for item in text.split(";"):
+        name, sep, value = item.strip().partition("=")
+        if not sep or name not in known:
+            raise ConfigError(field, text, f"item {item!r} is not NAME=VALUE with a schedule parameter",
+                              hint="names: " + ", ".join(known) + "; e.g. draft_len_schedule=1:4,4:2;max_concurrency=8")
+        values[name] = value
+    return SpecSchedule.from_parameters(values)
+
+
+def parse_ramp(text: str, field: str = "ramps") -> tuple[int, ...]:
+    """"1,2,4,8,4,2,1" -> its concurrency phases; ConfigError naming `field` unless each is an integer >= 1."""
+    try:
+        phases = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(field, text, "is not a comma-separated list of concurrencies",
+                          hint="e.g. 1,2,4,8,16,8,4,2,1") from None
+    _positive(field, list(phases))
+    return phases
+
+
+def ramp_limits(ramp: str, waves: int) -> list[int]:
+    """[num_requests] the in-flight limit when each request of a ramp is submitted: phase c submits max(waves, 1) x c
+    requests while fewer than c are in flight."""
+    return [c for c in parse_ramp(ramp) for _ in range(max(waves, 1) * c)]
 
 
 def case_id(params: dict[str, object]) -> str:
