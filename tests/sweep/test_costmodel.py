@@ -209,3 +209,59 @@ def test_error_distribution_counts_bounds_and_spread():
     assert dist.median_spread == pytest.approx((0.03 + 0.10) / 2) and dist.worst_spread == pytest.approx(0.10)
     assert "2 within 10%" in dist.lines()[0] and "1 of 2 within 5%" in dist.lines()[1]
     assert error_distribution([rows[-1]]) is None
+
+
+def test_host_costs_per_step_and_per_draft_token():
+    lo = cm.StepCosts(1, {1: 0.01}, overhead_s=0.0005, overhead_token_s=0.00002, proposer_s={"ngram": 0.0003})
+    hi = cm.StepCosts(4, {1: 0.02}, overhead_s=0.0011, overhead_token_s=0.00008, proposer_s={"ngram": 0.0005})
+    assert lo.host(2.5) == pytest.approx(0.0005 + 2.5 * 0.00002)
+    assert cm.StepCosts(1, {1: 0.01}).host(2.0) is None  # not calibrated: the caller falls back to the run's own
+    mid = cm.blend(lo, hi, 0.5)
+    assert mid.host(1.0) == pytest.approx(0.0008 + 0.00005)
+    assert mid.proposer_s == pytest.approx({"ngram": 0.0004})
+
+
+def test_calibrated_host_time_replaces_the_runs_own(tmp_path):
+    from trtspec.sweep.analysis import load_results
+
+    calibration = {"kind": "calibration", "id": "calib", "model": "m", "draft": None, "medusa": None,
+                   "prompt_tokens": 50, "target_s": {"1": {str(n): t for n, t in _machine(1).target_s.items()}},
+                   "target_prefill_s": {"1": 0.040}, "overhead_s": {"1": 0.0005}, "overhead_token_s": {"1": 0.0001},
+                   "proposer_s": {"ngram": {"1": 0.0003}}}
+    plain = _case("none", 0, steps=20, trace=[[1, 1, 50]], forwards=20, draft_tokens=0, overhead=0.5)
+    # ngram k = 3: 10 steps, 6 of them drafted 3 tokens (18 draft tokens over 10 rows: 1.8 per row and step)
+    ngram = _case("ngram", 3, steps=10, trace=[[1, 1, 50]], forwards=10, draft_tokens=18, overhead=0.5)
+    ngram["params"]["draft"] = None
+    ngram["metrics"]["stats"]["num_drafts"] = 6
+    ngram["metrics"]["stats"]["draft_time_s"] = 5.0  # the run's own n-gram time is not used either
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (calibration, plain, ngram)))
+    rows = {r.k: r for r in load_results(path, "wall").rows}
+    assert rows[0].modelled_s == pytest.approx(19 * (0.011 + 0.0005) + (0.040 + 0.0005))
+    host = 0.0005 + 0.0001 * 1.8
+    share = 0.6  # batch 1: a step drafts with the rows' drafting frequency
+    step = share * (0.011 + 3 * 0.002) + (1 - share) * 0.011 + 0.0003 + host  # T(1, 1 + 3) or T(1, 1); lookup; host
+    assert rows[3].modelled_s == pytest.approx(9 * step + (0.040 * 53 / 50 + 0.0003 + host))
+    assert rows[3].prediction.overhead_step_s == pytest.approx(host)
+
+
+def test_engine_calibration_measures_host_time(random_pair):
+    from trtspec.sweep.backend_engine import EngineBackend
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.runner import ModelSet
+
+    target, draft = (str(p) for p in random_pair)
+    spec = SweepSpec.build(model=target, drafts=[draft], methods=["draft_target", "ngram"], k=[0, 2], num_prompts=1,
+                           max_new_tokens=4, max_draft_len=2, calibration_batch_sizes=[1, 2], calibration_repeats=1,
+                           prompt_tokens=16, threads=1)
+    backend = EngineBackend()
+    try:
+        backend.preflight(spec)  # one torch thread, as a sweep runs
+        fields = backend.calibrate(spec, ModelSet(target, draft))
+    finally:
+        backend.close()
+    assert fields["host_methods"] == ["none", "draft_target", "ngram"]
+    for clock in ("s", "cpu_s"):
+        assert set(fields[f"overhead_{clock}"]) == set(fields[f"overhead_token_{clock}"]) == {"1", "2"}
+        assert all(v > 0 for v in fields[f"overhead_{clock}"].values())
+        assert set(fields[f"proposer_{clock}"]) == {"ngram"}

@@ -10,6 +10,10 @@ per-token acceptance alpha this is the geometric (1 - alpha^(k+1)) / (1 - alpha)
 k = 0 always predicts exactly 1.0, so the optimal k can be 0 (do not speculate), which is the answer at large batch
 sizes where T_target(b, k + 1) grows with k.
 
+A measured run is priced step by step (sweep/analysis.py): its ordinary steps with `step_seconds` at their average
+batch, each step that admitted requests with `admission_seconds` (the admitted rows' prompt passes, stretched to the
+longest admitted prompt, beside the running rows' own step).
+
 The GPU projection replaces measured costs with a roofline: one forward over n tokens at batch b takes
 max(weight_bytes / bandwidth, 2 * params * b * n / peak_flops). It is always labelled a projection.
 Pure Python (no torch, no numpy), so the report can run anywhere.
@@ -36,6 +40,14 @@ class StepCosts:
     draft_prefill_s: float = 0.0  # the same for the draft model
     draft_tokens_s: Mapping[int, float] | None = None  # draft forward over n tokens per sequence, when measured
     prefill_tokens: float = 0.0  # the prompt length the prefill costs were measured at (0: unknown)
+    overhead_s: float | None = None  # host time per step of plain decoding, outside the forwards (None: not calibrated)
+    overhead_token_s: float = 0.0  # the extra host time per step per draft token of a row (verification, bookkeeping)
+    proposer_s: Mapping[str, float] | None = None  # a model-free proposer's time per step, per method
+
+    def host(self, draft_tokens: float) -> float | None:
+        """Calibrated host time of one step whose rows carry `draft_tokens` draft tokens each on average:
+        overhead_s + overhead_token_s * draft_tokens (None when the calibration did not measure it)."""
+        return None if self.overhead_s is None else self.overhead_s + self.overhead_token_s * draft_tokens
 
     def draft(self, num_tokens: float) -> float:
         """T_draft(b, n): the draft's first forward of a step feeds the tokens committed since its last proposal."""
@@ -105,8 +117,12 @@ def blend(lo: StepCosts, hi: StepCosts, weight: float) -> StepCosts:
     target = {n: mix(lo.target(n), hi.target(n)) for n in sorted(set(lo.target_s) | set(hi.target_s))}
     draft_tokens = ({n: mix(lo.draft(n), hi.draft(n)) for n in sorted(lo.draft_tokens_s)}
                     if lo.draft_tokens_s and hi.draft_tokens_s else None)
+    overhead = mix(lo.overhead_s, hi.overhead_s) if lo.overhead_s is not None and hi.overhead_s is not None else None
+    proposer = ({m: mix(lo.proposer_s[m], hi.proposer_s[m]) for m in lo.proposer_s if m in hi.proposer_s}
+                if lo.proposer_s and hi.proposer_s else None)
     return StepCosts(batch, target, mix(lo.draft_s, hi.draft_s), mix(lo.target_prefill_s, hi.target_prefill_s),
-                     mix(lo.draft_prefill_s, hi.draft_prefill_s), draft_tokens, mix(lo.prefill_tokens, hi.prefill_tokens))
+                     mix(lo.draft_prefill_s, hi.draft_prefill_s), draft_tokens, mix(lo.prefill_tokens, hi.prefill_tokens),
+                     overhead, mix(lo.overhead_token_s, hi.overhead_token_s), proposer)
 
 
 def step_seconds(costs: StepCosts, *, draft_len: float, draft_share: float, overhead_s: float,

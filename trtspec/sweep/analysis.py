@@ -168,8 +168,8 @@ def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | Non
             continue
         stats, base_stats = stats_of[row.id], stats_of.get(base.id, {}) if base else {}
         row.prediction = costmodel.predict(
-            row.k, row.tokens_per_step, costs, overhead_base_s=_overhead_per_step(base_stats),
-            overhead_spec_s=_overhead_per_step(stats), draft_step_s=_proposer_step_s(row, stats))
+            row.k, row.tokens_per_step, costs, overhead_base_s=_overhead_per_step(base_stats, costs),
+            overhead_spec_s=_overhead_per_step(stats, costs), draft_step_s=_proposer_step_s(row, stats, costs))
         row.base_admissions = base.admissions if base else None
         if costs.target_prefill_s:
             uses_draft = resolve(row.method).needs_draft_model
@@ -203,8 +203,12 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: fl
         draft_prefill = float(best.get(f"draft_prefill_{suffix}", {}).get(str(b), 0.0))
         tokens = best.get(f"draft_tokens_{suffix}", {}).get(str(b)) if needs_draft else None
         draft_tokens = {int(n): float(t) for n, t in tokens.items()} if tokens else None
+        overhead = best.get(f"overhead_{suffix}", {}).get(str(b))
+        proposer = {m: float(by_b[str(b)]) for m, by_b in best.get(f"proposer_{suffix}", {}).items() if str(b) in by_b}
         return costmodel.StepCosts(b, target_s, draft_s, prefill, draft_prefill, draft_tokens,
-                                   float(best.get("prompt_tokens") or 0.0))
+                                   float(best.get("prompt_tokens") or 0.0),
+                                   None if overhead is None else float(overhead),
+                                   float(best.get(f"overhead_token_{suffix}", {}).get(str(b), 0.0)), proposer or None)
 
     lo = max((b for b in sizes if b <= batch), default=sizes[0])
     hi = min((b for b in sizes if b >= batch), default=sizes[-1])
@@ -242,9 +246,9 @@ def _trace_seconds(row: CaseRow, stats: dict[str, Any], calibrations: Iterable[R
     drafts = stats.get("num_drafts") or 0
     draft_len = (stats.get("num_draft_tokens") or 0) / drafts if drafts else 0.0
     share = 1 - (1 - drafts / forwards) ** batch
-    overhead = _overhead_per_step(stats)
+    overhead = _overhead_per_step(stats, costs)
     emitted = stats.get("num_emitted_tokens") or forwards
-    draft_step = _proposer_step_s(row, stats)
+    draft_step = _proposer_step_s(row, stats, costs)
     draft_model = resolve(row.method).needs_draft_model and row.k > 0
     step = costmodel.step_seconds(costs, draft_len=draft_len, draft_share=share, overhead_s=overhead,
                                   draft_step_s=draft_step, catch_up_tokens=emitted / forwards)
@@ -363,16 +367,24 @@ def _baseline_key(params: dict[str, Any]) -> tuple:
     return tuple(params.get(k) for k in BASELINE_KEYS + LOOP_KEYS)
 
 
-def _overhead_per_step(stats: dict[str, Any]) -> float:
+def _overhead_per_step(stats: dict[str, Any], costs: costmodel.StepCosts | None = None) -> float:
+    """Host time per step: calibrated (plain decoding's + per draft token, at the run's draft tokens per row and
+    step: a count) when the calibration measured it, else the engine's own accounting of the run."""
     forwards = stats.get("num_target_forwards") or 0
+    calibrated = costs.host((stats.get("num_draft_tokens") or 0) / forwards if forwards else 0.0) if costs else None
+    if calibrated is not None:
+        return calibrated
     return float(stats.get("overhead_time_s") or 0.0) / forwards if forwards else 0.0
 
 
-def _proposer_step_s(row: CaseRow, stats: dict[str, Any]) -> float | None:
-    """Proposers without a model (n-gram, lookahead) cost what the engine measured; model drafts use calibration."""
+def _proposer_step_s(row: CaseRow, stats: dict[str, Any], costs: costmodel.StepCosts | None = None) -> float | None:
+    """Proposers without a model (n-gram, lookahead) cost their calibrated time per step, else what the engine
+    measured in the run; model drafts use the calibrated forwards (None)."""
     info = resolve(row.method)
     if info.needs_draft_model or info.needs_medusa_heads or row.k == 0:
         return None
+    if costs is not None and costs.proposer_s and row.method in costs.proposer_s:
+        return costs.proposer_s[row.method]
     forwards = stats.get("num_target_forwards") or 0
     return float(stats.get("draft_time_s") or 0.0) / forwards if forwards else 0.0
 

@@ -331,7 +331,7 @@ def _policy(schedule: str | None) -> Any:
 def _host_costs(engine: Any, spec: SweepSpec, sizes: Sequence[int]) -> dict[str, Any]:
     """Host time per engine step outside the forwards, at each batch size b, from short closed loops of b requests
     (HOST_TOKENS tokens each, the first suite's prompts; the engine's own time split, converted to CPU seconds with
-    the loop's CPU / wall ratio; median over min(calibration_repeats, 3) rounds):
+    the loop's CPU / wall ratio; median over min(calibration_repeats, 3) rounds after a warm-up round):
       overhead_{s,cpu_s}[b]            plain decoding's host time per step
       overhead_token_{s,cpu_s}[b]      the extra per draft token per row (a loop at max_draft_len: the draft model
                                        when the set has one, else the first model-free method)
@@ -350,17 +350,18 @@ def _host_costs(engine: Any, spec: SweepSpec, sizes: Sequence[int]) -> dict[str,
     methods = [BASELINE, *([drafting] if drafting else []), *(m for m in model_free if m != drafting)]
     k = spec.max_draft_len
     seen: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}  # (overhead, proposer, draft tokens, cpu/wall)
-    for _ in range(min(spec.calibration_repeats, 3)):
+    for rep in range(min(spec.calibration_repeats, 3) + 1):  # the first round is a warm-up
         for b in sizes:
             for method in methods:
                 samplings = [SamplingParams(max_new_tokens=HOST_TOKENS, ignore_eos=True, seed=i) for i in range(b)]
                 params = SpecParams(method="none" if method == BASELINE else method, k=0 if method == BASELINE else k)
                 run = closed_loop(engine, [prompts[i % len(prompts)] for i in range(b)], samplings, params, b)
                 forwards = max(run.stats.num_target_forwards, 1)
-                seen.setdefault((method, b), []).append((run.stats.overhead_time_s / forwards,
-                                                         run.stats.draft_time_s / forwards,
-                                                         run.stats.num_draft_tokens / forwards,
-                                                         run.cpu_s / run.wall_s if run.wall_s > 0 else 1.0))
+                if rep:
+                    seen.setdefault((method, b), []).append((run.stats.overhead_time_s / forwards,
+                                                             run.stats.draft_time_s / forwards,
+                                                             run.stats.num_draft_tokens / forwards,
+                                                             run.cpu_s / run.wall_s if run.wall_s > 0 else 1.0))
     out: dict[str, Any] = {"host_tokens": HOST_TOKENS, "host_methods": methods}
     for clock in ("s", "cpu_s"):
         def med(method: str, b: int, i: int, clock: str = clock) -> float:
