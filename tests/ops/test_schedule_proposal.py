@@ -193,7 +193,13 @@ def test_the_monitor_keeps_windows_per_bucket_and_reports_the_proposal():
     assert rows[8].acceptance == "window" and rows[8].drafts == 180.0 and rows[8].concurrency == pytest.approx(8.0)
     assert rows[2].acceptance == "pooled" and rows[8].k == 0
     assert plan.served.default_k == 4 and plan.action == "change" and plan.ks[0] == 4
+    assert rows[1].measured_speedup == pytest.approx(1.0)  # 100 tokens/s at concurrency 1; the baseline's plain 100
     assert report.to_dict()["schedule"]["buckets"][0]["batch_size"] == 1
+    from trtspec.ops.dashboard import to_text
+
+    text = " ".join(to_text([report], source="m", width=400).split())
+    assert f"schedule served k=4 propose {plan.text()}" in text
+    assert "by batch size 1: k=4 5.00x (measured 1.00x; 150 drafts)" in text and "8: k=0 1.00x (now k=4" in text
 
 
 class Control:

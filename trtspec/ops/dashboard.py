@@ -24,6 +24,14 @@ def _per_pos(values: Sequence[float], baseline: Sequence[float] | None) -> str:
     return "  ".join(parts) or "-"
 
 
+def _bucket(row: Any) -> str:
+    """One batch size of a schedule proposal: proposed k and prediction (served k's prediction, measured; drafts)."""
+    seen = f"{row.drafts:.0f} drafts" if row.acceptance == "window" else "pooled"
+    served = "" if row.k == row.served_k else f"now k={row.served_k} {row.served_speedup:.2f}x, "
+    measured = "" if row.measured_speedup is None else f"measured {row.measured_speedup:.2f}x; "
+    return f"{row.batch_size}: k={row.k} {row.speedup:.2f}x ({served}{measured}{seen})"
+
+
 def model_panel(report: ModelReport) -> Any:
     """One model's numbers as a rich Panel."""
     from rich.panel import Panel
@@ -66,9 +74,7 @@ def model_panel(report: ModelReport) -> Any:
         else:
             verb = "keep" if plan.action == "keep" else "propose"
             table.add_row("schedule", f"served {plan.served_text()}   [{style}]{verb} {plan.text()}[/{style}]")
-            table.add_row("by batch size", "  ".join(
-                f"{b.batch_size}: k={b.k} {b.speedup:.2f}x ({f'{b.drafts:.0f} drafts' if b.acceptance == 'window' else 'pooled'})"
-                for b in plan.buckets))
+            table.add_row("by batch size", "  ".join(_bucket(b) for b in plan.buckets))
     if report.speedup and report.mean_acceptance_length and report.speedup > 1.5 * report.mean_acceptance_length:
         table.add_row("note", "the ratio to plain decoding exceeds what acceptance allows: the baseline's throughput "
                               "was measured under other conditions (load, threads, hardware); re-sweep where it serves")

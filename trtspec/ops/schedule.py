@@ -56,6 +56,8 @@ class BucketPlan:
     concurrency: float | None  # mean requests in flight over those intervals (None: no interval in this bucket)
     tokens_per_s: float | None  # effective tokens/s over those intervals
     extrapolated: bool  # some position past what the drafts reached (the window's per-token acceptance)
+    measured_speedup: float | None = None  # tokens_per_s over the baseline's plain tokens/s at that concurrency: what
+    # served_speedup predicts, measured (both sides wall clock; a baseline measured elsewhere makes it disagree)
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,12 @@ def propose_schedule(window: WindowStats, buckets: Mapping[int, WindowStats], ba
         ks.append(k)
         if batch & (batch - 1) == 0:  # a bucket's own batch size: one row
             data = buckets.get(batch)
+            plain = baseline.plain_tokens_per_s_at(data.concurrency or batch) if data else None
             rows.append(BucketPlan(batch, k, by_k[k], now, by_k[now],
                                    "window" if batch in by_bucket else "pooled",
                                    data.num_drafts if data else 0.0, data.concurrency if data else None,
-                                   data.tokens_per_s if data else None, acceptance.extrapolated))
+                                   data.tokens_per_s if data else None, acceptance.extrapolated,
+                                   data.tokens_per_s / plain if data and plain else None))
     served_schedule = served.schedule if served is not None else None
     served_limit = served_schedule.max_concurrency if served_schedule is not None else None
     draft_len, limit, default_k = compress(ks, served_limit)
