@@ -246,11 +246,11 @@ def test_eagle_trees_are_checked_when_the_spec_is_built(spec_kwargs):
 
 def test_schedules_and_ramps_are_cases_beside_fixed_k_and_concurrency(spec_kwargs):
     """A schedule is a case per method variant asking its draft length at batch 1; a ramp is a point with its own
-    baseline whose concurrency is its largest phase and whose requests are max(waves, 1) x each phase; the cases
-    of a spec without either keep their ids."""
+    baseline whose concurrency is its largest phase and whose requests are ramp_waves x each phase; the cases of a
+    spec without either keep their ids."""
     text = "draft_len_schedule=1:3,4:1;max_concurrency=8;acceptance_window=4;acceptance_length_threshold=1.5"
     kwargs = dict(**spec_kwargs, methods=["draft_target", "ngram"], k=[0, 2], concurrency=[1, 4], waves=2)
-    spec = SweepSpec.build(**kwargs, schedules=[text], ramps=["1,4,2"], max_draft_len=4)
+    spec = SweepSpec.build(**kwargs, schedules=[text], ramps=["1,4,2"], ramp_waves=2, max_draft_len=4)
     cases = spec.cases()
     assert len(cases) == 3 * 5  # (c=1, c=4, the ramp) x (plain, 2 fixed k, 2 schedules)
     scheduled = [c for c in cases if c.schedule]
@@ -259,7 +259,7 @@ def test_schedules_and_ramps_are_cases_beside_fixed_k_and_concurrency(spec_kwarg
     ramp = [c for c in cases if c.ramp]
     assert len(ramp) == 5 and {c.concurrency for c in ramp} == {4} and {c.num_requests for c in ramp} == {14}
     assert ramp_limits("1,4,2", 2) == [1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2]
-    assert ramp_limits("3,1", 0) == [3, 3, 3, 1]  # at least one wave per phase
+    assert ramp_limits("3,1", 1) == [3, 3, 3, 1]
     assert "ramp=1,4,2" in ramp[0].label() and "schedule draft_len_schedule=1:3,4:1" in scheduled[0].label()
     plain = SweepSpec.build(**kwargs).cases()
     assert [c.case_id for c in plain] == [c.case_id for c in cases if not c.schedule and not c.ramp]
@@ -275,6 +275,7 @@ def test_schedules_and_ramps_are_cases_beside_fixed_k_and_concurrency(spec_kwarg
      "finite"),
     ({"ramps": ["1,0,2"]}, "ramps", "positive"),
     ({"ramps": ["1,x"]}, "ramps", "comma-separated"),
+    ({"ramps": ["1,2"], "ramp_waves": 0}, "ramp_waves", "positive"),
     ({"methods": ["none"], "schedules": ["draft_len_schedule=1:2"]}, "schedules", "speculative method"),
     ({"via": "triton", "url": "x:1", "ramps": ["1,2"]}, "ramps", "in-process engine only"),
 ])

@@ -227,7 +227,7 @@ class EngineBackend:
             engine.proposers[resolve(method).proposer].reset()
             if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
                 closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
-        limits = ramp_limits(case.ramp, spec.waves) if case.ramp else None
+        limits = ramp_limits(case.ramp, spec.ramp_waves) if case.ramp else None
         run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency, limits)
         tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
         gate = engine.gate_state

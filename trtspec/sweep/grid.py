@@ -94,8 +94,9 @@ class SweepSpec(BaseModel):
                                  "max_concurrency=16;acceptance_window=32;acceptance_length_threshold=1.3: a case "
                                  "per method variant whose requests ask the schedule's draft length at batch 1")
     ramps: list[str] = Field([], description="load ramps run beside the fixed concurrencies (via engine): each "
-                             "concurrency phases, e.g. 1,2,4,8,16,8,4,2,1; phase c submits max(waves, 1) x c "
-                             "requests with c in flight, the phases one closed loop")
+                             "concurrency phases, e.g. 1,2,4,8,16,8,4,2,1; phase c submits ramp_waves x c requests "
+                             "with c in flight, the phases one closed loop")
+    ramp_waves: int = Field(1, description="requests per ramp phase = ramp_waves x the phase's concurrency")
     lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
                                  "nodes and stops at G x (N - 1), which verifies every candidate")
     max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
@@ -240,6 +241,7 @@ class SweepSpec(BaseModel):
             parse_schedule(text, field="schedules").check(max_k=self.max_draft_len)
         for text in self.ramps:
             parse_ramp(text)
+        _positive("ramp_waves", [self.ramp_waves])
         if self.schedules and all(m == BASELINE for m in self.methods):
             raise ConfigError("schedules", self.schedules, "a schedule needs a speculative method",
                               hint="add a method such as draft_target, or drop schedules")
@@ -324,7 +326,7 @@ class SweepSpec(BaseModel):
         """Closed-loop fields of a case at this concurrency or ramp (None = default, left out of the case id)."""
         requests = max(self.num_requests or self.num_prompts, self.waves * concurrency)
         if ramp is not None:
-            requests = len(ramp_limits(ramp, self.waves))
+            requests = len(ramp_limits(ramp, self.ramp_waves))
         return {"num_requests": requests if requests != self.num_prompts else None,
                 "prompt_tokens": self.prompt_tokens}
 
@@ -446,9 +448,9 @@ def parse_ramp(text: str, field: str = "ramps") -> tuple[int, ...]:
 
 
 def ramp_limits(ramp: str, waves: int) -> list[int]:
-    """[num_requests] the in-flight limit when each request of a ramp is submitted: phase c submits max(waves, 1) x c
+    """[num_requests] the in-flight limit when each request of a ramp is submitted: phase c submits waves x c
     requests while fewer than c are in flight."""
-    return [c for c in parse_ramp(ramp) for _ in range(max(waves, 1) * c)]
+    return [c for c in parse_ramp(ramp) for _ in range(waves * c)]
 
 
 def case_id(params: dict[str, object]) -> str:
