@@ -46,8 +46,7 @@ def report(results: str, out: str, price_per_hour: float | None, gpus: str, max_
     \b
         trtspec report results.jsonl --out report/
         trtspec report results.jsonl --out report/ --price-per-hour 2.5 --write-config build.yaml
-        trtspec report results.jsonl --out report/ --write-config build.yaml --method ngram --temperature 0 \\
-            --max-batch-size 16 --dry-run
+        trtspec report results.jsonl --out report/ --write-config build.yaml --method ngram --dry-run
     """
     from trtspec.errors import UsageError
     from trtspec.sweep.grid import parse_str_list
