@@ -48,7 +48,6 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
 
     \b
         trtspec serve out/triton/tiny-torch
-        trtspec serve --dynamo 2 out/build/tiny-torch
         trtspec serve --dynamo 2 --method ngram --k 6
         trtspec serve --dynamo 2 out/build/tiny-torch --draft-len-schedule 1:4,4:2,16:0 --max-concurrency 16
     """
