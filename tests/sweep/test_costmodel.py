@@ -198,16 +198,19 @@ def test_error_distribution_counts_bounds_and_spread():
                        acceptance_rate=0.5, per_pos=[], measured_speedup=measured, modelled_s=1.0,
                        base_modelled_s=predicted, round_speedups=rounds)
 
-    rows = [row(1, 1.0, 1.04, [1.0, 1.03]), row(2, 1.0, 0.92, [1.0, 1.1, 1.05]), row(3, 2.0, 2.6, []),
+    rows = [row(1, 1.0, 1.04, [1.0, 1.03]), row(2, 1.0, 0.92, [1.0, 1.1, 1.05, 1.2]), row(3, 2.0, 2.6, []),
             row(0, 1.0, 1.0, [])]
     dist = error_distribution(rows)
     assert dist is not None and dist.cases == 3  # k = 0 is the baseline, not a case
     assert dist.within == {0.05: 1, 0.10: 2, 0.15: 2}
     assert dist.median_error == pytest.approx(0.08) and dist.worst_error == pytest.approx(0.30)
     assert dist.worst_case == "ngram k=3 T=0 code c=1"
-    assert (dist.repeated, dist.spread_within_5) == (2, 1)
-    assert dist.median_spread == pytest.approx((0.03 + 0.10) / 2) and dist.worst_spread == pytest.approx(0.10)
-    assert "2 within 10%" in dist.lines()[0] and "1 of 2 within 5%" in dist.lines()[1]
+    # split-half: rounds 0, 2 vs 1, 3: median(1.0, 1.05) / median(1.1, 1.2) - 1 = 1.025 / 1.15 - 1
+    assert (dist.repeated, dist.halves_within_5) == (2, 1)
+    assert dist.worst_halves == pytest.approx(1 - 1.025 / 1.15)
+    assert dist.median_halves == pytest.approx((0.03 / 1.03 + 1 - 1.025 / 1.15) / 2)
+    assert dist.median_spread == pytest.approx((0.03 + 0.2) / 2)
+    assert "2 within 10%" in dist.lines()[0] and "(1 of 2 within 5%)" in dist.lines()[1]
     assert error_distribution([rows[-1]]) is None
 
 

@@ -266,8 +266,9 @@ def _trace_seconds(row: CaseRow, stats: dict[str, Any], calibrations: Iterable[R
 @dataclass(frozen=True)
 class ErrorDistribution:
     """How close the cost model came over the speculative cases with a prediction, and how well the measurement
-    itself repeats: the round-to-round spread (max / min - 1) of each case's measured speedup, over the cases the
-    sweep measured in more than one round."""
+    itself repeats, over the cases the sweep measured in more than one round: split-half, |median of the even rounds'
+    speedups / median of the odd rounds' - 1| (each half has half the case's tokens), and the round-to-round spread
+    (max / min - 1) of single rounds."""
 
     cases: int
     within: dict[float, int]  # bound (0.05, 0.10, 0.15) -> cases with |error| <= bound
@@ -275,9 +276,10 @@ class ErrorDistribution:
     worst_error: float
     worst_case: str
     repeated: int = 0  # cases with more than one round
-    median_spread: float | None = None
-    worst_spread: float | None = None
-    spread_within_5: int = 0  # repeated cases whose rounds agree within 5%
+    median_halves: float | None = None  # split-half difference
+    worst_halves: float | None = None
+    halves_within_5: int = 0  # repeated cases whose halves agree within 5%
+    median_spread: float | None = None  # round-to-round spread
 
     def lines(self) -> list[str]:
         """The distribution in two Markdown lines (the report's and the bench's)."""
@@ -286,9 +288,10 @@ class ErrorDistribution:
                f"worst {100 * self.worst_error:.1f}% ({self.worst_case})."]
         if self.repeated:
             out.append(f"Measurement repeatability over {self.repeated} cases run in more than one round: the "
-                       f"measured speedup's round-to-round spread (max / min - 1) is {100 * self.median_spread:.1f}% "
-                       f"median, {100 * self.worst_spread:.1f}% worst; {self.spread_within_5} of {self.repeated} "
-                       "within 5%.")
+                       "medians of the even and of the odd rounds' measured speedups differ by "
+                       f"{100 * self.median_halves:.1f}% median, {100 * self.worst_halves:.1f}% worst "
+                       f"({self.halves_within_5} of {self.repeated} within 5%); single rounds spread by "
+                       f"{100 * self.median_spread:.0f}% (max / min - 1, median).")
         return out
 
 
@@ -299,14 +302,18 @@ def error_distribution(rows: Iterable[CaseRow]) -> ErrorDistribution | None:
         return None
     errors = sorted(abs(r.error or 0.0) for r in checked)
     worst = max(checked, key=lambda r: abs(r.error or 0.0))
-    spreads = sorted(max(r.round_speedups) / min(r.round_speedups) - 1 for r in checked if len(r.round_speedups) > 1)
+    repeated = [r for r in checked if len(r.round_speedups) > 1]
+    spreads = [max(r.round_speedups) / min(r.round_speedups) - 1 for r in repeated]
+    halves = sorted(abs(statistics.median(r.round_speedups[0::2]) / statistics.median(r.round_speedups[1::2]) - 1)
+                    for r in repeated)
     return ErrorDistribution(
         cases=len(checked), within={b: sum(e <= b for e in errors) for b in (0.05, 0.10, 0.15)},
         median_error=statistics.median(errors), worst_error=errors[-1],
         worst_case=f"{worst.variant} k={worst.k} T={worst.params['temperature']:g} {worst.suite} "
                    f"c={worst.params['concurrency']}",
-        repeated=len(spreads), median_spread=statistics.median(spreads) if spreads else None,
-        worst_spread=spreads[-1] if spreads else None, spread_within_5=sum(s <= 0.05 for s in spreads))
+        repeated=len(repeated), median_halves=statistics.median(halves) if halves else None,
+        worst_halves=halves[-1] if halves else None, halves_within_5=sum(h <= 0.05 for h in halves),
+        median_spread=statistics.median(spreads) if spreads else None)
 
 
 def _merge_repeats(rows: list[CaseRow]) -> list[CaseRow]:
