@@ -10,6 +10,9 @@ Sections (run all, or pick with --section):
   batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k = 1..8 vs
            adaptive k (output tokens/s median and spread over shuffled rounds, per-request latency p50/p99), and
            the verdict: adaptive k within 5% of the best of the others at every concurrency (paired by round)
+  schedule the speculation schedule a sweep recommends (draft length per batch size, max_concurrency, the gate) vs
+           no speculation, fixed k and adaptive k at concurrency 1, 4, 16 and on a ramp 1 -> 16 -> 1, with the verdict
+           (schedule >= 0.97 x the best fixed k, paired per round), and its gate on traffic where acceptance collapses
   dynamo   `trtspec serve --dynamo N` with 1 and 2 workers under the same openai sweep (and aiperf when
            `make aiperf` installed it): throughput and latency side by side
   suffix   suffix decoding with a cold and a warm cache on code, prose, grounded and repetitive prompts at batch 1,
@@ -40,7 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import benchmarks, benchmarks_eagle, benchmarks_ensemble
+from benchlib import benchmarks, benchmarks_eagle, benchmarks_ensemble, benchmarks_schedule
 from benchlib.benchmarks import Comparison, Section
 from trtspec.atomic import write_text
 from trtspec.sweep.grid import SweepSpec
@@ -141,6 +144,19 @@ def bench_batching(args: argparse.Namespace) -> Section:
                                     min_requests=args.batching_min_requests, repeats=args.batching_repeats,
                                     threads=args.threads)
     return benchmarks.batching_section(spec, benchmarks.measure(spec), min_requests=args.batching_min_requests)
+
+
+def bench_schedule(args: argparse.Namespace) -> Section:
+    bench = benchmarks_schedule.ScheduleBench(
+        model=args.model, draft=args.draft, concurrency=tuple(args.concurrency), ramp=tuple(args.schedule_ramp),
+        sweep_ks=tuple(args.schedule_sweep_ks), fixed_ks=tuple(args.schedule_fixed_ks),
+        adaptive_max_k=args.adaptive_max_k, max_new_tokens=args.schedule_new_tokens,
+        prompt_tokens=args.batching_prompt_tokens, waves=args.schedule_waves, ramp_waves=args.schedule_ramp_waves,
+        min_requests=args.batching_min_requests,
+        sweep_repeats=args.schedule_sweep_repeats, repeats=args.schedule_repeats,
+        gate_concurrency=args.schedule_gate_concurrency, gate_requests=args.schedule_gate_requests,
+        gate_repeats=args.schedule_gate_repeats, threads=args.threads)
+    return benchmarks_schedule.run(bench)
 
 
 def bench_lookahead(args: argparse.Namespace) -> Section:
@@ -332,7 +348,7 @@ def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
-    "dynamo": bench_dynamo,
+    "dynamo": bench_dynamo, "schedule": bench_schedule,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
     "ensemble": bench_ensemble,
 }
@@ -401,6 +417,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batching-min-requests", type=int, default=8, help="batching: requests per cell at least")
     parser.add_argument("--batching-repeats", type=int, default=12,
                         help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
+    parser.add_argument("--schedule-sweep-ks", type=int, nargs="+", default=list(range(1, 6)),
+                        help="schedule: k of the recommendation sweep (beside k = 0)")
+    parser.add_argument("--schedule-sweep-repeats", type=int, default=2,
+                        help="schedule: shuffled rounds of the recommendation sweep (medians)")
+    parser.add_argument("--schedule-fixed-ks", type=int, nargs="+", default=list(range(1, 6)),
+                        help="schedule: k of the fixed-k rows the schedule is compared with")
+    parser.add_argument("--schedule-ramp", type=int, nargs="+", default=list(benchmarks_schedule.RAMP),
+                        help="schedule: concurrency phases of the ramp (one closed loop)")
+    parser.add_argument("--schedule-new-tokens", type=int, default=32, help="schedule: tokens per request")
+    parser.add_argument("--schedule-waves", type=int, default=3,
+                        help="schedule: requests per cell >= waves x concurrency")
+    parser.add_argument("--schedule-ramp-waves", type=int, default=1,
+                        help="schedule: requests per ramp phase = ramp waves x its concurrency")
+    parser.add_argument("--schedule-repeats", type=int, default=6,
+                        help="schedule: rounds of the comparison, each load's cells shuffled (medians, paired verdict)")
+    parser.add_argument("--schedule-gate-concurrency", type=int, default=4,
+                        help="schedule: requests in flight on the gate's collapsed traffic")
+    parser.add_argument("--schedule-gate-requests", type=int, default=96,
+                        help="schedule: requests per cell on the gate's collapsed traffic")
+    parser.add_argument("--schedule-gate-repeats", type=int, default=3,
+                        help="schedule: rounds of the gate's cells (paired ratio)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")
     parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")
     parser.add_argument("--lookahead-prompts", type=int, default=8, help="lookahead: prompts per suite")

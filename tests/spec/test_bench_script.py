@@ -32,3 +32,50 @@ def test_write_section_appends_then_replaces(tmp_path):
     assert "Command: `python scripts/bench.py --section a`" in text
     assert "- second\n\n## B" in text  # a replaced section keeps the blank line before the next heading
     assert set(bench.SECTIONS) >= {"engine"}
+
+
+def _case_record(case, rate: float, digest: str = "plain", **metrics) -> dict:
+    stats = {"num_drafts": 4, "num_draft_tokens": 8, "num_accepted_tokens": 4, "num_target_forwards": 10}
+    return {"kind": "case", "status": "ok", "params": case.params(),
+            "metrics": {"tokens_per_s": rate, "tokens_per_cpu_s": rate, "output_sha256": digest, "stats": stats,
+                        "latencies_s": [0.1, 0.2], "num_requests": 2, "requests_drafted": 2, **metrics}}
+
+
+def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
+    """The schedule section's sweeps build from the script's defaults; its verdict pairs the schedule with the best
+    of no speculation and fixed k round by round, per concurrency and for the ramp; the gate's verdict needs the
+    gate closed within its window and gated / plain >= 0.97 per round."""
+    from benchlib import benchmarks_schedule as bs
+    from benchlib.benchmarks import Measured
+    from trtspec.contracts.schedule import SpecSchedule
+
+    bench = _bench()
+    assert bench.SECTIONS["schedule"] is bench.bench_schedule
+    run = bs.ScheduleBench(concurrency=(1, 4), ramp=(1, 4, 1), fixed_ks=(1, 2), repeats=3, gate_repeats=2)
+    schedule = SpecSchedule(draft_len=((1, 3), (4, 1)), max_concurrency=8, acceptance_window=4,
+                            acceptance_length_threshold=1.4)
+    assert {m for m in run.recommendation_spec().methods} == {"draft_target", "ngram"}
+    cases = run.comparison_spec(schedule).cases()
+    assert {bs.row_name(c.params())[1] for c in cases} == {"no speculation", "fixed k=1", "fixed k=2",
+                                                           "adaptive k<=8", "recommended schedule"}
+    # rates per round: fixed k=2 is best everywhere; the schedule keeps up at c=1 and on the ramp, not at c=4
+    rate = {"no speculation": 100.0, "fixed k=1": 110.0, "fixed k=2": 120.0, "adaptive k<=8": 115.0}
+    records = []
+    for case in cases:
+        name, load = bs.row_name(case.params())[1], bs._load(case.params())
+        base = 119.0 if load != "c=4" else 100.0
+        wobble = 1 + 0.2 * case.repeat  # the machine's speed drifts between rounds; pairing cancels it
+        records.append(_case_record(case, rate.get(name, base) * wobble))
+    rows, verdicts = bs.comparison_rows(Measured(records, None, None), "cpu")
+    assert [v.load for v in verdicts] == ["c=1", "c=4", "ramp 1,4,1"]
+    assert [v.best for v in verdicts] == ["fixed k=2"] * 3 and [v.passed for v in verdicts] == [True, False, True]
+    assert abs(verdicts[0].paired - 119 / 120) < 1e-9 and abs(verdicts[0].adaptive_paired - 115 / 120) < 1e-9
+    assert [r[-1] for r in rows if r[0] == "recommended schedule"] == ["PASS", "FAIL", "PASS"]
+    assert bs.gate_concurrency(schedule, 3, 4, (1, 4)) == 4
+    assert bs.gate_concurrency(SpecSchedule(draft_len=((1, 3), (2, 0))), 3, 4, (1, 4)) == 1
+    gate_cases = run.gate_spec(schedule, 4).cases()
+    gate_records = [_case_record(c, 100.0 if c.method == "none" else rate_, gate={"closed_after": closed})
+                    for c in gate_cases for rate_, closed in [(98.0 if c.repeat else 96.0, 4 + c.repeat)]]
+    _, gate = bs.gate_result(Measured(gate_records, None, None), "ngram", schedule, "cpu")
+    assert gate.closed_after == [4, 5] and not gate.closed_in_window and not gate.passed  # round 1: too late
+    assert abs(gate.paired - 0.97) < 1e-9 and gate.acceptance == 2.0

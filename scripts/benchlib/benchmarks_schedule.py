@@ -1,0 +1,370 @@
+"""The "schedule" section of docs/benchmarks.md (issue 28): the speculation schedule a sweep recommends, run on the
+embedded pair beside plain decoding, every fixed k and adaptive k, at fixed concurrencies and on a load ramp; and the
+acceptance gate on traffic where acceptance collapses. Three sweeps, each run by `benchmarks.measure`:
+
+  recommendation  draft_target and ngram, k = 0..max, closed loops at each concurrency, calibrated forward costs;
+                  `trtspec.sweep.schedule.choose` makes each method's SpecSchedule (draft length per batch size,
+                  max_concurrency, the gate's threshold and window), as `trtspec report` does
+  comparison      draft_target: no speculation, fixed k, adaptive k and the recommended schedule, at each concurrency
+                  and on a ramp (concurrency phases in one closed loop, so the schedule's k follows the load); rounds
+                  shuffled per load; verdict per load: schedule / the best of no speculation and fixed k, paired per
+                  round, >= SCHEDULE_MARGIN; adaptive k / the same best beside it
+  gate            a method's recommended schedule with its gate vs plain decoding on the traffic where that method's
+                  acceptance collapses: finished requests until the gate closed, and throughput / plain per round
+
+Judged on tokens per CPU second with one torch thread (the machine is shared), as the batching section does. No torch
+at import.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchlib.benchmarks import MIXED, Measured, Section, _by_case, _machine, _yes, median_interval, percentile
+from trtspec.sweep.grid import BASELINE, SweepSpec, schedule_text
+
+SCHEDULE_MARGIN = 0.97  # issue 28: the recommended schedule >= 0.97 x the best fixed k at each load
+GATE_MARGIN = 0.97  # issue 28: with acceptance collapsed, the gated schedule >= 0.97 x plain decoding
+RAMP = (1, 2, 4, 8, 16, 8, 4, 2, 1)
+GATE_SUITE, GATE_TEMPERATURE = "prose", 1.0
+
+
+@dataclass(frozen=True)
+class ScheduleBench:
+    """What the section runs (scripts/bench.py flags)."""
+
+    model: str = "tiny"
+    draft: str = "tiny-draft"
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    ramp: tuple[int, ...] = RAMP
+    sweep_ks: tuple[int, ...] = tuple(range(1, 6))  # the recommendation sweep's k (beside k = 0)
+    fixed_ks: tuple[int, ...] = tuple(range(1, 6))  # the comparison's fixed-k rows
+    adaptive_max_k: int = 8
+    max_new_tokens: int = 32
+    prompt_tokens: int = 64
+    waves: int = 3  # requests per cell >= waves x concurrency
+    ramp_waves: int = 1  # requests per ramp phase = ramp_waves x its concurrency
+    min_requests: int = 8
+    sweep_repeats: int = 2
+    repeats: int = 6
+    gate_method: str = "ngram"
+    gate_concurrency: int = 4
+    gate_requests: int = 96
+    gate_repeats: int = 3
+    threads: int = 1
+
+    @property
+    def max_draft_len(self) -> int:
+        return max(*self.sweep_ks, *self.fixed_ks, self.adaptive_max_k)
+
+    @property
+    def ramp_text(self) -> str:
+        return ",".join(map(str, self.ramp))
+
+    def recommendation_spec(self) -> SweepSpec:
+        """draft_target and the gate's method at k = 0 and sweep_ks, each concurrency, calibrated at every batch size
+        the ramp visits; repeats shuffled rounds (the analysis takes medians)."""
+        sizes = sorted({*self.concurrency, *self.ramp})
+        return SweepSpec.build(model=self.model, drafts=[self.draft],
+                               methods=list(dict.fromkeys(["draft_target", self.gate_method])),
+                               k=[0, *self.sweep_ks], suites=[MIXED], concurrency=list(self.concurrency),
+                               num_prompts=2 * max(self.concurrency), num_requests=self.min_requests,
+                               waves=self.waves, prompt_tokens=self.prompt_tokens,
+                               max_new_tokens=self.max_new_tokens, max_draft_len=max(self.sweep_ks),
+                               repeats=self.sweep_repeats, shuffle=True, threads=self.threads,
+                               calibration_batch_sizes=sizes, calibration_repeats=3)
+
+    def comparison_spec(self, schedule: Any) -> SweepSpec:
+        """draft_target: k = 0, fixed_ks, adaptive and `schedule` (a SpecSchedule) at each concurrency and on the
+        ramp; `repeats` rounds, each load's cells in their own random order."""
+        return SweepSpec.build(model=self.model, drafts=[self.draft], methods=["draft_target"],
+                               k=[0, *self.fixed_ks], adaptive=[self.adaptive_max_k],
+                               schedules=[schedule_text(schedule)], suites=[MIXED],
+                               concurrency=list(self.concurrency), ramps=[self.ramp_text],
+                               ramp_waves=self.ramp_waves,
+                               num_prompts=2 * max(self.concurrency), num_requests=self.min_requests,
+                               waves=self.waves, prompt_tokens=self.prompt_tokens,
+                               max_new_tokens=self.max_new_tokens, max_draft_len=self.max_draft_len,
+                               repeats=self.repeats, shuffle=True, threads=self.threads, calibrate=False)
+
+    def gate_spec(self, schedule: Any, concurrency: int) -> SweepSpec:
+        """The gate's method under `schedule` vs plain decoding on temperature-1 prose at `concurrency`."""
+        return SweepSpec.build(model=self.model, drafts=[], methods=[self.gate_method], k=[0],
+                               schedules=[schedule_text(schedule)], suites=[GATE_SUITE],
+                               temperatures=[GATE_TEMPERATURE], concurrency=[concurrency], num_prompts=16,
+                               num_requests=self.gate_requests, prompt_tokens=self.prompt_tokens,
+                               max_new_tokens=self.max_new_tokens, max_draft_len=self.max_draft_len,
+                               repeats=self.gate_repeats, shuffle=True, threads=self.threads, calibrate=False)
+
+
+def gate_concurrency(schedule: Any, k: int, wanted: int, concurrency: Sequence[int]) -> int:
+    """`wanted` when the schedule speculates there, else the largest of `concurrency` (and 1) where it does."""
+    for c in sorted({wanted, 1, *(c for c in concurrency if c <= wanted)}, reverse=True):
+        if schedule.draft_len_at(c, k) > 0:
+            return c
+    return 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# verdicts (pure)
+
+
+def row_name(params: dict[str, Any]) -> tuple[tuple[int, int], str]:
+    """(sort key, row name): no speculation, fixed k ascending, adaptive, the schedule."""
+    if params["method"] == BASELINE:
+        return (0, 0), "no speculation"
+    if params.get("adaptive"):
+        return (2, params["k"]), f"adaptive k<={params['k']}"
+    if params.get("schedule"):
+        return (3, 0), "recommended schedule"
+    return (1, params["k"]), f"fixed k={params['k']}"
+
+
+@dataclass
+class LoadVerdict:
+    """The schedule (and adaptive k, shown) against the best of no speculation and every fixed k at one load.
+
+    The best is the configuration with the highest median on the judged clock; the verdict is the median over
+    rounds of schedule / best in the same round (paired: the machine's drift cancels), with a bootstrap interval."""
+
+    load: str  # "c=4" or "ramp 1,2,...,1"
+    best: str
+    per_round: list[float]  # schedule / best, same round, round order
+    adaptive_per_round: list[float] = field(default_factory=list)  # adaptive / best, same round
+
+    @property
+    def paired(self) -> float:
+        return statistics.median(self.per_round) if self.per_round else 0.0
+
+    @property
+    def adaptive_paired(self) -> float:
+        return statistics.median(self.adaptive_per_round) if self.adaptive_per_round else 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.paired >= SCHEDULE_MARGIN
+
+    def line(self) -> str:
+        def spread(values: list[float]) -> str:
+            if not values:
+                return ""
+            low, high = median_interval(values)
+            return f" (90% interval {low:.2f}-{high:.2f}, rounds {min(values):.2f}-{max(values):.2f})"
+
+        return (f"{self.load}: schedule / best ({self.best}) = {self.paired:.2f}{spread(self.per_round)}; adaptive / "
+                f"best = {self.adaptive_paired:.2f}{spread(self.adaptive_per_round)}: "
+                f"{'PASS' if self.passed else 'FAIL'}")
+
+
+def load_verdict(load: str, by_round: dict[str, dict[int, float]]) -> LoadVerdict:
+    """`by_round`: row name -> round -> judged rate (row names of `row_name`)."""
+    medians = {name: statistics.median(rounds.values()) for name, rounds in by_round.items() if rounds}
+    others = [n for n in medians if n == "no speculation" or n.startswith("fixed")]
+    best = max(others, key=medians.__getitem__)
+
+    def paired(name: str) -> list[float]:
+        rounds = by_round.get(name, {})
+        return [rate / by_round[best][r] for r, rate in sorted(rounds.items()) if by_round[best].get(r, 0.0) > 0]
+
+    adaptive = next((n for n in by_round if n.startswith("adaptive")), None)
+    return LoadVerdict(load, best, paired("recommended schedule"), paired(adaptive) if adaptive else [])
+
+
+@dataclass
+class GateVerdict:
+    """The gated schedule vs plain decoding on collapsed traffic, per round."""
+
+    method: str
+    concurrency: int
+    window: int
+    threshold: float
+    requests: int
+    closed_after: list[int | None]  # finished requests when the gate first closed, per round
+    drafted: list[int]  # requests that drafted, per round
+    ratios: list[float]  # gated / plain tokens per judged second, same round
+    acceptance: float  # mean acceptance length of the drafting steps (all rounds)
+
+    @property
+    def closed_in_window(self) -> bool:
+        return all(n is not None and n <= self.window for n in self.closed_after)
+
+    @property
+    def paired(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.closed_in_window and self.paired >= GATE_MARGIN
+
+    def line(self) -> str:
+        low, high = median_interval(self.ratios) if self.ratios else (0.0, 0.0)
+        closed = ", ".join("never" if n is None else str(n) for n in self.closed_after)
+        return (f"gate ({self.method}, window {self.window}, threshold {self.threshold:.3f}) on {GATE_SUITE} at "
+                f"temperature {GATE_TEMPERATURE:g}, c={self.concurrency}: mean acceptance length while drafting "
+                f"{self.acceptance:.2f}; closed after {closed} finished requests (per round; window {self.window}); "
+                f"requests that drafted {', '.join(map(str, self.drafted))} of {self.requests} (the window, those in "
+                f"flight when it closed, and probes); gated / plain = {self.paired:.2f} (90% interval {low:.2f}-"
+                f"{high:.2f}, rounds {min(self.ratios, default=0):.2f}-{max(self.ratios, default=0):.2f}): "
+                f"{'PASS' if self.passed else 'FAIL'}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the section
+
+
+def _load(params: dict[str, Any]) -> str:
+    return f"ramp {params['ramp']}" if params.get("ramp") else f"c={params['concurrency']}"
+
+
+def comparison_rows(measured: Measured, clock: str) -> tuple[list[list[str]], list[LoadVerdict]]:
+    """Table rows and a verdict per load (fixed concurrencies ascending, then the ramp)."""
+    metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
+    loads: dict[str, list[tuple[tuple[int, int], str, list[dict]]]] = {}
+    for runs in _by_case(measured.records).values():
+        loads.setdefault(_load(runs[0]["params"]), []).append((*row_name(runs[0]["params"]), runs))
+    order = sorted(loads, key=lambda name: (name.startswith("ramp"), int(name[2:]) if name.startswith("c=") else 0))
+    rows, verdicts = [], []
+    for load in order:
+        modes = [(name, runs) for _, name, runs in sorted(loads[load], key=lambda mode: mode[0])]
+        by_round = {name: {r["params"].get("repeat", 0): r["metrics"].get(metric, 0.0) for r in runs}
+                    for name, runs in modes}
+        verdict = load_verdict(load, by_round)
+        verdicts.append(verdict)
+        plain = modes[0][1][0]["metrics"]["output_sha256"]
+        judged = {name: statistics.median(rounds.values()) for name, rounds in by_round.items()}
+        for name, runs in modes:
+            rates = list(by_round[name].values())
+            wall = statistics.median(r["metrics"]["tokens_per_s"] for r in runs)
+            typical = min(runs, key=lambda r: abs(r["metrics"][metric] - judged[name]))
+            stats, latencies = typical["metrics"]["stats"], typical["metrics"]["latencies_s"]
+            per_step = stats["num_draft_tokens"] / max(stats["num_target_forwards"], 1)
+            mark = ("PASS" if verdict.passed else "FAIL") if name == "recommended schedule" else \
+                "best" if name == verdict.best else ""
+            rows.append([name, load, f"{judged[name]:.1f}", f"{min(rates):.0f}-{max(rates):.0f}",
+                         f"{judged[name] / judged[verdict.best]:.2f}", f"{wall:.1f}",
+                         f"{1000 * percentile(latencies, 50):.0f}", f"{per_step:.2f}",
+                         _yes(r["metrics"]["output_sha256"] == plain for r in runs), mark])
+    return rows, verdicts
+
+
+def gate_result(measured: Measured, method: str, schedule: Any, clock: str) -> tuple[list[list[str]], GateVerdict]:
+    metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
+    groups = list(_by_case(measured.records).values())
+    plain = next(runs for runs in groups if runs[0]["params"]["method"] == BASELINE)
+    gated = next(runs for runs in groups if runs[0]["params"].get("schedule"))
+    plain_by_round = {r["params"].get("repeat", 0): r["metrics"].get(metric, 0.0) for r in plain}
+    ratios = [r["metrics"].get(metric, 0.0) / plain_by_round[r["params"].get("repeat", 0)] for r in gated
+              if plain_by_round.get(r["params"].get("repeat", 0))]
+    drafts = sum(r["metrics"]["stats"]["num_drafts"] for r in gated)
+    accepted = sum(r["metrics"]["stats"]["num_accepted_tokens"] for r in gated)
+    params = gated[0]["params"]
+    verdict = GateVerdict(method, params["concurrency"], schedule.acceptance_window,
+                          schedule.acceptance_length_threshold, gated[0]["metrics"]["num_requests"],
+                          [r["metrics"].get("gate", {}).get("closed_after") for r in gated],
+                          [r["metrics"]["requests_drafted"] for r in gated], ratios,
+                          1 + accepted / drafts if drafts else 0.0)
+    load = f"gate: {GATE_SUITE} T={GATE_TEMPERATURE:g} c={params['concurrency']}"
+    rows = []
+    for name, runs in (("no speculation", plain), (f"{method} schedule + gate", gated)):
+        rates = [r["metrics"].get(metric, 0.0) for r in runs]
+        stats = runs[0]["metrics"]["stats"]
+        per_step = stats["num_draft_tokens"] / max(stats["num_target_forwards"], 1)
+        rows.append([name, load, f"{statistics.median(rates):.1f}", f"{min(rates):.0f}-{max(rates):.0f}",
+                     f"{statistics.median(rates) / statistics.median(plain_by_round.values()):.2f}",
+                     f"{statistics.median(r['metrics']['tokens_per_s'] for r in runs):.1f}",
+                     f"{1000 * percentile(runs[0]['metrics']['latencies_s'], 50):.0f}", f"{per_step:.2f}", "-",
+                     ("PASS" if verdict.passed else "FAIL") if runs is gated else ""])
+    return rows, verdict
+
+
+def recommendation_note(rec: Any) -> str:
+    """One method's recommended schedule with its modelled/measured speedup at the batch sizes that matter."""
+    sizes = sorted({1, 2, 4, 8, 16, rec.max_batch_size} & {r.batch_size for r in rec.rows})
+    speedups = ", ".join(f"b={b}: k={rec.rows[b - 1].k} {rec.rows[b - 1].chosen.speedup:.2f}x "
+                         f"({rec.rows[b - 1].chosen.source})" for b in sizes)
+    gate = (f"gate: window {rec.gate.window}, threshold {rec.gate.threshold:.3f} ({rec.gate.reason}; window: "
+            f"{rec.gate.window_reason})" if rec.gate.set else rec.gate.reason)
+    return (f"{rec.variant}: `{schedule_text(rec.schedule)}`; max_concurrency {rec.max_concurrency}; speedup per "
+            f"batch size {speedups}; {gate}.")
+
+
+def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: Measured,
+            gate: tuple[Measured, Any] | None, gate_skipped: str = "") -> Section:
+    """The table (comparison rows per load, then the gate's rows) and the notes with the verdicts."""
+    clock = "cpu" if bench.threads == 1 else "wall"
+    rows, verdicts = comparison_rows(comparison, clock)
+    notes = [
+        "Verdict (issue 28: the recommended schedule >= " f"{SCHEDULE_MARGIN:.2f} x the best of no speculation and "
+        f"every fixed k at each load, judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}; "
+        "the best is the configuration with the highest median, the verdict the median over rounds of schedule / "
+        "best in the same round with a 90% bootstrap interval; adaptive k / best beside it, not judged): "
+        + "; ".join(v.line() for v in verdicts) + ("." if verdicts else ""),
+    ]
+    if gate is not None:
+        gate_measured, gate_schedule = gate
+        gate_rows, gate_verdict = gate_result(gate_measured, bench.gate_method, gate_schedule, clock)
+        rows += gate_rows
+        notes.append("Gate verdict (issue 28: where acceptance collapses the gate turns speculation off within its "
+                     f"window, and throughput stays >= {GATE_MARGIN:.2f} x plain decoding, paired per round): "
+                     + gate_verdict.line() + ".")
+    elif gate_skipped:
+        notes.append(f"Gate: not measured: {gate_skipped}.")
+    notes += [
+        "Recommended (`trtspec.sweep.schedule.choose` on a sweep of draft_target and "
+        f"{bench.gate_method} at k = 0, {', '.join(map(str, bench.sweep_ks))}, greedy, concurrency "
+        f"{', '.join(map(str, bench.concurrency))}, {bench.sweep_repeats} shuffled rounds (medians), forward costs "
+        f"calibrated at batch sizes {', '.join(map(str, sorted({*bench.concurrency, *bench.ramp})))}; measured "
+        "speedups where the sweep ran, the cost model anchored to them between): "
+        + " ".join(recommendation_note(rec) for rec in recommendations.values()),
+        f"Comparison: closed loops of held-out prompts ({MIXED}, last {bench.prompt_tokens} tokens), "
+        f"{bench.max_new_tokens} new tokens each, greedy, EOS ignored; max({bench.waves} x concurrency, "
+        f"{bench.min_requests}) requests per cell; the ramp {bench.ramp_text} is one closed loop of "
+        f"{bench.ramp_waves} x c requests per phase with c in flight (a phase starts when fewer than its c are "
+        f"in flight), so the schedule's draft length follows the load within a run. {bench.repeats} rounds; in "
+        "each round every load's cells run together in their own random order. Columns: the judged rate (median "
+        "over rounds) and its min-max, vs best = median / the best median (a ratio of medians; the verdict pairs "
+        "rounds), wall tokens/s (median), latency p50 of the run nearest the median, draft tokens per target "
+        "forward per request; same tokens as plain = greedy outputs equal to no speculation's at that load, k "
+        "changing mid-request included.",
+        f"Gate traffic: {bench.gate_method} under its recommended schedule (made on greedy traffic) meets "
+        f"{GATE_SUITE} prompts at temperature {GATE_TEMPERATURE:g}: {bench.gate_requests} requests of "
+        f"{bench.max_new_tokens} tokens per cell, {bench.gate_repeats} rounds, plain decoding beside it. The "
+        "draft_target pair does not collapse there (its draft is distilled from the target: mean acceptance "
+        "length 3.3 at k = 4 on prose at temperature 1, 3.6 at 2.0, measured before this run), so the gate is "
+        f"shown on {bench.gate_method}, whose prompt-lookup drafts stop matching once sampling leaves the prompt's "
+        "n-grams. trtspec's gate reopens through probes (one admitted request in 16 still drafts while it is "
+        "closed; TensorRT-LLM's stays closed): their cost is in the ratio.",
+        _machine() + ".",
+    ]
+    return Section(
+        title=f"Speculation schedule: recommended vs fixed k vs adaptive k, and the acceptance gate ({bench.model} + "
+              f"{bench.draft})",
+        columns=["configuration", "load", "tokens per CPU s" if clock == "cpu" else "tokens/s", "min-max over rounds",
+                 "vs best", "wall tokens/s", "latency p50 (ms)", "draft tokens / step", "same tokens as plain",
+                 "verdict"],
+        rows=rows, notes=notes)
+
+
+def run(bench: ScheduleBench) -> Section:
+    """The three sweeps in order (the recommendation decides what the others run), printing the recommendation."""
+    from benchlib.benchmarks import measure
+    from trtspec.sweep.schedule import choose
+
+    swept = measure(bench.recommendation_spec())
+    top = max(*bench.concurrency, *bench.ramp)
+    recommendations = {method: choose(swept.results, method=method, max_batch_size=top)
+                       for method in dict.fromkeys(["draft_target", bench.gate_method])}
+    for rec in recommendations.values():
+        print("recommended:", recommendation_note(rec), flush=True)
+    comparison = measure(bench.comparison_spec(recommendations["draft_target"].schedule))
+    gate_rec = recommendations[bench.gate_method]
+    gate, skipped = None, ""
+    if not gate_rec.gate.set:
+        skipped = f"the recommendation for {gate_rec.variant} has no gate ({gate_rec.gate.reason})"
+    else:
+        c = gate_concurrency(gate_rec.schedule, gate_rec.max_draft_len, bench.gate_concurrency, bench.concurrency)
+        gate = (measure(bench.gate_spec(gate_rec.schedule, c)), gate_rec.schedule)
+    return section(bench, recommendations, comparison, gate, skipped)
