@@ -12,7 +12,8 @@ sizes where T_target(b, k + 1) grows with k.
 
 A measured run is priced step by step (sweep/analysis.py): its ordinary steps with `step_seconds` at their average
 batch, each step that admitted requests with `admission_seconds` (the admitted rows' prompt passes, stretched to the
-longest admitted prompt, beside the running rows' own step).
+longest admitted prompt, beside the running rows' own step). Host time per step outside the forwards is calibrated
+too: overhead_s + overhead_token_s * (draft tokens per row), and a model-free proposer's time per step (`StepCosts`).
 
 The GPU projection replaces measured costs with a roofline: one forward over n tokens at batch b takes
 max(weight_bytes / bandwidth, 2 * params * b * n / peak_flops). It is always labelled a projection.

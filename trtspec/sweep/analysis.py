@@ -2,12 +2,15 @@
 the recommendation (method, k per batch size, expected speedup, cost per 1M tokens). Pure Python (no torch).
 
 Prediction per case (see costmodel.py): E(k) from the case's per-position acceptance; T_target(b, k+1) and T_draft(b)
-from the calibration record of the case's model set at b = concurrency; host overhead per step from the engine's
-own overhead accounting (`overhead_time_s / num_target_forwards`) of the case and of its baseline.
+from the calibration record of the case's model set at b = concurrency; host time per step (and a model-free
+proposer's) from the same calibration (`StepCosts.host`), at the case's draft tokens per row and step. A prediction
+uses the calibration and the run's counts and acceptance, never the run's time; records whose calibration has no host
+times fall back to the engine's own accounting of the run (`overhead_time_s / num_target_forwards`). Measured speedup:
+with rounds (`--repeats`), the median of each round's ratio to the same round's baseline.
 
 Timing: `wall` uses wall-clock seconds; `cpu` uses process CPU seconds (cases and calibration record both), which
-other processes time-slicing a shared CPU do not inflate. The engine's wall-clock overhead is converted with the
-case's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and the device is the CPU, else wall.
+other processes time-slicing a shared CPU do not inflate (sharing caches and cores still does). The engine's
+wall-clock split is converted with the run's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and the device is the CPU, else wall.
 """
 
 from __future__ import annotations
