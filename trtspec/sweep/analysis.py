@@ -10,7 +10,8 @@ with rounds (`--repeats`), the median of each round's ratio to the same round's 
 
 Timing: `wall` uses wall-clock seconds; `cpu` uses process CPU seconds (cases and calibration record both), which
 other processes time-slicing a shared CPU do not inflate (sharing caches and cores still does). The engine's
-wall-clock split is converted with the run's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and the device is the CPU, else wall.
+wall-clock split is converted with the run's own CPU/wall ratio. `auto` picks cpu when every record has CPU times and
+the device is the CPU, else wall.
 """
 
 from __future__ import annotations
