@@ -160,8 +160,8 @@ def _cost_model_section(results: Results) -> list[str]:
             *distribution.lines(), "",
             "Per step: S_0 = T_target(b,1) + overhead_base and S_k = k * T_draft(b) + T_target(b,k+1) + overhead_spec; "
             "steady-state speedup = E(k) * S_0 / S_k, with E(k) = 1 + sum of the measured per-position acceptance, T "
-            "from the calibration micro-benchmark at b = concurrency, host overhead per step from the engine's own "
-            "accounting. A case's predicted speedup is modelled time of its baseline / modelled time of the case, "
+            "from the calibration micro-benchmark at b = concurrency, host time per step (and a model-free proposer's) "
+            "from the calibration too (older results: the engine's own accounting of the run). A case's predicted speedup is modelled time of its baseline / modelled time of the case, "
             "each the run's measured step trace (engine steps, admission steps with their prompt pass, average rows "
             "per step, how often rows drafted and how long; each admission step as its prompt passes, stretched to "
             "its longest prompt, plus the running rows' own step) priced with the calibrated costs; without a trace, "
