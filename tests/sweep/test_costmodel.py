@@ -268,3 +268,27 @@ def test_engine_calibration_measures_host_time(random_pair):
         assert set(fields[f"overhead_{clock}"]) == set(fields[f"overhead_token_{clock}"]) == {"1", "2"}
         assert all(v > 0 for v in fields[f"overhead_{clock}"].values())
         assert set(fields[f"proposer_{clock}"]) == {"ngram"}
+
+
+def test_engine_calibration_keeps_a_cheaper_wider_forward(random_pair, monkeypatch):
+    """A CPU forward over 4 tokens can cost less than over 3 (kernel widths): the calibration keeps each n's median."""
+    from trtspec.sweep import backend_engine
+    from trtspec.sweep.backend_engine import EngineBackend
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.runner import ModelSet
+
+    seconds = {1: 0.010, 2: 0.012, 3: 0.015, 4: 0.013}
+    monkeypatch.setattr(backend_engine._Bench, "time", lambda self, n: (seconds.get(n, 0.05), seconds.get(n, 0.05)))
+    monkeypatch.setattr(backend_engine, "_host_costs", lambda *args: {})
+    target, draft = (str(p) for p in random_pair)
+    spec = SweepSpec.build(model=target, drafts=[draft], methods=["draft_target"], k=[0, 3], num_prompts=1,
+                           max_new_tokens=4, max_draft_len=3, calibration_batch_sizes=[1], calibration_repeats=1,
+                           prompt_tokens=16, threads=1)
+    backend = EngineBackend()
+    try:
+        backend.preflight(spec)
+        fields = backend.calibrate(spec, ModelSet(target, draft))
+    finally:
+        backend.close()
+    assert fields["target_s"]["1"] == {"1": 0.010, "2": 0.012, "3": 0.015, "4": 0.013}
+    assert fields["draft_tokens_cpu_s"]["1"]["4"] == 0.013

@@ -15,9 +15,11 @@ case runs without one); a ramp case's closed loop keeps each phase's concurrency
 
 Calibration times the engine's own target and draft LlamaModel forwards (fresh KV caches with a context of about
 the sweep's prompt + half the generated length): the target and the draft over n = 1..max_k+1 tokens per sequence,
-and both over the mean prompt (a request's first step), at each batch size; medians of interleaved repeats, made non-decreasing in n. Both wall time and process
+and both over the mean prompt (a request's first step), at each batch size; medians of interleaved repeats, not
+smoothed (a CPU forward over more tokens can cost less: kernels have favourite widths). Both wall time and process
 CPU time are recorded (for cases too): on a CPU shared with other processes, CPU seconds are insensitive to
-time-slicing, so `trtspec report --timing cpu` compares like with like (use --threads 1 for that).
+time-slicing, so `trtspec report --timing cpu` compares like with like (use --threads 1 for that). The host time
+per step outside the forwards is calibrated as well (`_host_costs`).
 """
 
 from __future__ import annotations
@@ -197,13 +199,13 @@ class EngineBackend:
         out: dict[str, Any] = {"batch_sizes": sizes, "context_tokens": context, "prompt_tokens": prompt_len,
                                "repeats": spec.calibration_repeats,
                                "device": spec.device, "dtype": spec.dtype, "torch_threads": torch.get_num_threads(),
-                               "smoothing": "median of interleaved warm repeats, then isotonic (non-decreasing in n)"}
+                               "smoothing": "median of interleaved warm repeats"}
         for clock, samples in (("s", wall), ("cpu_s", cpu)):
-            out[f"target_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
-                [statistics.median(samples[("target", b, n)]) for n in ns]), strict=True)) for b in sizes}
+            out[f"target_{clock}"] = {str(b): {str(n): statistics.median(samples[("target", b, n)]) for n in ns}
+                                      for b in sizes}
             if draft_model is not None:  # the draft's first forward of a step catches up on the accepted tokens
-                out[f"draft_tokens_{clock}"] = {str(b): dict(zip(map(str, ns), _isotonic(
-                    [statistics.median(samples[("draft", b, n)]) for n in ns]), strict=True)) for b in sizes}
+                out[f"draft_tokens_{clock}"] = {str(b): {str(n): statistics.median(samples[("draft", b, n)])
+                                                         for n in ns} for b in sizes}
             for role, n in (("draft", 1), ("target_prefill", prompt_len), ("draft_prefill", prompt_len)):
                 out[f"{role}_{clock}"] = {str(b): statistics.median(samples[(role, b, n)])
                                           for b in sizes if (role, b, n) in samples}
@@ -411,15 +413,3 @@ class _Bench:
         for s in self.slots.tolist():
             self.cache.rollback(s, self.context)
         return wall, cpu
-
-
-def _isotonic(values: list[float]) -> list[float]:
-    """Least-squares non-decreasing fit (pool adjacent violators): more tokens never cost less than fewer."""
-    blocks: list[list[float]] = []  # [sum, count]
-    for v in values:
-        blocks.append([v, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
