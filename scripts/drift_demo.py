@@ -2,6 +2,7 @@
 -> the monitor flags drift and recommends k. Also measures the drift test's false-alarm rate.
 
     python scripts/drift_demo.py [--steady 120] [--shifted 90] [--out DIR | --docs]
+    python scripts/drift_demo.py --quick      # every phase seconds long (about a minute; the README's quick tour)
     python scripts/drift_demo.py --false-alarm-runs 3 --false-alarm-minutes 10 --simulate 2000
 
 1. `trtspec build build_configs/tiny-torch.yaml` (once), then the baseline sweep on the steady suite (`trtspec sweep`,
@@ -31,6 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_OUT = ROOT / "docs" / "operations"  # the tracked figure and dashboards of docs/operations.md (--docs)
+# --quick: every phase seconds long, small sweeps (the README's quick tour runs it as a test); a flag given wins.
+# Its own --work: a sweep resumes its results file, so a full run must not find a quick run's there.
+QUICK = {"work": ROOT / "out" / "drift-demo-quick", "steady": 4.0, "shifted": 4.0, "num_prompts": 2, "concurrency": 2,
+         "max_tokens": 16, "prompt_tokens": 32}
 
 
 def sh(*args: str) -> None:
@@ -242,12 +247,19 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                         "range: the largest k a recommendation may choose (default --k)")
     parser.add_argument("--log-prompts", type=Path, default=None, help="deploy with every prompt logged here")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a run of about a minute: every phase a few seconds, "
+                        "small sweeps, short requests, its own --work (out/drift-demo-quick); flags given win")
     return parser
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """The parsed options with --out resolved: --docs -> docs/operations, else --out, else --work."""
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None,
+               quick: dict[str, object] | None = None) -> argparse.Namespace:
+    """The parsed options with --out resolved: --docs -> docs/operations, else --out, else --work. With --quick, the
+    QUICK defaults (and `quick`, a caller's own) replace the parser's; the flags given still win."""
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**(QUICK | (quick or {})))
+        args = parser.parse_args(argv)
     if args.docs and args.out is not None:
         parser.error("--docs writes into docs/operations; give --out DIR or --docs, not both")
     args.out = DOCS_OUT if args.docs else (args.out or args.work)
@@ -272,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         alarm = next((t for t in ticks if t.report and t.report.drift and t.report.drift.drifted), None)
         plot(args.out / "acceptance.png", ticks, baseline,
              [(shift_t, "traffic shifts", "black")] * (shift_t is not None)
-             + [(alarm.t, "drift flagged", "red")] * (alarm is not None))
+             + ([(alarm.t, "drift flagged", "red")] if alarm is not None else []))  # no alarm in a short run
         when = "never" if alarm is None else f"at t={alarm.t:.1f}s ({alarm.phase}" + (
             f", {alarm.t - shift_t:.1f}s after the shift)" if shift_t is not None and alarm.t >= shift_t else ")")
         print(f"[demo] drift flagged {when}; {counts.ok} requests ok, {counts.failed} failed")

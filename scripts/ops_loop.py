@@ -2,6 +2,7 @@
 draft retrained on the logged shifted prompts -> rolled out under load -> the monitor sees acceptance recover.
 
     python scripts/ops_loop.py [--work out/ops-loop] [--out DIR | --docs] [--verbose]
+    python scripts/ops_loop.py --quick        # every phase seconds long (about a minute; the README's quick tour)
 
 Built on scripts/drift_demo.py (its options, baseline sweep, deploy, traffic and plot), with every prompt logged:
 1. steady traffic (--steady-suite), then the shift (--shifted-suite) while the monitor scrapes every second;
@@ -52,7 +53,9 @@ def parse(argv: list[str] | None) -> object:
     parser.add_argument("--after", type=float, default=150.0, help="seconds of held-out traffic from the rollout "
                         "on (the rollout itself takes about a minute here; the window should then hold only N+1)")
     parser.set_defaults(work=ROOT / "out" / "ops-loop", steady=60.0, shifted=65.0, max_k=8)
-    args = drift_demo.parse_args(parser, argv)
+    args = drift_demo.parse_args(parser, argv, quick={
+        "work": ROOT / "out" / "ops-loop-quick", "applied": 2.0, "max_k": 4, "sweep_prompts": 1, "sweep_repeats": 1,
+        "train_steps": 2, "before": 2.0, "after": 2.0})
     args.log_prompts = args.log_prompts or args.work / "prompt-log"
     return args
 
