@@ -5,10 +5,11 @@ acceptance gate on traffic where acceptance collapses. Three sweeps, each run by
   recommendation  draft_target and ngram, k = 0..max, closed loops at each concurrency, calibrated forward costs;
                   `trtspec.sweep.schedule.choose` makes each method's SpecSchedule (draft length per batch size,
                   max_concurrency, the gate's threshold and window), as `trtspec report` does
-  comparison      draft_target: no speculation, fixed k, adaptive k and the recommended schedule, at each concurrency
-                  and on a ramp (concurrency phases in one closed loop, so the schedule's k follows the load); rounds
-                  shuffled per load; verdict per load: schedule / the best of no speculation and fixed k, paired per
-                  round, >= SCHEDULE_MARGIN; adaptive k / the same best beside it
+  comparison      draft_target: no speculation, fixed k, adaptive k and the recommended schedule (and the same
+                  schedule with its gate off, which tells the draft lengths' part from the gate's), at each
+                  concurrency and on a ramp (concurrency phases in one closed loop, so the schedule's k follows the
+                  load); rounds shuffled per load; verdict per load: schedule / the best of no speculation and fixed
+                  k, paired per round, >= SCHEDULE_MARGIN; adaptive k and the gate-off schedule / best beside it
   gate            a method's recommended schedule with its gate vs plain decoding on the traffic where that method's
                   acceptance collapses: finished requests until the gate closed, and throughput / plain per round
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchlib.benchmarks import MIXED, Measured, Section, _by_case, _machine, _yes, median_interval, percentile
@@ -78,11 +79,13 @@ class ScheduleBench:
                                calibration_batch_sizes=sizes, calibration_repeats=3)
 
     def comparison_spec(self, schedule: Any) -> SweepSpec:
-        """draft_target: k = 0, fixed_ks, adaptive and `schedule` (a SpecSchedule) at each concurrency and on the
-        ramp; `repeats` rounds, each load's cells in their own random order."""
+        """draft_target: k = 0, fixed_ks, adaptive, `schedule` (a SpecSchedule) and, when it has a gate, the same
+        schedule without it, at each concurrency and on the ramp; `repeats` rounds, each load's cells in their own
+        random order."""
+        schedules = [schedule, ungated(schedule)] if schedule.gated else [schedule]
         return SweepSpec.build(model=self.model, drafts=[self.draft], methods=["draft_target"],
                                k=[0, *self.fixed_ks], adaptive=[self.adaptive_max_k],
-                               schedules=[schedule_text(schedule)], suites=[MIXED],
+                               schedules=[schedule_text(s) for s in schedules], suites=[MIXED],
                                concurrency=list(self.concurrency), ramps=[self.ramp_text],
                                ramp_waves=self.ramp_waves,
                                num_prompts=2 * max(self.concurrency), num_requests=self.min_requests,
@@ -100,6 +103,19 @@ class ScheduleBench:
                                repeats=self.gate_repeats, shuffle=True, threads=self.threads, calibrate=False)
 
 
+def ungated(schedule: Any) -> Any:
+    """The schedule's draft lengths and max_concurrency, without the acceptance gate."""
+    return replace(schedule, acceptance_window=None, acceptance_length_threshold=None, probe_every=None)
+
+
+def unreachable_gate(schedule: Any) -> list[int]:
+    """The draft lengths > 0 of the schedule whose requests cannot reach its gate's threshold (k + 1 tokens per
+    drafting step at most): where the schedule drafts them, the gate closes once they fill its window."""
+    if not schedule.gated or not schedule.draft_len:
+        return []
+    return sorted({k for _, k in schedule.draft_len if 0 < k and k + 1 <= schedule.acceptance_length_threshold})
+
+
 def gate_concurrency(schedule: Any, k: int, wanted: int, concurrency: Sequence[int]) -> int:
     """`wanted` when the schedule speculates there, else the largest of `concurrency` (and 1) where it does."""
     for c in sorted({wanted, 1, *(c for c in concurrency if c <= wanted)}, reverse=True):
@@ -112,13 +128,19 @@ def gate_concurrency(schedule: Any, k: int, wanted: int, concurrency: Sequence[i
 # verdicts (pure)
 
 
-def row_name(params: dict[str, Any]) -> tuple[tuple[int, int], str]:
-    """(sort key, row name): no speculation, fixed k ascending, adaptive, the schedule."""
+GATE_OFF = "recommended schedule, gate off"
+
+
+def row_name(params: dict[str, Any], recommended: str | None = None) -> tuple[tuple[int, int], str]:
+    """(sort key, row name): no speculation, fixed k ascending, adaptive, the schedule (`recommended`: its text;
+    another schedule is its gate-off copy)."""
     if params["method"] == BASELINE:
         return (0, 0), "no speculation"
     if params.get("adaptive"):
         return (2, params["k"]), f"adaptive k<={params['k']}"
     if params.get("schedule"):
+        if recommended is not None and params["schedule"] != recommended:
+            return (3, 1), GATE_OFF
         return (3, 0), "recommended schedule"
     return (1, params["k"]), f"fixed k={params['k']}"
 
@@ -134,6 +156,8 @@ class LoadVerdict:
     best: str
     per_round: list[float]  # schedule / best, same round, round order
     adaptive_per_round: list[float] = field(default_factory=list)  # adaptive / best, same round
+    ungated_per_round: list[float] = field(default_factory=list)  # the schedule with its gate off / best
+    gate: str = ""  # what the schedule's gate did at this load
 
     @property
     def paired(self) -> float:
@@ -154,8 +178,11 @@ class LoadVerdict:
             low, high = median_interval(values)
             return f" (90% interval {low:.2f}-{high:.2f}, rounds {min(values):.2f}-{max(values):.2f})"
 
-        return (f"{self.load}: schedule / best ({self.best}) = {self.paired:.2f}{spread(self.per_round)}; adaptive / "
-                f"best = {self.adaptive_paired:.2f}{spread(self.adaptive_per_round)}: "
+        ungated = (f"; gate off / best = {statistics.median(self.ungated_per_round):.2f}"
+                   f"{spread(self.ungated_per_round)}" if self.ungated_per_round else "")
+        gate = f"; {self.gate}" if self.gate else ""
+        return (f"{self.load}: schedule / best ({self.best}) = {self.paired:.2f}{spread(self.per_round)}{gate}; "
+                f"adaptive / best = {self.adaptive_paired:.2f}{spread(self.adaptive_per_round)}{ungated}: "
                 f"{'PASS' if self.passed else 'FAIL'}")
 
 
@@ -170,7 +197,8 @@ def load_verdict(load: str, by_round: dict[str, dict[int, float]]) -> LoadVerdic
         return [rate / by_round[best][r] for r, rate in sorted(rounds.items()) if by_round[best].get(r, 0.0) > 0]
 
     adaptive = next((n for n in by_round if n.startswith("adaptive")), None)
-    return LoadVerdict(load, best, paired("recommended schedule"), paired(adaptive) if adaptive else [])
+    return LoadVerdict(load, best, paired("recommended schedule"), paired(adaptive) if adaptive else [],
+                       paired(GATE_OFF))
 
 
 @dataclass
@@ -219,12 +247,26 @@ def _load(params: dict[str, Any]) -> str:
     return f"ramp {params['ramp']}" if params.get("ramp") else f"c={params['concurrency']}"
 
 
-def comparison_rows(measured: Measured, clock: str) -> tuple[list[list[str]], list[LoadVerdict]]:
-    """Table rows and a verdict per load (fixed concurrencies ascending, then the ramp)."""
+def gate_summary(runs: list[dict]) -> str:
+    """What the gate did over a schedule's runs at one load (empty without a gate)."""
+    gates = [r["metrics"]["gate"] for r in runs if "gate" in r["metrics"]]
+    if not gates:
+        return ""
+    closed = [g["closed_after"] for g in gates if g.get("closed_after") is not None]
+    means = [g["window_mean"] for g in gates if g.get("window_mean") is not None]
+    after = f" after {statistics.median(closed):g} finished requests (median)" if closed else ""
+    mean = f", window mean {statistics.median(means):.2f} at the end (median)" if means else ""
+    return f"the gate closed in {len(closed)} of {len(gates)} rounds{after}{mean}"
+
+
+def comparison_rows(measured: Measured, clock: str,
+                    recommended: str | None = None) -> tuple[list[list[str]], list[LoadVerdict]]:
+    """Table rows and a verdict per load (fixed concurrencies ascending, then the ramp); `recommended`: the
+    recommended schedule's text (another schedule is its gate-off copy)."""
     metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
     loads: dict[str, list[tuple[tuple[int, int], str, list[dict]]]] = {}
     for runs in _by_case(measured.records).values():
-        loads.setdefault(_load(runs[0]["params"]), []).append((*row_name(runs[0]["params"]), runs))
+        loads.setdefault(_load(runs[0]["params"]), []).append((*row_name(runs[0]["params"], recommended), runs))
     order = sorted(loads, key=lambda name: (name.startswith("ramp"), int(name[2:]) if name.startswith("c=") else 0))
     rows, verdicts = [], []
     for load in order:
@@ -232,6 +274,7 @@ def comparison_rows(measured: Measured, clock: str) -> tuple[list[list[str]], li
         by_round = {name: {r["params"].get("repeat", 0): r["metrics"].get(metric, 0.0) for r in runs}
                     for name, runs in modes}
         verdict = load_verdict(load, by_round)
+        verdict.gate = next((gate_summary(runs) for name, runs in modes if name == "recommended schedule"), "")
         verdicts.append(verdict)
         plain = modes[0][1][0]["metrics"]["output_sha256"]
         judged = {name: statistics.median(rounds.values()) for name, rounds in by_round.items()}
@@ -295,7 +338,8 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
             gate: tuple[Measured, Any] | None, gate_skipped: str = "") -> Section:
     """The table (comparison rows per load, then the gate's rows) and the notes with the verdicts."""
     clock = "cpu" if bench.threads == 1 else "wall"
-    rows, verdicts = comparison_rows(comparison, clock)
+    schedule = recommendations["draft_target"].schedule if "draft_target" in recommendations else None
+    rows, verdicts = comparison_rows(comparison, clock, schedule_text(schedule) if schedule is not None else None)
     notes = [
         "Verdict (issue 28: the recommended schedule >= " f"{SCHEDULE_MARGIN:.2f} x the best of no speculation and "
         f"every fixed k at each load, judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}; "
@@ -303,6 +347,14 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
         "best in the same round with a 90% bootstrap interval; adaptive k / best beside it, not judged): "
         + "; ".join(v.line() for v in verdicts) + ("." if verdicts else ""),
     ]
+    short = unreachable_gate(schedule) if schedule is not None else []
+    if short:
+        notes.append(f"The recommended gate's threshold ({schedule.acceptance_length_threshold:.3f}, the break-even "
+                     "at the gate's batch size and k) is out of reach of requests drafting k = "
+                     f"{', '.join(map(str, short))} (at most k + 1 tokens per drafting step): at the batch sizes where "
+                     "the schedule drafts that k, the gate closes once such requests fill its window, whatever the "
+                     "acceptance, and a probe then widens its steps' target forward to k + 1 tokens for every row of the "
+                     "batch. The gate-off rows show the draft lengths alone.")
     if gate is not None:
         gate_measured, gate_schedule = gate
         gate_rows, gate_verdict = gate_result(gate_measured, bench.gate_method, gate_schedule, clock)

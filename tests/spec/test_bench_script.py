@@ -48,6 +48,7 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     from benchlib import benchmarks_schedule as bs
     from benchlib.benchmarks import Measured
     from trtspec.contracts.schedule import SpecSchedule
+    from trtspec.sweep.grid import schedule_text
 
     bench = _bench()
     assert bench.SECTIONS["schedule"] is bench.bench_schedule
@@ -55,22 +56,33 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     schedule = SpecSchedule(draft_len=((1, 3), (4, 1)), max_concurrency=8, acceptance_window=4,
                             acceptance_length_threshold=1.4)
     assert {m for m in run.recommendation_spec().methods} == {"draft_target", "ngram"}
+    text = schedule_text(schedule)
     cases = run.comparison_spec(schedule).cases()
-    assert {bs.row_name(c.params())[1] for c in cases} == {"no speculation", "fixed k=1", "fixed k=2",
-                                                           "adaptive k<=8", "recommended schedule"}
+    assert {bs.row_name(c.params(), text)[1] for c in cases} == {
+        "no speculation", "fixed k=1", "fixed k=2", "adaptive k<=8", "recommended schedule", bs.GATE_OFF}
+    assert bs.ungated(schedule) == SpecSchedule(draft_len=((1, 3), (4, 1)), max_concurrency=8)
     # rates per round: fixed k=2 is best everywhere; the schedule keeps up at c=1 and on the ramp, not at c=4
-    rate = {"no speculation": 100.0, "fixed k=1": 110.0, "fixed k=2": 120.0, "adaptive k<=8": 115.0}
+    rate = {"no speculation": 100.0, "fixed k=1": 110.0, "fixed k=2": 120.0, "adaptive k<=8": 115.0,
+            bs.GATE_OFF: 108.0}
     records = []
     for case in cases:
-        name, load = bs.row_name(case.params())[1], bs._load(case.params())
+        name, load = bs.row_name(case.params(), text)[1], bs._load(case.params())
         base = 119.0 if load != "c=4" else 100.0
         wobble = 1 + 0.2 * case.repeat  # the machine's speed drifts between rounds; pairing cancels it
-        records.append(_case_record(case, rate.get(name, base) * wobble))
-    rows, verdicts = bs.comparison_rows(Measured(records, None, None), "cpu")
+        gate = {"gate": {"closed_after": 4, "window_mean": 1.25}} if case.schedule == text and load == "c=4" else {}
+        records.append(_case_record(case, rate.get(name, base) * wobble, **gate))
+    rows, verdicts = bs.comparison_rows(Measured(records, None, None), "cpu", text)
     assert [v.load for v in verdicts] == ["c=1", "c=4", "ramp 1,4,1"]
     assert [v.best for v in verdicts] == ["fixed k=2"] * 3 and [v.passed for v in verdicts] == [True, False, True]
     assert abs(verdicts[0].paired - 119 / 120) < 1e-9 and abs(verdicts[0].adaptive_paired - 115 / 120) < 1e-9
+    assert [round(x, 9) for x in verdicts[0].ungated_per_round] == [0.9] * 3 and "gate off / best = 0.90" in verdicts[0].line()
+    assert verdicts[1].gate == "the gate closed in 3 of 3 rounds after 4 finished requests (median), window mean " \
+        "1.25 at the end (median)" and verdicts[0].gate == ""
     assert [r[-1] for r in rows if r[0] == "recommended schedule"] == ["PASS", "FAIL", "PASS"]
+    # a threshold of 2.5 is out of reach of k = 1 (at most 2 tokens per drafting step), not of k = 3
+    assert bs.unreachable_gate(SpecSchedule(draft_len=((1, 3), (4, 1), (8, 0)), acceptance_window=8,
+                                            acceptance_length_threshold=2.5)) == [1]
+    assert bs.unreachable_gate(schedule) == [] and bs.unreachable_gate(bs.ungated(schedule)) == []
     assert bs.gate_concurrency(schedule, 3, 4, (1, 4)) == 4
     assert bs.gate_concurrency(SpecSchedule(draft_len=((1, 3), (2, 0))), 3, 4, (1, 4)) == 1
     gate_cases = run.gate_spec(schedule, 4).cases()
