@@ -4,8 +4,9 @@ docs/benchmarks.md (one `##` section per benchmark, replaced in place on re-runs
 Sections (run all, or pick with --section):
   engine   reference engine at batch 1: plain decoding, draft_target and ngram at k = 1..8, and transformers'
            greedy / assisted generation / prompt lookup on the same models (tokens/s, speedup, acceptance, overhead)
-  sweep    `trtspec sweep` on the same pair (draft_target + ngram, k = 0..8, temperature 0 and 1, code + grounded)
-           and how close the cost model's predicted speedup comes to the measured one
+  sweep    `trtspec sweep` on the same pair (draft_target + ngram, k = 0..4, code + grounded, greedy, shuffled
+           rounds) and how close the cost model's predicted speedup comes to the measured one (error distribution,
+           and how well the measurement repeats: the medians of the even and the odd rounds)
   lookahead lookahead decoding on the embedded target alone: mean acceptance length per prompt suite, lossless check
   batching continuous batching at concurrency 1, 4, 16 (closed loop): no speculation vs fixed k = 1..8 vs
            adaptive k (output tokens/s median and spread over shuffled rounds, per-request latency p50/p99), and
@@ -132,9 +133,13 @@ def run_transformers(args: argparse.Namespace, suite: str, num_prompts: int, pro
 
 
 def bench_sweep(args: argparse.Namespace) -> Section:
-    spec = benchmarks.sweep_spec(model=args.model, draft=args.draft, ks=args.ks, num_prompts=args.sweep_prompts,
-                                 max_new_tokens=args.sweep_new_tokens, threads=args.threads)
-    return benchmarks.sweep_section(spec, benchmarks.measure(spec))
+    import os
+
+    spec = benchmarks.sweep_spec(model=args.model, draft=args.draft, ks=args.sweep_ks, num_prompts=args.sweep_prompts,
+                                 max_new_tokens=args.sweep_new_tokens, repeats=args.sweep_repeats, threads=args.threads)
+    before = os.getloadavg()[0]
+    measured = benchmarks.measure(spec)
+    return benchmarks.sweep_section(spec, measured, (before, os.getloadavg()[0]))
 
 
 def bench_batching(args: argparse.Namespace) -> Section:
@@ -449,8 +454,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eagle-ks", type=int, nargs="+", default=[4, 8], help="eagle, eagle-cost: node budgets k")
     parser.add_argument("--eagle-cost-rounds", type=int, default=3,
                         help="eagle-cost: interleaved rounds (median)")
-    parser.add_argument("--sweep-prompts", type=int, default=4, help="sweep section: prompts per suite")
-    parser.add_argument("--sweep-new-tokens", type=int, default=64, help="sweep section: tokens per request")
+    # 16 cases x 2 x 128 tokens a round, 12 shuffled rounds (~13 minutes on the shared 2-core machine): each round
+    # pairs a case with its baseline close in time, and the median over 3072 tokens per case absorbs the machine's
+    # swings (docs/history/cost-model.md)
+    parser.add_argument("--sweep-prompts", type=int, default=2, help="sweep section: prompts per suite")
+    parser.add_argument("--sweep-new-tokens", type=int, default=128, help="sweep section: tokens per request")
+    parser.add_argument("--sweep-ks", type=int, nargs="+", default=[1, 2, 3, 4], help="sweep section: draft lengths")
+    parser.add_argument("--sweep-repeats", type=int, default=12, help="sweep section: shuffled rounds (medians)")
     parser.add_argument("--suffix-suites", nargs="+", default=list(benchmarks.SUFFIX_SUITES),
                         help="suffix: prompt suites")
     parser.add_argument("--suffix-prompts", type=int, default=16,

@@ -415,43 +415,61 @@ def lookahead_section(spec: SweepSpec, measured: Measured) -> Section:
 # sweep + cost model
 
 
-def sweep_spec(*, model: str, draft: str, ks: Sequence[int], num_prompts: int, max_new_tokens: int,
+def sweep_spec(*, model: str, draft: str, ks: Sequence[int], num_prompts: int, max_new_tokens: int, repeats: int,
                threads: int) -> SweepSpec:
+    """draft_target and ngram at each k (and plain decoding) on code and grounded at batch 1, greedy, in `repeats`
+    shuffled rounds: each case's measured speedup is the median of its rounds' ratios to the same round's baseline."""
     return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target", "ngram"], k=[0, *ks],
-                           temperatures=[0.0, 1.0], suites=["code", "grounded"], concurrency=[1],
-                           num_prompts=num_prompts, max_new_tokens=max_new_tokens, max_draft_len=max(ks),
-                           threads=threads, calibration_batch_sizes=[1, 4, 16])
+                           temperatures=[0.0], suites=["code", "grounded"], concurrency=[1], num_prompts=num_prompts,
+                           max_new_tokens=max_new_tokens, max_draft_len=max(ks), repeats=repeats, shuffle=True,
+                           threads=threads, calibration_batch_sizes=[1, 4, 16], calibration_repeats=15)
 
 
-def sweep_section(spec: SweepSpec, measured: Measured) -> Section:
-    """Per (suite, temperature, variant): the best measured k and the cost model's predicted speedup there."""
+def sweep_section(spec: SweepSpec, measured: Measured, load: tuple[float, float] | None = None) -> Section:
+    """Per speculative case: measured speedup (median of the rounds) and how well it repeats (the medians of its even
+    and odd rounds), the cost model's prediction and its error; the notes hold the error distribution."""
+    from trtspec.sweep.analysis import error_distribution
+
     results = measured.results
-    groups: dict[tuple, list] = {}
-    for row in results.rows:
-        if row.k:
-            groups.setdefault((row.suite, float(row.params["temperature"]), row.variant), []).append(row)
-    rows = []
-    checked = [r for r in results.rows if r.k and r.error is not None]
-    for (suite, temperature, variant), group in sorted(groups.items()):
-        best = max(group, key=lambda r: r.measured_speedup or 0.0)
-        inside = sum(bool(r.within_tolerance) for r in group)
-        rows.append([f"{variant} T={temperature:g} {suite}", str(best.k), f"{best.tokens_per_step:.2f}",
-                     f"{best.measured_speedup:.2f}x", f"{best.predicted_speedup:.2f}x", f"{100 * best.error:+.0f}%",
-                     f"{inside}/{len(group)}"])
+    cases = sorted((r for r in results.rows if r.k and r.error is not None),
+                   key=lambda r: (r.suite, r.variant, r.k))
+    rows = [[f"{r.variant} {r.suite}", str(r.k), f"{r.tokens_per_step:.2f}", f"{r.measured_speedup:.2f}x",
+             _halves(r.round_speedups),
+             f"{r.predicted_speedup:.2f}x", f"{100 * (r.error or 0.0):+.1f}%"] for r in cases]
+    distribution = error_distribution(cases)
+    tokens = spec.num_prompts * spec.max_new_tokens
+    state = (f"load average {load[0]:.1f} before and {load[1]:.1f} after the run on {os.cpu_count()} CPUs"
+             if load else f"{os.cpu_count()} CPUs")
+    inside = sum(bool(r.within_tolerance) for r in cases)
     return Section(
         title=f"Sweep + cost model ({spec.model} + {spec.drafts[0]}, batch 1, {results.timing} time)",
-        columns=["configuration", "best k", "mean acceptance length", "measured speedup", "predicted speedup",
-                 "error", f"k = 1..{max(spec.k)} within {TOLERANCE:.0%}"],
+        columns=["configuration", "k", "mean acceptance length", "measured speedup", "even / odd rounds",
+                 "predicted speedup", "error"],
         rows=rows,
         notes=[
-            f"`trtspec sweep` with the engine backend: {spec.num_prompts} prompts per suite, "
-            f"{spec.max_new_tokens} new tokens each, EOS ignored, {measured.summary.errors} failed cases. Speedup = "
-            f"tokens per {results.timing} second vs plain decoding (k = 0) of the same suite and temperature.",
-            f"Cost model within {TOLERANCE:.0%} of measured for {sum(bool(r.within_tolerance) for r in checked)} of "
-            f"{len(checked)} cases. Full report: `trtspec sweep ... --out results.jsonl && trtspec report "
-            "results.jsonl --out report/`.",
+            f"`trtspec sweep` with the engine backend: draft_target and ngram at k = {min(spec.k[1:])}.."
+            f"{max(spec.k)}, code and grounded, greedy, batch 1: {len(cases)} cases, each {spec.num_prompts} prompts x "
+            f"{spec.max_new_tokens} new tokens = {tokens} tokens per round, {spec.repeats} shuffled rounds "
+            f"({tokens * spec.repeats} tokens per case), EOS ignored, {measured.summary.errors} failed cases. "
+            f"Measured speedup = tokens per {results.timing} second vs plain decoding of the same suite, the median "
+            "of the rounds' ratios to the same round's baseline; even / odd rounds = the median of the even rounds' "
+            "ratios / the odd rounds' - 1 (how well the measurement repeats with half the tokens).",
+            f"Cost model within {TOLERANCE:.0%} of measured for **{inside} of {len(cases)}** cases. Predictions come "
+            f"from the calibration (forward costs, medians of {spec.calibration_repeats} interleaved repeats, and host "
+            "time per step, at batch 1/4/16) and each run's counts (steps, admission steps and their prompts, drafts, "
+            "draft tokens, accepted tokens), never its time.",
+            *(distribution.lines() if distribution else []),
+            f"Machine state: {state}; {_torch()}. Full report: `trtspec sweep ... --repeats N --shuffle --out "
+            "results.jsonl && trtspec report results.jsonl --out report/`.",
         ],
     )
+
+
+def _halves(ratios: Sequence[float]) -> str:
+    """|median of the even rounds' ratios / the odd rounds' - 1| as a percentage, '-' with one round."""
+    if len(ratios) < 2:
+        return "-"
+    return f"{100 * abs(statistics.median(ratios[0::2]) / statistics.median(ratios[1::2]) - 1):.1f}%"
 
 
 # ---------------------------------------------------------------------------------------------------------------

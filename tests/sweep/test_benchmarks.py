@@ -143,3 +143,25 @@ def test_dynamo_section_puts_1_and_2_workers_side_by_side():
     assert section.rows[1][-1] == "2.50" and section.rows[0][-1] == "-"
     assert "no speculation c=4: 2.00x; draft_target k=4 c=4: 2.00x" in section.notes[1]
     assert "aiperf" in section.notes[-1]
+
+
+def test_sweep_section_rows_error_distribution_and_repeatability(tmp_path):
+    from tests.sweep.fakes import FakeSweepBackend
+    from trtspec.sweep.analysis import load_results
+    from trtspec.sweep.records import read_records
+    from trtspec.sweep.runner import run_sweep
+
+    spec = benchmarks.sweep_spec(model="tiny", draft="tiny-draft", ks=[1, 2], num_prompts=2, max_new_tokens=16,
+                                 repeats=2, threads=1)
+    out = tmp_path / "results.jsonl"
+    summary = run_sweep(spec, out, backend=FakeSweepBackend(noise=0.08), show_progress=False)
+    records = [r for r in read_records(out) if r["kind"] == "case"]
+    section = benchmarks.sweep_section(spec, Measured(records, summary, load_results(out)), (1.0, 2.5))
+    assert section.columns == _docs_columns("Sweep + cost model")
+    assert len(section.rows) == 8  # draft_target and ngram x k = 1, 2 x code, grounded
+    assert section.rows[0][:2] == ["draft_target:tiny-draft code", "1"]
+    assert all(row[4] == "0.0%" for row in section.rows)  # the synthetic machine repeats exactly
+    notes = "\n".join(section.notes)
+    assert "2 prompts x 16 new tokens = 32 tokens per round, 2 shuffled rounds (64 tokens per case)" in notes
+    assert "Error distribution over 8 cases" in notes and "Measurement repeatability over 8 cases" in notes
+    assert "load average 1.0 before and 2.5 after" in notes
