@@ -459,6 +459,9 @@ def sweep_section(spec: SweepSpec, measured: Measured, load: tuple[float, float]
             "time per step, at batch 1/4/16) and each run's counts (steps, admission steps and their prompts, drafts, "
             "draft tokens, accepted tokens), never its time.",
             *(distribution.lines() if distribution else []),
+            "The calibration is one snapshot (about a minute at the start) of a shared machine whose relative costs "
+            "drift, so on a busy machine the predictions move between runs more than the paired measurements do "
+            "(docs/history/cost-model.md).",
             f"Machine state: {state}; {_torch()}. Full report: `trtspec sweep ... --repeats N --shuffle --out "
             "results.jsonl && trtspec report results.jsonl --out report/`.",
         ],
