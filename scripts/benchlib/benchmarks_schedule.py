@@ -335,7 +335,7 @@ def recommendation_note(rec: Any) -> str:
 
 
 def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: Measured,
-            gate: tuple[Measured, Any] | None, gate_skipped: str = "") -> Section:
+            gate: tuple[Measured, Any] | None, gate_skipped: str = "", machine_state: str = "") -> Section:
     """The table (comparison rows per load, then the gate's rows) and the notes with the verdicts."""
     clock = "cpu" if bench.threads == 1 else "wall"
     schedule = recommendations["draft_target"].schedule if "draft_target" in recommendations else None
@@ -344,7 +344,8 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
         "Verdict (issue 28: the recommended schedule >= " f"{SCHEDULE_MARGIN:.2f} x the best of no speculation and "
         f"every fixed k at each load, judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}; "
         "the best is the configuration with the highest median, the verdict the median over rounds of schedule / "
-        "best in the same round with a 90% bootstrap interval; adaptive k / best beside it, not judged): "
+        "best in the same round with a 90% bootstrap interval; adaptive k / best and the gate-off schedule / best "
+        "beside it, not judged): "
         + "; ".join(v.line() for v in verdicts) + ("." if verdicts else ""),
     ]
     short = unreachable_gate(schedule) if schedule is not None else []
@@ -389,7 +390,7 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
         f"shown on {bench.gate_method}, whose prompt-lookup drafts stop matching once sampling leaves the prompt's "
         "n-grams. trtspec's gate reopens through probes (one admitted request in 16 still drafts while it is "
         "closed; TensorRT-LLM's stays closed): their cost is in the ratio.",
-        _machine() + ".",
+        _machine() + (f"; {machine_state}" if machine_state else "") + ".",
     ]
     return Section(
         title=f"Speculation schedule: recommended vs fixed k vs adaptive k, and the acceptance gate ({bench.model} + "
@@ -402,9 +403,13 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
 
 def run(bench: ScheduleBench) -> Section:
     """The three sweeps in order (the recommendation decides what the others run), printing the recommendation."""
+    import os
+    import time
+
     from benchlib.benchmarks import measure
     from trtspec.sweep.schedule import choose
 
+    start, load = time.perf_counter(), os.getloadavg()[0]
     swept = measure(bench.recommendation_spec())
     top = max(*bench.concurrency, *bench.ramp)
     recommendations = {method: choose(swept.results, method=method, max_batch_size=top)
@@ -419,4 +424,6 @@ def run(bench: ScheduleBench) -> Section:
     else:
         c = gate_concurrency(gate_rec.schedule, gate_rec.max_draft_len, bench.gate_concurrency, bench.concurrency)
         gate = (measure(bench.gate_spec(gate_rec.schedule, c)), gate_rec.schedule)
-    return section(bench, recommendations, comparison, gate, skipped)
+    state = (f"{(time.perf_counter() - start) / 60:.0f} minutes wall; 1-minute load average {load:.1f} at the start, "
+             f"{os.getloadavg()[0]:.1f} at the end (other jobs share the cores)")
+    return section(bench, recommendations, comparison, gate, skipped, state)
