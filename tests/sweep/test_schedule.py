@@ -83,6 +83,18 @@ def test_known_machine_gives_the_expected_schedule_concurrency_and_gate():
     assert recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=3).max_concurrency is None  # wins up to 3
 
 
+def test_the_threshold_stays_within_reach_of_every_draft_length_the_schedule_uses():
+    """A 2 ms draft forward at batch 1: k=4 breaks even there at 1.88 tokens per step, above what k=1 (used from batch
+    3, E = 1.8) reaches, so a gate at 1.88 would close whenever the load is 3 or more, whatever the acceptance. The
+    threshold is k=1's break-even at batch 3 instead, the lowest among the batch sizes that use it."""
+    rec = recommend_schedule(results([row(0)] + [row(k) for k in range(1, 5)], calibration(draft={1: 0.002, 8: 0.001})),
+                             VARIANT, 0.0, max_batch_size=8)
+    assert [r.k for r in rec.rows] == [4, 2, 1, 1, 0, 0, 0, 0]
+    assert (rec.gate.batch_size, rec.gate.k, rec.gate.threshold) == (3, 1, pytest.approx(1.589, abs=1e-3))
+    assert "out of reach of k=1" in rec.gate.reason
+    assert rec.gate.threshold < 1 + ALPHA  # E(1) on this machine
+
+
 def test_measured_points_anchor_the_model_between_them():
     """Measured speedups 0.9 x the model's at batch 1: the modelled batch sizes are scaled the same, so speculation
     stops one batch size earlier than the model alone says."""

@@ -16,7 +16,10 @@ The gate's threshold is the mean acceptance length at which speculation at the s
 batch size (default 1): speedup = E * S_0 / S_k, so threshold = S_k / S_0, the cost model's per-step seconds with host
 overheads, divided by the same measured / modelled anchor as the speedup (at a measured point: E / measured speedup). Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate then closes
 only when acceptance is too low for speculation to pay at any load, and the schedule's smaller k (and
-max_concurrency) already answer a higher load; a gate at a larger batch size closes sooner. The window (finished
+max_concurrency) already answer a higher load; a gate at a larger batch size closes sooner. One threshold judges every
+draft length the schedule uses, and a request drafting k tokens reaches at most k + 1: when a smaller k used at a
+larger batch size has a measured acceptance length below that break-even, the threshold is the lowest break-even
+among the batch sizes using it (else the gate would close whenever the load reached them). The window (finished
 requests in the gate's mean) comes from the spread of per-request acceptance lengths at that k when the records hold
 them (engine sweeps): the smallest window whose mean, at the measured acceptance, falls below the threshold with
 probability <= 1% (normal approximation), clamped to [MIN_WINDOW, MAX_WINDOW]; else DEFAULT_WINDOW.
@@ -298,40 +301,64 @@ def _argmax(points: tuple[KPoint, ...], cap: int | None) -> int:
     return best.k
 
 
-def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
-          timing: str) -> Gate:
+def _break_even(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
+                timing: str) -> tuple[float, Any]:
+    """(S_k / S_0 at `batch` and the schedule's k there, anchored like the speedups; the prediction): the mean
+    acceptance length at which that k stops paying at that batch size (inf when not finite)."""
     k = table[batch - 1].k
-    if k == 0:
-        return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}")
     pred = predictions_at(rows, base_rows, calibs, batch, timing)[k]
     point = table[batch - 1].chosen  # its speedup = E x S_0 / S_k, anchored: S_k / S_0 scales by 1 / anchor
     anchor = (point.measured_speedup / point.predicted_speedup if point.measured_speedup is not None
               and point.predicted_speedup > 0 else point.anchor)
     ratio = pred.spec_step_s / pred.baseline_step_s / anchor if pred.baseline_step_s > 0 and anchor > 0 else math.inf
+    return ratio, pred
+
+
+def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
+          timing: str) -> Gate:
+    """The gate at `batch` (module docstring). One threshold judges requests of every draft length the schedule uses,
+    and a request drafting k tokens reaches an acceptance length of at most k + 1: where the break-even at `batch` is
+    not below the measured mean acceptance length of a k used at other batch sizes, the gate would close whenever the
+    load puts requests at that k, whatever their acceptance. The threshold is then the lowest break-even among the
+    batch sizes that use such a k."""
+    k = table[batch - 1].k
+    if k == 0:
+        return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}")
+    ratio, pred = _break_even(rows, base_rows, calibs, table, batch, timing)
     if not math.isfinite(ratio):
         return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not finite")
     if ratio <= 1.0:
         return Gate(batch, k, None, None, f"no gate: at batch {batch} a step at k={k} costs {ratio:.3f}x a plain step, "
                     "so speculation does not lose even when no draft token is accepted")
-    threshold = round(ratio, 3)
-    if pred.tokens_per_step <= threshold:
+    if pred.tokens_per_step <= ratio:
         return Gate(batch, k, None, None, f"no gate: k={k} at batch {batch} does not beat plain decoding at the "
-                    f"measured acceptance (E = {pred.tokens_per_step:.2f} <= break-even {threshold:.3f})")
+                    f"measured acceptance (E = {pred.tokens_per_step:.2f} <= break-even {ratio:.3f})")
     reason = (f"break-even at batch {batch}, k={k}: S_k / S_0 = {pred.spec_step_s * 1e3:.3f} / "
-              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included)"
-              + (f" / {anchor:.3f} (measured / modelled speedup)" if abs(anchor - 1) > 1e-9 else ""))
-    per_request = [x for r in rows if r.k == k for x in r.per_request_acceptance]
+              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included, anchored to the "
+              "measured speedups)")
+    binding_batch, binding_k = batch, k
+    for row in table:
+        if row.k in (0, k):
+            continue
+        other_ratio, other = _break_even(rows, base_rows, calibs, table, row.batch_size, timing)
+        if other.tokens_per_step <= ratio and other_ratio < ratio:
+            reason = (f"break-even at batch {row.batch_size}, k={row.k} ({other_ratio:.3f}): the break-even at batch "
+                      f"{batch}, k={k} ({ratio:.3f}) is out of reach of k={row.k} (measured E = "
+                      f"{other.tokens_per_step:.2f}), which the schedule uses from batch {row.batch_size}")
+            ratio, binding_batch, binding_k = other_ratio, row.batch_size, row.k
+    threshold = round(ratio, 3)
+    per_request = [x for r in rows if r.k == binding_k for x in r.per_request_acceptance]
     if len(per_request) < 2:
-        return Gate(batch, k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records hold no "
-                    f"per-request acceptance lengths at k={k} (engine sweeps record them)")
+        return Gate(binding_batch, binding_k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records "
+                    f"hold no per-request acceptance lengths at k={binding_k} (engine sweeps record them)")
     mean, sd = statistics.fmean(per_request), statistics.stdev(per_request)
     if mean <= threshold:
-        return Gate(batch, k, None, None, f"no gate: the measured mean acceptance length at k={k} ({mean:.2f}) is "
-                    f"not above the modelled break-even {threshold:.3f}: a gate would close at once")
+        return Gate(binding_batch, binding_k, None, None, f"no gate: the measured mean acceptance length at k={binding_k} "
+                    f"({mean:.2f}) is not above the modelled break-even {threshold:.3f}: a gate would close at once")
     window = min(MAX_WINDOW, max(MIN_WINDOW, math.ceil((WINDOW_Z * sd / (mean - threshold)) ** 2)))
-    return Gate(batch, k, threshold, window, reason,
-                f"per-request acceptance at k={k}: mean {mean:.2f}, sd {sd:.2f} over {len(per_request)} requests; "
-                f"the mean of {window} requests falls below {threshold:.3f} with probability <= 1% (normal "
+    return Gate(binding_batch, binding_k, threshold, window, reason,
+                f"per-request acceptance at k={binding_k}: mean {mean:.2f}, sd {sd:.2f} over {len(per_request)} "
+                f"requests; the mean of {window} requests falls below {threshold:.3f} with probability <= 1% (normal "
                 f"approximation, window clamped to [{MIN_WINDOW}, {MAX_WINDOW}])")
 
 
