@@ -11,7 +11,7 @@ PYTEST_WORKERS ?= 3
 # NVIDIA Dynamo's two wheels, without their placeholder dependency `aisimulate` (the real ones: extra `dynamo`).
 DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 
-.PHONY: install demo test lint bench aiperf assets assets-models assets-prompts assets-docs clean
+.PHONY: install demo test readme lint bench aiperf assets assets-models assets-prompts assets-docs clean
 
 $(STAMP): pyproject.toml Makefile scripts/install_suffix.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -26,8 +26,16 @@ install: $(STAMP)
 demo: install
 	bash scripts/demo.sh
 
+# The README's quick tour as a test (tests/test_readme_*.py: every command in order, servers on the README's ports) runs
+# as its own step of .ci/run (`make readme`): ~190 CPU-s of fixed start-up costs (trainers, tritonservers, Dynamo, the
+# two demos) that would take `make test` past 5 minutes on the 2-core machine.
+README_TESTS := tests/test_readme_commands.py tests/test_readme_demos.py
+
 test: install
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(README_TESTS)) $(PYTEST_ARGS)
+
+readme: install
+	$(PY) -m pytest -q -n 2 --dist loadfile $(README_TESTS) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check trtspec tests scripts
