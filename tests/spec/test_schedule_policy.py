@@ -1,5 +1,6 @@
 """The speculation schedule as a policy, without a model: caps by batch size and max_concurrency, the acceptance gate
-(closes only on a full window below the threshold, probes while closed, reopens; probe_every 0 never reopens)."""
+(closes only on a full window below the threshold, one probe at a time while closed, backing off while probes lose,
+reopens; probe_every 0 never reopens)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trtspec.contracts.schedule import SpecSchedule
-from trtspec.spec.schedule_policy import GateState, SchedulePolicy
+from trtspec.spec.schedule_policy import MAX_PROBE_BACKOFF, GateState, SchedulePolicy
 
 
 def gate(window: int = 3, threshold: float = 2.0, probe_every: int | None = 2, **extra) -> SchedulePolicy:
@@ -54,7 +55,7 @@ def test_gate_closes_only_on_a_full_window_below_the_threshold():
     assert at_threshold.state.open
 
 
-def test_closed_gate_probes_one_admission_in_probe_every_and_reopens():
+def test_closed_gate_probes_one_request_at_a_time_and_reopens():
     policy = gate(window=2, threshold=2.0, probe_every=3, draft_len=((1, 4), (2, 1)))
     finish(policy, 0, 1.0)
     finish(policy, 1, 1.0)
@@ -65,18 +66,56 @@ def test_closed_gate_probes_one_admission_in_probe_every_and_reopens():
     policy.admit(12, drafts=True)  # admitted again (after a preemption): counted once
     ids = [*range(10, 19), 30]
     caps = policy.caps(1, ids, [4] * len(ids))
-    assert [rid for rid, cap in zip(ids, caps, strict=True) if cap] == [12, 15, 18]  # every 3rd
-    assert caps[2] == 4 and policy.caps(2, [12], [4]) == [1]  # a probe follows the schedule's caps
-    assert policy.state.probes == 3
+    assert [rid for rid, cap in zip(ids, caps, strict=True) if cap] == [12]  # the 3rd; none more while it runs
+    assert policy.caps(2, [12], [4]) == [1]  # a probe follows the schedule's caps
+    assert policy.state.probes == 1
     policy.finish(12, 10, 30)  # probe: length 4.0; window (1.0, 4.0), mean 2.5 >= 2: reopens
     assert policy.state.open and policy.state.opens == 1 and policy.state.closes == 1
     assert policy.caps(1, [10, 11], [4, 3]) == [4, 3]  # everyone drafts again
     finish(policy, 40, 1.0)  # window (4.0, 1.0): 2.5, open
-    finish(policy, 41, 1.0)  # (1.0, 1.0): closes a second time; counting of admissions starts again
+    finish(policy, 41, 1.0)  # (1.0, 1.0): closes a second time; the countdown starts again
     assert not policy.state.open and policy.state.closes == 2
     for rid in (50, 51, 52):
         policy.admit(rid, drafts=True)
     assert policy.caps(1, [50, 51, 52], [4, 4, 4]) == [0, 0, 4]
+
+
+def test_losing_probes_back_off_geometrically_and_a_winning_probe_restores_the_interval():
+    policy = gate(window=4, threshold=2.0, probe_every=2)
+    for rid in range(4):
+        finish(policy, rid, 1.0)
+    assert not policy.state.open
+    next_id = 100
+
+    def next_probe() -> tuple[int, int]:
+        """Admit drafting requests until one is a probe: (its id, admissions it took)."""
+        nonlocal next_id
+        for admissions in range(1, 1000):
+            rid, next_id = next_id, next_id + 1
+            policy.admit(rid, drafts=True)
+            if policy.caps(1, [rid], [4]) == [4]:
+                return rid, admissions
+        raise AssertionError("no probe in 1000 admissions")
+
+    gaps = []
+    for _ in range(7):
+        probe, gap = next_probe()
+        gaps.append(gap)
+        policy.finish(probe, 10, 0)  # a losing probe: length 1.0
+    cap = MAX_PROBE_BACKOFF * 2
+    assert gaps == [2, 4, 8, 16, 32, 32, 32] and cap == 32  # doubled per losing probe, up to the cap
+    probe, gap = next_probe()
+    policy.forget(probe)  # aborted: its countdown starts again at the same interval
+    probe, gap = next_probe()
+    assert gap == 32 and not policy.state.open
+    policy.finish(probe, 10, 0)  # losing: the interval stays at the cap
+    probe, _ = next_probe()
+    policy.finish(probe, 10, 20)  # a winning probe (3.0): window (1, 1, 1, 3) mean 1.5, still closed
+    assert not policy.state.open
+    probe, gap = next_probe()
+    assert gap == 2  # back to probe_every
+    policy.finish(probe, 10, 20)  # (1, 1, 3, 3): 2.0, reopens
+    assert policy.state.open and policy.state.opens == 1 and policy.state.probes == 11
 
 
 def test_probe_every_zero_is_tensorrt_llms_permanent_gate():

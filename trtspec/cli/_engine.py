@@ -71,9 +71,9 @@ FLAGS = {f.flag: f for f in (
          "rolling mean (0: no gate; with --acceptance-length-threshold)."),
     Flag("--acceptance-length-threshold", "acceptance_length_threshold", str, "The acceptance gate: speculation stops "
          "while the window's mean acceptance length (tokens per drafting step) is below this.", metavar="TOKENS"),
-    Flag("--gate-probe-every", "gate_probe_every", int, "While the gate is closed, one admitted request in this many "
-         "still speculates, so the gate reopens when acceptance recovers (default 16; 0: closed for good, as "
-         "TensorRT-LLM)."),
+    Flag("--gate-probe-every", "gate_probe_every", int, "While the gate is closed, a probe request still "
+         "speculates every this many admissions (backing off while probes lose), so the gate reopens when acceptance "
+         "recovers (default 16; 0: closed for good, as TensorRT-LLM)."),
 )}  # fmt: skip
 SCHEDULE = ("--draft-len-schedule", "--max-concurrency", "--acceptance-window", "--acceptance-length-threshold",
             "--gate-probe-every")  # the speculation schedule (contracts/schedule.py)

@@ -11,11 +11,13 @@ part of the engine configuration, so the reference engine runs what a TensorRT-L
   drafting step, bonus token included) of the last `acceptance_window` such requests; when it falls below
   `acceptance_length_threshold` the gate closes and no request speculates.
 
-TensorRT-LLM's gate stays closed for the life of the server. trtspec's reopens by default: while closed, one admitted
-request in `probe_every` still speculates (a probe), its acceptance enters the window, and the gate opens again once
-the window's mean is back at the threshold. Traffic shifts (a burst of prose, then code again); a gate that never
-reopens gives up the speedup for good after one bad stretch, and the probes cost at most 1/probe_every of requests
-running a losing draft. `probe_every 0` is TensorRT-LLM's permanent gate (what the LLM-API file renders).
+TensorRT-LLM's gate stays closed for the life of the server. trtspec's reopens by default: while closed, one request
+at a time still speculates (a probe, the `probe_every`-th admitted request that would draft; the interval doubles
+after each probe below the threshold, up to 16 x, and is restored by one at or above it), its acceptance enters the
+window, and the gate opens again once the window's mean is back at the threshold. Traffic shifts (a burst of prose,
+then code again); a gate that never reopens gives up the speedup for good after one bad stretch, while the probes'
+share of requests falls from 1/probe_every towards 1/(16 x probe_every) as long as acceptance stays low.
+`probe_every 0` is TensorRT-LLM's permanent gate (what the LLM-API file renders).
 
 Forms: flat parameters (`draft_len_schedule` "1:4,4:2,16:0", `max_concurrency`, `acceptance_window`,
 `acceptance_length_threshold`, `gate_probe_every`), JSON (`to_dict`), and the LLM-API mapping (`llm_api_options` /
@@ -32,7 +34,7 @@ from typing import Any, ClassVar
 from trtspec.errors import ConfigError, shown
 
 DraftLens = tuple[tuple[int, int], ...]  # ((batch size, draft length), ...), sorted by batch size
-DEFAULT_PROBE_EVERY = 16  # while the gate is closed, one admitted request in this many still speculates
+DEFAULT_PROBE_EVERY = 16  # while the gate is closed, a probe every this many admissions (before backoff)
 MAX_BATCH = 1 << 20  # a batch-size key above this is not a batch size
 
 
