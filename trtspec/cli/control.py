@@ -9,6 +9,7 @@ on the server or on disk changes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +18,36 @@ import click
 from trtspec.cli._types import COUNT, HOST_PORT, FiniteFloat
 
 
+def reload_options(checked: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--repo, --timeout, --dry-run and --json: the options of a command that reloads a served model with a change
+    (`checked`: what --dry-run checks besides the server, the model and --repo)."""
+    options = [
+        click.option("--repo", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+                     help="The repository the server runs: the change is also written into MODEL/config.pbtxt "
+                          "(atomically), so a restart keeps it. Without it the change lasts until the server restarts."),
+        click.option("--timeout", "timeout_s", type=FiniteFloat(min=1.0), default=300.0, show_default=True,
+                     help="Seconds the reload may take."),
+        click.option("--dry-run", is_flag=True, help=f"Check the server, the model, {checked} and --repo; change "
+                                                     "nothing."),
+        click.option("--json", "as_json", is_flag=True, help="Print the change as JSON."),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+
 @click.command("set-k")
 @click.argument("k", type=COUNT)
 @click.option("--url", type=HOST_PORT, default="127.0.0.1:8001", show_default=True, metavar="HOST:PORT",
               help="The Triton server's gRPC address.")
 @click.option("--model", default="tensorrt_llm", show_default=True,
               help="The engine model whose default k changes (the torch flavour's tensorrt_llm).")
-@click.option("--repo", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="The repository the server runs: the new k is also written into MODEL/config.pbtxt (atomically), "
-                   "so a restart keeps it. Without it the change lasts until the server restarts.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1.0), default=300.0, show_default=True,
-              help="Seconds the reload may take.")
-@click.option("--dry-run", is_flag=True, help="Check the server, the model, k and --repo; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the change as JSON.")
+@reload_options("k")
 def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry_run: bool, as_json: bool) -> None:
     """Set the default k (draft tokens per step of a request that does not say) of a running model to K.
 
@@ -73,8 +91,9 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
 @click.option("--acceptance-length-threshold", default=None, metavar="X",
               help="The gate closes while that mean (tokens per drafting step, bonus included) is below X.")
 @click.option("--gate-probe-every", default=None, metavar="N",
-              help="While the gate is closed, one admitted request in N still speculates, so the gate reopens when "
-                   "acceptance recovers (default 16; 0: never, TensorRT-LLM's permanent gate).")
+              help="While the gate is closed, a probe request still speculates every N admissions (backing off "
+                   "while probes lose), so the gate reopens when acceptance recovers (default 16; 0: never, "
+                   "TensorRT-LLM's permanent gate).")
 @click.option("--no-gate", is_flag=True, help="Remove the acceptance gate (window, threshold and probes).")
 @click.option("--clear", is_flag=True,
               help="Start from no schedule instead of the served one: the flags given are the whole schedule (alone: "
@@ -82,13 +101,7 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
 @click.option("--k", "default_k", type=COUNT, default=None,
               help="Also set the default k, in the same reload (a schedule caps a request's k, never raises it: the "
                    "default k should be the schedule's largest draft length).")
-@click.option("--repo", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="The repository the server runs: the change is also written into MODEL/config.pbtxt (atomically), "
-                   "so a restart keeps it. Without it the change lasts until the server restarts.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1.0), default=300.0, show_default=True,
-              help="Seconds the reload may take.")
-@click.option("--dry-run", is_flag=True, help="Check the server, the model, the schedule and --repo; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the change as JSON.")
+@reload_options("the schedule")
 def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: str | None,
                  acceptance_window: str | None, acceptance_length_threshold: str | None, gate_probe_every: str | None,
                  no_gate: bool, clear: bool, default_k: int | None, repo: Path | None, timeout_s: float, dry_run: bool,
