@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="schedule: rounds of the comparison, each load's cells shuffled (medians, paired verdict)")
     parser.add_argument("--schedule-gate-concurrency", type=int, default=4,
                         help="schedule: requests in flight on the gate's collapsed traffic")
-    parser.add_argument("--schedule-gate-requests", type=int, default=96,
+    parser.add_argument("--schedule-gate-requests", type=int, default=192,
                         help="schedule: requests per cell on the gate's collapsed traffic")
     parser.add_argument("--schedule-gate-repeats", type=int, default=3,
                         help="schedule: rounds of the gate's cells (paired ratio)")

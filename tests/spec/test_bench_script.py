@@ -90,4 +90,16 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
                     for c in gate_cases for rate_, closed in [(98.0 if c.repeat else 96.0, 4 + c.repeat)]]
     _, gate = bs.gate_result(Measured(gate_records, None, None), "ngram", schedule, "cpu")
     assert gate.closed_after == [4, 5] and not gate.closed_in_window and not gate.passed  # round 1: too late
-    assert abs(gate.paired - 0.97) < 1e-9 and gate.acceptance == 2.0
+    assert abs(gate.paired - 0.97) < 1e-9 and gate.acceptance == 2.0  # no finish trace: the whole cell
+    # judged from the close on: the gated run is slow for its first 4 finished requests (the window), then as fast as
+    # plain; the whole cell's ratio shows the window, the verdict's does not
+    plain_trace = [[10 * i, 0.1 * i] for i in range(1, 21)]  # 100 tokens per CPU second throughout
+    gated_trace = [[10 * i, 0.2 * i if i <= 4 else 0.8 + 0.1 * (i - 4)] for i in range(1, 21)]
+    traced = [_case_record(c, 100.0 if c.method == "none" else 200 / 2.4,
+                           finish_trace=plain_trace if c.method == "none" else gated_trace,
+                           gate={"closed_after": 4, "probes": 1}) for c in gate_cases]
+    _, gate = bs.gate_result(Measured(traced, None, None), "ngram", schedule, "cpu")
+    assert gate.closed_in_window and gate.passed and gate.probes == [1, 1]
+    assert [round(x, 9) for x in gate.after_close] == [1.0, 1.0] and round(gate.whole, 6) == round(200 / 240, 6)
+    assert bs.rate_after({"finish_trace": plain_trace, "tokens_per_cpu_s": 7.0}, None) == 7.0  # no close: whole
+    assert "from the close on, gated / plain = 1.00" in gate.line() and "whole cell" in gate.line()

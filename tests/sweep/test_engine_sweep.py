@@ -127,9 +127,12 @@ def test_engine_backend_runs_schedules_and_ramps(random_pair, tmp_path):
         assert m["output_sha256"] == cases[(ramp, None, 0)]["output_sha256"]  # lossless whatever k does
         assert m["num_requests"] == (4 if ramp else 8) == len(m["latencies_s"])
         assert ("gate" in m) == (schedule == gate)  # no schedule, or no gate: nothing to report
+        trace = m["finish_trace"]  # (tokens, cpu seconds) so far at each finished request
+        assert len(trace) == m["num_requests"] and trace[-1][0] == m["output_tokens"]
+        assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(trace, trace[1:], strict=False))
     closed = cases[(None, gate, 2)]["gate"]
     # the window's mean can never reach 3.5 (at most k + 1 = 3 tokens per step): closed after 2 finished drafting
-    # requests; then 1 admission in 3 is a probe
+    # requests; then probes, one at a time
     assert closed["closes"] == 1 and closed["open"] is False and closed["closed_after"] == 2
     assert closed["probes"] >= 1 and cases[(None, gate, 2)]["requests_drafted"] < 8
     # "1:2,2:0" drafts only in steps with one running request: on the ramp 1,2,1 its first and last phase

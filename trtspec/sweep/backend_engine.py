@@ -28,7 +28,7 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trtspec.methods import parse_lookahead, resolve
@@ -59,6 +59,7 @@ class LoopRun:
     admission_trace: list[tuple[int, int, int]]  # per admission step: (rows in the step, rows admitted, longest prompt)
     gate_closed_after: int | None = None  # finished requests when the acceptance gate first closed (None: it did not)
     requests_drafted: int = 0  # finished requests that drafted at least once
+    finish_trace: list[tuple[int, float]] = field(default_factory=list)  # per finished request: (tokens, cpu_s) so far
 
     @property
     def output_tokens(self) -> int:
@@ -80,8 +81,9 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
     num_steps = admission_steps = 0
     next_index = in_flight = 0
     trace: list[tuple[int, int, int]] = []
-    finished = drafted = 0
+    finished = drafted = emitted = 0
     gate_closed_after: int | None = None
+    finish_trace: list[tuple[int, float]] = []
     cpu_start = time.process_time()
     start = time.perf_counter()
     while next_index < len(prompts) or in_flight:
@@ -98,9 +100,11 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
         for delta in engine.step():
             index, submit = submitted[delta.request_id]
             outputs[index].extend(delta.token_ids)
+            emitted += len(delta.token_ids)
             if delta.finished:
                 in_flight -= 1
                 finished += 1
+                finish_trace.append((emitted, time.process_time() - cpu_start))
                 latencies[index] = time.perf_counter() - submit
                 if delta.stats is not None:
                     stats.merge(delta.stats)
@@ -112,7 +116,7 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
         num_steps += 1
     wall = time.perf_counter() - start
     return LoopRun(wall, time.process_time() - cpu_start, outputs, latencies, stats, per_request, num_steps,
-                   admission_steps, trace, gate_closed_after, drafted)
+                   admission_steps, trace, gate_closed_after, drafted, finish_trace)
 
 
 class EngineBackend:
@@ -241,6 +245,7 @@ class EngineBackend:
                 "output_sha256": output_digest(run.outputs),
                 "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
                 "requests_drafted": run.requests_drafted, "stats": run.stats.to_dict(),
+                "finish_trace": [list(point) for point in run.finish_trace],
                 **({"gate": {**asdict(gate), "closed_after": run.gate_closed_after}} if gate is not None else {})}
 
     def info(self) -> dict[str, Any]:
