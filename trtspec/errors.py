@@ -37,7 +37,8 @@ class ConfigError(UsageError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}", hint=hint)
+        name = field if field.isprintable() else shown_text(field)  # a key read from a file can hold a newline
+        super().__init__(f"{name}={value!r}: {problem}", hint=hint)
 
 
 class ModelNotFoundError(UsageError):
