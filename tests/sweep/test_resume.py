@@ -81,6 +81,60 @@ def test_interrupted_sweep_resumes_missing_cases_only(tmp_path):
     assert len(_case_ids(out)) == total
 
 
+class _SlicingBackend(FakeSweepBackend):
+    """Logs calibrations (with their repeats) and cases in order; slice i's target costs are the synthetic ones x
+    scales[i] (a machine whose speed drifts between slices)."""
+
+    def __init__(self, scales, **kw) -> None:
+        super().__init__(**kw)
+        self.log: list = []
+        self.scales = iter(scales)
+
+    def calibrate(self, spec, model_set):
+        fields = super().calibrate(spec, model_set)
+        self.log.append(("calibrate", spec.calibration_repeats))
+        scale = next(self.scales)
+        fields["target_s"] = {b: {n: t * scale for n, t in by_n.items()} for b, by_n in fields["target_s"].items()}
+        return fields
+
+    def run_case(self, case, suite, spec):
+        metrics = super().run_case(case, suite, spec)
+        self.log.append("case")
+        return metrics
+
+
+def test_calibration_slices_spread_over_the_cases_resume_and_merge_to_medians(tmp_path):
+    from tests.sweep.fakes import synthetic_costs
+    from trtspec.sweep.analysis import load_results
+    from trtspec.sweep.runner import calibration_slices
+
+    out = tmp_path / "results.jsonl"
+    spec = _spec(calibration_slices=3, calibration_repeats=7)
+    assert len(spec.cases()) == 7 and calibration_slices(spec, 7) == {0: [0], 2: [1], 5: [2]}
+    assert calibration_slices(_spec(calibration_slices=4), 2) == {0: [0, 1], 1: [2], 2: [3]}  # more slices than cases
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, out, backend=_SlicingBackend([1.0, 3.0], interrupt_after=4), show_progress=False)
+    first = [r for r in read_records(out) if r["kind"] in ("case", "calibration")]
+    assert [r["kind"][:5] for r in first] == ["calib", "case", "case", "calib", "case", "case"]
+    calibs = [r for r in first if r["kind"] == "calibration"]
+    assert [(r["slice"], r["slices"]) for r in calibs] == [(0, 3), (1, 3)] and calibs[1]["of"] == calibs[0]["id"]
+    second = _SlicingBackend([2.0])
+    run_sweep(spec, out, backend=second, show_progress=False)  # resumes: 3 cases, the last slice before the third
+    assert second.log == ["case", "case", ("calibrate", 2), "case"]  # 7 // 3 repeats per slice
+    assert run_sweep(spec, out, backend=_SlicingBackend([]), show_progress=False).ran == 0  # nothing left
+    calibrations = load_results(out).calibrations
+    assert len(calibrations) == 1
+    merged = calibrations[calibs[0]["id"]]
+    assert merged["slices_merged"] == 3 and merged["batch_sizes"] == [1, 4]
+    for b in (1, 4):  # the median of the slices' x1, x3, x2: x2
+        expected = synthetic_costs(b).target_s
+        assert all(abs(merged["target_s"][str(b)][str(n)] - 2 * expected[n]) < 1e-12 for n in (1, 2, 3, 4))
+    one = tmp_path / "one.jsonl"
+    run_sweep(_spec(), one, backend=FakeSweepBackend(), show_progress=False)  # one slice: the record as before
+    (calibration,) = [r for r in read_records(one) if r["kind"] == "calibration"]
+    assert "slice" not in calibration and "of" not in calibration and calibration["id"] == calibs[0]["id"]
+
+
 def test_error_records_do_not_stop_the_sweep_and_can_be_retried(tmp_path):
     out = tmp_path / "results.jsonl"
     spec = _spec()

@@ -51,6 +51,9 @@ from trtspec.methods import METHODS
 @click.option("--calibration-batch-sizes", help="Batch sizes of the forward-cost micro-benchmark, e.g. 1,4,16.")
 @click.option("--calibration-repeats", type=click.IntRange(1, 1000),
               help="Timed rounds of the micro-benchmark; each point's cost is their median (default 5).")
+@click.option("--calibration-slices", type=click.IntRange(1, 1000),
+              help="Run the micro-benchmark in N slices spread over the cases (the repeats split between them; the "
+                   "median over slices), so the calibration spans the time of the runs it prices (default 1).")
 @click.option("--threads", type=click.IntRange(0, 4096), help="torch intra-op threads (via engine; default: torch's).")
 @click.option("--retry-errors", is_flag=True, help="Rerun cases whose earlier record is an error.")
 @click.option("--dry-run", is_flag=True, help="Validate and list the cases; run nothing.")

@@ -2,8 +2,9 @@
 the recommendation (method, k per batch size, expected speedup, cost per 1M tokens). Pure Python (no torch).
 
 Prediction per case (see costmodel.py): E(k) from the case's per-position acceptance; T_target(b, k+1) and T_draft(b)
-from the calibration record of the case's model set at b = concurrency; host time per step (and a model-free
-proposer's) from the same calibration (`StepCosts.host`), at the case's draft tokens per row and step. A prediction
+from the calibration record of the case's model set at b = concurrency (the median over its slices when it was
+calibrated in slices between the cases: `merge_slices`); host time per step (and a model-free proposer's) from the
+same calibration (`StepCosts.host`), at the case's draft tokens per row and step. A prediction
 uses the calibration and the run's counts and acceptance, never the run's time; records whose calibration has no host
 times fall back to the engine's own accounting of the run (`overhead_time_s / num_target_forwards`). Measured speedup:
 with rounds (`--repeats`), the median of each round's ratio to the same round's baseline.
@@ -143,7 +144,7 @@ def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | Non
         if missing:
             raise UsageError(f"{path}: case {rec['id']} has no {missing[0]}",
                              hint="the file was edited or written by another tool; rerun the sweep into a new file")
-    calibrations = latest_by_id(records, "calibration")
+    calibrations = merge_slices(latest_by_id(records, "calibration").values())
     if timing == "auto":
         on_cpu = all((rec.get("via_info") or {}).get("device", "cpu") == "cpu" for rec in ok)
         has_cpu = all("cpu_time_s" in rec["metrics"] for rec in ok) and \
@@ -180,6 +181,28 @@ def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | Non
             row.prefill = (costs.target_prefill_s, costs.target_prefill_s + (costs.draft_prefill_s if uses_draft else 0))
         row.miss_reason = _miss_reason(row, base, costs)
     return results
+
+
+def merge_slices(calibrations: Iterable[Record]) -> dict[str, Record]:
+    """One calibration per model set (by id): a model set calibrated in slices (records with `of`, runner.py) gets
+    every number the median over its slices, the other fields from its first slice; others pass through."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for rec in calibrations:
+        groups[rec.get("of") or rec["id"]].append(rec)
+    return {cid: recs[0] if len(recs) == 1 else {**_median_of(recs), "id": cid, "slices_merged": len(recs)}
+            for cid, recs in groups.items()}
+
+
+def _median_of(values: Sequence[Any]) -> Any:
+    """The element-wise median of equally shaped values: numbers (bools aside) -> their median, dicts -> by key (keys
+    of the first; a key some lack takes the median of those that have it), anything else -> the first."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {key: _median_of([v[key] for v in values if isinstance(v, dict) and key in v]) for key in first}
+    if isinstance(first, int | float) and not isinstance(first, bool):
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        return statistics.median(numbers)
+    return first
 
 
 def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: float,

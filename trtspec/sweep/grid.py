@@ -126,6 +126,11 @@ class SweepSpec(BaseModel):
     calibration_batch_sizes: list[int] = Field([1, 4, 16], description="batch sizes of the cost micro-benchmark")
     calibration_repeats: int = Field(5, description="timed rounds of the cost micro-benchmark (each point's cost is "
                                      "the median over them, after one warm-up round)")
+    calibration_slices: int = Field(1, description="the micro-benchmark runs in this many slices spread over the "
+                                    "cases (one before the first, the others between them), calibration_repeats / "
+                                    "slices rounds each (at least one); each point's cost is the median over the "
+                                    "slices, so on a machine whose speed drifts the calibration spans the time of "
+                                    "the runs it prices")
     chat_template: str | None = Field(None, description="prompts as one-turn chats: `model` = the model's own template "
                                       "(trtspec.chat), or a Jinja template (via engine); None = raw text")
     threads: int | None = Field(None, description="torch intra-op threads (via engine); None = torch default")
@@ -197,7 +202,8 @@ class SweepSpec(BaseModel):
         _positive("calibration_batch_sizes", self.calibration_batch_sizes)
         if self.threads is not None:
             _positive("threads", [self.threads])
-        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats", "calibration_repeats"):
+        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats", "calibration_repeats",
+                      "calibration_slices"):
             _positive(field, [getattr(self, field)])
         if not 0 <= self.seed <= UINT64_MAX:
             raise ConfigError("seed", shown(self.seed), f"must be within 0..{UINT64_MAX} (a uint64 seed)",

@@ -5,7 +5,8 @@ case and returns its measurements. Order of work:
   1. preflight  the spec is already validated; the backend checks what only it can (server reachable, engine max_k)
   2. resume     read the results file, cut a torn last line, skip case ids that already have a record
   3. calibrate  per model set, time target forwards over 1..max_k+1 tokens and a draft forward at batch 1/4/16
-                (via engine only, unless spec.calibrate is off; `calibration` records for the cost model)
+                (via engine only, unless spec.calibrate is off; `calibration` records for the cost model), in
+                spec.calibration_slices slices: the first before the cases, the others between them
   4. cases      run each missing case over its suite's prompts (reused round-robin up to the case's num_requests);
                 an exception becomes an `error` record and the sweep goes on
 A KeyboardInterrupt or kill stops between (or inside) cases; the next run resumes with the missing ones.
@@ -126,19 +127,16 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
             results.append({"kind": "sweep", "id": "sweep-" + case_id(spec.model_dump()), "spec": spec.model_dump(),
                             "started_at": _now(), "via_info": backend.info()})
         with _progress(show_progress, len(cases), summary.skipped) as progress:
-            # 3. calibrate
-            sets = [m for m in model_sets(cases) if m.calibration_id not in done_calib] if todo and spec.calibrate else []
-            for model_set in sets:
-                progress.describe(f"calibrating {model_set.model}+"
-                                  f"{model_set.draft or model_set.medusa or model_set.eagle or '-'}")
-                fields = _guarded(lambda m=model_set: backend.calibrate(spec, m), summary)
-                if fields:
-                    rec = {"kind": "calibration", "id": model_set.calibration_id, "model": model_set.model,
-                           "draft": model_set.draft, "medusa": model_set.medusa, "measured_at": _now(), **fields}
-                    results.append(rec)
-                    summary.calibrations += 1
-            # 4. cases
-            for case in todo:
+            # 3. calibrate (slice 0 of each model set now, the others between the cases) and 4. cases
+            sets = model_sets(cases) if todo and spec.calibrate else []
+            slices = calibration_slices(spec, len(todo))
+            for index, case in enumerate([*todo, None]):
+                for number in slices.get(index, ()):
+                    for model_set in sets:
+                        if _slice_id(model_set, number) not in done_calib:
+                            _calibrate(backend, spec, model_set, number, results, summary, progress)
+                if case is None:
+                    break
                 progress.describe(case.label())
                 suite = suites[case.suite]
                 rec = _run_one(backend, case, suite.cycled(case.num_requests) if case.num_requests else suite, spec,
@@ -151,6 +149,38 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, backend: Backend | None = Non
     finally:
         results.close()
         backend.close()
+
+
+def calibration_slices(spec: SweepSpec, num_cases: int) -> dict[int, list[int]]:
+    """Before which case (index into the cases to run; num_cases: after the last) each calibration slice runs: slice
+    0 before the first, slice i before case round(i x num_cases / slices)."""
+    at: dict[int, list[int]] = {}
+    for number in range(spec.calibration_slices):
+        at.setdefault(round(number * num_cases / spec.calibration_slices), []).append(number)
+    return at
+
+
+def _slice_id(model_set: ModelSet, number: int) -> str:
+    """Slice 0 keeps the model set's calibration id (a one-slice sweep writes what it always wrote)."""
+    return model_set.calibration_id if number == 0 else f"{model_set.calibration_id}.slice{number}"
+
+
+def _calibrate(backend: Backend, spec: SweepSpec, model_set: ModelSet, number: int, results: ResultsFile,
+               summary: SweepSummary, progress: _progress) -> None:
+    """One calibration slice of one model set, appended as a `calibration` record (`slice` of `slices`, `of` the
+    model set's calibration id: `sweep.analysis` takes the median over a model set's slices)."""
+    progress.describe(f"calibrating {model_set.model}+{model_set.draft or model_set.medusa or model_set.eagle or '-'}"
+                      + (f" (slice {number + 1} of {spec.calibration_slices})" if spec.calibration_slices > 1 else ""))
+    repeats = max(1, spec.calibration_repeats // spec.calibration_slices)
+    part = spec if spec.calibration_slices == 1 else spec.model_copy(update={"calibration_repeats": repeats})
+    fields = _guarded(lambda: backend.calibrate(part, model_set), summary)
+    if fields:
+        slice_fields = {"slice": number, "slices": spec.calibration_slices, "of": model_set.calibration_id} \
+            if spec.calibration_slices > 1 else {}
+        results.append({"kind": "calibration", "id": _slice_id(model_set, number), "model": model_set.model,
+                        "draft": model_set.draft, "medusa": model_set.medusa, "measured_at": _now(), **slice_fields,
+                        **fields})
+        summary.calibrations += 1
 
 
 def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, summary: SweepSummary) -> Record:
