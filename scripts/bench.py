@@ -136,7 +136,8 @@ def bench_sweep(args: argparse.Namespace) -> Section:
     import os
 
     spec = benchmarks.sweep_spec(model=args.model, draft=args.draft, ks=args.sweep_ks, num_prompts=args.sweep_prompts,
-                                 max_new_tokens=args.sweep_new_tokens, repeats=args.sweep_repeats, threads=args.threads)
+                                 max_new_tokens=args.sweep_new_tokens, repeats=args.sweep_repeats, threads=args.threads,
+                                 calibration_slices=args.sweep_calibration_slices)
     before = os.getloadavg()[0]
     measured = benchmarks.measure(spec)
     return benchmarks.sweep_section(spec, measured, (before, os.getloadavg()[0]))
@@ -424,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
     parser.add_argument("--schedule-sweep-ks", type=int, nargs="+", default=list(range(1, 6)),
                         help="schedule: k of the recommendation sweep (beside k = 0)")
-    parser.add_argument("--schedule-sweep-repeats", type=int, default=2,
+    parser.add_argument("--schedule-sweep-repeats", type=int, default=3,
                         help="schedule: shuffled rounds of the recommendation sweep (medians)")
     parser.add_argument("--schedule-fixed-ks", type=int, nargs="+", default=list(range(1, 6)),
                         help="schedule: k of the fixed-k rows the schedule is compared with")
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="schedule: requests per cell >= waves x concurrency")
     parser.add_argument("--schedule-ramp-waves", type=int, default=1,
                         help="schedule: requests per ramp phase = ramp waves x its concurrency")
-    parser.add_argument("--schedule-repeats", type=int, default=6,
+    parser.add_argument("--schedule-repeats", type=int, default=10,
                         help="schedule: rounds of the comparison, each load's cells shuffled (medians, paired verdict)")
     parser.add_argument("--schedule-gate-concurrency", type=int, default=4,
                         help="schedule: requests in flight on the gate's collapsed traffic")
@@ -461,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweep-new-tokens", type=int, default=128, help="sweep section: tokens per request")
     parser.add_argument("--sweep-ks", type=int, nargs="+", default=[1, 2, 3, 4], help="sweep section: draft lengths")
     parser.add_argument("--sweep-repeats", type=int, default=12, help="sweep section: shuffled rounds (medians)")
+    parser.add_argument("--sweep-calibration-slices", type=int, default=4,
+                        help="sweep section: calibration slices spread over the rounds (medians over slices)")
     parser.add_argument("--suffix-suites", nargs="+", default=list(benchmarks.SUFFIX_SUITES),
                         help="suffix: prompt suites")
     parser.add_argument("--suffix-prompts", type=int, default=16,

@@ -416,13 +416,15 @@ def lookahead_section(spec: SweepSpec, measured: Measured) -> Section:
 
 
 def sweep_spec(*, model: str, draft: str, ks: Sequence[int], num_prompts: int, max_new_tokens: int, repeats: int,
-               threads: int) -> SweepSpec:
+               threads: int, calibration_slices: int = 4) -> SweepSpec:
     """draft_target and ngram at each k (and plain decoding) on code and grounded at batch 1, greedy, in `repeats`
-    shuffled rounds: each case's measured speedup is the median of its rounds' ratios to the same round's baseline."""
+    shuffled rounds: each case's measured speedup is the median of its rounds' ratios to the same round's baseline.
+    The calibration: 4 interleaved repeats in each of `calibration_slices` slices spread over the rounds."""
     return SweepSpec.build(model=model, drafts=[draft], methods=["draft_target", "ngram"], k=[0, *ks],
                            temperatures=[0.0], suites=["code", "grounded"], concurrency=[1], num_prompts=num_prompts,
                            max_new_tokens=max_new_tokens, max_draft_len=max(ks), repeats=repeats, shuffle=True,
-                           threads=threads, calibration_batch_sizes=[1, 4, 16], calibration_repeats=15)
+                           threads=threads, calibration_batch_sizes=[1, 4, 16],
+                           calibration_repeats=4 * calibration_slices, calibration_slices=calibration_slices)
 
 
 def sweep_section(spec: SweepSpec, measured: Measured, load: tuple[float, float] | None = None) -> Section:
@@ -455,13 +457,15 @@ def sweep_section(spec: SweepSpec, measured: Measured, load: tuple[float, float]
             "of the rounds' ratios to the same round's baseline; even / odd rounds = the median of the even rounds' "
             "ratios / the odd rounds' - 1 (how well the measurement repeats with half the tokens).",
             f"Cost model within {TOLERANCE:.0%} of measured for **{inside} of {len(cases)}** cases. Predictions come "
-            f"from the calibration (forward costs, medians of {spec.calibration_repeats} interleaved repeats, and host "
-            "time per step, at batch 1/4/16) and each run's counts (steps, admission steps and their prompts, drafts, "
-            "draft tokens, accepted tokens), never its time.",
+            f"from the calibration (forward costs and host time per step at batch 1/4/16: "
+            + (f"{spec.calibration_slices} slices spread over the rounds, the first before them, each the median of "
+               f"{spec.calibration_repeats // spec.calibration_slices} interleaved repeats, every cost the median over "
+               "the slices, so the calibration spans the time of the runs it prices"
+               if spec.calibration_slices > 1 else
+               f"one snapshot before the rounds, medians of {spec.calibration_repeats} interleaved repeats")
+            + ") and each run's counts (steps, admission steps and their prompts, drafts, draft tokens, accepted "
+            "tokens), never its time.",
             *(distribution.lines() if distribution else []),
-            "The calibration is one snapshot (about a minute at the start) of a shared machine whose relative costs "
-            "drift, so on a busy machine the predictions move between runs more than the paired measurements do "
-            "(docs/history/cost-model.md).",
             f"Machine state: {state}; {_torch()}. Full report: `trtspec sweep ... --repeats N --shuffle --out "
             "results.jsonl && trtspec report results.jsonl --out report/`.",
         ],

@@ -49,8 +49,8 @@ class ScheduleBench:
     waves: int = 3  # requests per cell >= waves x concurrency
     ramp_waves: int = 1  # requests per ramp phase = ramp_waves x its concurrency
     min_requests: int = 8
-    sweep_repeats: int = 2
-    repeats: int = 6
+    sweep_repeats: int = 3
+    repeats: int = 10
     gate_method: str = "ngram"
     gate_concurrency: int = 4
     gate_requests: int = 192
@@ -67,7 +67,8 @@ class ScheduleBench:
 
     def recommendation_spec(self) -> SweepSpec:
         """draft_target and the gate's method at k = 0 and sweep_ks, each concurrency, calibrated at every batch size
-        the ramp visits; repeats shuffled rounds (the analysis takes medians)."""
+        the ramp visits (a calibration slice of 2 repeats per round, spread over them); repeats shuffled rounds (the
+        analysis takes medians)."""
         sizes = sorted({*self.concurrency, *self.ramp})
         return SweepSpec.build(model=self.model, drafts=[self.draft],
                                methods=list(dict.fromkeys(["draft_target", self.gate_method])),
@@ -76,7 +77,8 @@ class ScheduleBench:
                                waves=self.waves, prompt_tokens=self.prompt_tokens,
                                max_new_tokens=self.max_new_tokens, max_draft_len=max(self.sweep_ks),
                                repeats=self.sweep_repeats, shuffle=True, threads=self.threads,
-                               calibration_batch_sizes=sizes, calibration_repeats=3)
+                               calibration_batch_sizes=sizes,
+                               calibration_repeats=2 * self.sweep_repeats, calibration_slices=self.sweep_repeats)
 
     def comparison_spec(self, schedule: Any) -> SweepSpec:
         """draft_target: k = 0, fixed_ks, adaptive, `schedule` (a SpecSchedule) and, when it has a gate, the same
@@ -403,7 +405,8 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
         "Recommended (`trtspec.sweep.schedule.choose` on a sweep of draft_target and "
         f"{bench.gate_method} at k = 0, {', '.join(map(str, bench.sweep_ks))}, greedy, concurrency "
         f"{', '.join(map(str, bench.concurrency))}, {bench.sweep_repeats} shuffled rounds (medians), forward costs "
-        f"calibrated at batch sizes {', '.join(map(str, sorted({*bench.concurrency, *bench.ramp})))}; measured "
+        f"calibrated at batch sizes {', '.join(map(str, sorted({*bench.concurrency, *bench.ramp})))} in "
+        f"{bench.sweep_repeats} slices spread over the rounds (medians); measured "
         "speedups where the sweep ran, the cost model anchored to them between): "
         + " ".join(recommendation_note(rec) for rec in recommendations.values()),
         f"Comparison: closed loops of held-out prompts ({MIXED}, last {bench.prompt_tokens} tokens), "

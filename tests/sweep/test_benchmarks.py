@@ -165,3 +165,6 @@ def test_sweep_section_rows_error_distribution_and_repeatability(tmp_path):
     assert "2 prompts x 16 new tokens = 32 tokens per round, 2 shuffled rounds (64 tokens per case)" in notes
     assert "Error distribution over 8 cases" in notes and "Measurement repeatability over 8 cases" in notes
     assert "load average 1.0 before and 2.5 after" in notes
+    calibrations = [r for r in read_records(out) if r["kind"] == "calibration"]  # 4 slices, 4 repeats each
+    assert spec.calibration_slices == 4 and spec.calibration_repeats == 16 and len(calibrations) == 4
+    assert "4 slices spread over the rounds, the first before them, each the median of 4 interleaved repeats" in notes
