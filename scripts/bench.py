@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="schedule: requests in flight on the gate's collapsed traffic")
     parser.add_argument("--schedule-gate-requests", type=int, default=192,
                         help="schedule: requests per cell on the gate's collapsed traffic")
-    parser.add_argument("--schedule-gate-repeats", type=int, default=3,
+    parser.add_argument("--schedule-gate-repeats", type=int, default=6,
                         help="schedule: rounds of the gate's cells (paired ratio)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")
     parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")

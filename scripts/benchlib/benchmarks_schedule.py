@@ -54,7 +54,7 @@ class ScheduleBench:
     gate_method: str = "ngram"
     gate_concurrency: int = 4
     gate_requests: int = 192
-    gate_repeats: int = 3
+    gate_repeats: int = 6
     threads: int = 1
 
     @property

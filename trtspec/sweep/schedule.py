@@ -7,7 +7,11 @@ speedup over plain decoding: measured where the sweep ran (concurrency b, k) (th
 cost model's (`analysis.predictions_at`: E(k) measured, step costs calibrated at b, host overhead scaled to b). The
 recommended k maximises it; k = 0 wins ties. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_len and
 no draft length exceeds it, so for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the
-unconstrained one). The schedule keeps batch 1 and each batch size where k changes.
+unconstrained one). For b > 1 the previous batch size's k stays, while it still beats plain decoding, unless the
+argmax beats it by more than SWITCH_MARGIN (`BatchRow.held`: the argmax it held back): each change of k costs what
+the steady-state numbers do not price (under a changing load a request lives through several batch sizes; a draft
+model catches up on the tokens committed while it did not draft), and differences of a few percent are within a
+sweep's noise. The schedule keeps batch 1 and each batch size where k changes.
 
 `max_concurrency` is the last batch size where speculation wins when plain decoding wins at every batch size above it
 (None when speculation wins at the max batch size; 0 when it never wins).
@@ -41,6 +45,7 @@ DEFAULT_GATE_BATCH = 1
 DEFAULT_WINDOW = 32  # finished requests, when the records hold no per-request acceptance lengths
 MIN_WINDOW, MAX_WINDOW = 8, 256
 WINDOW_Z = 2.326  # one-sided 1% quantile of the normal distribution
+SWITCH_MARGIN = 0.03  # for b > 1, k changes from the previous batch size's only for a speedup more than 3% higher
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class BatchRow:
     best_k: int  # the argmax over every k
     points: tuple[KPoint, ...]
     calibrated_up_to: int  # the largest calibrated batch size: above it the model uses that batch size's costs
+    held: int | None = None  # the argmax over k <= the k at batch 1 when SWITCH_MARGIN kept the previous k instead
 
     def point(self, k: int) -> KPoint:
         return next(p for p in self.points if p.k == k)
@@ -102,15 +108,19 @@ class BatchRow:
     @property
     def note(self) -> str:
         notes = []
-        if self.best_k != self.k:
+        if self.best_k not in (self.k, self.held):
             notes.append(f"k={self.best_k} is faster ({self.point(self.best_k).speedup:.2f}x) but above the k at "
                          "batch 1 (max_draft_len)")
+        if self.held is not None:
+            notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) is within {SWITCH_MARGIN:.0%} of the "
+                         "previous batch size's k, which stays")
         if self.batch_size > self.calibrated_up_to and self.chosen.measured_speedup is None:
             notes.append(f"costs of batch {self.calibrated_up_to} (not calibrated above)")
         return "; ".join(notes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "k": self.k, "best_k": self.best_k, "source": self.chosen.source,
+        return {"batch_size": self.batch_size, "k": self.k, "best_k": self.best_k, "held": self.held,
+                "source": self.chosen.source,
                 "speedup": self.chosen.speedup, "note": self.note, "points": [p.to_dict() for p in self.points]}
 
 
@@ -254,8 +264,8 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
         points = tuple(p if p.measured_speedup is not None else
                        replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
         best_k = _argmax(points, None)
-        k = best_k if not table else _argmax(points, table[0].k)
-        table.append(BatchRow(b, k, best_k, points, calibrated_up_to))
+        k, held = (best_k, None) if not table else _switch(points, table[-1].k, _argmax(points, table[0].k))
+        table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held))
     speculating = [row.batch_size for row in table if row.k > 0]
     max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
     gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing)
@@ -301,6 +311,16 @@ def _argmax(points: tuple[KPoint, ...], cap: int | None) -> int:
     return best.k
 
 
+def _switch(points: tuple[KPoint, ...], previous: int, argmax: int) -> tuple[int, int | None]:
+    """(k, held): `argmax` when it beats `previous` (the k at the batch size below) by more than SWITCH_MARGIN or when
+    `previous` no longer beats plain decoding, else `previous` with `argmax` held back (None when they are the same)."""
+    speedup = {p.k: p.speedup for p in points}
+    if argmax == previous or speedup[argmax] > speedup[previous] * (1 + SWITCH_MARGIN) or \
+            speedup[previous] < speedup[0]:
+        return argmax, None
+    return previous, argmax
+
+
 def _break_even(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
                 timing: str) -> tuple[float, Any]:
     """(S_k / S_0 at `batch` and the schedule's k there, anchored like the speedups; the prediction): the mean
@@ -327,7 +347,7 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
     ratio, pred = _break_even(rows, base_rows, calibs, table, batch, timing)
     if not math.isfinite(ratio):
         return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not finite")
-    if ratio <= 1.0:
+    if round(ratio, 3) <= 1.0:  # (the threshold is written with 3 decimals)
         return Gate(batch, k, None, None, f"no gate: at batch {batch} a step at k={k} costs {ratio:.3f}x a plain step, "
                     "so speculation does not lose even when no draft token is accepted")
     if pred.tokens_per_step <= ratio:
@@ -347,6 +367,9 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
                       f"{other.tokens_per_step:.2f}), which the schedule uses from batch {row.batch_size}")
             ratio, binding_batch, binding_k = other_ratio, row.batch_size, row.k
     threshold = round(ratio, 3)
+    if threshold <= 1.0:
+        return Gate(binding_batch, binding_k, None, None, f"no gate: {reason}; a threshold of {threshold:.3f} is never "
+                    "above an acceptance length")
     per_request = [x for r in rows if r.k == binding_k for x in r.per_request_acceptance]
     if len(per_request) < 2:
         return Gate(binding_batch, binding_k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records "
