@@ -313,7 +313,7 @@ def comparison_rows(measured: Measured, clock: str,
 
 def rate_after(metrics: dict[str, Any], finished: int | None) -> float:
     """Tokens per CPU second after the run's first `finished` finished requests (the whole run: None or 0)."""
-    trace = metrics.get("finish_trace") or []
+    trace = metrics.get("finish_trace_cpu_s") or []
     if not finished or finished >= len(trace):
         return metrics.get("tokens_per_cpu_s", 0.0)
     tokens, cpu = trace[-1][0] - trace[finished - 1][0], trace[-1][1] - trace[finished - 1][1]

@@ -96,10 +96,10 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     plain_trace = [[10 * i, 0.1 * i] for i in range(1, 21)]  # 100 tokens per CPU second throughout
     gated_trace = [[10 * i, 0.2 * i if i <= 4 else 0.8 + 0.1 * (i - 4)] for i in range(1, 21)]
     traced = [_case_record(c, 100.0 if c.method == "none" else 200 / 2.4,
-                           finish_trace=plain_trace if c.method == "none" else gated_trace,
+                           finish_trace_cpu_s=plain_trace if c.method == "none" else gated_trace,
                            gate={"closed_after": 4, "probes": 1}) for c in gate_cases]
     _, gate = bs.gate_result(Measured(traced, None, None), "ngram", schedule, "cpu")
     assert gate.closed_in_window and gate.passed and gate.probes == [1, 1]
     assert [round(x, 9) for x in gate.after_close] == [1.0, 1.0] and round(gate.whole, 6) == round(200 / 240, 6)
-    assert bs.rate_after({"finish_trace": plain_trace, "tokens_per_cpu_s": 7.0}, None) == 7.0  # no close: whole
+    assert bs.rate_after({"finish_trace_cpu_s": plain_trace, "tokens_per_cpu_s": 7.0}, None) == 7.0  # no close: whole
     assert "from the close on, gated / plain = 1.00" in gate.line() and "whole cell" in gate.line()

@@ -127,7 +127,7 @@ def test_engine_backend_runs_schedules_and_ramps(random_pair, tmp_path):
         assert m["output_sha256"] == cases[(ramp, None, 0)]["output_sha256"]  # lossless whatever k does
         assert m["num_requests"] == (4 if ramp else 8) == len(m["latencies_s"])
         assert ("gate" in m) == (schedule == gate)  # no schedule, or no gate: nothing to report
-        trace = m["finish_trace"]  # (tokens, cpu seconds) so far at each finished request
+        trace = m["finish_trace_cpu_s"]  # (tokens, cpu seconds) so far at each finished request
         assert len(trace) == m["num_requests"] and trace[-1][0] == m["output_tokens"]
         assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(trace, trace[1:], strict=False))
     closed = cases[(None, gate, 2)]["gate"]

@@ -245,7 +245,7 @@ class EngineBackend:
                 "output_sha256": output_digest(run.outputs),
                 "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
                 "requests_drafted": run.requests_drafted, "stats": run.stats.to_dict(),
-                "finish_trace": [list(point) for point in run.finish_trace],
+                "finish_trace_cpu_s": [list(point) for point in run.finish_trace],
                 **({"gate": {**asdict(gate), "closed_after": run.gate_closed_after}} if gate is not None else {})}
 
     def info(self) -> dict[str, Any]:
