@@ -96,13 +96,17 @@ class ScheduleBench:
                                repeats=self.repeats, shuffle=True, threads=self.threads, calibrate=False)
 
     def gate_spec(self, schedule: Any, concurrency: int) -> SweepSpec:
-        """The gate's method under `schedule` vs plain decoding on temperature-1 prose at `concurrency`."""
+        """The gate's method under `schedule` vs plain decoding on temperature-1 prose at `concurrency`, the first
+        requests arriving one per step (requests of one length started together stay in lockstep under plain
+        decoding, every prompt pass batched into one step, while the gate's window of drafting requests spreads
+        them: the two cells would then differ by that, not by the gate)."""
         return SweepSpec.build(model=self.model, drafts=[], methods=[self.gate_method], k=[0],
                                schedules=[schedule_text(schedule)], suites=[GATE_SUITE],
                                temperatures=[GATE_TEMPERATURE], concurrency=[concurrency], num_prompts=16,
                                num_requests=self.gate_requests, prompt_tokens=self.prompt_tokens,
                                max_new_tokens=self.max_new_tokens, max_draft_len=self.max_draft_len,
-                               repeats=self.gate_repeats, shuffle=True, threads=self.threads, calibrate=False)
+                               repeats=self.gate_repeats, shuffle=True, threads=self.threads, calibrate=False,
+                               stagger_start=True)
 
 
 def ungated(schedule: Any) -> Any:

@@ -139,3 +139,22 @@ def test_engine_backend_runs_schedules_and_ramps(random_pair, tmp_path):
     assert cases[(None, "draft_len_schedule=1:2,2:0", 2)]["stats"]["num_draft_tokens"] == 0  # c=2 throughout
     fixed, capped = cases[("1,2,1", None, 2)]["stats"], cases[("1,2,1", "draft_len_schedule=1:2,2:0", 2)]["stats"]
     assert 0 < capped["num_draft_tokens"] < fixed["num_draft_tokens"]
+
+
+def test_a_staggered_closed_loop_admits_its_first_requests_one_per_step(random_pair):
+    """Four requests of one length at concurrency 4: together, they are admitted in one step and replaced in
+    lockstep (one admission step per wave); staggered, one per step, and they stay spread (four per wave)."""
+    from trtspec.spec.engine import SpecEngine
+    from trtspec.spec.params import SamplingParams, SpecParams
+    from trtspec.sweep.backend_engine import closed_loop
+
+    target, _ = random_pair
+    engine = SpecEngine.from_pretrained(str(target), max_k=2)
+    prompts = [[5, 6, 7, 8]] * 12
+    samplings = [SamplingParams(max_new_tokens=6, seed=i, ignore_eos=True) for i in range(12)]
+    spec = SpecParams(method="none", k=0)
+    together = closed_loop(engine, prompts, samplings, spec, 4)
+    spread = closed_loop(engine, prompts, samplings, spec, 4, stagger=True)
+    assert [step[1] for step in together.admission_trace] == [4, 4, 4]  # rows admitted per admission step
+    assert [step[1] for step in spread.admission_trace] == [1] * 12
+    assert together.outputs == spread.outputs  # the same requests, the same tokens

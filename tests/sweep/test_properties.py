@@ -27,7 +27,7 @@ FIELDS = ["model", "methods", "k", "drafts", "medusa", "trees", "temperatures", 
           "max_new_tokens", "num_prompts", "seed", "num_requests", "waves", "prompt_tokens", "adaptive", "lookahead",
           "max_ngram", "calibrate", "repeats", "shuffle", "max_draft_len", "via", "backend", "url", "flavour", "model_name",
           "bls_model_name", "timeout_s", "calibration_batch_sizes", "calibration_repeats", "calibration_slices",
-          "chat_template", "threads", "device", "dtype"]
+          "chat_template", "threads", "device", "dtype", "stagger_start"]
 COUNTS = st.integers(-2, 4) | st.sampled_from([INT32_MAX, INT32_MAX + 1, 2**64, 10**400, 1.0, 2.5, math.inf])
 # Plausible values per field (valid or nearly so), beside the arbitrary VALUES every field also gets.
 PLAUSIBLE = {

@@ -67,10 +67,12 @@ class LoopRun:
 
 
 def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[Any], spec: Any,
-                concurrency: int, limits: Sequence[int] | None = None) -> LoopRun:
+                concurrency: int, limits: Sequence[int] | None = None, stagger: bool = False) -> LoopRun:
     """Run request i = (prompts[i], samplings[i], spec) for every i, keeping `concurrency` in flight: a finished
     request is replaced before the next step. `limits` (a load ramp): request i is submitted once fewer than
-    limits[i] are in flight."""
+    limits[i] are in flight. `stagger`: the first `concurrency` requests arrive one per step, not together (requests
+    of one length that start together finish and are replaced together for as long as nothing desynchronizes them:
+    plain decoding then batches every prompt pass into one step while speculation spreads them out)."""
     from trtspec.contracts.metrics import AcceptanceStats
 
     stats = AcceptanceStats()
@@ -88,7 +90,8 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
     start = time.perf_counter()
     while next_index < len(prompts) or in_flight:
         admitted: list[int] = []  # prompt lengths of the requests this step admits
-        while next_index < len(prompts) and in_flight < (limits[next_index] if limits else concurrency):
+        while next_index < len(prompts) and in_flight < (limits[next_index] if limits else concurrency) and \
+                not (stagger and admitted and next_index < concurrency):
             rid = engine.add_request(prompts[next_index], samplings[next_index], spec)
             submitted[rid] = (next_index, time.perf_counter())
             admitted.append(len(prompts[next_index]))
@@ -234,7 +237,7 @@ class EngineBackend:
             if case.suffix_cache == "warm":  # the same traffic once, unmeasured: the cache holds its outputs
                 closed_loop(engine, prompts, samplings, spec_params, case.concurrency)
         limits = ramp_limits(case.ramp, spec.ramp_waves) if case.ramp else None
-        run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency, limits)
+        run = closed_loop(engine, prompts, samplings, spec_params, case.concurrency, limits, spec.stagger_start)
         tokens, wall, cpu = run.output_tokens, run.wall_s, run.cpu_s
         gate = engine.gate_state
         return {"wall_time_s": wall, "cpu_time_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0,

@@ -97,6 +97,9 @@ class SweepSpec(BaseModel):
                              "concurrency phases, e.g. 1,2,4,8,16,8,4,2,1; phase c submits ramp_waves x c requests "
                              "with c in flight, the phases one closed loop")
     ramp_waves: int = Field(1, description="requests per ramp phase = ramp_waves x the phase's concurrency")
+    stagger_start: bool = Field(False, description="a closed loop's first `concurrency` requests arrive one per step, "
+                                "not together (via engine): requests of one length that start together are replaced "
+                                "together, so plain decoding batches every prompt pass while speculation spreads them")
     lookahead: list[str] = Field([], description="lookahead W,N,G variants, e.g. 4,4,4 (empty = 4,4,4); k counts trie "
                                  "nodes and stops at G x (N - 1), which verifies every candidate")
     max_ngram: int | None = Field(None, description="longest n-gram the ngram proposer matches; None = its default (3)")
