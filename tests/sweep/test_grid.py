@@ -278,6 +278,7 @@ def test_schedules_and_ramps_are_cases_beside_fixed_k_and_concurrency(spec_kwarg
     ({"ramps": ["1,2"], "ramp_waves": 0}, "ramp_waves", "positive"),
     ({"methods": ["none"], "schedules": ["draft_len_schedule=1:2"]}, "schedules", "speculative method"),
     ({"via": "triton", "url": "x:1", "ramps": ["1,2"]}, "ramps", "in-process engine only"),
+    ({"via": "triton", "url": "x:1", "stagger_start": True}, "stagger_start", "in-process engine only"),
 ])
 def test_bad_schedules_and_ramps_name_the_field(spec_kwargs, changes, field, words):
     with pytest.raises(ConfigError, match=words) as exc:

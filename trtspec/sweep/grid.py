@@ -50,7 +50,8 @@ CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth 
 LOOKAHEAD = "lookahead"
 SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
-ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache", "schedules", "ramps")
+ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache", "schedules", "ramps",
+               "stagger_start")
 MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
 MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
 INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
@@ -269,7 +270,7 @@ class SweepSpec(BaseModel):
         if self.adaptive and all(m == BASELINE for m in self.methods):
             raise ConfigError("adaptive", self.adaptive, "adaptive k needs a speculative method",
                               hint="add a method such as draft_target, or drop adaptive")
-        given = [name for name in ENGINE_ONLY if getattr(self, name) not in (None, [])]
+        given = [name for name in ENGINE_ONLY if getattr(self, name) not in (None, []) and getattr(self, name) is not False]
         if given and self.via != "engine":
             raise ConfigError(given[0], getattr(self, given[0]), "is applied by the in-process engine only",
                               hint="sweep via engine, or configure the served model instead")
