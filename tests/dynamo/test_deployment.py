@@ -270,7 +270,7 @@ def test_a_worker_that_cannot_load_its_model_exits_with_an_error_and_the_others_
 def test_sigkill_of_a_worker_hangs_no_request_and_the_survivor_keeps_serving(client, deployment, reference):
     """In-flight requests of the killed worker: the frontend migrates them (--migration-limit 3) to the survivor
     with the tokens generated so far, so each still ends with the target's greedy output; none hangs."""
-    n_tokens = 96
+    n_tokens = 320  # ~1 s of generation per request: still in flight on the victim when every stream has begun
     prompts = [f"def f{i}(x):" for i in range(4)]
     started = threading.Barrier(len(prompts) + 1, timeout=CLIENT_TIMEOUT_S)
     results: dict[int, object] = {}
