@@ -21,7 +21,15 @@ from trtspec.contracts import costmodel
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError
 from trtspec.sweep.analysis import CaseRow, Results, step_costs
-from trtspec.sweep.schedule import MIN_WINDOW, SWITCH_MARGIN, choose, recommend_schedule, recommend_schedules
+from trtspec.sweep.schedule import (
+    MIN_WINDOW,
+    SWITCH_MARGIN,
+    BatchRow,
+    KPoint,
+    choose,
+    recommend_schedule,
+    recommend_schedules,
+)
 from trtspec.sweep.schedule_report import render_schedule_plots, schedule_section, write_schedule_config
 from trtspec.targets.llm_api import schedule_problems
 
@@ -86,6 +94,23 @@ def test_known_machine_gives_the_expected_schedule_concurrency_and_gate():
     at2 = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8, gate_batch_size=2).gate
     assert (at2.k, at2.threshold) == (2, pytest.approx(1.73, abs=1e-3))  # (2 D(2) + T(2, 3)) / T(2, 1)
     assert recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=3).max_concurrency is None  # wins up to 3
+
+
+def test_speculation_must_beat_plain_decoding_by_the_margin():
+    """Measured at batch 8: k=1 at 1.02x plain decoding, within the margin: plain decoding there, the argmax held back
+    and named; at 1.04x speculation stays."""
+    def recommend(at_8: float):
+        rows = [row(0, 1, measured=1.0), row(0, 8, measured=1.0)] + [row(k, 1, measured=1.0 + 0.1 * k)
+                                                                      for k in (1, 2)]
+        rows += [row(1, 8, measured=at_8), row(2, 8, measured=0.9)]
+        return recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=8)
+
+    within = recommend(1.02).rows[-1]
+    assert (within.k, within.held, within.best_k) == (0, 1, 1)
+    assert within.note == "k=1 (1.02x) does not beat plain decoding by more than 3%"
+    assert recommend(1.02).max_concurrency is not None
+    beyond = recommend(1.04)
+    assert (beyond.rows[-1].k, beyond.rows[-1].held, beyond.max_concurrency) == (1, None, None)
 
 
 def test_the_threshold_stays_within_reach_of_every_draft_length_the_schedule_uses():
@@ -221,12 +246,19 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
             assert [p.speedup for p in r.points] == pytest.approx(speedups), (r.batch_size, speedups)
     for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at 1),
         allowed = [p for p in r.points if p.k <= rec.rows[0].k or r.batch_size == 1]  # or the previous batch size's
-        top = max(p.speedup for p in allowed)  # k while it beats plain decoding and the best is within the margin
-        previous = r.point(rec.rows[i - 1].k) if i else None
-        if previous is not None and previous.speedup >= r.plain.speedup and top <= previous.speedup * (1 + SWITCH_MARGIN):
+        top = max(p.speedup for p in allowed)  # k while it beats plain decoding by the margin and the best is within
+        previous = r.point(rec.rows[i - 1].k) if i else None  # the margin; a k > 0 only when it beats plain by it
+
+        def pays(point: KPoint, r: BatchRow = r) -> bool:
+            return point.k == 0 or point.speedup > r.plain.speedup * (1 + SWITCH_MARGIN)
+
+        if previous is not None and previous.k > 0 and pays(previous) and top <= previous.speedup * (1 + SWITCH_MARGIN):
             assert r.k == previous.k and r.held in (None, *(p.k for p in allowed if p.speedup == top))
-        else:
+        elif pays(max(allowed, key=lambda p: (p.speedup, -p.k))):
             assert r.chosen.speedup == top and r.held is None
+        else:
+            assert r.k == 0 and (top == r.plain.speedup or r.held is not None and r.point(r.held).speedup == top)
+        assert r.k == 0 or pays(r.chosen)
     schedule = rec.schedule
     schedule.check(max_k=rec.max_draft_len, max_batch_size=16)
     assert schedule_problems(dict(schedule.draft_len), rec.max_draft_len, "1.2.1") == []

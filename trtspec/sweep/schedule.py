@@ -5,13 +5,15 @@ batch size up to a max batch size, where speculation stops (`max_concurrency`) a
 Per batch size b = 1..max batch size, every candidate k (0 and each fixed k the sweep ran for the variant) has a
 speedup over plain decoding: measured where the sweep ran (concurrency b, k) (the mean over its suites), else the
 cost model's (`analysis.predictions_at`: E(k) measured, step costs calibrated at b, host overhead scaled to b). The
-recommended k maximises it; k = 0 wins ties. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_len and
-no draft length exceeds it, so for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the
-unconstrained one). For b > 1 the previous batch size's k stays, while it still beats plain decoding, unless the
-argmax beats it by more than SWITCH_MARGIN (`BatchRow.held`: the argmax it held back): each change of k costs what
-the steady-state numbers do not price (under a changing load a request lives through several batch sizes; a draft
-model catches up on the tokens committed while it did not draft), and differences of a few percent are within a
-sweep's noise. The schedule keeps batch 1 and each batch size where k changes.
+recommended k maximises it among plain decoding and the draft lengths that beat plain decoding by more than
+SWITCH_MARGIN. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_len and no draft length exceeds it, so
+for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the unconstrained one). For b > 1 the
+previous batch size's k stays, while it still beats plain decoding by the margin, unless the argmax beats it by more
+than the margin (`BatchRow.held`: the argmax the margin held back). The margin is the price of what the steady-state
+numbers leave out: each change of k costs (under a changing load a request lives through several batch sizes; a
+draft model catches up on the tokens committed while it did not draft), speculation costs draft memory and latency
+spread, and differences of a few percent are within a sweep's noise, so plain decoding, the default that needs
+nothing, is kept unless speculation clearly wins. The schedule keeps batch 1 and each batch size where k changes.
 
 `max_concurrency` is the last batch size where speculation wins when plain decoding wins at every batch size above it
 (None when speculation wins at the max batch size; 0 when it never wins).
@@ -45,7 +47,7 @@ DEFAULT_GATE_BATCH = 1
 DEFAULT_WINDOW = 32  # finished requests, when the records hold no per-request acceptance lengths
 MIN_WINDOW, MAX_WINDOW = 8, 256
 WINDOW_Z = 2.326  # one-sided 1% quantile of the normal distribution
-SWITCH_MARGIN = 0.03  # for b > 1, k changes from the previous batch size's only for a speedup more than 3% higher
+SWITCH_MARGIN = 0.03  # k > 0 only for a speedup over plain decoding more than 3%; for b > 1, k changes only for 3% more
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class BatchRow:
     best_k: int  # the argmax over every k
     points: tuple[KPoint, ...]
     calibrated_up_to: int  # the largest calibrated batch size: above it the model uses that batch size's costs
-    held: int | None = None  # the argmax over k <= the k at batch 1 when SWITCH_MARGIN kept the previous k instead
+    held: int | None = None  # the argmax over k <= the k at batch 1 when SWITCH_MARGIN kept another k (or plain)
 
     def point(self, k: int) -> KPoint:
         return next(p for p in self.points if p.k == k)
@@ -111,7 +113,10 @@ class BatchRow:
         if self.best_k not in (self.k, self.held):
             notes.append(f"k={self.best_k} is faster ({self.point(self.best_k).speedup:.2f}x) but above the k at "
                          "batch 1 (max_draft_len)")
-        if self.held is not None:
+        if self.held is not None and self.k == 0:
+            notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) does not beat plain decoding by more "
+                         f"than {SWITCH_MARGIN:.0%}")
+        elif self.held is not None:
             notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) is within {SWITCH_MARGIN:.0%} of the "
                          "previous batch size's k, which stays")
         if self.batch_size > self.calibrated_up_to and self.chosen.measured_speedup is None:
@@ -264,7 +269,7 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
         points = tuple(p if p.measured_speedup is not None else
                        replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
         best_k = _argmax(points, None)
-        k, held = (best_k, None) if not table else _switch(points, table[-1].k, _argmax(points, table[0].k))
+        k, held = _choose(points, best_k) if not table else _choose(points, _argmax(points, table[0].k), table[-1].k)
         table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held))
     speculating = [row.batch_size for row in table if row.k > 0]
     max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
@@ -311,14 +316,20 @@ def _argmax(points: tuple[KPoint, ...], cap: int | None) -> int:
     return best.k
 
 
-def _switch(points: tuple[KPoint, ...], previous: int, argmax: int) -> tuple[int, int | None]:
-    """(k, held): `argmax` when it beats `previous` (the k at the batch size below) by more than SWITCH_MARGIN or when
-    `previous` no longer beats plain decoding, else `previous` with `argmax` held back (None when they are the same)."""
+def _choose(points: tuple[KPoint, ...], argmax: int, previous: int | None = None) -> tuple[int, int | None]:
+    """(k, held): `previous` (the k at the batch size below, > 0) while it beats plain decoding by more than
+    SWITCH_MARGIN and `argmax` does not beat it by more than that; else `argmax` when it beats plain decoding by more
+    than the margin; else 0. `held` is `argmax` when another k was chosen (None when it was)."""
     speedup = {p.k: p.speedup for p in points}
-    if argmax == previous or speedup[argmax] > speedup[previous] * (1 + SWITCH_MARGIN) or \
-            speedup[previous] < speedup[0]:
-        return argmax, None
-    return previous, argmax
+
+    def pays(k: int) -> bool:
+        return k == 0 or speedup[k] > speedup[0] * (1 + SWITCH_MARGIN)
+
+    if previous and pays(previous) and speedup[argmax] <= speedup[previous] * (1 + SWITCH_MARGIN):
+        k = previous
+    else:
+        k = argmax if pays(argmax) else 0
+    return k, (argmax if argmax != k else None)
 
 
 def _break_even(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
