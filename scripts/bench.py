@@ -158,7 +158,7 @@ def bench_schedule(args: argparse.Namespace) -> Section:
         sweep_ks=tuple(args.schedule_sweep_ks), fixed_ks=tuple(args.schedule_fixed_ks),
         adaptive_max_k=args.adaptive_max_k, max_new_tokens=args.schedule_new_tokens,
         prompt_tokens=args.batching_prompt_tokens, waves=args.schedule_waves, ramp_waves=args.schedule_ramp_waves,
-        min_requests=args.batching_min_requests,
+        min_requests=args.schedule_min_requests,
         sweep_repeats=args.schedule_sweep_repeats, repeats=args.schedule_repeats,
         gate_concurrency=args.schedule_gate_concurrency, gate_requests=args.schedule_gate_requests,
         gate_repeats=args.schedule_gate_repeats, threads=args.threads)
@@ -432,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--schedule-ramp", type=int, nargs="+", default=list(benchmarks_schedule.RAMP),
                         help="schedule: concurrency phases of the ramp (one closed loop)")
     parser.add_argument("--schedule-new-tokens", type=int, default=32, help="schedule: tokens per request")
+    parser.add_argument("--schedule-min-requests", type=int, default=24,
+                        help="schedule: requests per cell at least (c=1 and c=4 cells are short runs: noisy rounds)")
     parser.add_argument("--schedule-waves", type=int, default=3,
                         help="schedule: requests per cell >= waves x concurrency")
     parser.add_argument("--schedule-ramp-waves", type=int, default=1,

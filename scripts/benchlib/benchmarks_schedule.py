@@ -48,7 +48,7 @@ class ScheduleBench:
     prompt_tokens: int = 64
     waves: int = 3  # requests per cell >= waves x concurrency
     ramp_waves: int = 1  # requests per ramp phase = ramp_waves x its concurrency
-    min_requests: int = 8
+    min_requests: int = 24
     sweep_repeats: int = 3
     repeats: int = 10
     gate_method: str = "ngram"
