@@ -79,20 +79,27 @@ def sweep(*, measured_factor: float | None = None, per_request: tuple[float, ...
 
 def test_known_machine_gives_the_expected_schedule_concurrency_and_gate():
     rec = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8)
-    # the argmax is 4, 2, 1, 1, 1, 0, 0, 0; at batch 3 k=1 (1.157x) is within SWITCH_MARGIN of batch 2's k=2 (1.156x),
-    # which stays; at batch 5 k=1 (0.982x) no longer beats plain decoding, so it goes
-    assert [r.k for r in rec.rows] == [4, 2, 2, 1, 0, 0, 0, 0]
-    assert [r.held for r in rec.rows] == [None, None, 1, None, None, None, None, None]
-    assert "k=1 (1.16x) is within 3% of the previous batch size's k, which stays" == rec.rows[2].note
-    assert rec.draft_len == ((1, 4), (2, 2), (4, 1), (5, 0)) and rec.max_draft_len == 4
+    # the argmax is 4, 2, 1, 1, 1, 0, 0, 0. Batch 2: k=4 (1.367x) is more than SWITCH_MARGIN below k=2 (1.410x) and
+    # k=3 (1.409x) is within it: the smallest change is to 3. Batch 3: k=3 (1.107x) is beaten by k=1 (1.157x) by more
+    # than the margin, k=2 (1.156x) is within it: 2. Batch 4: k=2 (1.010x) no longer beats plain decoding by the
+    # margin, k=1 (1.054x) does. Batch 5: k=1 (0.982x) loses to plain decoding
+    assert [r.k for r in rec.rows] == [4, 3, 2, 1, 0, 0, 0, 0]
+    assert [r.held for r in rec.rows] == [None, 2, 1, None, None, None, None, None]
+    assert rec.rows[1].note == ("k=2 (1.41x) is within 3% of k=3, the smallest change from the previous batch size's "
+                                "k=4")
+    assert rec.draft_len == ((1, 4), (2, 3), (3, 2), (4, 1), (5, 0)) and rec.max_draft_len == 4
     assert rec.max_concurrency == 4 and all(r.chosen.source == "modelled" for r in rec.rows)
-    assert rec.rows[1].chosen.speedup == pytest.approx(1.4104, abs=1e-4)  # k=2 at batch 2 (k=3: 1.4091)
+    assert (rec.rows[1].chosen.speedup, rec.rows[1].point(2).speedup) == (pytest.approx(1.4091, abs=1e-4),
+                                                                       pytest.approx(1.4104, abs=1e-4))  # k=3, k=2
     # threshold = S_4 / S_0 at batch 1 = (4 x 1 ms + 10.8 ms) / 10 ms; no per-request records: the default window
     assert rec.gate.threshold == pytest.approx(1.48) and rec.gate.window == 32 and "default 32" in rec.gate.window_reason
-    assert rec.schedule == SpecSchedule(draft_len=((1, 4), (2, 2), (4, 1), (5, 0)), max_concurrency=4,
+    assert rec.schedule == SpecSchedule(draft_len=((1, 4), (2, 3), (3, 2), (4, 1), (5, 0)), max_concurrency=4,
                                         acceptance_window=32, acceptance_length_threshold=1.48)
     at2 = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8, gate_batch_size=2).gate
-    assert (at2.k, at2.threshold) == (2, pytest.approx(1.73, abs=1e-3))  # (2 D(2) + T(2, 3)) / T(2, 1)
+    # at batch 2, k=3 breaks even at (3 D(2) + T(2, 4)) / T(2, 1) = 2.095, out of reach of k=1 (E = 1.8, used from
+    # batch 4): the threshold is k=1's break-even at batch 4
+    assert (at2.batch_size, at2.k, at2.threshold) == (4, 1, pytest.approx(1.708, abs=1e-3))
+    assert "the break-even at batch 2, k=3 (2.095) is out of reach of k=1" in at2.reason
     assert recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=3).max_concurrency is None  # wins up to 3
 
 
@@ -113,13 +120,31 @@ def test_speculation_must_beat_plain_decoding_by_the_margin():
     assert (beyond.rows[-1].k, beyond.rows[-1].held, beyond.max_concurrency) == (1, None, None)
 
 
+def test_a_change_of_k_is_the_smallest_within_the_margin():
+    """Measured at batch 2 with k=3 at batch 1: k=1 is the best; k=3 stays while the best is within the margin of it;
+    when k=3 falls behind by more, the change goes to k=2 (within the margin of the best, nearer to 3), not to k=1."""
+    def at_2(speedups: dict[int, float]):
+        rows = [row(0, 1, measured=1.0), row(0, 2, measured=1.0)]
+        rows += [row(k, 1, measured=1.0 + 0.1 * k) for k in (1, 2, 3)]
+        rows += [row(k, 2, measured=speedup) for k, speedup in speedups.items()]
+        return recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=2).rows[-1]
+
+    stays = at_2({1: 1.30, 2: 1.28, 3: 1.27})
+    assert (stays.k, stays.held, stays.previous) == (3, 1, 3)
+    assert stays.note == "k=1 (1.30x) is within 3% of the previous batch size's k, which stays"
+    changed = at_2({1: 1.30, 2: 1.28, 3: 1.10})
+    assert (changed.k, changed.held, changed.best_k) == (2, 1, 1)
+    assert changed.note == "k=1 (1.30x) is within 3% of k=2, the smallest change from the previous batch size's k=3"
+    assert at_2({1: 1.30, 2: 1.20, 3: 1.10}).k == 1  # k=2 is more than the margin behind: the best
+
+
 def test_the_threshold_stays_within_reach_of_every_draft_length_the_schedule_uses():
     """A 2 ms draft forward at batch 1: k=4 breaks even there at 1.88 tokens per step, above what k=1 (used at batch
     4, E = 1.8) reaches, so a gate at 1.88 would close whenever the load is 4, whatever the acceptance. The threshold
     is k=1's break-even at batch 4 instead, the lowest among the batch sizes that use it."""
     rec = recommend_schedule(results([row(0)] + [row(k) for k in range(1, 5)], calibration(draft={1: 0.002, 8: 0.001})),
                              VARIANT, 0.0, max_batch_size=8)
-    assert [r.k for r in rec.rows] == [4, 2, 2, 1, 0, 0, 0, 0]
+    assert [r.k for r in rec.rows] == [4, 3, 2, 1, 0, 0, 0, 0]
     assert (rec.gate.batch_size, rec.gate.k, rec.gate.threshold) == (4, 1, pytest.approx(1.718, abs=1e-3))
     assert "out of reach of k=1" in rec.gate.reason
     assert rec.gate.threshold < 1 + ALPHA  # E(1) on this machine
@@ -131,7 +156,7 @@ def test_measured_points_anchor_the_model_between_them():
     rec = recommend_schedule(sweep(measured_factor=0.9), VARIANT, 0.0, max_batch_size=8)
     assert rec.rows[0].chosen.source == "measured" and rec.rows[1].chosen.source == "modelled"
     assert rec.rows[1].chosen.anchor == pytest.approx(0.9) and rec.rows[1].chosen.predicted_speedup > 1.4
-    assert rec.draft_len == ((1, 4), (2, 2), (4, 0)) and rec.max_concurrency == 3  # batch 3 keeps k=2 (margin)
+    assert rec.draft_len == ((1, 4), (2, 3), (3, 2), (4, 0)) and rec.max_concurrency == 3  # k=1 1.04x at 4
     assert rec.gate.threshold == pytest.approx(1.48 / 0.9, abs=1e-3)  # E / measured speedup at batch 1, k=4
 
 
@@ -164,9 +189,9 @@ def test_section_and_plot(tmp_path):
     plots = render_schedule_plots(recs, tmp_path)
     assert set(plots) == {"schedule_T0"} and plots["schedule_T0"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = "\n".join(schedule_section(recs, plots))
-    for needle in ("### draft_target:tiny-draft, T=0", "`draft_len_schedule` {1: 4, 2: 2, 4: 0}",
+    for needle in ("### draft_target:tiny-draft, T=0", "`draft_len_schedule` {1: 4, 2: 3, 3: 2, 4: 0}",
                    "`max_concurrency` 3", "`acceptance_length_threshold` 1.644, `acceptance_window` 32",
-                   "| 1 | 4 | 2.04x | measured | 2.27x | 2.04x |", "| 2 | 2 | 1.27x | modelled | 1.41x | - |",
+                   "| 1 | 4 | 2.04x | measured | 2.27x | 2.04x |", "| 2 | 3 | 1.27x | modelled | 1.41x | - |",
                    "![Schedule, T=0](schedule_T0.png)"):
         assert needle in text, needle
 
@@ -181,7 +206,7 @@ def test_write_config_round_trip(tmp_path, backend):
     assert done.written and done.notes == ("removed `ngram:` (method draft_target does not use it)",)
     data = yaml.safe_load(path.read_text())
     assert list(data) == ["name", "backend", "target", "method", "max_draft_len", "engine", "llm_api", "draft"]  # k renamed in place
-    assert data["llm_api"] == {"draft_len_schedule": {1: 4, 2: 2, 4: 1, 5: 0}, "max_concurrency": 4,
+    assert data["llm_api"] == {"draft_len_schedule": {1: 4, 2: 3, 3: 2, 4: 1, 5: 0}, "max_concurrency": 4,
                                "acceptance_window": 32, "acceptance_length_threshold": 1.48}
     assert path.read_text().startswith("# Recommended by `trtspec report`: method draft_target at temperature 0")
     resolved = run_preflight(load_build_spec(path), dry_run=True)
@@ -247,14 +272,22 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
     for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at 1),
         allowed = [p for p in r.points if p.k <= rec.rows[0].k or r.batch_size == 1]  # or the previous batch size's
         top = max(p.speedup for p in allowed)  # k while it beats plain decoding by the margin and the best is within
-        previous = r.point(rec.rows[i - 1].k) if i else None  # the margin; a k > 0 only when it beats plain by it
+        previous = r.point(rec.rows[i - 1].k) if i else None  # the margin, else the smallest change within the
+        # margin of the best; a k > 0 only when it beats plain by the margin
 
         def pays(point: KPoint, r: BatchRow = r) -> bool:
             return point.k == 0 or point.speedup > r.plain.speedup * (1 + SWITCH_MARGIN)
 
+        best = max(allowed, key=lambda p: (p.speedup, -p.k))
+        near = [p for p in allowed if p.k > 0 and pays(p) and top <= p.speedup * (1 + SWITCH_MARGIN)]
         if previous is not None and previous.k > 0 and pays(previous) and top <= previous.speedup * (1 + SWITCH_MARGIN):
             assert r.k == previous.k and r.held in (None, *(p.k for p in allowed if p.speedup == top))
-        elif pays(max(allowed, key=lambda p: (p.speedup, -p.k))):
+        elif best.k > 0 and pays(best) and previous is not None and previous.k > 0:  # the smallest change
+            change = min(abs(p.k - previous.k) for p in near)
+            assert r.chosen in near and abs(r.k - previous.k) == change
+            assert r.chosen.speedup == max(p.speedup for p in near if abs(p.k - previous.k) == change)
+            assert r.held is None if r.k == best.k else r.held == best.k
+        elif pays(best):
             assert r.chosen.speedup == top and r.held is None
         else:
             assert r.k == 0 and (top == r.plain.speedup or r.held is not None and r.point(r.held).speedup == top)

@@ -9,7 +9,10 @@ recommended k maximises it among plain decoding and the draft lengths that beat 
 SWITCH_MARGIN. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_len and no draft length exceeds it, so
 for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the unconstrained one). For b > 1 the
 previous batch size's k stays, while it still beats plain decoding by the margin, unless the argmax beats it by more
-than the margin (`BatchRow.held`: the argmax the margin held back). The margin is the price of what the steady-state
+than the margin (`BatchRow.held`: the argmax the margin held back); when it must change, it changes least: to the k
+nearest to it among those within the margin of the argmax (a sweep measured k = 2 ahead of k = 3 at 4 in flight
+where a 10-round comparison put k = 3 3% ahead, and a schedule going from k = 4 to 2 there ran a load ramp at 0.97 x
+fixed k = 3). The margin is the price of what the steady-state
 numbers leave out: each change of k costs (under a changing load a request lives through several batch sizes; a
 draft model catches up on the tokens committed while it did not draft), speculation costs draft memory and latency
 spread, and differences of a few percent are within a sweep's noise, so plain decoding, the default that needs
@@ -95,6 +98,7 @@ class BatchRow:
     points: tuple[KPoint, ...]
     calibrated_up_to: int  # the largest calibrated batch size: above it the model uses that batch size's costs
     held: int | None = None  # the argmax over k <= the k at batch 1 when SWITCH_MARGIN kept another k (or plain)
+    previous: int | None = None  # the k at the batch size below (None at batch 1)
 
     def point(self, k: int) -> KPoint:
         return next(p for p in self.points if p.k == k)
@@ -116,9 +120,12 @@ class BatchRow:
         if self.held is not None and self.k == 0:
             notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) does not beat plain decoding by more "
                          f"than {SWITCH_MARGIN:.0%}")
-        elif self.held is not None:
+        elif self.held is not None and self.k == self.previous:
             notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) is within {SWITCH_MARGIN:.0%} of the "
                          "previous batch size's k, which stays")
+        elif self.held is not None:
+            notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) is within {SWITCH_MARGIN:.0%} of "
+                         f"k={self.k}, the smallest change from the previous batch size's k={self.previous}")
         if self.batch_size > self.calibrated_up_to and self.chosen.measured_speedup is None:
             notes.append(f"costs of batch {self.calibrated_up_to} (not calibrated above)")
         return "; ".join(notes)
@@ -269,8 +276,9 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
         points = tuple(p if p.measured_speedup is not None else
                        replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
         best_k = _argmax(points, None)
-        k, held = _choose(points, best_k) if not table else _choose(points, _argmax(points, table[0].k), table[-1].k)
-        table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held))
+        k, held = (_choose(points, best_k) if not table else
+                   _choose(points, _argmax(points, table[0].k), table[-1].k, table[0].k))
+        table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held, table[-1].k if table else None))
     speculating = [row.batch_size for row in table if row.k > 0]
     max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
     gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing)
@@ -316,19 +324,32 @@ def _argmax(points: tuple[KPoint, ...], cap: int | None) -> int:
     return best.k
 
 
-def _choose(points: tuple[KPoint, ...], argmax: int, previous: int | None = None) -> tuple[int, int | None]:
-    """(k, held): `previous` (the k at the batch size below, > 0) while it beats plain decoding by more than
-    SWITCH_MARGIN and `argmax` does not beat it by more than that; else `argmax` when it beats plain decoding by more
-    than the margin; else 0. `held` is `argmax` when another k was chosen (None when it was)."""
+def _choose(points: tuple[KPoint, ...], argmax: int, previous: int | None = None,
+            cap: int | None = None) -> tuple[int, int | None]:
+    """(k, held), `argmax` being the best k <= `cap` (the k at batch 1): `previous` (the k at the batch size below,
+    > 0) while it beats plain decoding by more than SWITCH_MARGIN and `argmax` does not beat it by more than that;
+    else, when `argmax` beats plain decoding by more than the margin, the smallest change: of the k <= `cap` that beat
+    plain decoding by the margin and that `argmax` does not beat by more than it, the nearest to `previous` (of two as
+    near, the faster; `argmax` itself at batch 1 or after plain decoding); else 0. `held` is `argmax` when another k
+    was chosen (None when it was)."""
     speedup = {p.k: p.speedup for p in points}
+    cap = max(speedup) if cap is None else cap
 
     def pays(k: int) -> bool:
         return k == 0 or speedup[k] > speedup[0] * (1 + SWITCH_MARGIN)
 
-    if previous and pays(previous) and speedup[argmax] <= speedup[previous] * (1 + SWITCH_MARGIN):
+    def near_best(k: int) -> bool:
+        return speedup[argmax] <= speedup[k] * (1 + SWITCH_MARGIN)
+
+    if previous and pays(previous) and near_best(previous):
         k = previous
+    elif argmax == 0 or not pays(argmax):
+        k = 0
+    elif previous:
+        candidates = [c for c in speedup if 0 < c <= cap and pays(c) and near_best(c)]  # argmax among them
+        k = min(candidates, key=lambda c: (abs(c - previous), -speedup[c]))
     else:
-        k = argmax if pays(argmax) else 0
+        k = argmax
     return k, (argmax if argmax != k else None)
 
 
