@@ -96,12 +96,14 @@ class ScheduleBench:
                                repeats=self.repeats, shuffle=True, threads=self.threads, calibrate=False)
 
     def gate_spec(self, schedule: Any, concurrency: int) -> SweepSpec:
-        """The gate's method under `schedule` vs plain decoding on temperature-1 prose at `concurrency`, the first
-        requests arriving one per step (requests of one length started together stay in lockstep under plain
-        decoding, every prompt pass batched into one step, while the gate's window of drafting requests spreads
-        them: the two cells would then differ by that, not by the gate)."""
+        """The gate's method under `schedule` vs plain decoding on temperature-1 prose at `concurrency`, and the same
+        gate without probes (TensorRT-LLM's) when `schedule` probes; the first requests arriving one per step
+        (requests of one length started together stay in lockstep under plain decoding, every prompt pass batched
+        into one step, while the gate's window of drafting requests spreads them: the cells would then differ by
+        that, not by the gate)."""
+        schedules = [schedule] + ([permanent(schedule)] if schedule.probe_every != 0 else [])
         return SweepSpec.build(model=self.model, drafts=[], methods=[self.gate_method], k=[0],
-                               schedules=[schedule_text(schedule)], suites=[GATE_SUITE],
+                               schedules=[schedule_text(s) for s in schedules], suites=[GATE_SUITE],
                                temperatures=[GATE_TEMPERATURE], concurrency=[concurrency], num_prompts=16,
                                num_requests=self.gate_requests, prompt_tokens=self.prompt_tokens,
                                max_new_tokens=self.max_new_tokens, max_draft_len=self.max_draft_len,
@@ -112,6 +114,11 @@ class ScheduleBench:
 def ungated(schedule: Any) -> Any:
     """The schedule's draft lengths and max_concurrency, without the acceptance gate."""
     return replace(schedule, acceptance_window=None, acceptance_length_threshold=None, probe_every=None)
+
+
+def permanent(schedule: Any) -> Any:
+    """The schedule with TensorRT-LLM's gate: no probes, closed for good."""
+    return replace(schedule, probe_every=0)
 
 
 def unreachable_gate(schedule: Any) -> list[int]:
@@ -227,6 +234,7 @@ class GateVerdict:
     acceptance: float  # mean acceptance length of the drafting steps (all rounds)
     after_close: list[float] = field(default_factory=list)  # gated / plain from the close on, same round
     probes: list[int] = field(default_factory=list)  # probe requests admitted while closed, per round
+    probe_cost: list[float] = field(default_factory=list)  # gated / the same gate without probes, from the close on
 
     @property
     def closed_in_window(self) -> bool:
@@ -258,7 +266,10 @@ class GateVerdict:
                 f"requests that drafted {', '.join(map(str, self.drafted))} of {self.requests} (the window, those in "
                 f"flight when it closed, and probes: {', '.join(map(str, self.probes))}); from the close on, gated / "
                 f"plain = {self.paired:.2f} ({spread(self.after_close)}); whole cell, the window included: "
-                f"{self.whole:.2f} ({spread(self.ratios)}): {'PASS' if self.passed else 'FAIL'}")
+                f"{self.whole:.2f} ({spread(self.ratios)})"
+                + (f"; the probes' cost: from the close on, with / without probes = "
+                   f"{statistics.median(self.probe_cost):.2f} ({spread(self.probe_cost)})" if self.probe_cost else "")
+                + f": {'PASS' if self.passed else 'FAIL'}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -328,9 +339,12 @@ def gate_result(measured: Measured, method: str, schedule: Any, clock: str) -> t
     metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
     groups = list(_by_case(measured.records).values())
     plain = next(runs for runs in groups if runs[0]["params"]["method"] == BASELINE)
-    gated = next(runs for runs in groups if runs[0]["params"].get("schedule"))
+    gated = next(runs for runs in groups if runs[0]["params"].get("schedule") == schedule_text(schedule))
+    no_probes = next((runs for runs in groups if schedule.probe_every != 0
+                      and runs[0]["params"].get("schedule") == schedule_text(permanent(schedule))), [])
     plain_of = {r["params"].get("repeat", 0): r["metrics"] for r in plain}
-    ratios, after_close = [], []
+    no_probes_of = {r["params"].get("repeat", 0): r["metrics"] for r in no_probes}
+    ratios, after_close, probe_cost = [], [], []
     for r in gated:
         base = plain_of.get(r["params"].get("repeat", 0))
         if not base or not base.get(metric):
@@ -339,6 +353,11 @@ def gate_result(measured: Measured, method: str, schedule: Any, clock: str) -> t
         closed = r["metrics"].get("gate", {}).get("closed_after")
         plain_rate = rate_after(base, closed)
         after_close.append(rate_after(r["metrics"], closed) / plain_rate if plain_rate else 0.0)
+        other = no_probes_of.get(r["params"].get("repeat", 0))
+        if other:  # from the later close of the two on
+            later = max(closed or 0, other.get("gate", {}).get("closed_after") or 0)
+            other_rate = rate_after(other, later)
+            probe_cost.append(rate_after(r["metrics"], later) / other_rate if other_rate else 0.0)
     drafts = sum(r["metrics"]["stats"]["num_drafts"] for r in gated)
     accepted = sum(r["metrics"]["stats"]["num_accepted_tokens"] for r in gated)
     params = gated[0]["params"]
@@ -347,11 +366,13 @@ def gate_result(measured: Measured, method: str, schedule: Any, clock: str) -> t
                           [r["metrics"].get("gate", {}).get("closed_after") for r in gated],
                           [r["metrics"]["requests_drafted"] for r in gated], ratios,
                           1 + accepted / drafts if drafts else 0.0, after_close,
-                          [r["metrics"].get("gate", {}).get("probes", 0) for r in gated])
+                          [r["metrics"].get("gate", {}).get("probes", 0) for r in gated], probe_cost)
     plain_by_round = {repeat: m.get(metric, 0.0) for repeat, m in plain_of.items()}
     load = f"gate: {GATE_SUITE} T={GATE_TEMPERATURE:g} c={params['concurrency']}"
     rows = []
-    for name, runs in (("no speculation", plain), (f"{method} schedule + gate", gated)):
+    named = [("no speculation", plain), (f"{method} schedule + gate", gated)]
+    named += [(f"{method} schedule + gate, no probes (TensorRT-LLM's)", no_probes)] if no_probes else []
+    for name, runs in named:
         rates = [r["metrics"].get(metric, 0.0) for r in runs]
         stats = runs[0]["metrics"]["stats"]
         per_step = stats["num_draft_tokens"] / max(stats["num_target_forwards"], 1)
@@ -431,7 +452,9 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
         f"shown on {bench.gate_method}, whose prompt-lookup drafts stop matching once sampling leaves the prompt's "
         "n-grams. trtspec's gate reopens through probes (TensorRT-LLM's stays closed): while it is closed one "
         "request at a time still drafts, the 16th drafting admission after the close and then 16 after each probe "
-        "finishes, doubled after each probe below the threshold up to 256; their cost is in both ratios. The verdict's "
+        "finishes, doubled after each probe below the threshold up to 256; their cost is in both ratios, and the same "
+        "gate without probes (TensorRT-LLM's) runs beside it to price them (with / without, from the later close of "
+        "the two, same round). The verdict's "
         "ratio starts at the close (tokens per CPU second after the round's closed_after finished requests, gated / "
         "plain after as many); the whole cell's adds the window's requests, which drafted at collapsed acceptance "
         "before any gate could know.",

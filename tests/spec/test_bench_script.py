@@ -86,6 +86,9 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     assert bs.gate_concurrency(schedule, 3, 4, (1, 4)) == 4
     assert bs.gate_concurrency(SpecSchedule(draft_len=((1, 3), (2, 0))), 3, 4, (1, 4)) == 1
     gate_cases = run.gate_spec(schedule, 4).cases()
+    assert {c.schedule for c in gate_cases} == {None, text, schedule_text(bs.permanent(schedule))}  # probes priced
+    assert {c.schedule for c in run.gate_spec(bs.permanent(schedule), 4).cases()} == {
+        None, schedule_text(bs.permanent(schedule))}  # a permanent gate: no second gated cell
     gate_records = [_case_record(c, 100.0 if c.method == "none" else rate_, gate={"closed_after": closed})
                     for c in gate_cases for rate_, closed in [(98.0 if c.repeat else 96.0, 4 + c.repeat)]]
     _, gate = bs.gate_result(Measured(gate_records, None, None), "ngram", schedule, "cpu")
@@ -95,11 +98,18 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     # plain; the whole cell's ratio shows the window, the verdict's does not
     plain_trace = [[10 * i, 0.1 * i] for i in range(1, 21)]  # 100 tokens per CPU second throughout
     gated_trace = [[10 * i, 0.2 * i if i <= 4 else 0.8 + 0.1 * (i - 4)] for i in range(1, 21)]
+    # without probes the same gate runs 25% faster after its close (it closes at 4 as well): the probes' cost is 0.8
+    permanent_trace = [[10 * i, 0.2 * i if i <= 4 else 0.8 + 0.08 * (i - 4)] for i in range(1, 21)]
     traced = [_case_record(c, 100.0 if c.method == "none" else 200 / 2.4,
-                           finish_trace_cpu_s=plain_trace if c.method == "none" else gated_trace,
-                           gate={"closed_after": 4, "probes": 1}) for c in gate_cases]
-    _, gate = bs.gate_result(Measured(traced, None, None), "ngram", schedule, "cpu")
+                           finish_trace_cpu_s=(plain_trace if c.method == "none" else gated_trace if c.schedule == text
+                                               else permanent_trace),
+                           gate={"closed_after": 4, "probes": 1 if c.schedule == text else 0}) for c in gate_cases]
+    rows, gate = bs.gate_result(Measured(traced, None, None), "ngram", schedule, "cpu")
     assert gate.closed_in_window and gate.passed and gate.probes == [1, 1]
+    assert [round(x, 9) for x in gate.probe_cost] == [0.8, 0.8] and "with / without probes = 0.80" in gate.line()
+    assert [r[0] for r in rows] == ["no speculation", "ngram schedule + gate",
+                                    "ngram schedule + gate, no probes (TensorRT-LLM's)"]
+    assert [r[-1] for r in rows] == ["", "PASS", ""]
     assert [round(x, 9) for x in gate.after_close] == [1.0, 1.0] and round(gate.whole, 6) == round(200 / 240, 6)
     assert bs.rate_after({"finish_trace_cpu_s": plain_trace, "tokens_per_cpu_s": 7.0}, None) == 7.0  # no close: whole
     assert "from the close on, gated / plain = 1.00" in gate.line() and "whole cell" in gate.line()
