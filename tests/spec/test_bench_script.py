@@ -56,6 +56,7 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     schedule = SpecSchedule(draft_len=((1, 3), (4, 1)), max_concurrency=8, acceptance_window=4,
                             acceptance_length_threshold=1.4)
     assert {m for m in run.recommendation_spec().methods} == {"draft_target", "ngram"}
+    assert run.recommendation_spec().stagger_start and run.comparison_spec(schedule).stagger_start  # no lockstep
     text = schedule_text(schedule)
     cases = run.comparison_spec(schedule).cases()
     assert {bs.row_name(c.params(), text)[1] for c in cases} == {
