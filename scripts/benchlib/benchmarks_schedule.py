@@ -70,8 +70,7 @@ class ScheduleBench:
         the ramp visits (a calibration slice of 2 repeats per round, spread over them); repeats shuffled rounds (the
         analysis takes medians). Every closed loop of this section starts staggered (`gate_spec`: requests of one
         length started together stay in lockstep under plain decoding, every prompt pass of a wave batched into one
-        step, which traffic does not do: at 16 in flight that alone put plain decoding ahead of k = 3, while on the
-        ramp, whose phases overlap, the same k = 3 steps were cheaper per token than plain decoding's)."""
+        step, which traffic and the ramp's overlapping phases do not do)."""
         sizes = sorted({*self.concurrency, *self.ramp})
         return SweepSpec.build(model=self.model, drafts=[self.draft],
                                methods=list(dict.fromkeys(["draft_target", self.gate_method])),

@@ -10,10 +10,9 @@ SWITCH_MARGIN. TensorRT-LLM's rules shape the choice: schedule[1] is max_draft_l
 for b > 1 the argmax is over k <= the k at batch 1 (`BatchRow.best_k` is the unconstrained one). For b > 1 the
 previous batch size's k stays, while it still beats plain decoding by the margin, unless the argmax beats it by more
 than the margin (`BatchRow.held`: the argmax the margin held back); when it must change, it changes least: to the k
-nearest to it among those within the margin of the argmax (a sweep measured k = 2 ahead of k = 3 at 4 in flight
-where a 10-round comparison put k = 3 3% ahead, and a schedule going from k = 4 to 2 there ran a load ramp at 0.97 x
-fixed k = 3). The margin is the price of what the steady-state
-numbers leave out: each change of k costs (under a changing load a request lives through several batch sizes; a
+nearest to it among those within the margin of the argmax (those are equally likely the true best within a sweep's
+noise, and the best k falls smoothly as the batch grows; docs/report.md). The margin is the price of what the
+steady-state numbers leave out: each change of k costs (under a changing load a request lives through several batch sizes; a
 draft model catches up on the tokens committed while it did not draft), speculation costs draft memory and latency
 spread, and differences of a few percent are within a sweep's noise, so plain decoding, the default that needs
 nothing, is kept unless speculation clearly wins. The schedule keeps batch 1 and each batch size where k changes.
