@@ -425,26 +425,26 @@ def main(argv: list[str] | None = None) -> None:
                         help="batching: rounds over the grid, each shuffled (medians, paired verdict)")
     parser.add_argument("--schedule-sweep-ks", type=int, nargs="+", default=list(range(1, 6)),
                         help="schedule: k of the recommendation sweep (beside k = 0)")
-    parser.add_argument("--schedule-sweep-repeats", type=int, default=3,
+    parser.add_argument("--schedule-sweep-repeats", type=int, default=benchmarks_schedule.ScheduleBench.sweep_repeats,
                         help="schedule: shuffled rounds of the recommendation sweep (medians)")
     parser.add_argument("--schedule-fixed-ks", type=int, nargs="+", default=list(range(1, 6)),
                         help="schedule: k of the fixed-k rows the schedule is compared with")
     parser.add_argument("--schedule-ramp", type=int, nargs="+", default=list(benchmarks_schedule.RAMP),
                         help="schedule: concurrency phases of the ramp (one closed loop)")
     parser.add_argument("--schedule-new-tokens", type=int, default=32, help="schedule: tokens per request")
-    parser.add_argument("--schedule-min-requests", type=int, default=24,
+    parser.add_argument("--schedule-min-requests", type=int, default=benchmarks_schedule.ScheduleBench.min_requests,
                         help="schedule: requests per cell at least (c=1 and c=4 cells are short runs: noisy rounds)")
-    parser.add_argument("--schedule-waves", type=int, default=3,
+    parser.add_argument("--schedule-waves", type=int, default=benchmarks_schedule.ScheduleBench.waves,
                         help="schedule: requests per cell >= waves x concurrency")
-    parser.add_argument("--schedule-ramp-waves", type=int, default=1,
+    parser.add_argument("--schedule-ramp-waves", type=int, default=benchmarks_schedule.ScheduleBench.ramp_waves,
                         help="schedule: requests per ramp phase = ramp waves x its concurrency")
-    parser.add_argument("--schedule-repeats", type=int, default=10,
+    parser.add_argument("--schedule-repeats", type=int, default=benchmarks_schedule.ScheduleBench.repeats,
                         help="schedule: rounds of the comparison, each load's cells shuffled (medians, paired verdict)")
-    parser.add_argument("--schedule-gate-concurrency", type=int, default=4,
+    parser.add_argument("--schedule-gate-concurrency", type=int, default=benchmarks_schedule.ScheduleBench.gate_concurrency,
                         help="schedule: requests in flight on the gate's collapsed traffic")
-    parser.add_argument("--schedule-gate-requests", type=int, default=192,
+    parser.add_argument("--schedule-gate-requests", type=int, default=benchmarks_schedule.ScheduleBench.gate_requests,
                         help="schedule: requests per cell on the gate's collapsed traffic")
-    parser.add_argument("--schedule-gate-repeats", type=int, default=6,
+    parser.add_argument("--schedule-gate-repeats", type=int, default=benchmarks_schedule.ScheduleBench.gate_repeats,
                         help="schedule: rounds of the gate's cells (paired ratio)")
     parser.add_argument("--dynamo-min-requests", type=int, default=6, help="dynamo: requests per cell at least")
     parser.add_argument("--lookahead-configs", nargs="+", default=["4,4,4", "7,5,7"], help="lookahead: W,N,G")

@@ -49,8 +49,8 @@ class ScheduleBench:
     waves: int = 3  # requests per cell >= waves x concurrency
     ramp_waves: int = 1  # requests per ramp phase = ramp_waves x its concurrency
     min_requests: int = 24
-    sweep_repeats: int = 3
-    repeats: int = 10
+    sweep_repeats: int = 4
+    repeats: int = 12
     gate_method: str = "ngram"
     gate_concurrency: int = 4
     gate_requests: int = 192

@@ -160,6 +160,23 @@ def test_measured_points_anchor_the_model_between_them():
     assert rec.gate.threshold == pytest.approx(1.48 / 0.9, abs=1e-3)  # E / measured speedup at batch 1, k=4
 
 
+def test_batch_one_anchors_only_itself_once_a_larger_batch_was_measured():
+    """Measured at batch 1 at the model's speedups and at batch 4 at 0.8 x them: batches 2 and 3 take batch 4's ratio
+    (what one request alone does not show: padded rows, prompt passes beside decode rows), not a line from batch 1's;
+    above 4 batch 4's too."""
+    model = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8)
+    rows = [row(0, 1, measured=1.0), row(0, 4, measured=1.0)]
+    for k in range(1, 5):
+        rows.append(row(k, 1, measured=model.rows[0].point(k).predicted_speedup))
+        rows.append(row(k, 4, measured=0.8 * model.rows[3].point(k).predicted_speedup))
+    rec = recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=8)
+    assert [r.chosen.source for r in rec.rows[:4]] == ["measured", "modelled", "modelled", "measured"]
+    for b in (2, 3, 5, 8):
+        assert all(p.anchor == pytest.approx(0.8) for p in rec.rows[b - 1].points[1:]), b
+    only_one = recommend_schedule(sweep(measured_factor=0.9), VARIANT, 0.0, max_batch_size=8)
+    assert all(p.anchor == pytest.approx(0.9) for r in only_one.rows[1:] for p in r.points[1:])
+
+
 def test_window_from_the_spread_of_per_request_acceptance():
     spread = recommend_schedule(sweep(per_request=(1.0, 3.0, 1.0, 3.0)), VARIANT, 0.0, max_batch_size=8).gate
     # mean 2.0, sd 1.1547, threshold 1.48: ceil((2.326 x 1.1547 / 0.52)^2) = 27

@@ -302,7 +302,11 @@ def _point(k: int, predicted: float, predicted_tps: float, rows: list[CaseRow], 
 
 def _anchor(ratios: list[tuple[int, float]], batch: int) -> float:
     """A measured / modelled ratio at `batch`, linear in batch size between the nearest measured batch sizes around
-    it (the nearest one's outside them; 1 where none was measured). `ratios`: (batch size, ratio), ascending."""
+    it (the nearest one's outside them; 1 where none was measured). `ratios`: (batch size, ratio), ascending. Batch 1
+    is a regime of its own (one request: no rows padded to another's draft length, no prompt pass beside decode
+    rows, which the model does not price), so its ratio anchors only batch 1 when a batch size above 1 was measured."""
+    if batch > 1 and any(b > 1 for b, _ in ratios):
+        ratios = [r for r in ratios if r[0] > 1]
     if not ratios:
         return 1.0
     lo = max((r for r in ratios if r[0] <= batch), default=ratios[0])
