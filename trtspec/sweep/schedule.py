@@ -12,10 +12,10 @@ previous batch size's k stays, while it still beats plain decoding by the margin
 than the margin (`BatchRow.held`: the argmax the margin held back); when it must change, it changes least: to the k
 nearest to it among those within the margin of the argmax (those are equally likely the true best within a sweep's
 noise, and the best k falls smoothly as the batch grows; docs/report.md). The margin is the price of what the
-steady-state numbers leave out: each change of k costs (under a changing load a request lives through several batch sizes; a
-draft model catches up on the tokens committed while it did not draft), speculation costs draft memory and latency
-spread, and differences of a few percent are within a sweep's noise, so plain decoding, the default that needs
-nothing, is kept unless speculation clearly wins. The schedule keeps batch 1 and each batch size where k changes.
+steady-state numbers leave out: each change of k costs (under a changing load a request lives through several batch
+sizes; a draft model catches up on the tokens committed while it did not draft), speculation costs draft memory and
+latency spread, and differences of a few percent are within a sweep's noise, so plain decoding, the default that
+needs nothing, is kept unless speculation clearly wins. The schedule keeps batch 1 and each batch size where k changes.
 
 `max_concurrency` is the last batch size where speculation wins when plain decoding wins at every batch size above it
 (None when speculation wins at the max batch size; 0 when it never wins).
