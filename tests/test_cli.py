@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -79,14 +80,17 @@ def _commands(group, path=("trtspec",)):
 
 
 def _examples(help_text: str) -> list[str]:
-    """The `trtspec ...` lines of the help's Examples: section (up to the next section: Options:, Commands:)."""
+    """The `trtspec ...` commands of the help's Examples: section (up to the next section: Options:, Commands:), a
+    command continued over lines with a shell backslash joined into one."""
     section = help_text.split("Examples:", 1)[1].split("\nOptions:", 1)[0].split("\nCommands:", 1)[0]
-    return [line.strip() for line in section.splitlines() if line.strip().startswith("trtspec ")]
+    joined = re.sub(r" \\\n\s+", " ", section)
+    return [line.strip() for line in joined.splitlines() if line.strip().startswith("trtspec ")]
 
 
 def test_every_command_help_shows_examples_that_parse():
     """Each command's --help shows an Examples: block (click's \\b, not rewrapped) of `trtspec ...` lines, and each
-    example names a real command with options it has, the values they need and its required parameters."""
+    example names a real command with options it has, the values they need and its required parameters, with no run of
+    stray spaces (a docstring's bare backslash-newline)."""
     import shlex
 
     import click
@@ -99,6 +103,8 @@ def test_every_command_help_shows_examples_that_parse():
         assert "Examples:" in result.output, f"{' '.join(path)} --help shows no Examples:"
         examples = _examples(result.output)
         assert 1 <= len(examples) <= 3, (path, examples)
+        for example in examples:  # a docstring's bare backslash-newline joins its lines with the indent between
+            assert not re.search(r"\S {3,}\S", example), f"{' '.join(path)} --help: stray spaces in {example!r}"
         for example in examples:
             for part in example.split("&&"):
                 words = shlex.split(part.split(">")[0])  # the command, without a redirection
