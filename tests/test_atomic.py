@@ -1,5 +1,6 @@
 """trtspec.atomic, the one definition of temp-then-rename writes: a write that fails or is killed leaves the old file
-whole, a finished one replaces it, no temp file survives a failure, permissions are those of a plain open()."""
+whole, a finished one replaces it, no temp file survives a failure, a new file has the permissions of a plain open()
+and a replaced one keeps its mode, a symbolic link is written through, a FIFO, device or directory is refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trtspec.atomic import atomic_path, replace_dir, write_bytes, write_json, write_text
+from trtspec.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +91,58 @@ def test_a_new_file_has_the_permissions_of_a_plain_open(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "a").stat().st_mode & 0o777 == (tmp_path / "b").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("mode", [0o444, 0o600, 0o755], ids=oct)
+def test_a_replaced_file_keeps_its_mode(tmp_path, mode):
+    path = tmp_path / "build.yaml"
+    path.write_text("old\n")
+    path.chmod(mode)
+    write_text(path, "new\n")
+    assert path.read_text() == "new\n" and path.stat().st_mode & 0o777 == mode and temps(tmp_path) == []
+
+
+def test_a_symlink_is_written_through_to_its_file(tmp_path):
+    """The link stays a link; the file at the end of the chain is replaced, its temp beside it (the rename stays
+    within one directory), and keeps its mode."""
+    real_dir, link_dir = tmp_path / "configs", tmp_path / "work"
+    real_dir.mkdir()
+    link_dir.mkdir()
+    real = real_dir / "build.yaml"
+    real.write_text("old\n")
+    real.chmod(0o640)
+    (link_dir / "middle.yaml").symlink_to(real)
+    link = link_dir / "build.yaml"
+    link.symlink_to("middle.yaml")  # relative, through a second link
+    with atomic_path(link) as tmp:
+        assert tmp.parent == real_dir
+        tmp.write_text("new\n")
+    assert link.is_symlink() and os.readlink(link) == "middle.yaml" and (link_dir / "middle.yaml").is_symlink()
+    assert real.read_text() == "new\n" and real.stat().st_mode & 0o777 == 0o640
+    assert temps(real_dir) == temps(link_dir) == []
+    dangling = link_dir / "new.yaml"
+    dangling.symlink_to(real_dir / "new.yaml")
+    write_text(dangling, "made\n")  # a dangling link creates the file it names
+    assert dangling.is_symlink() and (real_dir / "new.yaml").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link to a fifo"])
+def test_a_destination_that_is_not_a_regular_file_is_refused_before_anything_is_opened(tmp_path, kind):
+    target = tmp_path / "target"
+    if kind == "directory":
+        target.mkdir()
+    else:
+        os.mkfifo(target)  # opening it for writing would block until a reader came
+    path = target
+    if kind.startswith("link"):
+        path = tmp_path / "link"
+        path.symlink_to(target)
+    with pytest.raises(UsageError) as err:
+        write_text(path, "x")
+    words = "a directory" if kind == "directory" else "a FIFO (named pipe)"
+    assert str(err.value).startswith(f"{path}") and f"is {words}, not a regular file" in str(err.value)
+    assert err.value.exit_code == 2 and err.value.hint
+    assert (target.is_dir() if kind == "directory" else target.is_fifo()) and temps(tmp_path) == []
 
 
 def test_a_writer_that_takes_a_file_name_writes_through_the_temp(tmp_path):

@@ -7,6 +7,7 @@ with `--debug` / `TRTSPEC_DEBUG=1`.
 
 from __future__ import annotations
 
+import stat
 from typing import Any
 
 
@@ -124,3 +125,13 @@ def shown(value: Any) -> Any:
     if isinstance(value, str) and len(value) <= 200:
         return value
     return _Shown(shown_text(value))
+
+
+def file_kind(mode: int) -> str:
+    """What a file of `st_mode` `mode` is, for a message: `a regular file`, `a directory`, `a FIFO (named pipe)`, ..."""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return "a special file"

@@ -1,20 +1,27 @@
 """Reading a small user-named text file (a config, a choices file) without ever echoing it: one definition of the
-errors for a missing, oversized, binary or non-UTF-8 file."""
+errors for a missing, oversized, binary or non-UTF-8 file, or one that is not a regular file (a FIFO, a device, a
+directory: refused after a stat, before anything is opened, so a FIFO never blocks the read)."""
 
 from __future__ import annotations
 
 import codecs
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ConfigError
+from trtspec.errors import ConfigError, file_kind
 
 
 def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
     """The text of a small UTF-8 file (a UTF-8 byte-order mark is dropped); ConfigError naming `field`, the file and
-    the fix when it cannot be read, is larger than `limit` bytes or is not UTF-8. Never echoes the file's content."""
+    the fix when it cannot be read, is not a regular file, is larger than `limit` bytes or is not UTF-8. Never echoes
+    the file's content."""
     try:
-        with open(path, "rb") as fh:
+        _regular(os.stat(path).st_mode, path, field, what)
+        # O_NONBLOCK: a file swapped for a FIFO after the stat opens without waiting for a writer, and fstat refuses it
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+            _regular(os.fstat(fh.fileno()).st_mode, path, field, what)
             raw = fh.read(limit + 1)
     except OSError as exc:
         raise ConfigError(field, str(path), f"cannot be read ({exc.strerror or exc})", hint="check the path") from None
@@ -33,6 +40,11 @@ def read_text_file(path: Path, field: str, *, limit: int, what: str) -> str:
         raise ConfigError(field, str(path), "contains NUL bytes: a binary file, or UTF-16 without a byte-order mark",
                           hint=f"save it as UTF-8; check that it is {what}")
     return text
+
+
+def _regular(mode: int, path: Path, field: str, what: str) -> None:
+    if not stat.S_ISREG(mode):
+        raise ConfigError(field, str(path), f"is {file_kind(mode)}, not a regular file", hint=f"pass the path of {what}")
 
 
 def load_yaml_text(text: str) -> Any:

@@ -66,6 +66,16 @@ def test_config_files_that_are_not_build_configs(tmp_path, capsys, content, word
     assert code == 2 and str(path) in line and all(w in err for w in words), err
 
 
+def test_a_config_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    from tests.cli_checks import assert_clean_failure, run_cli
+
+    path = tmp_path / "c.yaml"
+    os.mkfifo(path)  # opening it would wait for a writer
+    code, _, err = run_cli(["build", str(path), "--dry-run"], limit=20)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert f"config={str(path)!r}: is a FIFO (named pipe), not a regular file" in err, err
+
+
 @pytest.mark.parametrize("fields, field, words", [
     ({"engine": {"tp_size": 10**6}}, "engine.tp_size", ["num_attention_heads=6"]),
     ({"engine": {"tp_size": 10**10}}, "engine.tp_size", ["less than or equal to 2147483647"]),

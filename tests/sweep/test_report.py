@@ -72,6 +72,33 @@ def test_cli_sweep_dry_run_and_report(tmp_path):
     assert "already in" in res.output and " todo " not in res.output
 
 
+def test_write_config_through_a_link_a_read_only_file_and_a_fifo(tmp_path):
+    """--write-config replaces the file a symbolic link points to (the link stays), keeps a read-only file's mode, and
+    refuses a FIFO in one line, exit 2, without blocking on it."""
+    import os
+
+    from tests.cli_checks import assert_clean_failure, run_cli
+
+    out = _results(tmp_path)
+    real = tmp_path / "configs" / "build.yaml"
+    real.parent.mkdir()
+    real.write_text("target: fake-target\nmethod: none\n")
+    real.chmod(0o444)
+    link = tmp_path / "build.yaml"
+    link.symlink_to(real)
+    code, _, err = run_cli(["report", str(out), "--out", str(tmp_path / "r"), "--no-plots", "--write-config",
+                            str(link)])
+    assert code == 0, err
+    assert link.is_symlink() and yaml.safe_load(real.read_text())["method"] == "draft_target"
+    assert real.stat().st_mode & 0o777 == 0o444
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    code, _, err = run_cli(["report", str(out), "--out", str(tmp_path / "r"), "--no-plots", "--write-config",
+                            str(fifo)], limit=20)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert str(fifo) in err and "FIFO" in err and fifo.is_fifo()
+
+
 def test_cli_bad_input_exits_2(tmp_path):
     import pytest
 
