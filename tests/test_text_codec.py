@@ -72,3 +72,20 @@ def test_clean_up_tokenization_spaces_goes_through_transformers(tmp_path):
     assert codec._fast is None and codec._hf is not None
     assert codec.decode(codec.encode("a , b .")) == codec._hf.decode(codec._hf.encode("a , b ."),
                                                                       skip_special_tokens=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_request_text_reads_utf8_and_names_the_input_and_the_first_bad_byte(raw):
+    from trtspec.text_codec import request_text
+
+    try:
+        want = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        with pytest.raises(ValueError) as err:
+            request_text(raw, "QUERY")
+        assert str(err.value) == (f"QUERY is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}): "
+                                  "send the text UTF-8 encoded")
+    else:
+        assert request_text(raw, "QUERY") == want
+    assert request_text("caf\u00e9", "QUERY") == "caf\u00e9"

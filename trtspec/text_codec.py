@@ -7,10 +7,24 @@ directly: it starts in a fraction of a second, while importing transformers take
 the Hugging Face fast tokenizer does (`PreTrainedTokenizerFast` calls the same library); a tokenizer_config that asks
 for `clean_up_tokenization_spaces`, or a directory without tokenizer.json, goes through transformers' AutoTokenizer.
 Anything else (`apply_chat_template`, `chat_template`, ...) is the Hugging Face tokenizer's, loaded on first use.
+`request_text` is the one reading of a request's text element (bytes that must be UTF-8), for every served model that
+takes text: the preprocessing model and the torch flavour's llmapi model.
 """
 
 import json
 from pathlib import Path
+
+
+def request_text(value, name):
+    """The text of one element of a request's STRING tensor `name`: bytes read as UTF-8, anything else as str.
+    ValueError naming the tensor, the first byte that is not UTF-8 and its offset (never the text itself)."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name} is not UTF-8 text (byte 0x{value[exc.start]:02x} at offset {exc.start}): "
+                         "send the text UTF-8 encoded") from None
 
 
 def _token_text(value):

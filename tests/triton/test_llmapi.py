@@ -7,7 +7,8 @@ pytorch, parallelism, the build's own LLM-API options and triton_config, every k
 throwaway mutation of each fails the diff. `trtspec deploy` renders both flavours (the llmapi form is the default for
 a PyTorch-workflow build), and the TensorRT-LLM flavour's model.py runs NVIDIA's own from its directory. One server for the module (decoupled, as streaming needs): HTTP generate
 at temperature 0 returns the target's greedy text (trtspec generate --method none) and the engine's acceptance
-counts, generate_stream sends the text so far, and inputs the model cannot honour are refused by name while the
+counts, generate_stream sends the text so far, and inputs the model cannot honour (a later release's input, best_of,
+text that is not UTF-8, two prompts in one request) are refused by name (gRPC INVALID_ARGUMENT, HTTP 400) while the
 server keeps serving.
 """
 
@@ -166,6 +167,37 @@ def test_the_tensorrtllm_flavours_model_py_runs_nvidias_from_its_directory(tmp_p
         load()
 
 
+# --- request parsing, without a server ---------------------------------------------------------------------------
+
+
+def _parse(**tensors):
+    import numpy as np
+
+    from trtspec.contracts.engine import EngineConfig
+    from trtspec.triton.llmapi_request import parse_llmapi_request
+
+    params = EngineConfig(target="tiny", method="draft_target", max_k=4, default_k=K, max_input_len=64,
+                          max_output_len=64)
+    arrays = {name: np.asarray(value, dtype=object if name in ("text_input", "sampling_param_stop") else None)
+              for name, value in {"text_input": [b"def add(a, b):"], **tensors}.items()}
+    return parse_llmapi_request(arrays.get, params, encode=lambda text: list(text.encode()),
+                                encode_words=lambda text: list(text.encode()), end_id=1, decoupled=True)
+
+
+@pytest.mark.parametrize(("tensors", "words"), [
+    ({"text_input": [b"def \xff(a):"]}, "text_input is not UTF-8 text (byte 0xff at offset 4)"),
+    ({"sampling_param_stop": [b"ok", b"\xc3("]}, "sampling_param_stop is not UTF-8 text (byte 0xc3 at offset 0)"),
+    ({"text_input": [b"one", b"two"]}, "text_input has 2 prompts: the llmapi model takes one prompt per request"),
+])  # fmt: skip
+def test_requests_the_llmapi_model_cannot_read_are_refused_by_name(tensors, words):
+    from trtspec.errors import RequestError
+
+    with pytest.raises(RequestError) as err:
+        _parse(**tensors)
+    assert words in str(err.value)
+    assert _parse(sampling_param_stop=[b"ok", "caf\u00e9".encode()]).stop_strings == ("ok", "caf\u00e9")
+
+
 # --- a real tritonserver -----------------------------------------------------------------------------------------
 
 
@@ -241,6 +273,45 @@ def test_inputs_the_engine_cannot_honour_are_refused_by_name(server, engine):
         assert answer.get("status") == 400 and name in answer["error"], (name, answer)
     (answer,) = http_generate(server.http_url, "tensorrt_llm", base)
     assert "error" not in answer and answer["text_output"].startswith(PROMPTS[0]), answer  # the server keeps serving
+
+
+@pytest.mark.triton
+def test_text_that_is_not_utf8_and_batched_prompts_are_refused_by_name(server):
+    """Over gRPC (INVALID_ARGUMENT: RequestError) and HTTP (400, the bad-input tag), one line naming the input, no
+    traceback; the server keeps serving."""
+    import urllib.error
+    import urllib.request
+
+    import numpy as np
+
+    from trtspec.errors import RequestError
+    from trtspec.triton.client import TritonClient
+
+    one = np.array([4], dtype=np.int32)
+    bad = {"text_input": (np.array([b"def \xff(a):"], dtype=object), "text_input is not UTF-8 text (byte 0xff"),
+           "stop": (np.array([b"ok", b"\xc3("], dtype=object), "sampling_param_stop is not UTF-8 text (byte 0xc3"),
+           "batch": (np.array([b"import os", b"def f():"], dtype=object), "text_input has 2 prompts")}
+    with TritonClient(server.grpc_url, model=None) as client:
+        for case, (array, words) in bad.items():
+            name = "sampling_param_stop" if case == "stop" else "text_input"
+            inputs = {"text_input": np.array([PROMPTS[0].encode()], dtype=object), name: array,
+                      "sampling_param_max_tokens": one}
+            with pytest.raises(RequestError) as err:
+                client.infer("tensorrt_llm", inputs, ["text_output"])
+            assert words in str(err.value) and "Traceback" not in str(err.value), (case, err.value)
+        for raw, words in ((b'{"text_input": "def \xff(a):", "sampling_param_max_tokens": 4}', "text_input is not"),
+                           (b'{"text_input": "x", "sampling_param_stop": ["\xc3("], "sampling_param_max_tokens": 4}',
+                            "sampling_param_stop is not")):
+            request = urllib.request.Request(f"{server.http_url}/v2/models/tensorrt_llm/generate", data=raw,
+                                             method="POST")
+            with pytest.raises(urllib.error.HTTPError) as http:
+                urllib.request.urlopen(request, timeout=60)
+            body = http.value.read().decode(errors="replace")
+            assert http.value.code == 400 and words in body and "[INVALID_ARG]" in body, body
+            assert "Traceback" not in body and ".py" not in body, body
+        out = client.infer("tensorrt_llm", {"text_input": np.array([PROMPTS[0].encode()], dtype=object),
+                                            "sampling_param_max_tokens": one}, ["text_output"])
+        assert out["text_output"][0].decode().startswith(PROMPTS[0])  # the server keeps serving
 
 
 @pytest.mark.triton

@@ -71,6 +71,11 @@ def test_bad_preprocessing_requests_get_errors_and_server_stays_up(server):
         _infer(server.grpc_url, "preprocessing", {
             "QUERY": (np.array([[b"   "]], dtype=object), "BYTES"),
             "REQUEST_OUTPUT_LEN": (np.array([[4]], dtype=np.int32), "INT32")})  # fmt: skip
+    with pytest.raises(InferenceServerException, match=r"QUERY is not UTF-8 text \(byte 0xff at offset 4\)") as err:
+        _infer(server.grpc_url, "preprocessing", {
+            "QUERY": (np.array([[b"def \xff(a):"]], dtype=object), "BYTES"),
+            "REQUEST_OUTPUT_LEN": (np.array([[4]], dtype=np.int32), "INT32")})  # fmt: skip
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
     with pytest.raises(InferenceServerException, match="REQUEST_OUTPUT_LEN"):  # wrong dtype: Triton refuses it
         _infer(server.grpc_url, "preprocessing", {
             "QUERY": (np.array([[b"x"]], dtype=object), "BYTES"),

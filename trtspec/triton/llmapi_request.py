@@ -3,7 +3,8 @@ model (`text_input`, `streaming`, `stop`, `sampling_param_*`, `return_*`; pure n
 RequestError naming the input and the limit.
 
 Meanings follow NVIDIA's model (TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py and helpers.py,
-the 2025 stored version the facts name): one prompt per request (`text_input` 1-D; its first element); the
+the 2025 stored version the facts name): one prompt per request (`text_input` 1-D of one element: NVIDIA's model
+reads the first element and drops the rest, batched prompts being unimplemented there, so more are refused here); the
 `sampling_param_*` inputs are the LLM API's SamplingParams fields of the same names, with best_of 1 and
 exclude_input_from_output false when unset (so text_output starts with the prompt); `sampling_param_stop` is a list
 of stop strings, matched as the LLM API matches them: as the token sequences the tokenizer makes of each (no special
@@ -11,6 +12,8 @@ tokens); `return_finish_reason` / `return_stop_reason` / `return_cumulative_logp
 `stop` = true cancels the running requests with the same request id. The sampling controls mean what TensorRT-LLM's
 sampler makes of them (trtspec.spec.params.trtllm_sampling_params; the PyTorch sampler's reading of unset values is
 not pinned); max_tokens unset is the LLM API's default, 32; the tokenizer's end token ends a request.
+Text (`text_input`, `sampling_param_stop`) is read by trtspec.text_codec.request_text, as the preprocessing model
+reads it: bytes that are not UTF-8 are refused naming the input.
 Refused by name: best_of > 1 (the reference engine returns one sequence per request) and every request parameter
 (`check_parameters`: a generate-endpoint key that is no input, e.g. a later release's `image_url` or LoRA inputs).
 """
@@ -26,6 +29,7 @@ import numpy as np
 
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError, TrtspecError
+from trtspec.text_codec import request_text
 from trtspec.triton.engine_request import with_hint
 
 DEFAULT_MAX_TOKENS = 32  # the LLM API's SamplingParams.max_tokens default
@@ -61,13 +65,20 @@ def _scalar(get: Callable[[str], np.ndarray | None], name: str, cast: type, defa
     if flat.size != 1:
         raise RequestError(f"{name} must hold one value, got shape {list(np.asarray(value).shape)}")
     item = flat[0].item()
-    return cast(item.decode() if isinstance(item, bytes) else item)
+    return cast(_text(item, name) if isinstance(item, bytes) else item)
 
 
-def _strings(value: np.ndarray | None) -> list[str]:
+def _strings(value: np.ndarray | None, name: str) -> list[str]:
     if value is None:
         return []
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.asarray(value).reshape(-1).tolist()]
+    return [_text(v, name) for v in np.asarray(value).reshape(-1).tolist()]
+
+
+def _text(value: Any, name: str) -> str:
+    try:
+        return request_text(value, name)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def check_parameters(parameters: dict[str, Any], inputs: list[str]) -> None:
@@ -105,10 +116,14 @@ def parse_llmapi_request(get: Callable[[str], np.ndarray | None], params: Engine
     if text.ndim != 1 or text.size < 1:
         raise RequestError(f"text_input has shape {list(text.shape)}: the llmapi model takes one prompt, a 1-D "
                            "tensor (as NVIDIA's model.py requires)")
+    if text.size > 1:
+        raise RequestError(f"text_input has {text.size} prompts: the llmapi model takes one prompt per request "
+                           "(NVIDIA's model.py would answer the first and drop the rest); send each prompt as its "
+                           "own request")
     if flags["streaming"] and not decoupled:
         raise RequestError("streaming=true needs a decoupled model (NVIDIA: 'Streaming is only supported in decoupled "
                            "mode.'); deploy with `trtspec deploy --decoupled`, or send streaming=false")
-    prompt = _strings(text)[0]
+    prompt = _text(text[0], "text_input")
     ids = encode(prompt)
     if not ids:
         raise RequestError("text_input is empty: the prompt must hold at least one token")
@@ -134,7 +149,7 @@ def parse_llmapi_request(get: Callable[[str], np.ndarray | None], params: Engine
             raise RequestError(f"sampling_param_{name}={value} must be a finite number")
     if top_k is not None and top_k < 0:
         raise RequestError(f"sampling_param_top_k={top_k} must be >= 0")
-    stop_strings = tuple(s for s in _strings(get(SAMPLING_PREFIX + "stop")) if s)
+    stop_strings = tuple(s for s in _strings(get(SAMPLING_PREFIX + "stop"), SAMPLING_PREFIX + "stop") if s)
     from trtspec.spec.params import SpecParams, trtllm_sampling_params
 
     try:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from text_codec import TextCodec
+from text_codec import TextCodec, request_text
 
 BAD_INPUT_TAG = "[INVALID_ARG]"  # trtspec.errors.BAD_INPUT_TAG (this file is stdlib-only; a test checks the copy)
 
@@ -64,10 +64,6 @@ def _nbytes(value):
     return len(value) if isinstance(value, bytes) else len(str(value).encode("utf-8"))
 
 
-def _text(value):
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 class TritonPythonModel:
     def initialize(self, args):
         params = _parameters(args)
@@ -103,7 +99,7 @@ class TritonPythonModel:
             self._check_words(name, self._input(request, name), batch)
         ids = []
         for row in queries.reshape(batch, -1):
-            text = _text(row[0])
+            text = request_text(row[0], "QUERY")
             if not text.strip():
                 raise ValueError("empty prompt: text_input must contain text")
             ids.append(self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens))
@@ -117,8 +113,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("INPUT_ID", input_ids),
             pb_utils.Tensor("REQUEST_INPUT_LEN", lengths),
-            pb_utils.Tensor("BAD_WORDS_IDS", self._word_list(self._input(request, "BAD_WORDS_DICT"), batch)),
-            pb_utils.Tensor("STOP_WORDS_IDS", self._word_list(self._input(request, "STOP_WORDS_DICT"), batch)),
+            pb_utils.Tensor("BAD_WORDS_IDS", self._word_list(self._input(request, "BAD_WORDS_DICT"), batch, "BAD_WORDS_DICT")),
+            pb_utils.Tensor("STOP_WORDS_IDS", self._word_list(self._input(request, "STOP_WORDS_DICT"), batch, "STOP_WORDS_DICT")),
             pb_utils.Tensor("EMBEDDING_BIAS", self._embedding_bias(request, batch)),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", output_len.astype(np.int32).reshape(batch, 1)),
             pb_utils.Tensor("OUT_END_ID", self._id(request, "END_ID", self.end_id, batch)),
@@ -140,7 +136,7 @@ class TritonPythonModel:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         return None if tensor is None else tensor.as_numpy()
 
-    def _word_list(self, words, batch):
+    def _word_list(self, words, batch, name):
         """[batch, words] strings -> [batch, 2, len] int32: token ids and end offsets per row (-1 padded)."""
         if words is None:
             return np.empty((batch, 2, 0), dtype=np.int32)
@@ -148,7 +144,7 @@ class TritonPythonModel:
         for row in words.reshape(batch, -1):
             flat, offsets = [], []
             for word in row:
-                tokens = self.tokenizer.encode(_text(word), add_special_tokens=False)
+                tokens = self.tokenizer.encode(request_text(word, name), add_special_tokens=False)
                 if tokens:  # an empty word has no tokens and is skipped
                     flat += tokens
                     offsets.append(len(flat))
@@ -172,7 +168,7 @@ class TritonPythonModel:
         bias = np.zeros((batch, self.tokenizer.vocab_size), dtype=np.float32)
         for i, (row_words, row_weights) in enumerate(zip(words.reshape(batch, -1), weights.reshape(batch, -1))):
             for word, weight in zip(row_words, row_weights):
-                for token in self.tokenizer.encode(_text(word), add_special_tokens=False):
+                for token in self.tokenizer.encode(request_text(word, "EMBEDDING_BIAS_WORDS"), add_special_tokens=False):
                     bias[i, token] += float(weight)
         return bias
 
