@@ -145,19 +145,29 @@ class NgramSpec(_Spec):
 
 
 class LlmApiSpec(_Spec):
-    """The LLM API's speculation controls (PyTorch workflow, `speculative_config`); unset ones are not written. Whether
-    the target reads each, and the schedule's rules, are checked against its facts (trtspec.targets.llm_api)."""
+    """The LLM API's speculation controls (PyTorch workflow, `speculative_config`) in trtspec's canonical form; unset
+    ones are not written. Each target writes them in its own form and refuses what it would ignore
+    (trtspec.targets.controls: 1.2.1 reads the schedule as it is and the gate `acceptance_window` +
+    `acceptance_length_threshold`; 1.3.0rc29 reads schedule keys as upper bounds and the gate
+    `acceptance_rate_window_size` + `acceptance_rate_threshold`)."""
 
     max_concurrency: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True,
                                         description="speculation off at batch sizes above it")
     draft_len_schedule: dict[int, int] | None = Field(
         None, description="{batch size: draft length}: from that batch size on, that draft length (0: off); must hold "
                           "1: max_draft_len")
-    acceptance_window: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True, description="completed requests in the "
-                                          "acceptance gate's rolling average (0: no gate; >= 1 with a threshold)")
+    acceptance_window: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True, description="TensorRT-LLM 1.2.1's "
+                                          "gate: completed requests in its rolling average (0: no gate; >= 1 with a "
+                                          "threshold)")
     acceptance_length_threshold: float | None = Field(None, ge=0, le=COUNT_MAX, allow_inf_nan=False, strict=True,
-                                                      description="speculation off once the average acceptance "
-                                                                  "length falls below it (tokens per step)")
+                                                      description="TensorRT-LLM 1.2.1's gate: speculation off for good "
+                                                                  "once the average falls below it (accepted draft "
+                                                                  "tokens per iteration, bonus token excluded)")
+    acceptance_rate_window_size: int | None = Field(None, ge=0, le=COUNT_MAX, strict=True, description="TensorRT-LLM "
+                                                    "1.3's gate: iterations that drafted in its rolling average")
+    acceptance_rate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, strict=True,
+                                                    description="TensorRT-LLM 1.3's gate: speculation off for good once "
+                                                                "the average accepted / drafted falls below it")
 
     @field_validator("draft_len_schedule", mode="before")
     @classmethod
@@ -178,15 +188,13 @@ class LlmApiSpec(_Spec):
 
     @model_validator(mode="after")
     def _gate(self) -> LlmApiSpec:
-        """The acceptance gate is a window of at least one finished request and a threshold, or neither (window 0
-        alone: no gate)."""
-        window, threshold = self.acceptance_window, self.acceptance_length_threshold
-        if threshold is not None and not window:
-            raise ConfigError("llm_api.acceptance_window", window, "a gate with a threshold needs a window of at least "
-                              "1 finished request", hint="e.g. acceptance_window: 32, or drop acceptance_length_threshold")
-        if window and threshold is None:
-            raise ConfigError("llm_api.acceptance_length_threshold", None, f"is required with acceptance_window {window}",
-                              hint="e.g. acceptance_length_threshold: 1.3 (tokens per drafting step)")
+        """Each gate is a window of at least one and a threshold, or neither (window 0 alone: no gate); one gate at
+        most (SpecSchedule's rules, errors naming `llm_api.<field>`)."""
+        from trtspec.contracts.engine import spelled
+
+        with spelled(lambda name: "llm_api." + name.removeprefix("parameter ")):
+            SpecSchedule.from_llm_api({key: value for key, value in self.options().items()
+                                       if key != "draft_len_schedule"})
         return self
 
     def options(self) -> dict[str, Any]:
@@ -303,8 +311,9 @@ class BuildSpec(_Spec):
     redrafter: RedrafterSpec | None = None
     ngram: NgramSpec | None = None
     llm_api: LlmApiSpec | None = Field(None, description="speculation controls of the LLM-API options file (PyTorch "
-                                       "workflow): max_concurrency, draft_len_schedule, acceptance_window, "
-                                       "acceptance_length_threshold")
+                                       "workflow): max_concurrency, draft_len_schedule, and the target release's "
+                                       "gate (1.2.1: acceptance_window, acceptance_length_threshold; 1.3.0rc29: "
+                                       "acceptance_rate_window_size, acceptance_rate_threshold)")
     suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
                                         "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
                                         "(vLLM's suffix_decoding_* options; trtspec.contracts.suffix)")

@@ -20,6 +20,7 @@ from trtspec.build.llm_api import (
     LlmApiRefusal,
     Speculation,
     decoding_type,
+    llm_api_options,
     llm_api_yaml,
     load_target_facts,
     speculative_config,
@@ -89,7 +90,7 @@ def test_written_file_has_exactly_the_keys_the_target_allows(path, version):
     refuses the method (tests/build/test_pytorch_workflow.py): the same file where both write one."""
     spec = load_build_spec(path, overrides={"trtllm": {"version": version}, "workflow": "engine"})
     if spec.backend == "torch" or spec.method == "suffix":
-        return
+        pytest.skip(f"{path.name}: no TensorRT-LLM options file ({spec.backend} backend, method {spec.method})")
     plan = plan_build(run_preflight(spec, dry_run=True))
     if plan.llm_api is None:
         assert any(n.startswith(("no LLM-API form", "no LLM-API file")) for n in plan.notes)
@@ -184,6 +185,34 @@ def test_bad_controls_exit_2_naming_the_entry_and_rule(tmp_path, backend, contro
     assert ("TensorRT-LLM 1.2.1" in lines[0]) == (targets_rule and backend == "tensorrtllm"), lines
 
 
+GATE = {"acceptance_window": 8, "acceptance_length_threshold": 0.5}
+
+
+@pytest.mark.parametrize(("one_model", "refused"), [(True, True), (False, False)])
+def test_controls_on_one_model_eagle3_are_refused_naming_the_fix(tmp_path, one_model, refused):
+    """TensorRT-LLM 1.2.1 applies the controls through a drafter; one-model EAGLE-3 (its default) has none and would
+    ignore them without a word (targets/controls.json, 1.2.1 forms)."""
+    config = write_config(tmp_path / "c.yaml", target="/models/t", method="eagle", max_draft_len=3,
+                          eagle={"model": "/models/e", "eagle3": True, "one_model": one_model},
+                          trtllm={"version": "1.2.1"}, llm_api=GATE, output=str(tmp_path / "out"))
+    code, out, err = run_cli(["build", str(config), "--dry-run"])
+    if not refused:
+        assert code == 0, err
+        assert "acceptance_length_threshold: 0.5" in out and "eagle3_one_model: false" in out
+        return
+    line = next(line for line in err.splitlines() if line.startswith("Error:"))
+    assert code == 2 and "llm_api.acceptance_window=8" in line and "ignores it" in line and "no drafter" in line
+    assert "eagle3_one_model: false" in err  # the fix
+
+
+def test_another_releases_gate_is_refused():
+    with pytest.raises(ConfigError) as err:
+        llm_api_options(Speculation("ngram", 3, "/t", controls={"acceptance_rate_window_size": 8,
+                                                                "acceptance_rate_threshold": 0.3}),
+                        load_target("1.2.1"), {})
+    assert err.value.field == "llm_api.acceptance_rate_window_size" and "1.3.0rc29's gate" in err.value.message
+
+
 def test_schedule_1_is_max_draft_len_on_the_target(tmp_path):
     """TensorRT-LLM 1.2.1's own rule (schedule[1] == max_draft_len); the reference engine caps k at it instead."""
     target, draft = LOCAL_PAIR
@@ -233,7 +262,14 @@ def test_doctor_llm_api_good_file(tmp_path):
     (lambda o: o["speculative_config"].update(draft_len_schedule={2: 4}), "speculative_config.draft_len_schedule",
      "must contain batch size 1"),
     (lambda o: o["speculative_config"].update(acceptance_length_threshold=-1.0),
-     "speculative_config.acceptance_length_threshold", "must be >= 0"),
+     "speculative_config.acceptance_length_threshold", "is outside >= 0"),
+    (lambda o: o["speculative_config"].update(max_concurrency=-1), "speculative_config.max_concurrency",
+     "is not an integer >= 0"),
+    (lambda o: o.update(speculative_config={"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model": "/e",
+                                            "acceptance_window": 8, "acceptance_length_threshold": 0.5}),
+     "speculative_config.acceptance_window", "ignores it"),
+    (lambda o: o["speculative_config"].update(acceptance_rate_window_size=8, acceptance_rate_threshold=0.3),
+     "speculative_config.acceptance_rate_threshold", "1.3.0rc29's gate"),
     (lambda o: o["speculative_config"].update(decoding_type="Medusa", max_draft_len=4), "speculative_config.decoding_type",
      "does not run on TensorRT-LLM 1.2.1's PyTorch backend"),
 ])

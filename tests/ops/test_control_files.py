@@ -269,7 +269,7 @@ BAD_SCHEDULES = [  # (set-schedule flags, what the one error line says)
      "--acceptance-length-threshold=nan: must be a finite number >= 0"),
     (["--acceptance-window", "32", "--acceptance-length-threshold", "inf"], "must be a finite number >= 0"),
     (["--acceptance-window", "0", "--acceptance-length-threshold", "1.3"],
-     "--acceptance-window=0: a gate with a threshold needs a window of at least 1"),
+     "--acceptance-window=0: a gate with acceptance_length_threshold needs a window of at least 1"),
     (["--acceptance-window", "-3", "--acceptance-length-threshold", "1.3"], "--acceptance-window=-3: must be an integer"),
     (["--acceptance-length-threshold", "1.3"], "needs a window of at least 1"),
     (["--draft-len-schedule", "1:4", "--k", "7"], "--k=7: must be in [0, max_k=6]"),

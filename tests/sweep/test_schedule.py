@@ -91,14 +91,16 @@ def test_known_machine_gives_the_expected_schedule_concurrency_and_gate():
     assert rec.max_concurrency == 4 and all(r.chosen.source == "modelled" for r in rec.rows)
     assert (rec.rows[1].chosen.speedup, rec.rows[1].point(2).speedup) == (pytest.approx(1.4091, abs=1e-4),
                                                                        pytest.approx(1.4104, abs=1e-4))  # k=3, k=2
-    # threshold = S_4 / S_0 at batch 1 = (4 x 1 ms + 10.8 ms) / 10 ms; no per-request records: the default window
-    assert rec.gate.threshold == pytest.approx(1.48) and rec.gate.window == 32 and "default 32" in rec.gate.window_reason
+    # break-even S_4 / S_0 at batch 1 = (4 x 1 ms + 10.8 ms) / 10 ms = 1.48 tokens per target forward; TensorRT-LLM
+    # 1.2.1's threshold counts accepted draft tokens without the bonus token: 0.48; no per-request records: the default
+    # window
+    assert rec.gate.threshold == pytest.approx(0.48) and rec.gate.window == 32 and "default 32" in rec.gate.window_reason
     assert rec.schedule == SpecSchedule(draft_len=((1, 4), (2, 3), (3, 2), (4, 1), (5, 0)), max_concurrency=4,
-                                        acceptance_window=32, acceptance_length_threshold=1.48)
+                                        acceptance_window=32, acceptance_length_threshold=0.48)
     at2 = recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8, gate_batch_size=2).gate
     # at batch 2, k=3 breaks even at (3 D(2) + T(2, 4)) / T(2, 1) = 2.095, out of reach of k=1 (E = 1.8, used from
     # batch 4): the threshold is k=1's break-even at batch 4
-    assert (at2.batch_size, at2.k, at2.threshold) == (4, 1, pytest.approx(1.708, abs=1e-3))
+    assert (at2.batch_size, at2.k, at2.threshold) == (4, 1, pytest.approx(0.708, abs=1e-3))
     assert "the break-even at batch 2, k=3 (2.095) is out of reach of k=1" in at2.reason
     assert recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=3).max_concurrency is None  # wins up to 3
 
@@ -145,9 +147,9 @@ def test_the_threshold_stays_within_reach_of_every_draft_length_the_schedule_use
     rec = recommend_schedule(results([row(0)] + [row(k) for k in range(1, 5)], calibration(draft={1: 0.002, 8: 0.001})),
                              VARIANT, 0.0, max_batch_size=8)
     assert [r.k for r in rec.rows] == [4, 3, 2, 1, 0, 0, 0, 0]
-    assert (rec.gate.batch_size, rec.gate.k, rec.gate.threshold) == (4, 1, pytest.approx(1.718, abs=1e-3))
+    assert (rec.gate.batch_size, rec.gate.k, rec.gate.threshold) == (4, 1, pytest.approx(0.718, abs=1e-3))
     assert "out of reach of k=1" in rec.gate.reason
-    assert rec.gate.threshold < 1 + ALPHA  # E(1) on this machine
+    assert rec.gate.threshold < ALPHA  # E(1) - 1 on this machine
 
 
 def test_measured_points_anchor_the_model_between_them():
@@ -157,7 +159,7 @@ def test_measured_points_anchor_the_model_between_them():
     assert rec.rows[0].chosen.source == "measured" and rec.rows[1].chosen.source == "modelled"
     assert rec.rows[1].chosen.anchor == pytest.approx(0.9) and rec.rows[1].chosen.predicted_speedup > 1.4
     assert rec.draft_len == ((1, 4), (2, 3), (3, 2), (4, 0)) and rec.max_concurrency == 3  # k=1 1.04x at 4
-    assert rec.gate.threshold == pytest.approx(1.48 / 0.9, abs=1e-3)  # E / measured speedup at batch 1, k=4
+    assert rec.gate.threshold == pytest.approx(1.48 / 0.9 - 1, abs=1e-3)  # E / measured speedup at batch 1, k=4, - 1
 
 
 def test_batch_one_anchors_only_itself_once_a_larger_batch_was_measured():
@@ -179,7 +181,8 @@ def test_batch_one_anchors_only_itself_once_a_larger_batch_was_measured():
 
 def test_window_from_the_spread_of_per_request_acceptance():
     spread = recommend_schedule(sweep(per_request=(1.0, 3.0, 1.0, 3.0)), VARIANT, 0.0, max_batch_size=8).gate
-    # mean 2.0, sd 1.1547, threshold 1.48: ceil((2.326 x 1.1547 / 0.52)^2) = 27
+    # records without counts: mean acceptance length - 1: mean 1.0, sd 1.1547, threshold 0.48: ceil((2.326 x 1.1547 /
+    # 0.52)^2) = 27
     assert spread.window == 27 and "sd 1.15" in spread.window_reason
     narrow = recommend_schedule(sweep(per_request=(3.0, 3.1, 2.9)), VARIANT, 0.0, max_batch_size=8).gate
     assert narrow.window == MIN_WINDOW
@@ -207,7 +210,7 @@ def test_section_and_plot(tmp_path):
     assert set(plots) == {"schedule_T0"} and plots["schedule_T0"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = "\n".join(schedule_section(recs, plots))
     for needle in ("### draft_target:tiny-draft, T=0", "`draft_len_schedule` {1: 4, 2: 3, 3: 2, 4: 0}",
-                   "`max_concurrency` 3", "`acceptance_length_threshold` 1.644, `acceptance_window` 32",
+                   "`max_concurrency` 3", "`acceptance_length_threshold` 0.644, `acceptance_window` 32",
                    "| 1 | 4 | 2.04x | measured | 2.27x | 2.04x |", "| 2 | 3 | 1.27x | modelled | 1.41x | - |",
                    "![Schedule, T=0](schedule_T0.png)"):
         assert needle in text, needle
@@ -224,7 +227,7 @@ def test_write_config_round_trip(tmp_path, backend):
     data = yaml.safe_load(path.read_text())
     assert list(data) == ["name", "backend", "target", "method", "max_draft_len", "engine", "llm_api", "draft"]  # k renamed in place
     assert data["llm_api"] == {"draft_len_schedule": {1: 4, 2: 3, 3: 2, 4: 1, 5: 0}, "max_concurrency": 4,
-                               "acceptance_window": 32, "acceptance_length_threshold": 1.48}
+                               "acceptance_window": 32, "acceptance_length_threshold": 0.48}
     assert path.read_text().startswith("# Recommended by `trtspec report`: method draft_target at temperature 0")
     resolved = run_preflight(load_build_spec(path), dry_run=True)
     assert engine_config(resolved).schedule == done.recommendation.schedule
@@ -316,4 +319,4 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
     if rec.max_concurrency is not None:
         assert all(r.k == 0 for r in rec.rows[rec.max_concurrency:])
         assert rec.max_concurrency == 0 or rec.rows[rec.max_concurrency - 1].k > 0
-    assert rec.gate.threshold is None or (math.isfinite(rec.gate.threshold) and rec.gate.threshold > 1)
+    assert rec.gate.threshold is None or (math.isfinite(rec.gate.threshold) and rec.gate.threshold > 0)

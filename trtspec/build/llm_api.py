@@ -68,7 +68,8 @@ class Speculation:
     eagle3: bool = False
     eagle3_one_model: bool = True
     max_matching_ngram_size: int | None = None
-    controls: Mapping[str, Any] | None = None  # max_concurrency, draft_len_schedule, acceptance_* (LlmApiSpec)
+    controls: Mapping[str, Any] | None = None  # max_concurrency, draft_len_schedule, the gates (LlmApiSpec, canonical)
+    max_batch_size: int = 1  # the engine's: a release that reads schedule keys as upper bounds needs it
 
 
 def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
@@ -112,13 +113,38 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         config["max_matching_ngram_size"] = spec.max_matching_ngram_size or 2
     if kind in ("Eagle", "Eagle3") and "eagle3_one_model" in fields:
         config["eagle3_one_model"] = spec.eagle3_one_model
-    for key, value in (spec.controls or {}).items():
-        if key not in fields:
-            raise ConfigError(f"llm_api.{key}", value, f"is not read by TensorRT-LLM {facts.version}'s {kind} "
-                              "speculative_config", hint=f"remove llm_api.{key} or use a target that reads it: "
-                              + ", ".join(v for v in facts_versions() if key in load_target_facts(v).fields_of(kind)))
-        config[key] = dict(value) if isinstance(value, Mapping) else value
+    config.update(_controls(spec, facts, kind, fields))
     return config
+
+
+def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The build's canonical controls in the target release's form (targets.controls: the schedule translated, its own
+    gate's names); a release without a controls model (1.0.0, 1.1.0) takes the keys its facts list, as they are."""
+    from trtspec.targets.controls import has_release, release
+
+    controls = {key: value for key, value in (spec.controls or {}).items() if value is not None}
+    if not controls:
+        return {}
+    if not has_release(facts.version):
+        for key, value in controls.items():
+            if key not in fields:
+                raise ConfigError(f"llm_api.{key}", value, f"is not read by TensorRT-LLM {facts.version}'s {kind} "
+                                  "speculative_config", hint=f"remove llm_api.{key} or use a target that reads it: "
+                                  + ", ".join(v for v in facts_versions() if key in load_target_facts(v).fields_of(kind)))
+        return {key: dict(value) if isinstance(value, Mapping) else value for key, value in controls.items()}
+    rel = release(facts.version)
+    names = rel.keys
+    schedule, concurrency = rel.release_schedule(controls.get("draft_len_schedule"), controls.get("max_concurrency"),
+                                                 spec.max_batch_size)
+    out: dict[str, Any] = {}
+    if concurrency is not None:
+        out[names["max_concurrency"]] = concurrency
+    if schedule is not None:
+        out[names["draft_len"]] = schedule
+    gate_keys = ("acceptance_window", "acceptance_length_threshold", "acceptance_rate_window_size",
+                 "acceptance_rate_threshold")
+    out.update({key: controls[key] for key in gate_keys if key in controls})  # another release's gate: refused
+    return out
 
 
 def load_target_facts(version: str) -> LlmApiFacts:
@@ -152,8 +178,9 @@ def llm_api_options(spec: Speculation, target: TrtllmTarget, base: Mapping[str, 
 
 
 def _user_key(key: str) -> bool:
-    return key.split("[")[0].split(".")[-1] in ("max_concurrency", "draft_len_schedule", "acceptance_window",
-                                                  "acceptance_length_threshold")
+    from trtspec.contracts.schedule import SpecSchedule
+
+    return key.split("[")[0].split(".")[-1] in SpecSchedule.LLM_API
 
 
 def _value_at(options: Mapping[str, Any], key: str) -> Any:

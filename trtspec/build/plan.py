@@ -372,7 +372,8 @@ def _speculation(r: Resolved) -> Speculation:
                        draft_model=draft, eagle3=eagle3,
                        eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,
                        max_matching_ngram_size=(spec.ngram or NgramSpec()).max_matching_ngram_size,
-                       controls=spec.llm_api.options() if spec.llm_api is not None else None)
+                       controls=spec.llm_api.options() if spec.llm_api is not None else None,
+                       max_batch_size=spec.engine.max_batch_size)
 
 
 def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:

@@ -1,15 +1,24 @@
 """SpecSchedule: when a served engine speculates and how far, by load and by recent acceptance.
 
-The three static controls of TensorRT-LLM 1.2's PyTorch workflow (`speculative_config` of the LLM API; rules in
-trtspec/targets/pytorch-workflow.json, 1.2.1 `rules.draft_len_schedule` / `rules.acceptance_gate`), as one torch-free
-part of the engine configuration, so the reference engine runs what a TensorRT-LLM deployment is given:
+The static controls of TensorRT-LLM's PyTorch workflow (`speculative_config` of the LLM API), as one torch-free part
+of the engine configuration, so the reference engine runs what a TensorRT-LLM deployment is given. What each release
+does with them is `trtspec.targets.controls` (facts with sources, and NVIDIA's own test vectors):
 
-- `draft_len`: the draft-length schedule {batch size: draft length}, sorted by batch size. At a step with b running
-  requests the draft length is the value of the largest key <= b (0: no speculation); it must hold batch size 1.
-- `max_concurrency`: no speculation at batch sizes above it.
-- the acceptance gate: after each finished request that drafted, the mean of the acceptance lengths (tokens per
-  drafting step, bonus token included) of the last `acceptance_window` such requests; when it falls below
-  `acceptance_length_threshold` the gate closes and no request speculates.
+- `draft_len`: the draft-length schedule {batch size: draft length}, sorted by batch size, in trtspec's canonical form
+  (TensorRT-LLM 1.2.1's): at a step with b requests the draft length is the value of the largest key <= b (0: no
+  speculation); it must hold batch size 1. A release that reads its keys otherwise (1.3.0rc29: upper bounds) gets it
+  translated when the file is written (`controls.Release.release_schedule`).
+- `max_concurrency`: no speculation above that many requests (the release's rule: `Release.speculates`).
+- the acceptance gate, in the unit of the release whose names it uses:
+  `acceptance_window` + `acceptance_length_threshold` (TensorRT-LLM 1.2.1's gate): after each completed request, its
+  accepted draft tokens per iteration, bonus token excluded (max(0, generated tokens / iterations - 1), every
+  iteration of the request counted, the first-token one included), over the last `acceptance_window` requests; the
+  gate closes when the window is full and its mean is below the threshold.
+  `acceptance_rate_window_size` + `acceptance_rate_threshold` (TensorRT-LLM 1.3's gate): after each iteration that
+  drafted, accepted / drafted draft tokens of the batch (a rate in [0, 1]), over the last that many iterations.
+- `controls`: how the engine runs them. `trtspec` (None, the default): the lookup and max_concurrency rule of 1.2.1,
+  and a gate that reopens (below); `trtllm-1.2.1` / `trtllm-1.3.0rc29`: exactly that release, its gate permanent, so a
+  sweep measures what the written file does there.
 
 TensorRT-LLM's gate stays closed for the life of the server. trtspec's reopens by default: while closed, one request
 at a time still speculates (a probe, the `probe_every`-th admitted request that would draft; the interval doubles
@@ -20,13 +29,15 @@ share of requests falls from 1/probe_every towards 1/(16 x probe_every) as long 
 `probe_every 0` is TensorRT-LLM's permanent gate (what the LLM-API file renders).
 
 Forms: flat parameters (`draft_len_schedule` "1:4,4:2,16:0", `max_concurrency`, `acceptance_window`,
-`acceptance_length_threshold`, `gate_probe_every`), JSON (`to_dict`), and the LLM-API mapping (`llm_api_options` /
-`from_llm_api`). Bad values are ConfigErrors naming the entry and the rule. Pure Python.
+`acceptance_length_threshold`, `acceptance_rate_window_size`, `acceptance_rate_threshold`, `gate_probe_every`,
+`speculation_controls`), JSON (`to_dict`), and the build config's `llm_api:` mapping (`llm_api_options` /
+`from_llm_api`, canonical). Bad values are ConfigErrors naming the entry and the rule. Pure Python.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -36,10 +47,19 @@ from trtspec.errors import ConfigError, shown
 DraftLens = tuple[tuple[int, int], ...]  # ((batch size, draft length), ...), sorted by batch size
 DEFAULT_PROBE_EVERY = 16  # while the gate is closed, a probe every this many admissions (before backoff)
 MAX_BATCH = 1 << 20  # a batch-size key above this is not a batch size
+MAX_ENTRIES = 4096  # a schedule's entries (one where the draft length changes; bounded by the max batch size)
+
+
+_INTEGER = re.compile(r"-?[0-9]+")  # ASCII digits only (int() also takes other scripts' digits)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+CONTROLS = ("trtspec", "trtllm-1.2.1", "trtllm-1.3.0rc29")  # how an engine runs the controls (module docstring)
+LENGTH_UNIT = "accepted draft tokens per iteration, bonus token excluded"
+RATE_UNIT = "accepted / drafted draft tokens per iteration, in [0, 1]"
 
 
 @dataclass(frozen=True)
@@ -50,13 +70,21 @@ class SpecSchedule:
     PARAMETERS: ClassVar[dict[str, str]] = {
         "draft_len": "draft_len_schedule", "max_concurrency": "max_concurrency",
         "acceptance_window": "acceptance_window", "acceptance_length_threshold": "acceptance_length_threshold",
-        "probe_every": "gate_probe_every"}
+        "probe_every": "gate_probe_every", "acceptance_rate_window_size": "acceptance_rate_window_size",
+        "acceptance_rate_threshold": "acceptance_rate_threshold", "controls": "speculation_controls"}
+    FLOATS: ClassVar[tuple[str, ...]] = ("acceptance_length_threshold", "acceptance_rate_threshold")
+    LLM_API: ClassVar[tuple[str, ...]] = ("draft_len_schedule", "max_concurrency", "acceptance_window",
+                                          "acceptance_length_threshold", "acceptance_rate_window_size",
+                                          "acceptance_rate_threshold")
 
     draft_len: DraftLens | None = None
     max_concurrency: int | None = None
-    acceptance_window: int | None = None  # finished requests in the gate's rolling mean; None or 0: no gate
-    acceptance_length_threshold: float | None = None
+    acceptance_window: int | None = None  # completed requests in 1.2.1's gate; None or 0: no gate
+    acceptance_length_threshold: float | None = None  # LENGTH_UNIT
     probe_every: int | None = None  # None: DEFAULT_PROBE_EVERY; 0: the gate never reopens (TensorRT-LLM)
+    acceptance_rate_window_size: int | None = None  # iterations that drafted, in 1.3's gate; None or 0: no gate
+    acceptance_rate_threshold: float | None = None  # RATE_UNIT
+    controls: str | None = None  # None: "trtspec"
 
     def __post_init__(self) -> None:
         if self.draft_len is not None:
@@ -72,8 +100,10 @@ class SpecSchedule:
     # -- rules -----------------------------------------------------------------------------------------------------
     def check(self, *, max_k: int | None = None, max_batch_size: int | None = None) -> None:
         """Raise ConfigError naming the entry and the rule: keys integers >= 1 (and <= `max_batch_size` when given),
-        batch size 1 present, draft lengths integers >= 0 (and <= `max_k` when given), no key twice; max_concurrency
-        an integer >= 0; a window an integer >= 0; a threshold a finite number >= 0; probe_every an integer >= 0."""
+        batch size 1 present, draft lengths integers >= 0 (and <= `max_k` when given), no key twice; max_concurrency,
+        windows and probe_every integers >= 0; a length threshold a finite number >= 0, a rate in [0, 1]; each gate a
+        window >= 1 with a threshold, one gate at most; `controls` one of CONTROLS, an exact release's own gate only,
+        no probes."""
         name = self.PARAMETERS["draft_len"]
         if self.draft_len is not None:
             seen: set[int] = set()
@@ -95,44 +125,102 @@ class SpecSchedule:
             if 1 not in seen:
                 raise ConfigError(name, self.text(), "must contain batch size 1 (TensorRT-LLM's rule: schedule[1] "
                                   "is the full draft length)", hint=f"add 1:{max_k or 'max_draft_len'}")
-        for field_name in ("max_concurrency", "acceptance_window", "probe_every"):
+        for field_name in ("max_concurrency", "acceptance_window", "acceptance_rate_window_size", "probe_every"):
             value = getattr(self, field_name)
             if value is not None and (not _is_int(value) or not 0 <= value <= MAX_BATCH):
                 raise ConfigError(self.PARAMETERS[field_name], shown(value), f"must be an integer in [0, {MAX_BATCH}]",
                                   hint={"max_concurrency": "e.g. 8: no speculation above 8 running requests",
-                                        "acceptance_window": "e.g. 32 finished requests (0: no gate)",
+                                        "acceptance_window": "e.g. 32 completed requests (0: no gate)",
+                                        "acceptance_rate_window_size": "e.g. 64 iterations that drafted (0: no gate)",
                                         "probe_every": "e.g. 16 (0: a closed gate stays closed)"}[field_name])
-        threshold = self.acceptance_length_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not math.isfinite(threshold) or threshold < 0):
-            raise ConfigError("acceptance_length_threshold", shown(threshold), "must be a finite number >= 0 "
-                              "(tokens per drafting step)", hint="e.g. 1.3")
-        if (self.acceptance_window or 0) > 0 and threshold is None:
-            raise ConfigError("acceptance_length_threshold", None, "is required with acceptance_window "
-                              f"{self.acceptance_window}", hint="e.g. acceptance_length_threshold 1.3")
-        if threshold is not None and not self.acceptance_window:
-            raise ConfigError("acceptance_window", self.acceptance_window, "a gate with a threshold needs a window of "
-                              "at least 1 finished request", hint="e.g. acceptance_window 32")
+        for window_name, threshold_name, high, unit, example in (
+                ("acceptance_window", "acceptance_length_threshold", None, LENGTH_UNIT, "0.5"),
+                ("acceptance_rate_window_size", "acceptance_rate_threshold", 1.0, RATE_UNIT, "0.3")):
+            window, threshold = getattr(self, window_name), getattr(self, threshold_name)
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                          or not math.isfinite(threshold) or threshold < 0
+                                          or (high is not None and threshold > high)):
+                span = "in [0, 1]" if high is not None else "a finite number >= 0"
+                raise ConfigError(threshold_name, shown(threshold), f"must be {span} ({unit})", hint=f"e.g. {example}")
+            if (window or 0) > 0 and threshold is None:
+                raise ConfigError(threshold_name, None, f"is required with {window_name} {window}",
+                                  hint=f"e.g. {threshold_name} {example} ({unit})")
+            if threshold is not None and not window:
+                raise ConfigError(window_name, window, f"a gate with {threshold_name} needs a window of at least 1",
+                                  hint=f"e.g. {window_name} 32")
+        if self.acceptance_length_threshold is not None and self.acceptance_rate_threshold is not None:
+            raise ConfigError("acceptance_rate_threshold", self.acceptance_rate_threshold, "is the TensorRT-LLM 1.3 "
+                              "gate; acceptance_length_threshold (1.2.1's) is set too: one gate at most",
+                              hint="keep the gate of the release you deploy to")
+        self._check_controls()
+
+    def _check_controls(self) -> None:
+        controls = self.controls
+        if controls is None or controls == "trtspec":
+            return
+        if controls not in CONTROLS:
+            raise ConfigError("speculation_controls", shown(controls), "is not a way to run the controls",
+                              hint="one of " + ", ".join(CONTROLS) + " (trtspec: a gate that reopens)")
+        if self.probe_every:
+            raise ConfigError("gate_probe_every", self.probe_every, f"{controls}'s gate is permanent (no probes)",
+                              hint="drop it, or use speculation_controls trtspec")
+        own, other = (("acceptance_length_threshold", "acceptance_rate_threshold") if controls == "trtllm-1.2.1"
+                      else ("acceptance_rate_threshold", "acceptance_length_threshold"))
+        if getattr(self, other) is not None:
+            raise ConfigError(other, getattr(self, other), f"is not the gate of {controls}",
+                              hint=f"{controls}'s gate is {own}; or use speculation_controls trtspec")
 
     # -- semantics ---------------------------------------------------------------------------------------------------
-    def draft_len_at(self, batch_size: int, k: int) -> int:
-        """The draft length for one request asking for `k` at a step with `batch_size` running requests: 0 above
-        max_concurrency, else min(k, the schedule's value at the largest key <= batch_size)."""
-        if self.max_concurrency is not None and batch_size > self.max_concurrency:
+    @property
+    def exact(self) -> bool:
+        """Whether the engine runs one release's controls exactly (its gate permanent)."""
+        return self.controls is not None and self.controls != "trtspec"
+
+    @property
+    def release(self) -> str:
+        """The TensorRT-LLM release whose lookup and max_concurrency rule the engine runs (trtspec: 1.2.1's)."""
+        return self.controls.removeprefix("trtllm-") if self.exact and self.controls else "1.2.1"
+
+    def draft_len_at(self, batch_size: int, k: int, *, max_batch_size: int | None = None) -> int:
+        """The draft length for one request asking for `k` at a step with `batch_size` requests: 0 where
+        max_concurrency turns speculation off (the release's rule, targets.controls), else min(k, the schedule's value
+        at the largest key <= batch_size)."""
+        from trtspec.targets.controls import release
+
+        cap = next((value for key, value in reversed(self.draft_len) if key <= batch_size), k) if self.draft_len else k
+        draft = min(k, cap)
+        top = max_batch_size if max_batch_size is not None else max(batch_size, 1)
+        if not release(self.release).speculates(self.max_concurrency, batch_size, top, None, draft):
             return 0
-        if not self.draft_len:
-            return k
-        cap = next((value for key, value in reversed(self.draft_len) if key <= batch_size), k)
-        return min(k, cap)
+        return draft
 
     @property
     def gated(self) -> bool:
-        """Whether the acceptance gate is on (a window of at least one request)."""
-        return bool(self.acceptance_window) and self.acceptance_length_threshold is not None
+        """Whether an acceptance gate is on (a window of at least one and a threshold)."""
+        return self.gate_window > 0
+
+    @property
+    def gate_unit(self) -> str | None:
+        """"request" (1.2.1's gate, per completed request), "iteration" (1.3's, per iteration), None (no gate)."""
+        if not self.gated:
+            return None
+        return "request" if self.acceptance_length_threshold is not None else "iteration"
+
+    @property
+    def gate_window(self) -> int:
+        return (self.acceptance_window or 0) if self.acceptance_length_threshold is not None else \
+            (self.acceptance_rate_window_size or 0) if self.acceptance_rate_threshold is not None else 0
+
+    @property
+    def gate_threshold(self) -> float | None:
+        return self.acceptance_length_threshold if self.acceptance_length_threshold is not None \
+            else self.acceptance_rate_threshold
 
     @property
     def probes(self) -> int:
-        """One admitted request in this many speculates while the gate is closed (0: never)."""
+        """One admitted request in this many speculates while the gate is closed (0: never; exact controls: 0)."""
+        if self.exact:
+            return 0
         return DEFAULT_PROBE_EVERY if self.probe_every is None else self.probe_every
 
     # -- forms -----------------------------------------------------------------------------------------------------
@@ -142,21 +230,21 @@ class SpecSchedule:
 
     @staticmethod
     def parse_draft_len(text: str, field: str = "draft_len_schedule") -> DraftLens:
-        """"1:4,4:2,16:0" (or "1=4 4=2") -> ((1, 4), (4, 2), (16, 0)); ConfigError naming `field` when malformed."""
+        """"1:4,4:2,16:0" (or "1=4 4=2") -> ((1, 4), (4, 2), (16, 0)); ConfigError naming `field` when malformed:
+        an empty entry, a number that is not ASCII digits, more than MAX_ENTRIES entries."""
+        items = text.replace(" ", ",").split(",")
+        if not text.strip():
+            raise ConfigError(field, text, "holds no entry", hint="e.g. 1:4,4:2,16:0 (leave the flag out for no schedule)")
+        if len(items) > MAX_ENTRIES:
+            raise ConfigError(field, f"{len(items)} entries", f"holds more than {MAX_ENTRIES} entries",
+                              hint="one entry where the draft length changes, e.g. 1:4,4:2,16:0")
         pairs = []
-        for item in text.replace(" ", ",").split(","):
-            if not item:
-                continue
+        for item in (i.strip() for i in text.strip().replace(" ", ",").split(",")):
             key, sep, value = item.replace("=", ":").partition(":")
-            try:
-                if not sep:
-                    raise ValueError(item)
-                pairs.append((int(key), int(value)))
-            except ValueError:
-                raise ConfigError(field, text, f"entry {item!r} is not BATCH:DRAFT_LEN with two integers",
-                                  hint="e.g. 1:4,4:2,16:0") from None
-        if not pairs:
-            raise ConfigError(field, text, "holds no entry", hint="e.g. 1:4,4:2,16:0")
+            if not (sep and _INTEGER.fullmatch(key) and _INTEGER.fullmatch(value)):
+                problem = "is an empty entry" if not item else "is not BATCH:DRAFT_LEN with two integers"
+                raise ConfigError(field, text, f"entry {item!r} {problem}", hint="e.g. 1:4,4:2,16:0") from None
+            pairs.append((int(key), int(value)))
         return tuple(pairs)
 
     def to_parameters(self) -> dict[str, str]:
@@ -181,18 +269,20 @@ class SpecSchedule:
             if name == "draft_len":
                 out[name] = cls.parse_draft_len(text, f"parameter {parameter}") if text else None
                 continue
+            if name == "controls":
+                out[name] = text or None
+                continue
             try:
-                out[name] = (float(text) if name == "acceptance_length_threshold" else int(text)) if text else None
+                out[name] = (_number(text) if name in cls.FLOATS else int(text)) if text else None
             except ValueError:
-                expect = "a number" if name == "acceptance_length_threshold" else "an integer"
+                expect = "a finite number" if name in cls.FLOATS else "an integer"
                 raise ConfigError(f"parameter {parameter}", text, f"is not {expect}",
-                                  hint="redeploy the repository") from None
+                                  hint="e.g. " + ("0.5" if name in cls.FLOATS else "8")) from None
         return cls(**out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"draft_len": None if self.draft_len is None else [list(p) for p in self.draft_len],
-                "max_concurrency": self.max_concurrency, "acceptance_window": self.acceptance_window,
-                "acceptance_length_threshold": self.acceptance_length_threshold, "probe_every": self.probe_every}
+        return {name: ([list(p) for p in self.draft_len] if self.draft_len is not None else None)
+                if name == "draft_len" else getattr(self, name) for name in self.PARAMETERS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "schedule") -> SpecSchedule:
@@ -212,26 +302,31 @@ class SpecSchedule:
         return cls(**values)
 
     def llm_api_options(self) -> dict[str, Any]:
-        """The LLM API's `speculative_config` keys this schedule sets (TensorRT-LLM 1.2.1's names); the gate's probes
-        have no LLM-API form (TensorRT-LLM's gate is permanent)."""
+        """The build config's `llm_api:` keys this schedule sets (trtspec's canonical form: the schedule as the
+        largest key <= batch size reads it, each gate by its release's names); a target renders them in its own form
+        (build/llm_api.py through targets.controls). The probes and `controls` have no LLM-API form."""
         out: dict[str, Any] = {}
-        if self.max_concurrency is not None:
-            out["max_concurrency"] = self.max_concurrency
-        if self.draft_len is not None:
-            out["draft_len_schedule"] = dict(self.draft_len)
-        if self.acceptance_window is not None:
-            out["acceptance_window"] = self.acceptance_window
-        if self.acceptance_length_threshold is not None:
-            out["acceptance_length_threshold"] = self.acceptance_length_threshold
+        for key in self.LLM_API:
+            name = "draft_len" if key == "draft_len_schedule" else key
+            value = getattr(self, name)
+            if value is not None:
+                out[key] = dict(value) if name == "draft_len" else value
         return out
 
     @classmethod
-    def from_llm_api(cls, options: Mapping[str, Any], *, probe_every: int | None = None) -> SpecSchedule | None:
-        """The schedule of an LLM-API mapping's keys (`max_concurrency`, `draft_len_schedule`, `acceptance_window`,
-        `acceptance_length_threshold`; a build config's `llm_api:` section); None when it sets none."""
+    def from_llm_api(cls, options: Mapping[str, Any], *, probe_every: int | None = None,
+                     controls: str | None = None) -> SpecSchedule | None:
+        """The schedule of a build config's `llm_api:` mapping (`llm_api_options`' keys); None when it sets none."""
         draft_len = options.get("draft_len_schedule")
         schedule = cls(draft_len=tuple(dict(draft_len).items()) if isinstance(draft_len, Mapping) else draft_len,
-                       max_concurrency=options.get("max_concurrency"),
-                       acceptance_window=options.get("acceptance_window"),
-                       acceptance_length_threshold=options.get("acceptance_length_threshold"), probe_every=probe_every)
+                       **{key: options.get(key) for key in cls.LLM_API if key != "draft_len_schedule"},
+                       probe_every=probe_every, controls=controls)
         return schedule if schedule.to_parameters() else None
+
+
+def _number(text: str) -> float:
+    """A decimal number of ASCII characters (float() alone also takes other scripts' digits); finiteness is the
+    rules' (check)."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)

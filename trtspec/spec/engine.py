@@ -225,6 +225,8 @@ class SpecEngine(StepPhases):
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
                                    overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
                                    max_k=max(ks))
+        if self.schedule_policy is not None:  # a per-iteration gate samples the batch's accepted / drafted
+            self.schedule_policy.step(sum(v.num_draft_tokens for v in verdicts), sum(v.num_accepted for v in verdicts))
         for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
@@ -241,7 +243,7 @@ class SpecEngine(StepPhases):
                 self.stats.merge(stats)
                 self.k_policy.forget(request.request_id, len(request.output_ids))
                 if self.schedule_policy is not None:
-                    self.schedule_policy.finish(request.request_id, stats.num_drafts, stats.num_accepted_tokens)
+                    self.schedule_policy.finish(request.request_id, stats)
         return deltas
 
     # -- batch API ---------------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class CaseRow:
 
     base_modelled_s: float | None = None
     per_request_acceptance: list[float] = field(default_factory=list)  # each request's mean acceptance length
+    # each request's (drafts, draft tokens, accepted tokens, emitted tokens, target forwards) (engine sweeps)
+    per_request_counts: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def predicted_speedup(self) -> float | None:
@@ -393,6 +395,7 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
         num_steps=int(metrics.get("num_steps") or 0), admission_steps=int(metrics.get("num_admission_steps") or 0),
         admission_trace=list(metrics.get("admission_trace") or []),
         per_request_acceptance=[float(x) for x in metrics.get("per_request_mean_acceptance_length") or []],
+        per_request_counts=[tuple(int(n) for n in c) for c in metrics.get("per_request_counts") or []],
         admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
                     if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
 

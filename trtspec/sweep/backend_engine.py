@@ -60,6 +60,8 @@ class LoopRun:
     gate_closed_after: int | None = None  # finished requests when the acceptance gate first closed (None: it did not)
     requests_drafted: int = 0  # finished requests that drafted at least once
     finish_trace: list[tuple[int, float]] = field(default_factory=list)  # per finished request: (tokens, cpu_s) so far
+    # per finished request: (drafts, draft tokens, accepted tokens, emitted tokens, target forwards), finish order
+    per_request_counts: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
     @property
     def output_tokens(self) -> int:
@@ -80,6 +82,7 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
     latencies = [0.0] * len(prompts)
     submitted: dict[int, tuple[int, float]] = {}  # request id -> (request index, submit time)
     per_request: list[float] = []
+    counts: list[tuple[int, int, int, int, int]] = []
     num_steps = admission_steps = 0
     next_index = in_flight = 0
     trace: list[tuple[int, int, int]] = []
@@ -112,6 +115,7 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
                 if delta.stats is not None:
                     stats.merge(delta.stats)
                     per_request.append(delta.stats.mean_acceptance_length)
+                    counts.append(request_counts(delta.stats))
                     drafted += delta.stats.num_drafts > 0
         gate = getattr(engine, "gate_state", None)
         if gate_closed_after is None and gate is not None and gate.closes:
@@ -119,7 +123,14 @@ def closed_loop(engine: Any, prompts: Sequence[list[int]], samplings: Sequence[A
         num_steps += 1
     wall = time.perf_counter() - start
     return LoopRun(wall, time.process_time() - cpu_start, outputs, latencies, stats, per_request, num_steps,
-                   admission_steps, trace, gate_closed_after, drafted, finish_trace)
+                   admission_steps, trace, gate_closed_after, drafted, finish_trace, counts)
+
+
+def request_counts(stats: Any) -> tuple[int, int, int, int, int]:
+    """(drafts, draft tokens, accepted tokens, emitted tokens, target forwards) of one request's AcceptanceStats: what
+    any release's gate value is computed from (targets.controls)."""
+    return (stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens, stats.num_emitted_tokens,
+            stats.num_target_forwards)
 
 
 class EngineBackend:
@@ -247,6 +258,7 @@ class EngineBackend:
                 "admission_trace": [list(step) for step in run.admission_trace], "latencies_s": run.latencies_s,
                 "output_sha256": output_digest(run.outputs),
                 "per_request_mean_acceptance_length": run.per_request_mean_acceptance_length,
+                "per_request_counts": [list(c) for c in run.per_request_counts],
                 "requests_drafted": run.requests_drafted, "stats": run.stats.to_dict(),
                 "finish_trace_cpu_s": [list(point) for point in run.finish_trace],
                 **({"gate": {**asdict(gate), "closed_after": run.gate_closed_after}} if gate is not None else {})}

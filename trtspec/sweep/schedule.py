@@ -20,17 +20,21 @@ needs nothing, is kept unless speculation clearly wins. The schedule keeps batch
 `max_concurrency` is the last batch size where speculation wins when plain decoding wins at every batch size above it
 (None when speculation wins at the max batch size; 0 when it never wins).
 
-The gate's threshold is the mean acceptance length at which speculation at the schedule's k stops paying at the gate
-batch size (default 1): speedup = E * S_0 / S_k, so threshold = S_k / S_0, the cost model's per-step seconds with host
-overheads, divided by the same measured / modelled anchor as the speedup (at a measured point: E / measured speedup). Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate then closes
-only when acceptance is too low for speculation to pay at any load, and the schedule's smaller k (and
+The gate's break-even is the mean acceptance length (tokens per target forward) at which speculation at the
+schedule's k stops paying at the gate batch size (default 1): speedup = E * S_0 / S_k, so break-even = S_k / S_0, the
+cost model's per-step seconds with host overheads, divided by the same measured / modelled anchor as the speedup (at a
+measured point: E / measured speedup). The written threshold is that break-even in the unit of the target release's
+gate (`targets.controls.Release.threshold_from_break_even`): TensorRT-LLM 1.2.1's `acceptance_length_threshold` counts
+accepted draft tokens per iteration without the bonus token (break-even - 1); 1.3's `acceptance_rate_threshold` is a
+rate (break-even - 1) / k. Batch 1 by default because speculation is cheapest there (the smallest S_k / S_0): the gate
+then closes only when acceptance is too low for speculation to pay at any load, and the schedule's smaller k (and
 max_concurrency) already answer a higher load; a gate at a larger batch size closes sooner. One threshold judges every
 draft length the schedule uses, and a request drafting k tokens reaches at most k + 1: when a smaller k used at a
 larger batch size has a measured acceptance length below that break-even, the threshold is the lowest break-even
-among the batch sizes using it (else the gate would close whenever the load reached them). The window (finished
-requests in the gate's mean) comes from the spread of per-request acceptance lengths at that k when the records hold
-them (engine sweeps): the smallest window whose mean, at the measured acceptance, falls below the threshold with
-probability <= 1% (normal approximation), clamped to [MIN_WINDOW, MAX_WINDOW]; else DEFAULT_WINDOW.
+among the batch sizes using it (else the gate would close whenever the load reached them). The window comes from the
+spread of the per-request values the release's gate records (engine sweeps record each request's counts): the
+smallest window whose mean, at the measured acceptance, falls below the threshold with probability <= 1% (normal
+approximation), clamped to [MIN_WINDOW, MAX_WINDOW] requests; else DEFAULT_WINDOW.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ from typing import Any
 from trtspec.contracts.schedule import DraftLens, SpecSchedule
 from trtspec.errors import ConfigError, UsageError
 from trtspec.sweep.analysis import CaseRow, Results, predictions_at
+from trtspec.targets.controls import Release, release
 
 DEFAULT_GATE_BATCH = 1
+DEFAULT_RELEASE = "1.2.1"  # the TensorRT-LLM release whose gate (names and unit) a recommendation writes
 DEFAULT_WINDOW = 32  # finished requests, when the records hold no per-request acceptance lengths
 MIN_WINDOW, MAX_WINDOW = 8, 256
 WINDOW_Z = 2.326  # one-sided 1% quantile of the normal distribution
@@ -137,22 +143,31 @@ class BatchRow:
 
 @dataclass(frozen=True)
 class Gate:
-    """The acceptance gate: threshold and window, or None with the reason (`reason` says how either was found)."""
+    """The acceptance gate of one release (its names and unit: targets.controls): threshold and window, or None with
+    the reason (`reason` says how either was found)."""
 
     batch_size: int  # where the threshold is the break-even
     k: int  # the schedule's k there
-    threshold: float | None
-    window: int | None
+    threshold: float | None  # in the release's unit
+    window: int | None  # in the release's unit (completed requests, or iterations that drafted)
     reason: str
     window_reason: str = ""
+    release: str = "1.2.1"
 
     @property
     def set(self) -> bool:
         return self.threshold is not None and self.window is not None
 
+    @property
+    def keys(self) -> tuple[str, str]:
+        """(window, threshold) as the release names them."""
+        names = release(self.release).keys
+        return names["window"], names["threshold"]
+
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "k": self.k, "threshold": self.threshold, "window": self.window,
-                "reason": self.reason, "window_reason": self.window_reason}
+                "reason": self.reason, "window_reason": self.window_reason, "release": self.release,
+                "unit": release(self.release).unit_text}
 
 
 @dataclass(frozen=True)
@@ -188,9 +203,9 @@ class ScheduleRecommendation:
 
     @property
     def schedule(self) -> SpecSchedule:
-        return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency,
-                            acceptance_window=self.gate.window if self.gate.set else None,
-                            acceptance_length_threshold=self.gate.threshold if self.gate.set else None)
+        """The recommended SpecSchedule; its gate under the names (and so in the unit) of the gate's release."""
+        gate = dict(zip(self.gate.keys, (self.gate.window, self.gate.threshold), strict=True)) if self.gate.set else {}
+        return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency, **gate)
 
     @property
     def mean_speedup(self) -> float:
@@ -229,16 +244,19 @@ def default_max_batch_size(results: Results) -> int:
 
 
 def recommend_schedules(results: Results, *, max_batch_size: int | None = None,
-                        gate_batch_size: int = DEFAULT_GATE_BATCH) -> list[ScheduleRecommendation]:
+                        gate_batch_size: int = DEFAULT_GATE_BATCH,
+                        target_release: str = DEFAULT_RELEASE) -> list[ScheduleRecommendation]:
     """A schedule per (variant, temperature) of the sweep; [] when the results hold no calibration."""
     if not results.calibrations:
         return []
     return [recommend_schedule(results, variant, temperature, max_batch_size=max_batch_size,
-                               gate_batch_size=gate_batch_size) for variant, temperature in candidates(results)]
+                               gate_batch_size=gate_batch_size, target_release=target_release)
+            for variant, temperature in candidates(results)]
 
 
 def recommend_schedule(results: Results, variant: str, temperature: float, *, max_batch_size: int | None = None,
-                       gate_batch_size: int = DEFAULT_GATE_BATCH) -> ScheduleRecommendation:
+                       gate_batch_size: int = DEFAULT_GATE_BATCH,
+                       target_release: str = DEFAULT_RELEASE) -> ScheduleRecommendation:
     """The schedule of one variant at one temperature (module docstring). ConfigError naming `max_batch_size` /
     `gate_batch_size` when out of range; UsageError when the results hold no calibration for its model set."""
     rows = candidates(results).get((variant, float(temperature)))
@@ -280,7 +298,7 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
         table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held, table[-1].k if table else None))
     speculating = [row.batch_size for row in table if row.k > 0]
     max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
-    gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing)
+    gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing, release(target_release))
     return ScheduleRecommendation(variant, rows[0].method, dict(rows[0].params), float(temperature), results.timing,
                                   tuple(table), max_concurrency, gate)
 
@@ -370,58 +388,86 @@ def _break_even(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any]
 
 
 def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], table: list[BatchRow], batch: int,
-          timing: str) -> Gate:
-    """The gate at `batch` (module docstring). One threshold judges requests of every draft length the schedule uses,
-    and a request drafting k tokens reaches an acceptance length of at most k + 1: where the break-even at `batch` is
-    not below the measured mean acceptance length of a k used at other batch sizes, the gate would close whenever the
-    load puts requests at that k, whatever their acceptance. The threshold is then the lowest break-even among the
-    batch sizes that use such a k."""
+          timing: str, controls: Release) -> Gate:
+    """The gate of release `controls` at `batch` (module docstring). The break-even is in tokens per target forward;
+    the release's threshold is that in its own unit (`Release.threshold_from_break_even`: 1.2.1 records tokens per
+    iteration - 1, 1.3 a rate). One threshold judges requests of every draft length the schedule uses, and a request
+    drafting k tokens reaches at most k + 1 tokens per step: where the break-even at `batch` is not below the measured
+    mean acceptance length of a k used at other batch sizes, the gate would close whenever the load puts requests at
+    that k, whatever their acceptance. The threshold is then the lowest break-even among the batch sizes using such a
+    k."""
+    name = controls.name
     k = table[batch - 1].k
     if k == 0:
-        return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}")
+        return Gate(batch, 0, None, None, f"no gate: the schedule does not speculate at batch {batch}", release=name)
     ratio, pred = _break_even(rows, base_rows, calibs, table, batch, timing)
     if not math.isfinite(ratio):
-        return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not finite")
-    if round(ratio, 3) <= 1.0:  # (the threshold is written with 3 decimals)
+        return Gate(batch, k, None, None, f"no gate: the modelled step time ratio at batch {batch}, k={k} is not "
+                    "finite", release=name)
+    if round(ratio, 3) <= 1.0:  # (the break-even is judged with 3 decimals)
         return Gate(batch, k, None, None, f"no gate: at batch {batch} a step at k={k} costs {ratio:.3f}x a plain step, "
-                    "so speculation does not lose even when no draft token is accepted")
+                    "so speculation does not lose even when no draft token is accepted", release=name)
     if pred.tokens_per_step <= ratio:
         return Gate(batch, k, None, None, f"no gate: k={k} at batch {batch} does not beat plain decoding at the "
-                    f"measured acceptance (E = {pred.tokens_per_step:.2f} <= break-even {ratio:.3f})")
+                    f"measured acceptance (E = {pred.tokens_per_step:.2f} <= break-even {ratio:.3f})", release=name)
     reason = (f"break-even at batch {batch}, k={k}: S_k / S_0 = {pred.spec_step_s * 1e3:.3f} / "
-              f"{pred.baseline_step_s * 1e3:.3f} ms per step (cost model, host overhead included, anchored to the "
-              "measured speedups)")
+              f"{pred.baseline_step_s * 1e3:.3f} ms per step = {ratio:.3f} tokens per target forward (cost model, host "
+              "overhead included, anchored to the measured speedups)")
     binding_batch, binding_k = batch, k
     for row in table:
         if row.k in (0, k):
             continue
         other_ratio, other = _break_even(rows, base_rows, calibs, table, row.batch_size, timing)
         if other.tokens_per_step <= ratio and other_ratio < ratio:
-            reason = (f"break-even at batch {row.batch_size}, k={row.k} ({other_ratio:.3f}): the break-even at batch "
-                      f"{batch}, k={k} ({ratio:.3f}) is out of reach of k={row.k} (measured E = "
-                      f"{other.tokens_per_step:.2f}), which the schedule uses from batch {row.batch_size}")
+            reason = (f"break-even at batch {row.batch_size}, k={row.k} ({other_ratio:.3f} tokens per target forward): "
+                      f"the break-even at batch {batch}, k={k} ({ratio:.3f}) is out of reach of k={row.k} (measured "
+                      f"E = {other.tokens_per_step:.2f}), which the schedule uses from batch {row.batch_size}")
             ratio, binding_batch, binding_k = other_ratio, row.batch_size, row.k
-    threshold = round(ratio, 3)
-    if threshold <= 1.0:
-        return Gate(binding_batch, binding_k, None, None, f"no gate: {reason}; a threshold of {threshold:.3f} is never "
-                    "above an acceptance length")
-    per_request = [x for r in rows if r.k == binding_k for x in r.per_request_acceptance]
-    if len(per_request) < 2:
-        return Gate(binding_batch, binding_k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the records "
-                    f"hold no per-request acceptance lengths at k={binding_k} (engine sweeps record them)")
-    mean, sd = statistics.fmean(per_request), statistics.stdev(per_request)
+    threshold = round(controls.threshold_from_break_even(ratio, binding_k), 3)
+    window_key, threshold_key = controls.keys["window"], controls.keys["threshold"]
+    reason += f"; TensorRT-LLM {name}'s {threshold_key} is {controls.unit_text}: {threshold:g}"
+    if threshold <= 0.0:
+        return Gate(binding_batch, binding_k, None, None, f"no gate: {reason}; a threshold of {threshold:g} is never "
+                    "above what the gate records", release=name)
+    values, per, source = _gate_samples(rows, binding_k, controls)
+    if len(values) < 2:
+        return Gate(binding_batch, binding_k, threshold, DEFAULT_WINDOW, reason, f"default {DEFAULT_WINDOW}: the "
+                    f"records hold no per-request acceptance at k={binding_k} (engine sweeps record it)", release=name)
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
     if mean <= threshold:
-        return Gate(binding_batch, binding_k, None, None, f"no gate: the measured mean acceptance length at k={binding_k} "
-                    f"({mean:.2f}) is not above the modelled break-even {threshold:.3f}: a gate would close at once")
-    window = min(MAX_WINDOW, max(MIN_WINDOW, math.ceil((WINDOW_Z * sd / (mean - threshold)) ** 2)))
+        return Gate(binding_batch, binding_k, None, None, f"no gate: the measured mean at k={binding_k} ({mean:.3f}, "
+                    f"{controls.unit_text}) is not above the threshold {threshold:g}: a gate would close at once",
+                    release=name)
+    window = math.ceil((WINDOW_Z * sd / (mean - threshold)) ** 2 * per)
+    window = min(MAX_WINDOW * max(1, round(per)), max(MIN_WINDOW, window))
+    unit = controls.facts["gate"]["window_unit"]
     return Gate(binding_batch, binding_k, threshold, window, reason,
-                f"per-request acceptance at k={binding_k}: mean {mean:.2f}, sd {sd:.2f} over {len(per_request)} "
-                f"requests; the mean of {window} requests falls below {threshold:.3f} with probability <= 1% (normal "
-                f"approximation, window clamped to [{MIN_WINDOW}, {MAX_WINDOW}])")
+                f"{window_key} in {unit}: per-request values at k={binding_k} ({source}): mean {mean:.3f}, sd {sd:.3f} "
+                f"over {len(values)} requests; the mean of {window} {unit} falls below {threshold:g} with probability "
+                f"<= 1% (normal approximation, clamped to [{MIN_WINDOW}, {MAX_WINDOW}] requests)", release=name)
+
+
+def _gate_samples(rows: list[CaseRow], k: int, controls: Release) -> tuple[list[float], float, str]:
+    """(per-request values in the release's unit at k, gate samples per request, where they came from). 1.2.1 samples
+    once per completed request: `Release.request_gate_value` of its counts. 1.3 samples once per iteration that
+    drafted: a request's accepted / drafted is the mean of its iterations' rates, so its spread is theirs over the
+    iterations it drafted in, which is the factor returned. Records without counts (older sweeps) give the 1.2.1 value
+    as mean acceptance length - 1, which leaves out the first-token iteration (an upper bound)."""
+    counts = [c for r in rows if r.k == k for c in r.per_request_counts if c[0] > 0]
+    if counts and controls.unit == "accepted_per_iteration":
+        return [controls.request_gate_value(c[3], c[4]) for c in counts], 1.0, "their counts"
+    if counts:
+        rates = [controls.iteration_gate_value(c[1], c[2]) or 0.0 for c in counts]
+        return rates, statistics.fmean(c[0] for c in counts), "their accepted / drafted, spread per iteration"
+    lengths = [x for r in rows if r.k == k for x in r.per_request_acceptance]
+    if controls.unit == "accepted_per_iteration":
+        return [x - 1.0 for x in lengths], 1.0, "mean acceptance length - 1: records without per-request counts"
+    return [], 1.0, "no per-request counts"
 
 
 def choose(results: Results, *, method: str | None = None, temperature: float | None = None,
-           max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH) -> ScheduleRecommendation:
+           max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH,
+           target_release: str = DEFAULT_RELEASE) -> ScheduleRecommendation:
     """One recommendation: `method` a variant (`draft_target:tiny-draft`) or a method with one variant (default: the
     variant with the best mean speedup over the batch sizes), `temperature` one the sweep ran (default: the lowest).
     ConfigError naming `method` / `temperature` with the choices."""
@@ -441,6 +487,6 @@ def choose(results: Results, *, method: str | None = None, temperature: float | 
         raise ConfigError("temperature", temperature, "has no fixed-k cases for " + ", ".join(variants),
                           hint="choose one of: " + ", ".join(f"{t:g}" for t in temps))
     temp = float(temperature) if temperature is not None else temps[0]
-    recs = [recommend_schedule(results, v, temp, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size)
-            for v in variants if (v, temp) in groups]
+    recs = [recommend_schedule(results, v, temp, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size,
+                               target_release=target_release) for v in variants if (v, temp) in groups]
     return max(recs, key=lambda r: r.mean_speedup)

@@ -290,8 +290,10 @@ def _check_speculative(spec: Mapping[Any, Any], facts: LlmApiFacts, backend: str
                               _nearest_fix(str(kind), list(kinds), "decoding type"))]
     info = kinds[kind]
     fields = facts.fields_of(kind)
-    problems = _check_fields(spec, fields, "speculative_config", f"a field of {kind} in TensorRT-LLM {version}",
-                             skip=("decoding_type",))
+    controls = _control_problems(spec, kind, version)  # first: a control's fix is the release's own
+    named = tuple(p.key.removeprefix("speculative_config.") for p in controls)
+    problems = controls + _check_fields(spec, fields, "speculative_config", f"a field of {kind} in TensorRT-LLM "
+                                        f"{version}", skip=("decoding_type", *named))
     if backend == PYTORCH and not info.runs_on_pytorch:
         problems.append(LlmApiProblem("speculative_config.decoding_type",
                                       f"{kind} does not run on TensorRT-LLM {version}'s PyTorch backend "
@@ -311,12 +313,18 @@ def _check_speculative(spec: Mapping[Any, Any], facts: LlmApiFacts, backend: str
     problems += _value_rules(spec, kind, info)
     if "draft_len_schedule" in fields and isinstance(spec.get("draft_len_schedule"), Mapping):
         problems += schedule_problems(spec["draft_len_schedule"], spec.get("max_draft_len"), version)
-    for key, low in (("acceptance_window", 0), ("acceptance_length_threshold", 0)):
-        value = spec.get(key)
-        if key in fields and _is_number(value) and value < low:
-            rule = "0 disables the gate" if key == "acceptance_window" else "an acceptance length"
-            problems.append(LlmApiProblem(f"speculative_config.{key}", f"{value} < {low}: must be >= {low} ({rule})"))
     return problems
+
+
+def _control_problems(spec: Mapping[Any, Any], kind: str, version: str) -> list[LlmApiProblem]:
+    """What the release's controls model (targets/controls.py) refuses or ignores: controls on a form without a
+    drafter, another release's gate, rules the release enforces."""
+    from trtspec.targets.controls import has_release, release
+
+    if not has_release(version):
+        return []
+    return [LlmApiProblem(f"speculative_config.{p.key}", p.problem, p.fix)
+            for p in release(version).problems(spec, kind)]
 
 
 def _value_rules(spec: Mapping[Any, Any], kind: str, info: DecodingType) -> list[LlmApiProblem]:
