@@ -19,8 +19,8 @@ import pytest
 
 from tests.servers import running
 from tests.triton.helpers import counting_model
-from trtspec.errors import RequestError, ServerError
-from trtspec.triton.client import TritonClient, declared_name
+from trtspec.errors import RequestError, ServerError, UsageError
+from trtspec.triton.client import GENERATE_MODELS, TritonClient, declared_name, model_form
 from trtspec.triton.render import RepoFile, write_repository
 
 DOUBLES = Path(__file__).parent / "doubles"
@@ -159,6 +159,46 @@ def test_unknown_model_and_unreachable_server_are_server_errors(server):
     with pytest.raises(ServerError, match="no Triton server answers") as exc:
         TritonClient("127.0.0.1:1", model="counting_draft", timeout_s=1.0)
     assert "trtspec serve" in exc.value.hint
+
+
+def test_the_generating_model_is_the_first_served_of_ensemble_bls_tensorrt_llm(server, monkeypatch):
+    """Without a model named, generate() asks the ensemble, else the BLS, else tensorrt_llm (the only model of an
+    llmapi repository); a server with none of them is a UsageError naming what it serves."""
+    assert GENERATE_MODELS == ("ensemble", "tensorrt_llm_bls", "tensorrt_llm")
+    with TritonClient(server.grpc_url, model=None) as client:
+        served = client.served_models()
+        assert {"counting_target", "counting_draft"} <= set(served) and "ensemble" not in served
+        with pytest.raises(UsageError, match="has none of ensemble, tensorrt_llm_bls, tensorrt_llm ready") as err:
+            client.generating_model()
+        assert "counting_target" in str(err.value) and "--model" in err.value.hint
+        for ready, picked in ((["tensorrt_llm", "tensorrt_llm_bls", "ensemble", "preprocessing"], "ensemble"),
+                              (["postprocessing", "tensorrt_llm", "tensorrt_llm_bls"], "tensorrt_llm_bls"),
+                              (["tensorrt_llm", "tensorrt_llm_draft"], "tensorrt_llm")):
+            monkeypatch.setattr(client, "served_models", lambda ready=ready: ready)
+            assert client.generating_model() == picked
+
+
+def test_the_form_of_a_model_comes_from_its_inputs():
+    assert model_form({"text_input", "max_tokens", "bad_words", "stream"}) == "text"  # ensemble, BLS
+    assert model_form({"input_ids", "input_lengths", "request_output_len"}) == "tokens"  # inflight tensorrt_llm
+    assert model_form({"text_input", "streaming", "sampling_param_max_tokens"}) == "llmapi"
+    assert model_form({"QUERY", "REQUEST_OUTPUT_LEN"}) is None
+
+
+def test_the_llmapi_models_whole_text_so_far_becomes_chunks_of_new_text():
+    """Each llmapi response carries the whole text so far; a chunk holds what it adds, a character still in
+    progress (U+FFFD at the end) held back, and the completion is the last whole text."""
+    from trtspec.triton.client import Completion
+
+    client = TritonClient.__new__(TritonClient)
+    client.form = "llmapi"
+    texts = ["ab", "ab\ufffd", "ab\u00e9", "ab\u00e9c"]
+    chunks = list(client._chunks({"text_output": np.array([t.encode()], dtype=object)} for t in texts))
+    assert [c.text for c in chunks] == ["ab", "", "\u00e9", "c"]
+    assert Completion.from_chunks(chunks).text == "ab\u00e9c"
+    client.form = "text"  # the inflight text models send each response's new text
+    chunks = list(client._chunks({"text_output": np.array([[t.encode()]], dtype=object)} for t in ("ab", "c")))
+    assert Completion.from_chunks(chunks).text == "abc"
 
 
 def test_declared_name_picks_the_spelling_the_model_declares():

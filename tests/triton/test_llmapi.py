@@ -7,7 +7,8 @@ pytorch, parallelism, the build's own LLM-API options and triton_config, every k
 throwaway mutation of each fails the diff. `trtspec deploy` renders both flavours (the llmapi form is the default for
 a PyTorch-workflow build), and the TensorRT-LLM flavour's model.py runs NVIDIA's own from its directory. One server for the module (decoupled, as streaming needs): HTTP generate
 at temperature 0 returns the target's greedy text (trtspec generate --method none) and the engine's acceptance
-counts, generate_stream sends the text so far, and inputs the model cannot honour (a later release's input, best_of,
+counts, generate_stream sends the text so far, `trtspec generate --url` finds the model and its form and answers the
+same greedy text, and inputs the model cannot honour (a later release's input, best_of,
 text that is not UTF-8, two prompts in one request) are refused by name (gRPC INVALID_ARGUMENT, HTTP 400) while the
 server keeps serving.
 """
@@ -273,6 +274,29 @@ def test_inputs_the_engine_cannot_honour_are_refused_by_name(server, engine):
         assert answer.get("status") == 400 and name in answer["error"], (name, answer)
     (answer,) = http_generate(server.http_url, "tensorrt_llm", base)
     assert "error" not in answer and answer["text_output"].startswith(PROMPTS[0]), answer  # the server keeps serving
+
+
+@pytest.mark.triton
+def test_generate_url_finds_the_llmapi_model_and_answers_the_greedy_text(server, engine):
+    """No --model: the repository serves tensorrt_llm alone, in the llmapi form (text_input [1], sampling_param_*),
+    unary and streamed; a k per request is refused (the llmapi model has no num_draft_tokens)."""
+    from tests.cli_checks import assert_clean_failure, run_cli
+
+    greedy = target_greedy(MAX_TOKENS)
+    prompt = PROMPTS[1]
+    argv = ["generate", "--url", server.grpc_url, "--max-new-tokens", str(MAX_TOKENS), "--json"]
+    for stream in ([], ["--stream"]):
+        code, out, err = run_cli([*argv, *stream, prompt], limit=120)
+        assert code == 0, err
+        record = json.loads(out)
+        assert (record["model"], record["form"]) == ("tensorrt_llm", "llmapi"), record
+        assert record["text"] == engine.decode(greedy(prompt)) and record["total_draft_tokens"] > 0, record
+        assert record["responses"] >= (2 if stream else 1)
+    code, out, err = run_cli(["generate", "--url", server.grpc_url, "--max-new-tokens", "4", prompt], limit=120)
+    assert code == 0 and "model=tensorrt_llm (llmapi form)" in out, (out, err)
+    code, _, err = run_cli([*argv, "--k", "2", prompt], limit=120)
+    assert_clean_failure(code, err, frozenset({2}))
+    assert "the llmapi model" in err and "no per-request k" in err, err
 
 
 @pytest.mark.triton

@@ -337,14 +337,18 @@ def test_generate_cli_talks_to_the_server(server, engine, want):
     args = ["generate", "--url", server.grpc_url, "--max-new-tokens", str(MAX_TOKENS)]
     result = CliRunner().invoke(cli, [*args, "--stream", PROMPTS[3]], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(generated) and "model=ensemble" in result.output
+    assert result.output.startswith(generated) and "model=ensemble (text form)" in result.output
     assert "acceptance rate" in result.output
+    result = CliRunner().invoke(cli, [*args, "--json", PROMPTS[3]], catch_exceptions=False)
+    record = json.loads(result.output)  # no --model: the ensemble, the first of those the server has
+    assert (record["model"], record["form"], record["text"]) == ("ensemble", "text", generated)
     result = CliRunner().invoke(cli, [*args, "--json", "--model", "tensorrt_llm_bls", "--k", str(K), PROMPTS[3]],
                                 catch_exceptions=False)
     record = json.loads(result.output)
-    assert record["text"] == generated and record["total_draft_tokens"] > 0
+    assert record["text"] == generated and record["total_draft_tokens"] > 0 and record["form"] == "text"
     # text to the engine model: tokenized and detokenized by the repository's pre/postprocessing, k per request
     result = CliRunner().invoke(cli, [*args, "--json", "--model", "tensorrt_llm", "--k", str(K), PROMPTS[3]],
                                 catch_exceptions=False)
     record = json.loads(result.output)
     assert record["token_ids"] == want[PROMPTS[3]] and record["text"] == generated and record["num_drafts"] > 0
+    assert record["form"] == "tokens"

@@ -54,8 +54,9 @@ class _MethodChoice(click.Choice):
               help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
 @click.option("--model", default=None,
               help="Local: the target, embedded name or HF directory (default tiny). With --url: the Triton model "
-                   "(default ensemble; tensorrt_llm for token ids and k per request on the torch flavour; "
-                   "tensorrt_llm_bls for draft-target with --k).")
+                   "(default: the first the server has of ensemble, tensorrt_llm_bls, tensorrt_llm; its form, "
+                   "inflight or llmapi, is read from its config; tensorrt_llm of an inflight repository for token "
+                   "ids and k per request on the torch flavour; tensorrt_llm_bls for draft-target with --k).")
 @click.option("--stream", is_flag=True,
               help="With --url: print the text as the server streams it (needs `trtspec deploy --decoupled`).")
 @click.option("--draft", default="tiny-draft", show_default=True,
@@ -116,7 +117,7 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
     if url is not None:
-        remote = run_remote(prompt, url=url, model=model or "ensemble", k=k, sampling=sampling, stream=stream,
+        remote = run_remote(prompt, url=url, model=model, k=k, sampling=sampling, stream=stream,
                             on_text=None if as_json else _echo_text)
         click.echo(json.dumps(remote) if as_json else "\n" + format_remote_stats(remote))
         return
@@ -194,11 +195,13 @@ def _proposer_options(lookahead: tuple[int, int, int], choices: str | None, meth
     return ProposerOptions(lookahead=Lookahead(*lookahead), **trees)
 
 
-def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: Any, stream: bool,
+def run_remote(prompt: str, *, url: str, model: str | None, k: int | None, sampling: Any, stream: bool,
                on_text: Any = None) -> dict[str, Any]:
-    """Send one request to a Triton server over gRPC; return {text, token_ids, acceptance counters, model, url}.
+    """Send one request to a Triton server over gRPC; return {text, token_ids, acceptance counters, model, form, url}.
 
     Args:
+        model: the served model to ask; None = the first the server has of ensemble, tensorrt_llm_bls, tensorrt_llm
+            (TritonClient.generating_model). Its form (text, tokens, llmapi) comes from its config.
         k: num_draft_tokens for the request (None = the deployment's default).
         on_text: called with the text as it arrives (each streamed chunk, or the whole text once).
     """
@@ -208,6 +211,8 @@ def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: An
                "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": sampling.seed}
     start = time.perf_counter()
     with TritonClient(url, model=model) as client:
+        if model is None:
+            client.use(client.generating_model())
         if stream:
             chunks = []
             for chunk in client.stream(prompt, **options):
@@ -219,7 +224,8 @@ def run_remote(prompt: str, *, url: str, model: str, k: int | None, sampling: An
             out = client.generate(prompt, **options)
             if on_text is not None:
                 on_text(out.text)
-    return {"text": out.text, "token_ids": out.token_ids, "url": url, "model": model, "k": k,
+    return {"text": out.text, "token_ids": out.token_ids, "url": url, "model": client.model, "form": client.form,
+            "k": k,
             "acceptance_rate": out.acceptance_rate, "total_accepted_draft_tokens": out.total_accepted_draft_tokens,
             "total_draft_tokens": out.total_draft_tokens, "num_drafts": out.num_drafts,
             "mean_acceptance_length": out.mean_acceptance_length, "responses": len(out.chunks),
@@ -230,7 +236,7 @@ def format_remote_stats(result: dict[str, Any]) -> str:
     """One human line for a served request: tokens, responses, acceptance (when the model reports it)."""
     size = f"{len(result['token_ids'])} tokens" if result["token_ids"] or not result["text"] else "text"
     line = (f"[{size} in {result['responses']} response(s), {result['wall_time_s']:.2f}s, "
-            f"model={result['model']} at {result['url']}")
+            f"model={result['model']} ({result['form']} form) at {result['url']}")
     if result["total_draft_tokens"]:
         line += (f", acceptance rate {result['acceptance_rate']:.2f} ({result['total_accepted_draft_tokens']}/"
                  f"{result['total_draft_tokens']} draft tokens)")

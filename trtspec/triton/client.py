@@ -8,12 +8,17 @@
 
 Two levels. `responses()` / `infer()` take numpy arrays by tensor name for any served model; `responses()` is the
 only code that talks to the server: a unary call for ordinary models, one gRPC stream per request for decoupled ones
-(Triton requires it, also without streaming). `generate()` / `stream()` build those tensors from text (text models
-`ensemble`, `tensorrt_llm_bls`) or token ids (the engine models `tensorrt_llm`, `tensorrt_llm_draft`) and read
-responses into Chunks: they ask for the generated part alone (exclude_input_in_output) and for the perf outputs where
-the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target, or the torch flavour's engine
-models); a text prompt to an engine model goes through the repository's `preprocessing` and `postprocessing`
-models. Every request is bounded by `timeout_s` from sending to its final response; a stream that times out or is
+(Triton requires it, also without streaming). `generate()` / `stream()` build those tensors for the model's form
+(`model_form`, read from its declared inputs): `text` (the inflight-batcher text models `ensemble`,
+`tensorrt_llm_bls`: `text_input`, `max_tokens`, ...), `tokens` (the inflight-batcher engine models `tensorrt_llm`,
+`tensorrt_llm_draft`: `input_ids`, `request_output_len`, ...) or `llmapi` (the PyTorch workflow's llmapi
+`tensorrt_llm`: `text_input`, `sampling_param_*`, answering the whole text so far in each response), shaped by its
+max_batch_size (a batch dimension of 1 when it batches, none when it is 0). They read responses into Chunks: they ask
+for the generated part alone (exclude_input_in_output, the llmapi model's sampling_param_exclude_input_from_output)
+and for the perf outputs where the model declares them; `k` is sent as `num_draft_tokens` (the BLS's draft-target,
+or the torch flavour's engine models; the llmapi model has no such input); a text prompt to an engine model goes
+through the repository's `preprocessing` and `postprocessing` models. `generating_model()` names the model to ask
+when none is given: the first of GENERATE_MODELS the server has ready. Every request is bounded by `timeout_s` from sending to its final response; a stream that times out or is
 abandoned by its reader before its final response is cancelled, one that ended (final response or error) is closed
 gracefully. A request the server refuses as bad input (Triton's
 INVALID_ARG: a served model's own check, or Triton's check of dtypes and shapes) raises RequestError (exit 2) with
@@ -46,18 +51,23 @@ TEXT_INPUT = "text_input"
 # The one list of their names.
 TRTLLM_PERF_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 PERF_OUTPUTS = (*TRTLLM_PERF_OUTPUTS, "num_drafts")
-# request field -> input name on (text models, core models)
-_INPUT_NAMES = {
-    "max_tokens": ("max_tokens", "request_output_len"),
-    "temperature": ("temperature", "temperature"),
-    "top_k": ("top_k", "runtime_top_k"),
-    "top_p": ("top_p", "runtime_top_p"),
-    "seed": ("seed", "seed"),
-    "stream": ("stream", "streaming"),
-    "return_perf_metrics": ("return_perf_metrics", "return_perf_metrics"),
-    "k": ("num_draft_tokens", "num_draft_tokens"),
-    "end_id": ("end_id", "end_id"),
-    "exclude_input_in_output": ("exclude_input_in_output", "exclude_input_in_output"),
+# The forms of a model generate() can ask (module docstring), and the models it asks when none is named, preferred
+# first (the ensemble of the inflight repository; an llmapi repository serves tensorrt_llm alone).
+FORMS = ("text", "tokens", "llmapi")
+GENERATE_MODELS = ("ensemble", "tensorrt_llm_bls", "tensorrt_llm")
+# request field -> input name in each form of FORMS (None: the form has no such input)
+_INPUT_NAMES: dict[str, tuple[str | None, str | None, str | None]] = {
+    "max_tokens": ("max_tokens", "request_output_len", "sampling_param_max_tokens"),
+    "temperature": ("temperature", "temperature", "sampling_param_temperature"),
+    "top_k": ("top_k", "runtime_top_k", "sampling_param_top_k"),
+    "top_p": ("top_p", "runtime_top_p", "sampling_param_top_p"),
+    "seed": ("seed", "seed", "sampling_param_seed"),
+    "stream": ("stream", "streaming", "streaming"),
+    "return_perf_metrics": ("return_perf_metrics", "return_perf_metrics", "sampling_param_return_perf_metrics"),
+    "k": ("num_draft_tokens", "num_draft_tokens", None),
+    "end_id": ("end_id", "end_id", None),
+    "exclude_input_in_output": ("exclude_input_in_output", "exclude_input_in_output",
+                                "sampling_param_exclude_input_from_output"),
 }
 # The request inputs TensorRT-LLM renamed after 0.19.0 (tensorrtllm_backend c2e65b8): old name -> new name.
 RENAMED_INPUTS = {"random_seed": "seed", "min_length": "min_tokens"}
@@ -79,6 +89,7 @@ class Chunk:
     token_ids: list[int]
     final: bool = False
     perf: dict[str, float] = field(default_factory=dict)
+    whole_text: str | None = None  # the whole text so far, from a model that sends it (the llmapi model)
 
 
 @dataclass
@@ -98,11 +109,12 @@ class Completion:
 
     @classmethod
     def from_chunks(cls, chunks: Iterable[Chunk]) -> Completion:
-        """Join streamed chunks: text and tokens concatenated, the acceptance counters of the last chunk."""
+        """Join streamed chunks: text and tokens concatenated (the last whole text, when the chunks carry it), the
+        acceptance counters of the last chunk."""
         completion = cls(text="", token_ids=[])
         for chunk in chunks:
             completion.chunks.append(chunk)
-            completion.text += chunk.text
+            completion.text = chunk.whole_text if chunk.whole_text is not None else completion.text + chunk.text
             completion.token_ids += chunk.token_ids
             for name, value in chunk.perf.items():
                 setattr(completion, name, value)
@@ -141,7 +153,7 @@ class TritonClient:
             raise ToolNotFoundError("tritonclient[grpc] is not installed",
                                     hint="pip install 'tritonclient[grpc]'") from None
         self._grpc, self._triton_dtype = grpcclient, np_to_triton_dtype
-        self.url, self.model, self.timeout_s = url, model, timeout_s
+        self.url, self.timeout_s = url, timeout_s
         self._client = grpcclient.InferenceServerClient(url=url)
         self._configs: dict[str, dict[str, Any]] = {}
         try:
@@ -154,10 +166,18 @@ class TritonClient:
         if not live:
             self._client.close()
             raise ServerError(f"url={url!r}: the Triton server is not live", hint="see the server log")
+        self.use(model)
+
+    def use(self, model: str | None) -> None:
+        """Make `model` the one generate()/stream() ask (None: none); its configuration tells its form
+        (`self.form`, None for a model generate() cannot ask) and whether it is decoupled."""
         config = self.model_config(model) if model is not None else {}
+        self.model = model
         self.inputs = {i["name"]: i for i in config.get("input", [])}
         self.decoupled = self.is_decoupled(model) if model is not None else False
-        self.text_model = TEXT_INPUT in self.inputs
+        self.form = model_form(self.inputs)
+        self.text_model = self.form in ("text", "llmapi")
+        self.batched = int(config.get("max_batch_size", 0) or 0) > 0
 
     # text level ----------------------------------------------------------------------------------------------------
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 64, k: int | None = None,
@@ -169,7 +189,7 @@ class TritonClient:
         (which also gives the end_id that ends the request) and the output detokenized by `postprocessing`."""
         inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, end_id=end_id, stream=False)
-        completion = Completion.from_chunks(_chunk(arrays) for arrays in self.responses(self.model, inputs))
+        completion = Completion.from_chunks(self._chunks(self.responses(self._model(), inputs)))
         if isinstance(prompt, str) and not self.text_model:
             completion.text = self.detokenize(completion.token_ids)
         return completion
@@ -183,8 +203,7 @@ class TritonClient:
                              hint="deploy the repository with `trtspec deploy --decoupled`, or call generate()")
         inputs = self._request(prompt, max_tokens=max_tokens, k=k, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, end_id=end_id, stream=True)
-        for arrays in self.responses(self.model, inputs):
-            chunk = _chunk(arrays)
+        for chunk in self._chunks(self.responses(self._model(), inputs)):
             if isinstance(prompt, str) and not self.text_model:  # each response's tokens decode on their own
                 chunk.text = self.detokenize(chunk.token_ids)
             yield chunk
@@ -320,6 +339,26 @@ class TritonClient:
         return {int(entry["version"]): entry.get("state", "") for entry in index.get("models", [])
                 if entry.get("name") == model and str(entry.get("version", "")).isdigit()}
 
+    def served_models(self) -> list[str]:
+        """The models the server has ready (a READY version in its repository index), sorted."""
+        try:
+            index = self._client.get_model_repository_index(as_json=True, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"cannot read the repository index of {self.url}: {_message(exc)}",
+                              hint="is the server still up? see its log") from None
+        return sorted({entry["name"] for entry in index.get("models", []) if entry.get("state") == "READY"})
+
+    def generating_model(self) -> str:
+        """The model generate() asks when none is named: the first of GENERATE_MODELS the server has ready
+        (UsageError naming what it serves when it has none of them)."""
+        served = self.served_models()
+        picked = next((name for name in GENERATE_MODELS if name in served), None)
+        if picked is None:
+            raise UsageError(f"url={self.url!r}: the server has none of {', '.join(GENERATE_MODELS)} ready (it "
+                             f"serves: {', '.join(served) or 'nothing'})",
+                             hint="name the model to ask with --model, or serve a repository of `trtspec deploy`")
+        return picked
+
     def model_parameters(self, model: str) -> dict[str, str]:
         """A served model's config.pbtxt `parameters`, as strings."""
         params = self.model_config(model).get("parameters", {})
@@ -346,33 +385,62 @@ class TritonClient:
     def _request(self, prompt: str | Sequence[int], *, stream: bool, max_tokens: int = 64, k: int | None = None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                  end_id: int | None = None) -> dict[str, np.ndarray]:
-        """The request tensors of `self.model` for a prompt and sampling options (knobs it lacks are left out)."""
-        side = 0 if self.text_model else 1
+        """The request tensors of `self.model` in its form for a prompt and sampling options (knobs it lacks are left
+        out), with a batch dimension of 1 when the model batches."""
+        model = self._model()
+        if self.form is None:
+            raise UsageError(f"model {model!r} is not one generate() can ask: it takes neither {TEXT_INPUT} nor "
+                             f"input_ids (its inputs: {', '.join(sorted(self.inputs))})",
+                             hint=f"ask one of {', '.join(GENERATE_MODELS)} (leave out --model to pick the first "
+                                  "the server has)")
         if self.text_model:
             if not isinstance(prompt, str):
-                raise UsageError(f"model {self.model!r} takes text; got token ids", hint="pass the prompt as text")
-            inputs = {TEXT_INPUT: np.array([[prompt.encode("utf-8")]], dtype=object)}  # [1, 1]
+                raise UsageError(f"model {model!r} takes text; got token ids", hint="pass the prompt as text")
+            inputs = {TEXT_INPUT: np.array([prompt.encode("utf-8")], dtype=object)}  # [1]
         else:
             if isinstance(prompt, str):  # through the repository's tokenizer, ending at its end token
                 prompt, served_end_id = self.tokenize(prompt)
                 end_id = served_end_id if end_id is None else end_id
-            ids = np.asarray(list(prompt), dtype=np.int32).reshape(1, -1)  # [1, prompt_len]
-            inputs = {"input_ids": ids, "input_lengths": np.array([[ids.shape[1]]], dtype=np.int32)}
+            ids = np.asarray(list(prompt), dtype=np.int32)  # [prompt_len]
+            inputs = {"input_ids": ids, "input_lengths": np.array([ids.shape[0]], dtype=np.int32)}
         values = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                   "seed": seed, "stream": stream, "return_perf_metrics": True, "k": k, "end_id": end_id,
                   "exclude_input_in_output": True}
         for key, value in values.items():
             if value is None:
                 continue
-            name = declared_name(_INPUT_NAMES[key][side], self.inputs)
+            spelled = _INPUT_NAMES[key][FORMS.index(self.form)]
+            name = declared_name(spelled, self.inputs) if spelled is not None else None
             if name not in self.inputs:
                 if key == "k":
-                    raise UsageError(f"model {self.model!r} has no `num_draft_tokens` input, so k cannot be set "
-                                     "per request", hint="use model `tensorrt_llm` (the torch flavour: k per "
-                                     "request) or `tensorrt_llm_bls` (draft-target through the draft model)")
+                    raise UsageError(_no_k(model, self.form), hint="use model `tensorrt_llm` of an inflight "
+                                     "repository (the torch flavour: k per request) or `tensorrt_llm_bls` "
+                                     "(draft-target through the draft model); an llmapi model drafts with the k it "
+                                     "was deployed with (`trtspec deploy --k`)")
                 continue  # an optional knob this model does not expose
-            inputs[name] = np.array([[value]], dtype=_DTYPES[key])  # [1, 1]
-        return inputs
+            inputs[name] = np.array([value], dtype=_DTYPES[key])  # [1]
+        return {name: array[np.newaxis] if self.batched else array for name, array in inputs.items()}
+
+    def _model(self) -> str:
+        if self.model is None:
+            raise UsageError("this client names no model to generate with",
+                             hint="create it with model=NAME, or call use(client.generating_model())")
+        return self.model
+
+    def _chunks(self, responses: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Chunk]:
+        """Each response as a Chunk. The llmapi model sends the whole text so far: a chunk's text is what it adds to
+        the text shown before (a trailing U+FFFD, the part of a character still to come, held back) and its
+        whole_text the text itself."""
+        shown = ""
+        for arrays in responses:
+            chunk = _chunk(arrays)
+            if self.form == "llmapi":
+                whole, stable = chunk.text, chunk.text.rstrip("\ufffd")
+                same = next((i for i, (a, b) in enumerate(zip(shown, stable, strict=False)) if a != b),
+                            min(len(shown), len(stable)))
+                chunk.text, chunk.whole_text = stable[same:], whole
+                shown = stable
+            yield chunk
 
     def _tensor(self, model: str, name: str, array: np.ndarray) -> Any:
         """`array` as the request input `name` of `model`, or RequestError when the model declares no such input or
@@ -424,6 +492,23 @@ class TritonClient:
             # is cancelled, so the server stops generating for nobody
             client.stop_stream(cancel_requests=not ended)
             client.close()
+
+
+def model_form(inputs: Collection[str]) -> str | None:
+    """The form (FORMS) of a model with these declared inputs: `tokens` (input_ids), `llmapi` (text_input and
+    sampling_param_max_tokens), `text` (text_input), None (another model: preprocessing, a draft-only model)."""
+    if "input_ids" in inputs:
+        return "tokens"
+    if TEXT_INPUT in inputs:
+        return "llmapi" if "sampling_param_max_tokens" in inputs else "text"
+    return None
+
+
+def _no_k(model: str, form: str) -> str:
+    if form == "llmapi":
+        return (f"model {model!r} is the llmapi model (the PyTorch workflow's): it has no per-request k "
+                "(no `num_draft_tokens` input)")
+    return f"model {model!r} has no `num_draft_tokens` input, so k cannot be set per request"
 
 
 def declared_name(name: str, declared: Collection[str]) -> str:
