@@ -64,8 +64,42 @@ def test_a_schedule_reads_like_tensorrt_llms():
     ({"acceptance_window": "-1"}, "acceptance_window", "integer in [0,"),
     ({"acceptance_window": "8"}, "acceptance_length_threshold", "is required"),
     ({"max_concurrency": "-2"}, "max_concurrency", "integer in [0,"),
+    ({"draft_len_schedule": "1:4,"}, "draft_len_schedule", "is an empty entry"),
+    ({"draft_len_schedule": "1:\u0664"}, "draft_len_schedule", "two integers"),  # an Arabic-Indic 4: int() takes it
+    ({"draft_len_schedule": ",".join(f"{b}:1" for b in range(1, 10_001))}, "draft_len_schedule", "more than 4096"),
+    ({"acceptance_window": "8", "acceptance_length_threshold": "\u0661.5"}, "acceptance_length_threshold", "finite"),
+    ({"acceptance_rate_window_size": "8", "acceptance_rate_threshold": "1.5"}, "acceptance_rate_threshold", "[0, 1]"),
+    ({"acceptance_window": "8", "acceptance_length_threshold": "0.5", "acceptance_rate_window_size": "8",
+      "acceptance_rate_threshold": "0.5"}, "acceptance_rate_threshold", "one gate at most"),
+    ({"speculation_controls": "trtllm-9.9"}, "speculation_controls", "is not a way to run the controls"),
+    ({"speculation_controls": "trtllm-1.2.1", "acceptance_rate_window_size": "8", "acceptance_rate_threshold": "0.5"},
+     "acceptance_rate_threshold", "is not the gate of trtllm-1.2.1"),
+    ({"speculation_controls": "trtllm-1.2.1", "gate_probe_every": "4"}, "gate_probe_every", "permanent"),
 ])
 def test_bad_entries_are_named_with_their_rule(parameters, field, rule):
     with pytest.raises(ConfigError) as info:
         EngineConfig.from_parameters({"target": "tiny", **parameters})
     assert info.value.field.removeprefix("parameter ") == field and rule in info.value.problem
+
+
+@given(st.text(alphabet="0123456789:,= \u0664-x.", max_size=40))
+def test_the_schedule_text_parser_returns_pairs_of_integers_or_names_the_field(text):
+    """Any flag text: pairs of ASCII integers the text spells, or a ConfigError naming the field (never another
+    exception)."""
+    try:
+        pairs = SpecSchedule.parse_draft_len(text, "--draft-len-schedule")
+    except ConfigError as exc:
+        assert exc.field == "--draft-len-schedule"
+        return
+    assert pairs and all(isinstance(k, int) and isinstance(v, int) for k, v in pairs)
+    entries = [i.replace("=", ":") for i in text.strip().replace(" ", ",").split(",")]
+    assert [(int(k), int(v)) for k, v in (e.split(":") for e in entries)] == list(pairs)
+    assert text.isascii()  # other scripts' digits never parse
+
+
+def test_an_empty_engine_flag_is_refused(tmp_path):
+    from tests.cli_checks import run_cli
+
+    code, _, err = run_cli(["deploy", "--backend", "torch", "--build", str(tmp_path), "--out", str(tmp_path / "r"),
+                            "--draft-len-schedule", ""])
+    assert code == 2 and "Error: --draft-len-schedule='': is empty" in err

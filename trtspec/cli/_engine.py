@@ -17,6 +17,8 @@ import click
 
 from trtspec.cli._types import COUNT, NAME_VALUE, PROBABILITY, FiniteFloat
 from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, EngineConfig, spelled
+from trtspec.contracts.schedule import CONTROLS
+from trtspec.errors import ConfigError
 from trtspec.methods import engine_methods
 
 SUFFIX = "suffix_"  # --suffix NAME=VALUE sets parameter suffix_NAME
@@ -67,16 +69,26 @@ FLAGS = {f.flag: f for f in (
     Flag("--draft-len-schedule", "draft_len_schedule", str, "Draft length by batch size: from BATCH running requests "
          "on, at most K draft tokens (0: none); must hold batch size 1 (docs/operations.md).", metavar="1:4,4:2,16:0"),
     Flag("--max-concurrency", "max_concurrency", int, "No speculation above this many running requests."),
-    Flag("--acceptance-window", "acceptance_window", int, "The acceptance gate: finished drafting requests in its "
-         "rolling mean (0: no gate; with --acceptance-length-threshold)."),
-    Flag("--acceptance-length-threshold", "acceptance_length_threshold", str, "The acceptance gate: speculation stops "
-         "while the window's mean acceptance length (tokens per drafting step) is below this.", metavar="TOKENS"),
+    Flag("--acceptance-window", "acceptance_window", int, "TensorRT-LLM 1.2.1's acceptance gate: completed requests "
+         "in its rolling mean (0: no gate; with --acceptance-length-threshold)."),
+    Flag("--acceptance-length-threshold", "acceptance_length_threshold", str, "TensorRT-LLM 1.2.1's acceptance gate: "
+         "speculation stops while the window's mean is below this, in accepted draft tokens per iteration of a "
+         "request, bonus token excluded (a request with 2.0 tokens per target forward counts 1.0).", metavar="TOKENS"),
+    Flag("--acceptance-rate-window-size", "acceptance_rate_window_size", int, "TensorRT-LLM 1.3's acceptance gate: "
+         "iterations that drafted in its rolling mean (0: no gate; with --acceptance-rate-threshold)."),
+    Flag("--acceptance-rate-threshold", "acceptance_rate_threshold", str, "TensorRT-LLM 1.3's acceptance gate: "
+         "speculation stops while the window's mean accepted / drafted draft tokens per iteration is below this "
+         "(0-1).", metavar="RATE"),
     Flag("--gate-probe-every", "gate_probe_every", int, "While the gate is closed, a probe request still "
          "speculates every this many admissions (backing off while probes lose), so the gate reopens when acceptance "
          "recovers (default 16; 0: closed for good, as TensorRT-LLM)."),
+    Flag("--speculation-controls", "speculation_controls", click.Choice(CONTROLS), "How the engine runs the "
+         "schedule, max_concurrency and the gate: trtspec (1.2.1's lookup, a gate that reopens; default) or exactly "
+         "as a TensorRT-LLM release does (its lookup and rule, its gate permanent; docs/operations.md)."),
 )}  # fmt: skip
 SCHEDULE = ("--draft-len-schedule", "--max-concurrency", "--acceptance-window", "--acceptance-length-threshold",
-            "--gate-probe-every")  # the speculation schedule (contracts/schedule.py)
+            "--acceptance-rate-window-size", "--acceptance-rate-threshold", "--gate-probe-every",
+            "--speculation-controls")  # the speculation schedule (contracts/schedule.py)
 
 
 DEPLOY_NOTES = {  # `trtspec deploy`: each engine flag overrides the build's engine configuration
@@ -111,6 +123,8 @@ def overrides(values: Mapping[str, Any]) -> dict[str, str]:
         value = values.get(f.dest)
         if value is None or value == ():
             continue
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError(f.flag, value, "is empty", hint=f"give a value, or leave {f.flag} out")
         if f.parameter == SUFFIX:
             out |= {SUFFIX + name: text for name, text in value}
         else:

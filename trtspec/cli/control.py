@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from trtspec.cli._types import COUNT, HOST_PORT, FiniteFloat
+from trtspec.contracts.schedule import CONTROLS
 
 
 def reload_options(checked: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -75,7 +76,9 @@ def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry
 
 _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--max-concurrency",
           "acceptance_window": "--acceptance-window", "acceptance_length_threshold": "--acceptance-length-threshold",
-          "gate_probe_every": "--gate-probe-every", "default_k": "--k"}
+          "acceptance_rate_window_size": "--acceptance-rate-window-size",
+          "acceptance_rate_threshold": "--acceptance-rate-threshold", "gate_probe_every": "--gate-probe-every",
+          "speculation_controls": "--speculation-controls", "default_k": "--k"}
 
 
 @click.command("set-schedule")
@@ -87,13 +90,20 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
 @click.option("--max-concurrency", default=None, metavar="N|none",
               help="No speculation above N running requests; `none` removes the limit.")
 @click.option("--acceptance-window", default=None, metavar="N",
-              help="The acceptance gate: finished requests in its rolling mean of acceptance lengths (0: no gate).")
+              help="TensorRT-LLM 1.2.1's acceptance gate: completed requests in its rolling mean (0: no gate).")
 @click.option("--acceptance-length-threshold", default=None, metavar="X",
-              help="The gate closes while that mean (tokens per drafting step, bonus included) is below X.")
+              help="That gate closes while the mean is below X, in accepted draft tokens per iteration of a request, "
+                   "bonus token excluded (2.0 tokens per target forward count 1.0).")
+@click.option("--acceptance-rate-window-size", default=None, metavar="N",
+              help="TensorRT-LLM 1.3's acceptance gate: iterations that drafted in its rolling mean (0: no gate).")
+@click.option("--acceptance-rate-threshold", default=None, metavar="RATE",
+              help="That gate closes while the mean accepted / drafted draft tokens per iteration is below RATE (0-1).")
 @click.option("--gate-probe-every", default=None, metavar="N",
               help="While the gate is closed, a probe request still speculates every N admissions (backing off "
                    "while probes lose), so the gate reopens when acceptance recovers (default 16; 0: never, "
                    "TensorRT-LLM's permanent gate).")
+@click.option("--speculation-controls", type=click.Choice(CONTROLS), default=None,
+              help="trtspec (a gate that reopens) or exactly a TensorRT-LLM release (its rules, its gate permanent).")
 @click.option("--no-gate", is_flag=True, help="Remove the acceptance gate (window, threshold and probes).")
 @click.option("--clear", is_flag=True,
               help="Start from no schedule instead of the served one: the flags given are the whole schedule (alone: "
@@ -103,8 +113,9 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
                    "default k should be the schedule's largest draft length).")
 @reload_options("the schedule")
 def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: str | None,
-                 acceptance_window: str | None, acceptance_length_threshold: str | None, gate_probe_every: str | None,
-                 no_gate: bool, clear: bool, default_k: int | None, repo: Path | None, timeout_s: float, dry_run: bool,
+                 acceptance_window: str | None, acceptance_length_threshold: str | None,
+                 acceptance_rate_window_size: str | None, acceptance_rate_threshold: str | None,
+                 gate_probe_every: str | None, speculation_controls: str | None, no_gate: bool, clear: bool, default_k: int | None, repo: Path | None, timeout_s: float, dry_run: bool,
                  as_json: bool) -> None:
     """Set the speculation schedule of MODEL on the running Triton server at URL (gRPC HOST:PORT): the draft length
     per batch size, the concurrency above which it does not speculate, and the acceptance gate.
@@ -118,7 +129,7 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
 
     \b
         trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --draft-len-schedule 1:4,4:2 --max-concurrency 12 --k 4
-        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --acceptance-window 32 --acceptance-length-threshold 1.3
+        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --acceptance-window 32 --acceptance-length-threshold 0.5
         trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --clear --repo out/triton/tiny-torch --dry-run
     """
     from trtspec.contracts.control import describe
@@ -127,7 +138,8 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
     from trtspec.errors import UsageError
     from trtspec.triton.control import SCHEDULE_FIELDS, set_schedule
 
-    gate = (acceptance_window, acceptance_length_threshold, gate_probe_every)
+    gate = (acceptance_window, acceptance_length_threshold, acceptance_rate_window_size, acceptance_rate_threshold,
+            gate_probe_every)
     if no_gate and any(v is not None for v in gate):
         raise click.UsageError("--no-gate removes the gate: give it or the gate's flags, not both")
     with spelled(_flag):
@@ -137,11 +149,18 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
                 draft_len, "--draft-len-schedule")
         for name, text, kind in (("max_concurrency", max_concurrency, int), ("acceptance_window", acceptance_window, int),
                                  ("acceptance_length_threshold", acceptance_length_threshold, float),
+                                 ("acceptance_rate_window_size", acceptance_rate_window_size, int),
+                                 ("acceptance_rate_threshold", acceptance_rate_threshold, float),
                                  ("probe_every", gate_probe_every, int)):
             if text is not None:
                 changes[name] = _number(text, kind, _flag(SpecSchedule.PARAMETERS[name]))
-        if no_gate or changes.get("acceptance_window") == 0 and acceptance_length_threshold is None:
-            changes |= {"acceptance_window": None, "acceptance_length_threshold": None, "probe_every": None}
+        if speculation_controls is not None:
+            changes["controls"] = speculation_controls
+        gate_fields = ("acceptance_window", "acceptance_length_threshold", "acceptance_rate_window_size",
+                       "acceptance_rate_threshold", "probe_every")
+        if no_gate or (changes.get("acceptance_window") == 0 and acceptance_length_threshold is None) or \
+                (changes.get("acceptance_rate_window_size") == 0 and acceptance_rate_threshold is None):
+            changes |= dict.fromkeys(gate_fields)
         if clear:
             changes = {name: changes.get(name) for name in SCHEDULE_FIELDS}
         if not changes and default_k is None:
@@ -179,11 +198,13 @@ def _number(text: str, kind: type, flag: str | None) -> Any:
     if text.strip().lower() == "none":
         return None
     try:
+        if not text.isascii():
+            raise ValueError(text)
         return kind(text)
     except ValueError:
         raise ConfigError(flag or "?", text, f"is not {'an integer' if kind is int else 'a number'} (or none)",
                           hint="e.g. --max-concurrency 12, --acceptance-window 32 --acceptance-length-threshold "
-                               "1.3") from None
+                               "0.5") from None
 
 
 @click.command("rollout-draft")

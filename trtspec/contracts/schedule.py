@@ -145,6 +145,9 @@ class SpecSchedule:
             if (window or 0) > 0 and threshold is None:
                 raise ConfigError(threshold_name, None, f"is required with {window_name} {window}",
                                   hint=f"e.g. {threshold_name} {example} ({unit})")
+            if threshold is not None and window is None:
+                raise ConfigError(threshold_name, threshold, f"needs a window of at least 1 ({window_name}) beside it",
+                                  hint=f"give the gate's window too, or drop {threshold_name}")
             if threshold is not None and not window:
                 raise ConfigError(window_name, window, f"a gate with {threshold_name} needs a window of at least 1",
                                   hint=f"e.g. {window_name} 32")
