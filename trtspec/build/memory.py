@@ -1,9 +1,15 @@
 """GPU memory estimate: weights + KV cache of every engine on one GPU -> per-engine KV-cache limits. Pure.
 
-Two engines on one GPU (draft_target) must split memory: TensorRT-LLM's `kv_cache_free_gpu_mem_fraction` is a
-fraction of what is free *after* each model loads, so it depends on load order. trtspec therefore sets an absolute
-`max_tokens_in_paged_kv_cache` per engine (the documented mitigation, trtllm-specdec.md section 6) and also reports
-the fractions for the load order target -> draft.
+Two engines on one GPU (draft_target, engine workflow) must split memory: TensorRT-LLM's
+`kv_cache_free_gpu_mem_fraction` is a fraction of what is free *after* each model loads, so it depends on load order.
+trtspec therefore sets an absolute `max_tokens_in_paged_kv_cache` per engine (the documented mitigation,
+trtllm-specdec.md section 6) and also reports the fractions for the load order target -> draft.
+
+The PyTorch workflow sizes once for both models (`tensorrt_llm/_torch/pyexecutor/_util.py`, pytorch-workflow.json
+source `kv_cache_sizing`; controls.json notes): one `free_gpu_memory_fraction` of the memory free after both models'
+weights, divided by the target's plus the draft's KV bytes per token, and that many tokens for each model's cache.
+Its `kv_cache_config` is the `LLM_API` entry: the same token count for both, the fraction of (GPU - both weights -
+reserve) those tokens take at the summed bytes per token.
 
 Estimate per GPU (tp x pp ranks split weights and KV heads):
     weights   = params x bytes(dtype or quantization) / (tp x pp)
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
     from trtspec.build.preflight import Check, ModelRef
 
 GIB = 1 << 30
+LLM_API = "llm_api"  # estimate_kv's entry for the PyTorch workflow's one kv_cache_config (module docstring)
 DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 QUANT_SIZE = {"fp8": 1.0, "int8_wo": 1.0, "int4_wo": 0.5}
 # Fraction bounds. TensorRT-LLM (LLM-API KvCacheConfig and the Triton backend alike) sizes the KV cache by the smaller
@@ -110,8 +117,15 @@ def estimate_kv(spec: BuildSpec, models: dict[str, ModelRef], max_draft_len: int
     checks.append(Check("gpu memory", "ok", ", ".join(
         f"{r}: weights {_gib(weights[r])} GiB, KV {tokens[r]} tokens x {per_token[r]} B" for r in roles)
         + f" on {spec.gpu.memory_gib} GiB"))
-    return {r: EngineMemory(r, round(weights[r] / GIB, 3), per_token[r], wanted, tokens[r], fractions[r], "estimate")
-            for r in roles}
+    out = {r: EngineMemory(r, round(weights[r] / GIB, 3), per_token[r], wanted, tokens[r], fractions[r], "estimate")
+           for r in roles}
+    # the PyTorch workflow: one fraction of what both models leave free, over both caches' bytes per token
+    shared_tokens, shared_per_token = min(tokens.values()), sum(per_token.values())
+    estimate = round(shared_tokens * shared_per_token / free + 0.0005, 3)
+    out[LLM_API] = EngineMemory(LLM_API, round(sum(weights.values()) / GIB, 3), shared_per_token, wanted, shared_tokens,
+                                kv.free_gpu_memory_fraction or min(MAX_FRACTION, max(MIN_FRACTION, estimate)),
+                                "estimate")
+    return out
 
 
 def _param_size(spec: BuildSpec) -> float:

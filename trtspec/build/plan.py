@@ -33,6 +33,7 @@ from trtspec.build.llm_api import (
     llm_api_yaml,
     serve_argv,
 )
+from trtspec.build.memory import LLM_API
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
@@ -353,7 +354,7 @@ def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, 
     except LlmApiRefusal as refusal:
         return None, refusal.note()
     kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
-    target_kv = r.kv.get("target")
+    target_kv = r.kv.get(LLM_API) or r.kv.get("target")  # one cache budget for target and draft (build/memory.py)
     if target_kv and target_kv.max_tokens_in_paged_kv_cache:
         kv["max_tokens"] = target_kv.max_tokens_in_paged_kv_cache
     if target_kv and target_kv.kv_cache_free_gpu_mem_fraction:
