@@ -140,13 +140,20 @@ def test_what_is_served_stays_unless_another_k_is_3_percent_better():
 
 
 def test_a_served_gate_gets_the_break_even_threshold_and_keeps_its_window():
-    """At the window's concurrency (3) the proposal runs k = 1 at s = 0.5: speculation breaks even at E = 1.5."""
+    """At the window's concurrency (3) the proposal runs k = 1 at s = 0.5: speculation breaks even at E = 1.5 tokens
+    per target forward, 0.5 accepted draft tokens per iteration in TensorRT-LLM 1.2.1's unit, and a rate of 0.5 in
+    1.3's (k = 1)."""
     served = ServedSpeculation("tensorrt_llm", 2, 4, SpecSchedule(((1, 2), (3, 1)), 5, 32, 1.0, 0))
     plan = propose_schedule(HALF, {}, baseline(), served=served)
-    assert plan.action == "change" and "gate threshold 1.0 -> 1.5" in plan.message
-    assert plan.schedule == SpecSchedule(((1, 2), (3, 1)), 5, 32, 1.5, 0)
-    near = ServedSpeculation("tensorrt_llm", 2, 4, SpecSchedule(((1, 2), (3, 1)), 5, 32, 1.4, 0))
+    assert plan.action == "change" and "gate threshold 1.0 -> 0.5" in plan.message
+    assert plan.schedule == SpecSchedule(((1, 2), (3, 1)), 5, 32, 0.5, 0)
+    near = ServedSpeculation("tensorrt_llm", 2, 4, SpecSchedule(((1, 2), (3, 1)), 5, 32, 0.53, 0))
     assert propose_schedule(HALF, {}, baseline(), served=near).action == "keep"  # within 10%: left as served
+    rate = SpecSchedule(((1, 2), (3, 1)), 5, acceptance_rate_window_size=64, acceptance_rate_threshold=0.9,
+                        controls="trtllm-1.3.0rc29")
+    plan = propose_schedule(HALF, {}, baseline(), served=ServedSpeculation("tensorrt_llm", 2, 4, rate))
+    assert plan.schedule == SpecSchedule(((1, 2), (3, 1)), 5, acceptance_rate_window_size=64,
+                                         acceptance_rate_threshold=0.5, controls="trtllm-1.3.0rc29")
 
 
 @pytest.mark.parametrize("ks, served_limit, want", [

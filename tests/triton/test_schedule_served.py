@@ -56,7 +56,7 @@ def test_deploy_flags_reach_the_served_model_and_the_dynamo_workers(bundle, tmp_
     (["--acceptance-window", "4", "--acceptance-length-threshold", "nan"],
      "--acceptance-length-threshold=nan: must be a finite number >= 0"),
     (["--acceptance-window", "4", "--acceptance-length-threshold", "fast"],
-     "--acceptance-length-threshold='fast': is not a number"),
+     "--acceptance-length-threshold='fast': is not a finite number"),
     (["--acceptance-window", "0", "--acceptance-length-threshold", "1.3"],
      "--acceptance-window=0: a gate with acceptance_length_threshold needs a window of at least 1"),
     (["--acceptance-window", "4"], "--acceptance-length-threshold=None: is required with acceptance_window 4"),

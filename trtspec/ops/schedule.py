@@ -19,9 +19,11 @@ and no gate, is that k alone (no schedule: what `set-k` does). The cost model kn
 batch sizes, so a served max_concurrency above them is kept.
 
 The gate is left as served unless the window shows it should change: a served gate's threshold is compared with the
-break-even mean acceptance length at the window's concurrency (the E at which the proposed k there predicts 1.0x);
-when they differ by more than GATE_TOLERANCE, the proposal carries the break-even (window and probes as served). No
-gate is proposed where none is served: whether to gate is the deployment's choice (`trtspec report` recommends one).
+break-even at the window's concurrency (the mean acceptance length E at which the proposed k there predicts 1.0x),
+in the served gate's unit (`targets.controls.Release.threshold_from_break_even`: TensorRT-LLM 1.2.1's accepted draft
+tokens per iteration E - 1, 1.3's rate); when they differ by more than GATE_TOLERANCE, the proposal carries the
+break-even (window, probes and controls as served). No gate is proposed where none is served: whether to gate is the
+deployment's choice (`trtspec report` recommends one).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from trtspec.contracts.schedule import SpecSchedule
 from trtspec.ops.buckets import bucket_of
 from trtspec.ops.recommend import MIN_DRAFTS, MIN_GAIN, predicted_speedup
 from trtspec.ops.window import WindowStats
+from trtspec.targets.controls import release
 
 MIN_TRIALS = 20  # trials at a position below which its conditional acceptance is the window's per-token one
 GATE_TOLERANCE = 0.10  # a served gate's threshold changes when the break-even differs from it by more than this
@@ -172,7 +175,7 @@ def propose_schedule(window: WindowStats, buckets: Mapping[int, WindowStats], ba
     served_limit = served_schedule.max_concurrency if served_schedule is not None else None
     draft_len, limit, default_k = compress(ks, served_limit)
     gate = _gate(window, baseline, ks, served_schedule)
-    schedule = SpecSchedule(draft_len, limit, *gate)
+    schedule = SpecSchedule(draft_len=draft_len, max_concurrency=limit, **gate)
     schedule = schedule if schedule.to_parameters() else None
     def beyond(value: int | None) -> int | None:  # a limit past the batch sizes covered (inside, ks show it)
         return value if value is not None and value >= top else None
@@ -188,8 +191,8 @@ def propose_schedule(window: WindowStats, buckets: Mapping[int, WindowStats], ba
     why = [f"batch {r.batch_size}: k={r.k} {r.speedup:.2f}x (now k={r.served_k} {r.served_speedup:.2f}x)"
            for r in rows if r.k != r.served_k]
     if gate != _served_gate(served_schedule):
-        why.append(f"gate threshold {_served_gate(served_schedule)[1]} -> {gate[1]} (break-even at the window's "
-                   "concurrency)")
+        before, after = (served_schedule.gate_threshold if served_schedule else None), SpecSchedule(**gate).gate_threshold
+        why.append(f"gate threshold {before} -> {after} (break-even at the window's concurrency)")
     served_text = describe(served_schedule, served_k) if served is not None else f"k={served_k}, schedule not known"
     return ScheduleProposal(**common, action="change", schedule=schedule, default_k=default_k,
                             message=f"serve {describe(schedule, default_k)} (served: {served_text}); "
@@ -215,24 +218,31 @@ def compress(ks: Sequence[int], served_limit: int | None = None) -> tuple[tuple[
     return tuple(entries), limit, default_k
 
 
-def _served_gate(schedule: SpecSchedule | None) -> tuple[int | None, float | None, int | None]:
+def _served_gate(schedule: SpecSchedule | None) -> dict[str, Any]:
+    """The served gate's fields (whichever release's gate it is), with probes and controls."""
     if schedule is None:
-        return None, None, None
-    return schedule.acceptance_window, schedule.acceptance_length_threshold, schedule.probe_every
+        return {}
+    names = (("acceptance_window", "acceptance_length_threshold") if schedule.acceptance_length_threshold is not None
+             else ("acceptance_rate_window_size", "acceptance_rate_threshold"))
+    return {**{name: getattr(schedule, name) for name in names}, "probe_every": schedule.probe_every,
+            "controls": schedule.controls}
 
 
-def _gate(window: WindowStats, baseline: Baseline, ks: Sequence[int],
-          served: SpecSchedule | None) -> tuple[int | None, float | None, int | None]:
-    """(acceptance_window, acceptance_length_threshold, probe_every): as served, the threshold re-derived (module
-    docstring)."""
-    size, threshold, probes = _served_gate(served)
-    if not size or threshold is None:
-        return size, threshold, probes
+def _gate(window: WindowStats, baseline: Baseline, ks: Sequence[int], served: SpecSchedule | None) -> dict[str, Any]:
+    """The gate's fields: as served, the threshold re-derived in its unit (module docstring)."""
+    gate = _served_gate(served)
+    if served is None or not served.gated:
+        return gate
     batch = min(max(round(window.concurrency or 1.0), 1), len(ks))
     k = ks[batch - 1]
     if k == 0:  # no speculation at the expected batch size: nothing for the gate to decide there
-        return size, threshold, probes
+        return gate
     even = 1.0 / predicted_speedup(k, {k: 1.0}, baseline, batch)  # the speedup is linear in E(k)
-    if abs(even - threshold) > GATE_TOLERANCE * max(threshold, 1e-9):
-        threshold = round(even, 2)
-    return size, threshold, probes
+    unit = "1.2.1" if served.acceptance_length_threshold is not None else "1.3.0rc29"
+    proposed = release(unit).threshold_from_break_even(even, k)
+    threshold = served.gate_threshold
+    assert threshold is not None  # (gated)
+    if abs(proposed - threshold) > GATE_TOLERANCE * max(threshold, 1e-9):
+        name = "acceptance_length_threshold" if unit == "1.2.1" else "acceptance_rate_threshold"
+        gate[name] = round(max(0.0, proposed), 2)
+    return gate
