@@ -171,3 +171,24 @@ def test_workflow_is_a_typed_key():
         load_build_spec(ROOT / "build_configs/tiny-ngram.yaml", overrides={"workflow": "trt"})
     assert err.value.field == "workflow" and err.value.exit_code == 2
     assert resolve("ngram").llmapi_decoding_type == "NGram"
+
+
+def test_a_pytorch_build_renders_without_its_checkpoints_and_deploys(tmp_path):
+    """The PyTorch workflow names checkpoints by their path where TensorRT-LLM runs (here /models/..., absent): the
+    build writes the options file (the checks that read the files unchecked), and deploy renders NVIDIA's llmapi model
+    from it, so a laptop or CI renders a deployment for a cluster that holds the weights."""
+    out, repo = tmp_path / "build", tmp_path / "repo"
+    code, printed, err = run_cli(["build", str(ROOT / "build_configs/llama3.1-8b-ngram-pytorch.yaml"), "--out",
+                                  str(out)])
+    assert code == 0, err
+    assert "check pending target checkpoint (where the checkpoints are)" in printed
+    options = yaml.safe_load((out / LLM_API_FILE).read_text())
+    assert options["speculative_config"]["decoding_type"] == "NGram"
+    manifest = json.loads((out / "trtspec-manifest.json").read_text())
+    assert any(c["name"] == "target checkpoint" and "does not exist here" in c["detail"]
+               for c in manifest["pending_checks"]), manifest["pending_checks"]
+    code, _, err = run_cli(["deploy", "--backend", "tensorrtllm", "--build", str(out), "--out", str(repo)])
+    assert code == 0, err
+    model_yaml = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert model_yaml["model"] == "/models/Llama-3.1-8B-Instruct"
+    assert model_yaml["speculative_config"] == options["speculative_config"]

@@ -176,6 +176,13 @@ def check_output_dir(out: Path, plan: BuildPlan) -> None:
                              hint="choose a new or empty directory; a rebuild replaces only its own output")
 
 
+def pending_checks(resolved: Resolved) -> list[dict[str, str]]:
+    """The preflight checks that could not run on this host (a checkpoint that lives where TensorRT-LLM runs): each
+    to be made there, in the target's container."""
+    return [{"name": c.name, "detail": c.detail, "container": resolved.spec.trtllm.image()}
+            for c in resolved.checks if c.status == "unchecked"]
+
+
 def _pending(step: Step, out: Path, resolved: Resolved) -> dict[str, Any]:
     """A pending step as printed and stored: the shell line is built from argv (`cd OUT && ...`, quoted)."""
     return {"id": step.id, "command": f"{shlex.join(['cd', str(out)])} && {step.command()}", "cwd": str(out),
@@ -415,6 +422,7 @@ def _manifest(plan: BuildPlan, resolved: Resolved, steps: list[dict[str, Any]], 
         "serve": {form: serve_command(argv, out, plan) for form, argv in plan.serve.items()},
         "steps": steps,
         "pending": pending,
+        "pending_checks": pending_checks(resolved),
         "notes": list(plan.notes),
         "file_hashes": hasher.used(),
     }

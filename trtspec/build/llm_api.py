@@ -57,6 +57,11 @@ class LlmApiRefusal(ConfigError):
         return f"no LLM-API form: {self.reason}; nearest method: {self.nearest}"
 
 
+# decoding_type strings a later release spells otherwise (1.3.0rc29: a pydantic discriminator tag, no from_dict mapping;
+# pytorch-workflow.json 1.3.0rc29 invalid_decoding_types)
+RENAMED_TAGS = {"DraftTarget": "Draft_Target", "UserProvided": "User_Provided"}
+
+
 @dataclass(frozen=True)
 class Speculation:
     """What the LLM-API options need from a build: method, k, checkpoints and the method's knobs."""
@@ -86,6 +91,8 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
         kind = None
     else:
         kind = info.llmapi_decoding_type
+    if kind is not None and kind not in facts.decoding_types and RENAMED_TAGS.get(kind) in facts.decoding_types:
+        kind = RENAMED_TAGS[kind]  # 1.3's pydantic tags
     if kind is None or kind not in facts.decoding_types:
         reason = NO_DECODING_TYPE.get(method, f"TensorRT-LLM {facts.version} has no {kind} decoding type")
         raise _refusal(method, facts, reason)
@@ -113,6 +120,10 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         config["max_matching_ngram_size"] = spec.max_matching_ngram_size or 2
     if kind in ("Eagle", "Eagle3") and "eagle3_one_model" in fields:
         config["eagle3_one_model"] = spec.eagle3_one_model
+    elif kind in ("Eagle", "Eagle3") and not spec.eagle3_one_model:
+        raise ConfigError("eagle.one_model", False, f"TensorRT-LLM {facts.version} has no two-model EAGLE-3 (no "
+                          "eagle3_one_model field: one model only)", hint="set eagle.one_model: true, or target a "
+                          "release with two-model EAGLE-3 (1.2.1)")
     config.update(_controls(spec, facts, kind, fields))
     return config
 
@@ -155,11 +166,12 @@ def load_target_facts(version: str) -> LlmApiFacts:
     return load_target(version).llm_api if version in SUPPORTED_TARGETS else llm_api_facts(version)
 
 
-def llm_api_options(spec: Speculation, target: TrtllmTarget, base: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole options mapping: `base` (the engine envelope and kv_cache_config) plus `speculative_config` and, for
-    two-model speculation, `disable_overlap_scheduler: true` (trtllm-specdec.md 3.5). Checked against the target's
-    facts: a user's control that breaks a rule is a ConfigError (exit 2) naming the key and the rule."""
-    facts = target.llm_api
+def llm_api_options(spec: Speculation, target: TrtllmTarget | LlmApiFacts, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole options mapping for a target (or a release's LLM-API facts): `base` (the engine envelope and
+    kv_cache_config) plus `speculative_config` and, for two-model speculation, `disable_overlap_scheduler: true`
+    (trtllm-specdec.md 3.5). Checked against the release's facts: a user's control that breaks a rule is a ConfigError
+    (exit 2) naming the key and the rule."""
+    facts = target if isinstance(target, LlmApiFacts) else target.llm_api
     options = dict(base)
     speculative = speculative_config(spec, facts)
     if speculative is not None:
@@ -171,7 +183,7 @@ def llm_api_options(spec: Speculation, target: TrtllmTarget, base: Mapping[str, 
     if problems:
         first = problems[0]
         field = first.key.replace("speculative_config.", "llm_api.", 1) if _user_key(first.key) else first.key
-        raise ConfigError(field, _value_at(options, first.key), f"TensorRT-LLM {target.version}: {first.problem}"
+        raise ConfigError(field, _value_at(options, first.key), f"TensorRT-LLM {facts.version}: {first.problem}"
                           + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
                           hint=first.fix or "see docs/targets.md, PyTorch workflow facts")
     return options

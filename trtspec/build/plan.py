@@ -38,6 +38,7 @@ from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
 from trtspec.contracts.suffix import SuffixConfig
+from trtspec.errors import ConfigError
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
 from trtspec.targets.llm_api import diff_serve_argv
 
@@ -343,7 +344,6 @@ def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, 
     """(`extra_llm_api_options` content or None, the plan note that says what was written or why nothing was). A
     method without a PyTorch decoding type gets the refusal's words as the note (its engine flow still builds); a
     control the target does not read, or a schedule that breaks its rules, is a ConfigError."""
-    spec = r.spec
     if not target.llm_api.verified:
         verified = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
         return None, (f"no LLM-API file: TensorRT-LLM {target.version}'s LLM-API options are not verified and trtspec "
@@ -353,6 +353,26 @@ def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, 
         decoding_type(r.method.name, target.llm_api, eagle3=_eagle3(r))
     except LlmApiRefusal as refusal:
         return None, refusal.note()
+    options = _options(r, target.llm_api)
+    return options, f"TensorRT-LLM {target.version} ({target.image}): {shlex.join(serve_argv(r.models['target'].path))}"
+
+
+def llm_api_for_release(r: Resolved, version: str) -> dict[str, Any] | None:
+    """The LLM-API options of this build for TensorRT-LLM `version`, a release with LLM-API facts that need not be a
+    build target (the release inside another image: Dynamo 1.6.1's 1.3.0rc29). None: no speculation form there
+    (LlmApiRefusal), a ConfigError for what that release refuses."""
+    from trtspec.targets.llm_api import llm_api_facts
+
+    facts = llm_api_facts(version)
+    if not facts.verified:
+        raise ConfigError("trtllm.version", version, f"has no verified LLM-API facts ({facts.why})",
+                          hint="use a release whose facts trtspec has (docs/targets.md)")
+    decoding_type(r.method.name, facts, eagle3=_eagle3(r))
+    return _options(r, facts)
+
+
+def _options(r: Resolved, facts: Any) -> dict[str, Any]:
+    spec = r.spec
     kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
     target_kv = r.kv.get(LLM_API) or r.kv.get("target")  # one cache budget for target and draft (build/memory.py)
     if target_kv and target_kv.max_tokens_in_paged_kv_cache:
@@ -361,8 +381,7 @@ def _llm_api(r: Resolved, target: TrtllmTarget) -> tuple[dict[str, Any] | None, 
         kv["free_gpu_memory_fraction"] = target_kv.kv_cache_free_gpu_mem_fraction
     base = {"max_batch_size": spec.engine.max_batch_size, "max_num_tokens": spec.engine.max_num_tokens,
             "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
-    options = llm_api_options(_speculation(r), target, base)
-    return options, f"TensorRT-LLM {target.version} ({target.image}): {shlex.join(serve_argv(r.models['target'].path))}"
+    return llm_api_options(_speculation(r), facts, base)
 
 
 def _speculation(r: Resolved) -> Speculation:

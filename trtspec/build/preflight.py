@@ -94,7 +94,10 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
     _check_backend(spec, method)
     _check_sections(spec, method)
     _check_target(spec, method, checks)
-    models = _resolve_models(spec, method, dry_run, checks)
+    # the PyTorch workflow refers to checkpoints by their path where TensorRT-LLM runs and converts nothing: a host
+    # without them renders the deployment, the checks that read the files pending (as a dry run's are)
+    authoring = spec.backend == "tensorrtllm" and spec.workflow_name() == "pytorch"
+    models = _resolve_models(spec, method, dry_run or authoring, checks)
     family = _check_architecture(spec, method, models, checks)
     if "draft" in models:
         _check_pair(spec, models["target"], models["draft"], checks)

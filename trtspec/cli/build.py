@@ -83,6 +83,8 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
                    f"{len(result.pending)} pending -> {result.out_dir}")
         for item in result.pending:
             click.echo(f"  pending {item['id']} (run in {item['container']}):\n    {item['command']}")
+        for check in result.manifest.get("pending_checks", []):
+            click.echo(f"  check pending {check['name']} (where the checkpoints are): {check['detail']}")
         for form, item in result.manifest.get("serve", {}).items():
             click.echo(f"  serve with {form} (in {item['container']}):\n    {item['command']}")
     stage_steps = {s.id for s in plan.select(only)}

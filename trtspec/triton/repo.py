@@ -121,8 +121,8 @@ class RepoSpec:
             raise UsageError(f"{build.root} was built for backend {build.backend!r}, not {backend!r}",
                              hint=f"deploy it with --backend {build.backend}, or build for {backend}")
         resolve(build.method)
-        if backend == "torch":
-            tokenizer = build.engine.target
+        if backend == "torch" or build.workflow == "pytorch":  # the llmapi model: the LLM API loads it where it runs
+            tokenizer = overrides.get("tokenizer_dir") or build.engine.target
         else:
             from trtspec.models import resolve_model
 
@@ -146,7 +146,7 @@ class RepoSpec:
             raise ConfigError("form", self.form, f"is not one of {', '.join(llmapi.FORMS)}", hint="--form llmapi")
         if self.form == "llmapi":
             llmapi.facts_for(self.trtllm_version)
-        if not self.tokenizer_dir.is_dir():
+        if self.form != "llmapi" and not self.tokenizer_dir.is_dir():
             raise UsageError(f"tokenizer_dir {self.tokenizer_dir} does not exist",
                              hint="the deployment tokenizes with the target's Hugging Face tokenizer")
         if engine.prompt_log is not None and self.backend != "torch":
