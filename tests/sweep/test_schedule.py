@@ -289,8 +289,15 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
             costs = step_costs([calib], rows[-1].params, r.batch_size)
             speedups = [1.0] + [costmodel.predict(k, e[k], costs).speedup for k in range(1, table["max_k"] + 1)]
             assert [p.speedup for p in r.points] == pytest.approx(speedups), (r.batch_size, speedups)
-    for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at 1),
-        allowed = [p for p in r.points if p.k <= rec.rows[0].k or r.batch_size == 1]  # or the previous batch size's
+    assert [r.k for r in rec.rows] == sorted((r.k for r in rec.rows), reverse=True)  # never rises with the batch
+    weights = dict(rec.profile)
+    assert sum(w * r.chosen.tokens_per_s for r in rec.rows for b, w in weights.items() if b == r.batch_size) >= \
+        sum(w * r.chosen.tokens_per_s for r in rec.per_batch for b, w in weights.items() if b == r.batch_size) - 1e-9
+    assert bool(rec.profile_note) == ([r.k for r in rec.rows] != [r.k for r in rec.per_batch])
+    for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at the
+        if i == 0 and rec.profile_note:  # batch size below), or the previous batch size's
+            continue  # batch 1's k chosen for the load profile
+        allowed = [p for p in r.points if i == 0 or p.k <= rec.rows[i - 1].k]
         top = max(p.speedup for p in allowed)  # k while it beats plain decoding by the margin and the best is within
         previous = r.point(rec.rows[i - 1].k) if i else None  # the margin, else the smallest change within the
         # margin of the best; a k > 0 only when it beats plain by the margin
@@ -320,3 +327,58 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
         assert all(r.k == 0 for r in rec.rows[rec.max_concurrency:])
         assert rec.max_concurrency == 0 or rec.rows[rec.max_concurrency - 1].k > 0
     assert rec.gate.threshold is None or (math.isfinite(rec.gate.threshold) and rec.gate.threshold > 0)
+
+
+def test_draft_lengths_never_rise_with_the_batch_size():
+    """Measured: at batch 2 neither k beats plain decoding by the margin, at batch 3 k=1 does (1.2x): per batch size
+    alone that is 1:2,2:0,3:1; the schedule keeps k=0 from batch 2 on (max_concurrency 1)."""
+    rows = [row(0, c, measured=1.0) for c in (1, 2, 3)]
+    rows += [row(2, 1, measured=1.5), row(1, 1, measured=1.3), row(2, 2, measured=1.01), row(1, 2, measured=1.0),
+             row(2, 3, measured=1.0), row(1, 3, measured=1.2)]
+    rec = recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=3)
+    assert [r.k for r in rec.rows] == [2, 0, 0] and rec.draft_len == ((1, 2), (2, 0)) and rec.max_concurrency == 1
+    assert "k=1 is faster (1.20x)" in rec.rows[2].note and "do not rise with the batch size" in rec.rows[2].note
+
+
+def test_a_load_profile_trades_batch_one_for_the_load():
+    """Batch 1 alone loses (every k 0.92x there) but 4 in flight gains 1.3x at k=2: per batch size alone nothing would
+    speculate (max_draft_len 0); over the sweep's concurrencies (1 and 4, alike) k=2 at batch 1 wins, and the note
+    says what batch 1 gives up. A profile that is batch 1 alone keeps plain decoding."""
+    rows = [row(0, 1, measured=1.0), row(0, 4, measured=1.0), row(1, 1, measured=0.92), row(2, 1, measured=0.92),
+            row(1, 4, measured=1.2), row(2, 4, measured=1.3)]
+    rec = recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=4)
+    assert [r.k for r in rec.per_batch] == [0, 0, 0, 0] and rec.rows[0].k == 2 and rec.rows[3].k == 2
+    assert "k=2 at batch 1 gives" in rec.profile_note and "0.92x at batch 1" in rec.profile_note
+    assert rec.profile == ((1, 0.5), (4, 0.5)) and rec.profile_speedup == pytest.approx((0.92 + 1.3) / 2)
+    alone = recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=4, load="1:1")
+    assert [r.k for r in alone.rows] == [0, 0, 0, 0] and not alone.profile_note and alone.max_draft_len == 0
+
+
+@pytest.mark.parametrize("load", ["1:0.5,9:0.5", "1:x", "0:1", "1:-1", "1:0", "1:nan", "1:1,1:1", "1:\u0661"])
+def test_a_bad_load_profile_names_the_flag(load):
+    with pytest.raises(ConfigError) as err:
+        recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8, load=load)
+    assert err.value.field == "--load" and "e.g." in err.value.hint or "batch sizes up to" in err.value.hint
+
+
+def test_a_sweep_of_one_pair_is_not_written_into_a_config_for_another(tmp_path):
+    path = tmp_path / "build.yaml"
+    text = ("name: big\nbackend: torch\ntarget: /models/llama-8b\ndraft: /models/llama-1b\nmethod: draft_target\n"
+            "k: 2\nengine:\n  max_batch_size: 6\n  max_input_len: 64\n  max_seq_len: 256\n")
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        write_schedule_config(path, sweep(), max_batch_size=6)
+    assert err.value.field == "target" and "'tiny'" in err.value.message and "--force" in err.value.hint
+    assert path.read_text() == text  # nothing written on refusal
+    done = write_schedule_config(path, sweep(), max_batch_size=6, force=True)
+    assert done.written and yaml.safe_load(path.read_text())["target"] == "/models/llama-8b"
+
+
+def test_no_speculation_is_said_in_words():
+    from trtspec.sweep.schedule_report import schedule_text
+
+    slow = recommend_schedule(results([row(0), row(1, e=1.1)], calibration(draft={1: 0.02, 8: 0.04})), VARIANT, 0.0,
+                              max_batch_size=4)
+    assert slow.max_draft_len == 0 and schedule_text(slow).startswith("no speculation")
+    assert schedule_text(recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8)).startswith(
+        "`draft_len_schedule` {1: 4, 2: 3, 3: 2, 4: 1, 5: 0}")

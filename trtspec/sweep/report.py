@@ -39,7 +39,8 @@ class ReportOutput:
 
 def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_hour: float | None = None,
                   gpus: Sequence[str] = ("H100", "H200"), plots: bool = True, timing: str = "auto",
-                  max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH) -> ReportOutput:
+                  max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH,
+                  load: str | None = None) -> ReportOutput:
     """Write `out_dir/report.md` and the plots; returns what was written, the recommendation and the schedules
     (batch sizes 1..max_batch_size, default the largest calibrated or measured; sweep/schedule.py)."""
     results_path, out_dir = Path(results_path), Path(out_dir)
@@ -63,7 +64,7 @@ def render_report(results_path: str | Path, out_dir: str | Path, *, price_per_ho
 
         made = render_all(results, out_dir)
     recs = recommend(results, price_per_hour=price_per_hour)
-    schedules = recommend_schedules(results, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size)
+    schedules = recommend_schedules(results, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size, load=load)
     schedule_plots = render_schedule_plots(schedules, out_dir) if plots else {}
     text = _markdown(results_path, results, made, recs, price_per_hour, gpus,
                      schedule_section(schedules, schedule_plots))

@@ -121,7 +121,8 @@ class BatchRow:
         notes = []
         if self.best_k not in (self.k, self.held):
             notes.append(f"k={self.best_k} is faster ({self.point(self.best_k).speedup:.2f}x) but above the k at "
-                         "batch 1 (max_draft_len)")
+                         + ("batch 1 (max_draft_len)" if self.previous is None or self.batch_size == 2 else
+                            "the batch size below (draft lengths do not rise with the batch size)"))
         if self.held is not None and self.k == 0:
             notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) does not beat plain decoding by more "
                          f"than {SWITCH_MARGIN:.0%}")
@@ -182,6 +183,15 @@ class ScheduleRecommendation:
     rows: tuple[BatchRow, ...]  # batch sizes 1..max_batch_size
     max_concurrency: int | None
     gate: Gate
+    profile: tuple[tuple[int, float], ...] = ((1, 1.0),)  # the load profile: (batch size, share of the time)
+    profile_note: str = ""  # why batch 1's k is not batch 1's own best, when the profile chose it
+    per_batch: tuple[BatchRow, ...] = ()  # the schedule chosen per batch size alone (batch 1's own best first)
+
+    @property
+    def profile_speedup(self) -> float:
+        """Throughput over the load profile / plain decoding's over it."""
+        plain = math.fsum(w * self.rows[b - 1].plain.tokens_per_s for b, w in self.profile)
+        return math.fsum(w * self.rows[b - 1].chosen.tokens_per_s for b, w in self.profile) / plain if plain else 1.0
 
     @property
     def max_batch_size(self) -> int:
@@ -207,16 +217,13 @@ class ScheduleRecommendation:
         gate = dict(zip(self.gate.keys, (self.gate.window, self.gate.threshold), strict=True)) if self.gate.set else {}
         return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency, **gate)
 
-    @property
-    def mean_speedup(self) -> float:
-        """Geometric mean of the chosen speedups over the batch sizes (how variants are ranked)."""
-        return statistics.geometric_mean([max(r.chosen.speedup, 1e-9) for r in self.rows])
-
     def to_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "method": self.method, "temperature": self.temperature,
                 "timing": self.timing, "max_batch_size": self.max_batch_size, "max_draft_len": self.max_draft_len,
                 "schedule": self.schedule.to_dict(), "max_concurrency": self.max_concurrency,
-                "gate": self.gate.to_dict(), "rows": [r.to_dict() for r in self.rows]}
+                "gate": self.gate.to_dict(), "profile": [list(p) for p in self.profile],
+                "profile_speedup": self.profile_speedup, "profile_note": self.profile_note,
+                "per_batch_draft_len": [r.k for r in self.per_batch], "rows": [r.to_dict() for r in self.rows]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -244,19 +251,19 @@ def default_max_batch_size(results: Results) -> int:
 
 
 def recommend_schedules(results: Results, *, max_batch_size: int | None = None,
-                        gate_batch_size: int = DEFAULT_GATE_BATCH,
-                        target_release: str = DEFAULT_RELEASE) -> list[ScheduleRecommendation]:
+                        gate_batch_size: int = DEFAULT_GATE_BATCH, target_release: str = DEFAULT_RELEASE,
+                        load: str | dict[int, float] | None = None) -> list[ScheduleRecommendation]:
     """A schedule per (variant, temperature) of the sweep; [] when the results hold no calibration."""
     if not results.calibrations:
         return []
     return [recommend_schedule(results, variant, temperature, max_batch_size=max_batch_size,
-                               gate_batch_size=gate_batch_size, target_release=target_release)
+                               gate_batch_size=gate_batch_size, target_release=target_release, load=load)
             for variant, temperature in candidates(results)]
 
 
 def recommend_schedule(results: Results, variant: str, temperature: float, *, max_batch_size: int | None = None,
-                       gate_batch_size: int = DEFAULT_GATE_BATCH,
-                       target_release: str = DEFAULT_RELEASE) -> ScheduleRecommendation:
+                       gate_batch_size: int = DEFAULT_GATE_BATCH, target_release: str = DEFAULT_RELEASE,
+                       load: str | dict[int, float] | None = None) -> ScheduleRecommendation:
     """The schedule of one variant at one temperature (module docstring). ConfigError naming `max_batch_size` /
     `gate_batch_size` when out of range; UsageError when the results hold no calibration for its model set."""
     rows = candidates(results).get((variant, float(temperature)))
@@ -287,20 +294,82 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
                 speedup_ratios[p.k].append((b, p.measured_speedup / p.predicted_speedup))
         if points[0].measured_tokens_per_s and points[0].predicted_tokens_per_s > 0:
             plain_ratios.append((b, points[0].measured_tokens_per_s / points[0].predicted_tokens_per_s))
-    table: list[BatchRow] = []
+    anchored = {}
     for b in range(1, top + 1):
         plain = _anchor(plain_ratios, b)
-        points = tuple(p if p.measured_speedup is not None else
-                       replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
-        best_k = _argmax(points, None)
-        k, held = (_choose(points, best_k) if not table else
-                   _choose(points, _argmax(points, table[0].k), table[-1].k, table[0].k))
-        table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held, table[-1].k if table else None))
+        anchored[b] = tuple(p if p.measured_speedup is not None else
+                            replace(p, anchor=_anchor(speedup_ratios[p.k], b), plain_anchor=plain) for p in raw[b])
+    measured = {int(r.params["concurrency"]) for r in (*rows, *base_rows)}
+    weights = load_profile(load, top, measured)
+    per_batch = _table(anchored, calibrated_up_to)
+    table, own = per_batch, _profile_tokens_per_s(per_batch, weights)
+    best_value, best_table = own, per_batch
+    for first in sorted({p.k for p in anchored[1]} - {per_batch[0].k}):
+        other = _table(anchored, calibrated_up_to, first)
+        if (value := _profile_tokens_per_s(other, weights)) > best_value:
+            best_value, best_table = value, other
+    profile_note = ""
+    if best_table is not per_batch and best_value > own * (1 + SWITCH_MARGIN):
+        table = best_table
+        profile_note = (f"over the load profile, k={table[0].k} at batch 1 gives {best_value / own:.2f}x the "
+                        f"throughput of the schedule chosen per batch size alone (k={per_batch[0].k} at batch 1, "
+                        f"{per_batch[0].chosen.speedup:.2f}x there; k={table[0].k} is {table[0].chosen.speedup:.2f}x "
+                        "at batch 1)")
     speculating = [row.batch_size for row in table if row.k > 0]
     max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
     gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing, release(target_release))
     return ScheduleRecommendation(variant, rows[0].method, dict(rows[0].params), float(temperature), results.timing,
-                                  tuple(table), max_concurrency, gate)
+                                  tuple(table), max_concurrency, gate, tuple(sorted(weights.items())), profile_note,
+                                  tuple(per_batch))
+
+
+def load_profile(load: str | dict[int, float] | None, top: int, measured: set[int]) -> dict[int, float]:
+    """{batch size: weight} summing to 1: `load` ("1:0.2,4:0.5,16:0.3" or a mapping; ConfigError naming `--load`
+    unless each key is a batch size in [1, top] and each weight a finite number >= 0, not all 0), else the sweep's
+    measured concurrencies up to `top`, alike (batch 1 when none)."""
+    if load is None:
+        sizes = sorted(b for b in measured if 1 <= b <= top) or [1]
+        return {b: 1.0 / len(sizes) for b in sizes}
+    pairs: dict[int, float] = {}
+    items = load.items() if isinstance(load, dict) else (item.partition(":")[::2] for item in str(load).split(","))
+    for key, value in items:
+        try:
+            batch, weight = int(str(key).strip()), float(str(value).strip())
+            if not str(key).strip().isascii() or not str(value).strip().isascii():
+                raise ValueError(key)
+        except ValueError:
+            raise ConfigError("--load", str(load), f"entry {key}:{value} is not BATCH:WEIGHT",
+                              hint="e.g. --load 1:0.2,4:0.5,16:0.3 (batch size: share of the time at it)") from None
+        if not 1 <= batch <= top or not math.isfinite(weight) or weight < 0 or batch in pairs:
+            raise ConfigError("--load", str(load), f"entry {batch}:{value}: a batch size in [1, {top}] once, with a "
+                              "finite weight >= 0", hint=f"batch sizes up to the max batch size {top}")
+        pairs[batch] = weight
+    total = math.fsum(pairs.values())
+    if total <= 0:
+        raise ConfigError("--load", str(load), "has no weight above 0", hint="e.g. --load 1:0.2,4:0.5,16:0.3")
+    return {b: w / total for b, w in sorted(pairs.items())}
+
+
+def _profile_tokens_per_s(table: list[BatchRow], weights: dict[int, float]) -> float:
+    """Tokens/s over the load profile: each batch size's, by its share of the time."""
+    return math.fsum(w * table[b - 1].chosen.tokens_per_s for b, w in weights.items())
+
+
+def _table(anchored: dict[int, tuple[KPoint, ...]], calibrated_up_to: int, first: int | None = None) -> list[BatchRow]:
+    """k per batch size (module docstring): batch 1's choice (or `first`), then at each larger batch size the rule
+    over the k at most the one below (draft lengths never rise with the batch size)."""
+    table: list[BatchRow] = []
+    for b, points in sorted(anchored.items()):
+        best_k = _argmax(points, None)
+        if table:
+            cap = table[-1].k
+            k, held = _choose(points, _argmax(points, cap), cap, cap)
+        elif first is None:
+            k, held = _choose(points, best_k)
+        else:
+            k, held = first, (best_k if best_k != first else None)
+        table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held, table[-1].k if table else None))
+    return table
 
 
 def _point(k: int, predicted: float, predicted_tps: float, rows: list[CaseRow], base_rows: list[CaseRow],
@@ -467,9 +536,9 @@ def _gate_samples(rows: list[CaseRow], k: int, controls: Release) -> tuple[list[
 
 def choose(results: Results, *, method: str | None = None, temperature: float | None = None,
            max_batch_size: int | None = None, gate_batch_size: int = DEFAULT_GATE_BATCH,
-           target_release: str = DEFAULT_RELEASE) -> ScheduleRecommendation:
+           target_release: str = DEFAULT_RELEASE, load: str | dict[int, float] | None = None) -> ScheduleRecommendation:
     """One recommendation: `method` a variant (`draft_target:tiny-draft`) or a method with one variant (default: the
-    variant with the best mean speedup over the batch sizes), `temperature` one the sweep ran (default: the lowest).
+    variant with the best speedup over the load profile), `temperature` one the sweep ran (default: the lowest).
     ConfigError naming `method` / `temperature` with the choices."""
     groups = candidates(results)
     if not results.calibrations or not groups:
@@ -488,5 +557,5 @@ def choose(results: Results, *, method: str | None = None, temperature: float | 
                           hint="choose one of: " + ", ".join(f"{t:g}" for t in temps))
     temp = float(temperature) if temperature is not None else temps[0]
     recs = [recommend_schedule(results, v, temp, max_batch_size=max_batch_size, gate_batch_size=gate_batch_size,
-                               target_release=target_release) for v in variants if (v, temp) in groups]
-    return max(recs, key=lambda r: r.mean_speedup)
+                               target_release=target_release, load=load) for v in variants if (v, temp) in groups]
+    return max(recs, key=lambda r: r.profile_speedup)

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError
 from trtspec.sweep.analysis import Results
-from trtspec.sweep.schedule import DEFAULT_GATE_BATCH, ScheduleRecommendation, choose
+from trtspec.sweep.schedule import DEFAULT_GATE_BATCH, DEFAULT_RELEASE, ScheduleRecommendation, choose
+from trtspec.targets.controls import release
 
-CONTROLS = ("draft_len_schedule", "max_concurrency", "acceptance_window", "acceptance_length_threshold")
+CONTROLS = SpecSchedule.LLM_API  # the build config's llm_api keys a recommendation replaces
 ALL_ROWS_UP_TO = 16  # larger max batch sizes show the rows where k changes, measured rows and powers of two
 
 
@@ -41,19 +43,22 @@ def schedule_section(recs: Sequence[ScheduleRecommendation], plots: dict[str, Pa
             "ran that concurrency and k (mean over suites), else **modelled**: the cost model's speedup (E(k) "
             "measured, forward costs calibrated at that batch size) scaled by measured / modelled of that k at the "
             "nearest measured concurrencies (`model alone` is the unscaled prediction). No k above the k at batch 1 "
-            "(TensorRT-LLM: schedule[1] == max_draft_len); k = 0 wins ties. The gate's threshold is the mean "
-            "acceptance length at which speculation stops paying at its batch size (S_k / S_0, host overhead "
-            "included, anchored like the speedups). Write one into a build config: `trtspec report RESULTS --out DIR --write-config build.yaml "
+            "(TensorRT-LLM: schedule[1] == max_draft_len) and none above the k at the batch size below (draft "
+            "lengths do not rise with the batch size); k = 0 wins ties. Batch 1's k is the one that serves the load "
+            "profile best (the sweep's concurrencies, or `--load`). The gate's threshold is the break-even at which "
+            "speculation stops paying at its batch size (S_k / S_0 tokens per target forward, host overhead "
+            "included, anchored like the speedups), written in the unit of the target release's gate "
+            "(TensorRT-LLM 1.2.1's `acceptance_length_threshold`: accepted draft tokens per iteration, bonus token "
+            "excluded, so break-even - 1). Write one into a build config: `trtspec report RESULTS --out DIR --write-config build.yaml "
             "[--method M] [--temperature T]`.", ""]
     for rec in recs:
         schedule = rec.schedule
-        out += [f"### {rec.variant}, T={rec.temperature:g}", "",
-                f"- `draft_len_schedule` {{{', '.join(f'{b}: {k}' for b, k in rec.draft_len)}}}, max_draft_len "
-                f"{rec.max_draft_len}, `max_concurrency` "
-                f"{'none (speculation wins up to the max batch size)' if rec.max_concurrency is None else rec.max_concurrency}",
-                "- gate: " + (f"`acceptance_length_threshold` {schedule.acceptance_length_threshold:g}, "
-                              f"`acceptance_window` {schedule.acceptance_window} ({rec.gate.reason}; window: "
-                              f"{rec.gate.window_reason})" if rec.gate.set else rec.gate.reason), ""]
+        out += [f"### {rec.variant}, T={rec.temperature:g}", "", f"- {schedule_text(rec)}",
+                "- gate: " + (f"`{rec.gate.keys[1]}` {schedule.gate_threshold:g}, `{rec.gate.keys[0]}` "
+                              f"{schedule.gate_window} ({rec.gate.reason}; window: {rec.gate.window_reason})"
+                              if rec.gate.set else rec.gate.reason),
+                f"- load profile {', '.join(f'{b}: {w:.2f}' for b, w in rec.profile)}: {rec.profile_speedup:.2f}x "
+                "plain decoding" + (f"; {rec.profile_note}" if rec.profile_note else ""), ""]
         shown = [row for row in rec.rows if _shown_row(rec, row.batch_size)]
         out += _table(["batch", "k", "speedup", "source", "model alone", "measured", f"tokens/s ({rec.timing})",
                        "plain tokens/s", "note"],
@@ -65,6 +70,18 @@ def schedule_section(recs: Sequence[ScheduleRecommendation], plots: dict[str, Pa
         if plot is not None and rec is [r for r in recs if r.temperature == rec.temperature][-1]:
             out += [f"![Schedule, T={rec.temperature:g}]({plot.name})", ""]
     return out
+
+
+def schedule_text(rec: ScheduleRecommendation) -> str:
+    """The schedule in words: "no speculation" when plain decoding serves the load best, else the draft lengths and
+    max_concurrency."""
+    if rec.max_draft_len == 0:
+        return (f"no speculation: plain decoding serves the load profile best at every batch size 1-"
+                f"{rec.max_batch_size} (a build config gets method none)")
+    limit = ("none (speculation wins up to the max batch size)" if rec.max_concurrency is None
+             else str(rec.max_concurrency))
+    return (f"`draft_len_schedule` {{{', '.join(f'{b}: {k}' for b, k in rec.draft_len)}}}, max_draft_len "
+            f"{rec.max_draft_len}, `max_concurrency` {limit}")
 
 
 def _shown_row(rec: ScheduleRecommendation, batch: int) -> bool:
@@ -158,10 +175,12 @@ class ConfigWrite:
 
 def write_schedule_config(path: str | Path, results: Results, *, method: str | None = None,
                           temperature: float | None = None, max_batch_size: int | None = None,
-                          gate_batch_size: int = DEFAULT_GATE_BATCH, dry_run: bool = False) -> ConfigWrite:
+                          gate_batch_size: int = DEFAULT_GATE_BATCH, dry_run: bool = False,
+                          load: str | None = None, force: bool = False) -> ConfigWrite:
     """Create or update the build config at `path` with the recommended schedule (module docstring); `max_batch_size`
-    defaults to the config's engine.max_batch_size. Checked before writing (ConfigError, exit 2, naming the field);
-    `dry_run`: nothing is written."""
+    defaults to the config's engine.max_batch_size; the gate is the config's target release's (its names and unit).
+    Checked before writing (ConfigError, exit 2, naming the field); a config for another model pair than the sweep's
+    is refused unless `force`; `dry_run`: nothing is written."""
     from trtspec.atomic import write_text
     from trtspec.build.llm_api import llm_api_yaml
     from trtspec.config import EngineSpec, load_yaml, parse_build_spec
@@ -180,9 +199,12 @@ def write_schedule_config(path: str | Path, results: Results, *, method: str | N
         raise ConfigError("max_batch_size", max_batch_size, f"is above engine.max_batch_size {configured} of {path}: "
                           "the build never runs that many requests", hint="raise engine.max_batch_size in the config "
                           f"first, or give --max-batch-size <= {configured}")
+    release = _gate_release(parse_build_spec(data, source=str(path)) if data else None)
     rec = choose(results, method=method, temperature=temperature,
                  max_batch_size=configured if max_batch_size is None else max_batch_size,
-                 gate_batch_size=gate_batch_size)
+                 gate_batch_size=gate_batch_size, target_release=release, load=load)
+    if data and not force:
+        _same_pair(data, rec, path)
     new = dict(data) if data else {"target": rec.params["model"]}
     notes = _set_method(new, rec)
     _set_controls(new, {}, keep=True)
@@ -199,6 +221,31 @@ def write_schedule_config(path: str | Path, results: Results, *, method: str | N
     if not dry_run:
         write_text(path, text)
     return ConfigWrite(path, text, previous, rec, tuple(notes), not dry_run)
+
+
+def _gate_release(spec: Any) -> str:
+    """The release whose gate a build config gets: its TensorRT-LLM target's where that has a controls model (the
+    torch backend runs 1.2.1's names under trtspec's controls)."""
+    from trtspec.targets.controls import has_release
+
+    if spec is None or spec.backend == "torch" or not has_release(spec.trtllm.version):
+        return DEFAULT_RELEASE
+    return str(spec.trtllm.version)
+
+
+def _same_pair(data: dict[str, Any], rec: ScheduleRecommendation, path: Path) -> None:
+    """Refuse a sweep of one model pair written into a config for another (the acceptance measured is the pair's)."""
+    from trtspec.errors import ConfigError
+
+    swept = {"target": rec.params.get("model"), "draft": rec.params.get("draft")}
+    for key in ("target", "draft"):
+        given = data.get(key)
+        if given is not None and swept[key] is not None and str(given) != str(swept[key]):
+            raise ConfigError(key, str(given), f"is not the sweep's {key} {swept[key]!r}: the schedule was measured on "
+                              f"target {swept['target']!r}" + (f" with draft {swept['draft']!r}" if swept["draft"]
+                                                               else ""),
+                              hint=f"write it into a config for that pair, or pass --force to write it into {path.name} "
+                                   "anyway")
 
 
 def _set_method(data: dict[str, Any], rec: ScheduleRecommendation) -> list[str]:
@@ -295,8 +342,9 @@ def _header(rec: ScheduleRecommendation) -> list[str]:
     """Where the values came from: numbers and fixed words only (and the method, a name of trtspec's table)."""
     entries = ", ".join(f"batch {b}: k={k} ({rec.rows[b - 1].chosen.speedup:.2f}x {rec.rows[b - 1].chosen.source})"
                         for b, k in rec.draft_len)
-    gate = (f"gate: mean acceptance length below {rec.gate.threshold:g} over {rec.gate.window} finished requests"
-            if rec.gate.set else "no acceptance gate")
+    window_key, threshold_key = rec.gate.keys
+    gate = (f"gate: {threshold_key} {rec.gate.threshold:g} ({release(rec.gate.release).unit_text}) over "
+            f"{window_key} {rec.gate.window}" if rec.gate.set else "no acceptance gate")
     concurrency = "none" if rec.max_concurrency is None else str(rec.max_concurrency)
     return [f"Recommended by `trtspec report`: method {rec.method} at temperature {rec.temperature:g} "
             f"({rec.timing} time), batch sizes 1-{rec.max_batch_size}.", f"Draft length: {entries}.",
