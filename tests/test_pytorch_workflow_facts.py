@@ -31,6 +31,10 @@ def _sections(facts):
                 yield version, name, target[name]
 
 
+def _llm_api_versions() -> list[str]:
+    return [v for v, target in json.loads(_text())["targets"].items() if "llm_api" in target]
+
+
 def _has_commit(source: dict) -> bool:
     return bool(HEX40.match(source.get("commit", "")))
 
@@ -71,8 +75,12 @@ def test_every_section_has_sources_with_a_commit_or_bracket(facts):
         assert set(section["sources"]) <= set(sources), where
         bracket = section.get("bracket")
         if bracket:
-            assert HEX40.match(bracket["lower"]) and HEX40.match(bracket["upper"]), where
-            assert bracket["lower"] != bracket["upper"] and isinstance(bracket["agree"], bool), where
+            assert HEX40.match(bracket["lower"]) and isinstance(bracket["agree"], bool), where
+            if bracket["upper"] is None:  # no stored file is newer than the release: newer published docs bracket it
+                assert bracket["upper_sources"] and set(bracket["upper_sources"]) <= set(sources), where
+                assert all(sources[key].get("url") for key in bracket["upper_sources"]), where
+            else:
+                assert HEX40.match(bracket["upper"]) and bracket["lower"] != bracket["upper"], where
         assert bracket or any(_has_commit(sources[key]) for key in section["sources"]), where
         if section["pinned"]:
             assert all(_has_commit(sources[key]) for key in section["sources"]), where
@@ -85,7 +93,7 @@ def _fields(llm_api: dict, cls: str) -> list[str]:
     return [f["name"] for f in llm_api["base"]["fields"]] + own
 
 
-@pytest.mark.parametrize("version", ["1.2.1", "1.0.0"])
+@pytest.mark.parametrize("version", _llm_api_versions())
 def test_decoding_types_have_their_classes(facts, version):
     llm_api = facts["targets"][version]["llm_api"]
     types = llm_api["decoding_types"]
@@ -96,7 +104,7 @@ def test_decoding_types_have_their_classes(facts, version):
     assert llm_api["extra_keys"] == "forbid"
 
 
-@pytest.mark.parametrize("version", ["1.2.1", "1.0.0"])
+@pytest.mark.parametrize("version", _llm_api_versions())
 def test_fields_once_per_class_and_required_are_fields(facts, version):
     llm_api = facts["targets"][version]["llm_api"]
     base_names = [f["name"] for f in llm_api["base"]["fields"]]
@@ -125,6 +133,38 @@ def test_1_2_1_base_fields_and_rules(facts):
     assert {"Eagle3", "PARD"} <= set(llm_api["invalid_decoding_types"])
     old = {f["name"] for f in facts["targets"]["1.0.0"]["llm_api"]["base"]["fields"]}
     assert old == {"max_draft_len", "speculative_model_dir"}
+
+
+def test_1_3_0rc29_tags_base_fields_and_rules(facts):
+    """1.3.0rc29 (facts only, no Triton or trtllm-serve sections): pydantic discriminator tags, not 1.2.1's from_dict
+    names; DecodingBaseConfig as the rc29 page lists it; one model only; the release's schedule, max_concurrency and
+    gate rules; every class names its sources and evidence."""
+    target = facts["targets"]["1.3.0rc29"]
+    assert not {"triton_llmapi", "trtllm_serve"} & set(target)
+    llm_api = target["llm_api"]
+    assert set(llm_api["decoding_types"]) == {"AUTO", "Eagle3", "Eagle", "MTP", "NGram", "Draft_Target", "SA", "PARD",
+                                              "DFlash", "DSpark", "User_Provided", "SaveState"}
+    assert {"DraftTarget", "UserProvided", "Lookahead", "Medusa"} <= set(llm_api["invalid_decoding_types"])
+    assert "renamed Draft_Target" in llm_api["invalid_decoding_types"]["DraftTarget"]
+    base = {f["name"]: f for f in llm_api["base"]["fields"]}
+    assert set(base) == {"max_draft_len", "max_total_draft_tokens", "speculative_model", "moe_backend",
+                         "max_concurrency", "draft_len_schedule", "load_format", "acceptance_rate_window_size",
+                         "acceptance_rate_threshold", "use_rejection_sampling", "allow_advanced_sampling",
+                         "advanced_sampling_mode", "enable_penalty"}
+    assert base["speculative_model"]["aliases"] == ["speculative_model_dir"]
+    classes = llm_api["classes"]
+    two_model = {"eagle3_one_model", "mtp_eagle_one_model", "greedy_sampling", "posterior_threshold"}
+    for cls in ("Eagle3DecodingConfig", "EagleDecodingConfig", "MTPDecodingConfig"):
+        assert not {f["name"] for f in classes[cls]["fields"]} & two_model, cls
+    for cls, spec in classes.items():
+        assert spec["evidence"] and spec["sources"] and set(spec["sources"]) <= set(facts["sources"]), cls
+    rules = llm_api["rules"]
+    assert "the smallest key's value == max_draft_len (key 1 is not required)" in rules["draft_len_schedule"]["rule"]
+    assert "exclusive with draft_len_schedule: both set is a ValueError" in rules["max_concurrency"]["rule"]
+    assert "acceptance_rate_threshold in [0.0, 1.0]" in rules["acceptance_gate"]["rule"]
+    transceiver = {f["name"]: f for f in rules["cache_transceiver_config"]["fields"]}
+    assert {"backend", "max_tokens_in_buffer"} <= set(transceiver)
+    assert set(rules["cache_transceiver_config"]["sources"]) <= set(facts["sources"])
 
 
 def test_1_2_1_triton_model_names_and_documented_requests(facts):

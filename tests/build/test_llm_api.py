@@ -38,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
 WITH_FACTS = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
 MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3": "Eagle"}
+# a release's own tag for a mapped type where its facts have it (1.3.0rc29: EAGLE-3's own class; the pydantic
+# discriminator spells draft-target with an underscore, pytorch-workflow.json invalid_decoding_types)
+LATER_TAG = {"Eagle": "Eagle3", "DraftTarget": "Draft_Target"}
 REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "suffix": "ngram", "eagle": "eagle"}
 
 
@@ -55,7 +58,10 @@ def test_each_method_maps_to_a_pytorch_decoding_type_or_is_refused(method, versi
         assert err.value.exit_code == 2 and err.value.field == "method" and err.value.value == method
         assert f"TensorRT-LLM {version}" in err.value.message and f"nearest: {REFUSED[method]}" in err.value.message
         return
-    assert decoding_type(method, facts) == MAPPED[method]
+    expected = MAPPED[method]
+    if LATER_TAG.get(expected) in facts.decoding_types:
+        expected = LATER_TAG[expected]
+    assert decoding_type(method, facts) == expected
     spec = Speculation(method, 4, "/m/target", draft_model="/m/draft" if method in ("draft_target", "eagle3") else None)
     config = speculative_config(spec, facts)
     if config is None:
