@@ -120,7 +120,7 @@ def test_forms_that_ignore_or_lack_facts_are_named():
     assert all("acceptance_rate" in p.fix for p in renamed)
     both = rc29.problems({"draft_len_schedule": {4: 4}, "max_concurrency": 4}, "Eagle3")
     assert [p.key for p in both] == ["max_concurrency"] and "mutually exclusive" in both[0].problem
-    unverified = rc29.problems({"max_concurrency": 4}, "DraftTarget")
+    unverified = rc29.problems({"max_concurrency": 4}, "NGram")
     assert unverified and "no fact was read" in unverified[0].problem
     assert [p.key for p in rc29.problems({"acceptance_rate_window_size": 4, "acceptance_rate_threshold": 1.5},
                                          "Eagle3")] == ["acceptance_rate_threshold"]

@@ -400,7 +400,7 @@ def parse_build_spec(data: Any, *, source: str = "config") -> BuildSpec:
     if not isinstance(data, dict):
         raise ConfigError(source, type(data).__name__, "a build config is a YAML mapping",
                           hint="start from an example: `trtspec build --example tiny-torch > tiny-torch.yaml`")
-    _check_size(data, source, "a build config")
+    check_size(data, source, "a build config")
     try:
         return BuildSpec.model_validate(data)
     except ValidationError as exc:
@@ -444,11 +444,11 @@ def load_yaml(path: Path, *, what: str) -> Any:
     except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot construct (2024-13-45, 10**5000)
         raise ConfigError("config", str(path), f"holds a value YAML cannot read ({' '.join(str(exc).split())[:120]})",
                           hint="quote the value if it is a string") from None
-    _check_size(data, str(path), what)
+    check_size(data, str(path), what)
     return data
 
 
-def _check_size(data: Any, source: str, what: str) -> None:
+def check_size(data: Any, source: str, what: str) -> None:
     """Refuse documents deeper than MAX_CONFIG_DEPTH or with more than MAX_CONFIG_NODES values (YAML aliases count
     once per use: that is how validation would walk them). Iterative: a deep document cannot overflow the stack."""
     stack, nodes = [(data, 1)], 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import os
 import stat
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +50,47 @@ def _regular(mode: int, path: Path, field: str, what: str) -> None:
 
 def load_yaml_text(text: str) -> Any:
     """The YAML document in `text`, read with PyYAML's safe loader: the libyaml (C) one where PyYAML has it, whose
-    parse time stays linear in hostile nesting, else the pure-Python one. Nesting past what the loader can hold raises
-    RecursionError with either loader (libyaml reports it as a scanner error); other problems raise yaml.YAMLError,
-    ValueError or OverflowError, as `yaml.safe_load` does."""
+    parse time stays linear in hostile nesting, else the pure-Python one. A mapping that gives a key twice is a
+    yaml.constructor.ConstructorError ("found duplicate key", with its line): YAML says keys are unique, and PyYAML
+    would keep the last silently. Nesting past what the loader can hold raises RecursionError with either loader
+    (libyaml reports it as a scanner error); other problems raise yaml.YAMLError, ValueError or OverflowError, as
+    `yaml.safe_load` does."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        return yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a safe loader
     except yaml.MarkedYAMLError as exc:
         if "maximum nesting depth" in str(exc.problem or ""):
             raise RecursionError(str(exc.problem)) from None
         raise
+
+
+@cache
+def _unique_keys_loader() -> type:
+    """PyYAML's safe loader (the C one where present) whose mappings refuse a key given twice."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:  # the mapping's own keys (merged ones (<<) may be overridden)
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    twice = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base constructor names it
+                    continue
+                if twice:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"found duplicate key {key!r:.60}",
+                        key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def size_text(limit: int) -> str:

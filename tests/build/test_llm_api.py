@@ -290,7 +290,7 @@ def test_doctor_llm_api_bad_file_exits_2_naming_the_key(tmp_path, mutate, key, w
     assert any(line.strip().startswith(f"{key}:") and words in line for line in out.splitlines()), out
 
 
-@pytest.mark.parametrize(("text", "words"), [("a: [1\n", "is not YAML at line"), (None, "cannot be read")])
+@pytest.mark.parametrize(("text", "words"), [("a: [1\n", "is not valid YAML: "), (None, "cannot be read")])
 def test_doctor_llm_api_unreadable_file_is_one_line_exit_2(tmp_path, text, words):
     path = tmp_path / "o.yaml"
     if text is not None:
@@ -373,3 +373,33 @@ def test_schedule_keys_above_the_max_batch_size_exit_2(tmp_path):
     assert code == 2, out + err
     line = next(line for line in err.splitlines() if line.startswith("Error:"))
     assert "llm_api.draft_len_schedule[8]" in line and "engine.max_batch_size 4" in line
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8)) + "speculative_config: *i\n"
+
+
+def test_doctor_llm_api_hostile_files_are_one_line_exit_2_under_an_address_space_limit(tmp_path):
+    """An alias bomb (a few hundred bytes, 9^9 values expanded), a FIFO, a key given twice and an integer past 64
+    bits: each one line naming the file or the key, exit 2, quickly, within 1 GiB of address space."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    cases = {"bomb.yaml": (BOMB, "is far larger than an LLM-API options file"),
+             "twice.yaml": ("max_batch_size: 8\nmax_batch_size: 16\n", "found duplicate key 'max_batch_size'"),
+             "huge.yaml": ("speculative_config: {decoding_type: NGram, max_draft_len: 99999999999999999999999, "
+                           "max_matching_ngram_size: 2}\n", "does not fit a 64-bit integer")}
+    for name, (text, _) in cases.items():
+        (tmp_path / name).write_text(text)
+    cases["fifo.yaml"] = ("", "not a regular file")
+    for name, (_, words) in cases.items():
+        run = subprocess.run([sys.executable, "-m", "trtspec", "doctor", "--llm-api", str(tmp_path / name),
+                              "--trtllm-version", "1.2.1"], capture_output=True, text=True, timeout=60,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)))
+        assert run.returncode == 2, (name, run.stdout, run.stderr)
+        assert "Traceback" not in run.stderr and words in run.stdout + run.stderr, (name, run.stdout, run.stderr)

@@ -15,29 +15,43 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from tests.cli_checks import SETTINGS, assert_clean_failure, run_cli
-from trtspec.build.plan import plan_build
+from trtspec.build.llm_api import LlmApiRefusal
+from trtspec.build.plan import llm_api_for_release, plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
 from trtspec.dynamo.k8s import DynamoRender, dynamo_facts, k8s_name, nearest_name, render, validate
 from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.resources import data_dir
-from trtspec.targets import diff_llm_api, load_target
+from trtspec.targets import SUPPORTED_TARGETS, diff_llm_api
 
 EXAMPLES = sorted(data_dir("build_configs").glob("*.yaml"))
 LLM_API_METHODS = {"draft_target", "ngram", "none"}  # the others run on the engine flow only (build/plan.py)
 
 
-def rendered(config: Path, mode: str, version: str = "1.2.1", api_version: str = "v1beta1"
+PIN = dynamo_facts()["trtllm_pin"]["tensorrt_llm"]  # the TensorRT-LLM inside Dynamo's runtime image (1.3.0rc29)
+IMAGE_121 = "registry.example/dynamo-trtllm:1.2.1"  # an image that runs TensorRT-LLM 1.2.1 (named by its user)
+
+
+def rendered(config: Path, mode: str, version: str = PIN, api_version: str = "v1beta1", image: str | None = None
              ) -> tuple[DynamoRender, str]:
+    """What `trtspec k8s` renders: the build planned for its target (1.2.1 where `version` is not a build target),
+    the options for the release inside the image."""
     spec = load_build_spec(config)
-    spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": version}),
+    build_version = version if version in SUPPORTED_TARGETS else "1.2.1"
+    spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": build_version}),
                                    "backend": "tensorrtllm"})
     resolved = run_preflight(spec, dry_run=True)
     plan = plan_build(resolved)
-    result = render(plan.llm_api, name=nearest_name(spec.name), model_path=resolved.models["target"].path,
+    options, note = plan.llm_api, "; ".join(plan.notes)
+    if version != build_version:
+        try:
+            options = llm_api_for_release(resolved, version)
+        except LlmApiRefusal as refusal:
+            options, note = None, refusal.note()
+    result = render(options, name=nearest_name(spec.name), model_path=resolved.models["target"].path,
                     served_model_name=spec.name, tp_size=spec.engine.tp_size, trtllm_version=version, mode=mode,
-                    api_version=api_version, llm_api_note="; ".join(plan.notes))
+                    api_version=api_version, llm_api_note=note, image=image)
     return result, spec.method
 
 
@@ -69,7 +83,6 @@ def test_every_example_renders_or_names_why_not(config, mode, api_version):
         return
     result, _ = rendered(config, mode, api_version=api_version)
     assert validate(result) == []
-    target = load_target("1.2.1")
     docs = list(yaml.safe_load_all(result.files["dynamo-graph.yaml"]))
     configmap, graph = docs
     assert [d["kind"] for d in docs] == ["ConfigMap", "DynamoGraphDeployment"]
@@ -83,8 +96,9 @@ def test_every_example_renders_or_names_why_not(config, mode, api_version):
         engine_file = Path(args[args.index("--extra-engine-args") + 1]).name
         options = yaml.safe_load(configmap["data"][engine_file])
         assert options == yaml.safe_load(result.files[f"engine_configs/{engine_file}"])
-        assert diff_llm_api(options, target) == []  # the target release's LLM-API facts
+        assert diff_llm_api(options, PIN) == []  # the LLM-API facts of the release inside the image
         assert ("speculative_config" in options) == (method != "none")
+        assert ("cache_transceiver_config" in options) == (mode == "disagg")  # Dynamo's disaggregated configs set it
         if mode == "disagg":
             assert role == name and args[args.index("--disaggregation-mode") + 1] == name
         else:
@@ -149,8 +163,7 @@ def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
     config = next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram")
     for flags, version, key in (([], "v1beta1", "components"), (["--api-version", "v1alpha1"], "v1alpha1", "services")):
         out = tmp_path / version
-        result = CliRunner().invoke(cli, ["k8s", str(config), "--trtllm-version", "1.2.1", "--name", "llama-8b",
-                                          "--out", str(out), *flags])
+        result = CliRunner().invoke(cli, ["k8s", str(config), "--name", "llama-8b", "--out", str(out), *flags])
         assert result.exit_code == 0, result.output
         graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
         assert graph["apiVersion"] == f"nvidia.com/{version}" and set(graph["spec"]) == {"backendFramework", key}
@@ -161,29 +174,46 @@ def test_k8s_writes_v1beta1_by_default_and_v1alpha1_on_request(tmp_path):
 @pytest.mark.parametrize("name", ["llama3.1-8b-eagle3", "llama3.1-8b-draft-target", "llama3.1-8b-ngram-pytorch",
                                   "llama3.1-8b-ngram"])
 def test_worker_configs_carry_the_builds_llm_api_options(name, tmp_path):
-    """Every engine config of `trtspec k8s` (both modes) is the options file `trtspec build` writes for the same
-    config, speculative_config included: one source (the build plan's `llm_api`), not a second rendering."""
+    """Every engine config of `trtspec k8s` (both modes) is the LLM-API options of the release inside the image: by
+    default Dynamo's runtime image and its TensorRT-LLM 1.3.0rc29 (the build's options rendered for that release: its
+    decoding-type tags, no eagle3_one_model), with an image that runs 1.2.1 the options file `trtspec build` writes;
+    disaggregated workers add the cache transceiver."""
     config = next(p for p in EXAMPLES if p.stem == name)
-    spec = load_build_spec(config)
-    flags = [] if spec.trtllm.version == "1.2.1" else ["--trtllm-version", "1.2.1"]
-    overrides = {"trtllm": {"version": "1.2.1"}} if flags else None
-    plan = plan_build(run_preflight(load_build_spec(config, overrides=overrides), dry_run=True))
-    written = yaml.safe_load(next(s.content for s in plan.steps if s.id == "write-llm-api") or "")
-    assert written["speculative_config"]["decoding_type"] in ("Eagle", "DraftTarget", "NGram")
-    for mode in ("agg", "disagg"):
-        out = tmp_path / mode
-        code, _, err = run_cli(["k8s", str(config), *flags, "--name", "llama-8b", "--mode", mode, "--out", str(out)])
-        assert code == 0, err
-        files = sorted((out / "engine_configs").glob("*.yaml"))
-        assert [f.name for f in files] == (["agg.yaml"] if mode == "agg" else ["decode.yaml", "prefill.yaml"])
-        for file in files:
-            assert yaml.safe_load(file.read_text()) == written, file.name
+    plan_121 = plan_build(run_preflight(load_build_spec(config, overrides={"trtllm": {"version": "1.2.1"}}),
+                                        dry_run=True))
+    built = yaml.safe_load(next(s.content for s in plan_121.steps if s.id == "write-llm-api") or "")
+    assert built["speculative_config"]["decoding_type"] in ("Eagle", "DraftTarget", "NGram")
+    for_pin = llm_api_for_release(run_preflight(load_build_spec(config, overrides={"trtllm": {"version": "1.2.1"}}),
+                                                dry_run=True), PIN)
+    assert for_pin["speculative_config"]["decoding_type"] in ("Eagle3", "Draft_Target", "NGram")
+    assert "eagle3_one_model" not in for_pin["speculative_config"]
+    for flags, written in (([], for_pin), (["--image", IMAGE_121, "--trtllm-version", "1.2.1"], built)):
+        for mode in ("agg", "disagg"):
+            out = tmp_path / f"{mode}{len(flags)}"
+            code, _, err = run_cli(["k8s", str(config), *flags, "--name", "llama-8b", "--mode", mode, "--out",
+                                    str(out)])
+            assert code == 0, err
+            files = sorted((out / "engine_configs").glob("*.yaml"))
+            assert [f.name for f in files] == (["agg.yaml"] if mode == "agg" else ["decode.yaml", "prefill.yaml"])
+            extra = {"cache_transceiver_config": {"backend": "DEFAULT"}} if mode == "disagg" else {}
+            for file in files:
+                assert yaml.safe_load(file.read_text()) == {**written, **extra}, file.name
+
+
+def test_one_releases_options_never_go_into_anothers_image(tmp_path):
+    config = next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram-pytorch")
+    code, _, err = run_cli(["k8s", str(config), "--trtllm-version", "1.2.1", "--out", str(tmp_path / "o")])
+    assert_clean_failure(code, err)
+    assert ("--trtllm-version='1.2.1': is not the TensorRT-LLM inside nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:"
+            "1.6.1 (it runs 1.3.0rc29") in err and code == 2
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_release_without_llm_api_facts_is_refused_naming_the_field():
     with pytest.raises(ConfigError, match=r"trtllm.version='0.18.0'") as info:
-        rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg", version="0.18.0")
-    assert "1.2.1" in (info.value.hint or "")
+        rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg", version="0.18.0",
+                 image="registry.example/trtllm:0.18.0")
+    assert PIN in (info.value.hint or "")
 
 
 def test_worker_facts_match_the_installed_wheel():
@@ -297,6 +327,7 @@ def test_a_custom_image_names_the_runtime_version():
         result = render(plan.llm_api, name="llama-8b", model_path="/models/x", served_model_name=spec.name, tp_size=1,
                         trtllm_version="1.2.1", mode="disagg", image=f"registry.example/trtllm@{DIGEST}",
                         api_version=api_version)
+        assert any("the options are TensorRT-LLM 1.2.1's, the release you named" in n for n in result.notes)
         assert validate(result) == []
         graph = list(yaml.safe_load_all(result.files["dynamo-graph.yaml"]))[1]
         note = next(n for n in result.notes if "is not Dynamo's" in n)
@@ -604,18 +635,36 @@ def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path
 
 
 def test_worker_configs_carry_the_schedule_and_gate(tmp_path):
-    """A build config's `llm_api:` schedule, max_concurrency and gate reach every Dynamo TensorRT-LLM worker config
-    (1.2.1 reads them), within the release's rules."""
+    """A build config's `llm_api:` schedule, max_concurrency and gate reach every Dynamo TensorRT-LLM worker config in
+    the form of the release inside the image (targets/controls.py): 1.3.0rc29 reads schedule keys as upper bounds and
+    refuses max_concurrency beside a schedule (folded in: 0 above it), its gate is the rate gate; 1.2.1's gate there
+    is refused naming the fix, and with an image that runs 1.2.1 every control is written as the build config has it."""
     config = yaml.safe_load(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-draft-target").read_text())
     k = config.get("max_draft_len") or config.get("k")
-    controls = {"draft_len_schedule": {1: k, 4: 1, 8: 0}, "max_concurrency": 16, "acceptance_window": 32,
-                "acceptance_length_threshold": 1.4}
-    config.update(llm_api=controls, engine={**config.get("engine", {}), "max_batch_size": 64})
+    schedule = {"draft_len_schedule": {1: k, 4: 1, 8: 0}, "max_concurrency": 16}
+    config.update(engine={**config.get("engine", {}), "max_batch_size": 64})
+    length_gate = {"acceptance_window": 32, "acceptance_length_threshold": 0.4}
+    rate_gate = {"acceptance_rate_window_size": 64, "acceptance_rate_threshold": 0.3}
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({**config, "llm_api": {**schedule, **length_gate}}))
+    code, _, err = run_cli(["k8s", str(path), "--name", "llama-8b", "--out", str(tmp_path / "o")])
+    assert_clean_failure(code, err)
+    assert code == 2 and ("llm_api.acceptance_window=32: TensorRT-LLM 1.3.0rc29: is TensorRT-LLM 1.2.1's gate, not read "
+                          "by 1.3.0rc29") in err, err
+    assert "acceptance_rate_window_size" in err  # the fix names the release's own gate
+    code, _, err = run_cli(["k8s", str(path), "--name", "llama-8b", "--mode", "disagg", "--image", IMAGE_121,
+                            "--trtllm-version", "1.2.1", "--out", str(tmp_path / "o121")])
+    assert code == 0, err
+    for file in sorted((tmp_path / "o121" / "engine_configs").glob("*.yaml")):
+        written = yaml.safe_load(file.read_text())
+        controls = {**schedule, **length_gate}
+        assert {key: written["speculative_config"][key] for key in controls} == controls, file.name
+        assert diff_llm_api(written, "1.2.1") == [], file.name
+    path.write_text(yaml.safe_dump({**config, "llm_api": {**schedule, **rate_gate}}))
     code, _, err = run_cli(["k8s", str(path), "--name", "llama-8b", "--mode", "disagg", "--out", str(tmp_path / "o")])
     assert code == 0, err
     for file in sorted((tmp_path / "o" / "engine_configs").glob("*.yaml")):
-        written = yaml.safe_load(file.read_text())
-        assert {key: written["speculative_config"][key] for key in controls} == controls, file.name
-        assert diff_llm_api(written, load_target("1.2.1").llm_api) == [], file.name
+        speculative = yaml.safe_load(file.read_text())["speculative_config"]
+        assert speculative["draft_len_schedule"] == {3: k, 7: 1} and "max_concurrency" not in speculative
+        assert {key: speculative[key] for key in rate_gate} == rate_gate
+        assert diff_llm_api(yaml.safe_load(file.read_text()), PIN) == [], file.name

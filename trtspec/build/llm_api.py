@@ -279,19 +279,26 @@ def read_options(path: Any) -> Any:
     (exit 2) naming `--llm-api` and the file when it cannot be read or is not YAML; never echoes the file."""
     from pathlib import Path
 
+    from trtspec.config import check_size
     from trtspec.textfile import load_yaml_text, read_text_file
 
     text = read_text_file(Path(path), "--llm-api", limit=MAX_OPTIONS_BYTES, what="an LLM-API options file")
     try:
-        return load_yaml_text(text)
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError("--llm-api", str(path), f"is not YAML{where}",
+        problem = " ".join(str(getattr(exc, "problem", "") or "").split())[:100]
+        raise ConfigError("--llm-api", str(path), f"is not valid YAML{': ' + problem if problem else ''}{where}",
                           hint="an extra_llm_api_options file is a YAML mapping of LLM() arguments") from None
     except RecursionError:
         raise ConfigError("--llm-api", str(path), "nests too deeply to be an options file",
                           hint="an extra_llm_api_options file is a YAML mapping of LLM() arguments") from None
+    except (ValueError, OverflowError) as exc:  # a scalar YAML resolves but cannot construct (2024-13-45, 10**5000)
+        raise ConfigError("--llm-api", str(path), f"holds a value YAML cannot read ({' '.join(str(exc).split())[:120]})",
+                          hint="quote the value if it is a string") from None
+    check_size(data, str(path), "an LLM-API options file")  # aliases that expand past any options file, deep nesting
+    return data
 
 
 def _release_importable() -> bool:

@@ -43,7 +43,9 @@ class _OutDir(click.Path):
 @click.option("--mode", type=click.Choice(["agg", "disagg"]), default="agg", show_default=True,
               help="agg: one worker kind; disagg: prefill and decode workers.")
 @click.option("--trtllm-version", default=None, metavar="VERSION",
-              help="TensorRT-LLM release whose LLM-API facts to use (default: the config's trtllm.version).")
+              help="The TensorRT-LLM release inside the image, whose LLM-API options are written (default: the one "
+                   "Dynamo's runtime image runs, 1.3.0rc29; another release needs --image naming an image that runs "
+                   "it).")
 @click.option("--api-version", type=click.Choice(API_VERSIONS), default=API_VERSIONS[0], show_default=True,
               help="DynamoGraphDeployment version: v1beta1 (spec.components, what Dynamo 1.6.1's tools write) or the "
                    "legacy v1alpha1 (spec.services) its operator still accepts.")
@@ -60,9 +62,9 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
     Examples:
 
     \b
-        trtspec build --example llama3.1-8b-ngram > 8b.yaml
-        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --name llama-8b --out out/dynamo
-        trtspec k8s 8b.yaml --trtllm-version 1.2.1 --name llama-8b --mode disagg --out out/dynamo-disagg --dry-run
+        trtspec k8s build_configs/llama3.1-8b-eagle3.yaml --name llama-8b --out out/dynamo
+        trtspec k8s build_configs/llama3.1-8b-eagle3.yaml --mode disagg --out out/dynamo-disagg --dry-run
+        trtspec k8s 8b.yaml --image registry.example/dynamo-trtllm:1.2.1 --trtllm-version 1.2.1 --out out/d121
     """
     from trtspec.atomic import write_text
     from trtspec.build.plan import plan_build
@@ -77,14 +79,30 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
         suggestion = nearest_name(config.stem)
         raise ConfigError("name", None, "is required: it is the DynamoGraphDeployment's metadata.name",
                           hint=f"add `name: {suggestion}` to {inline(config)}, or pass --name {suggestion}")
-    if trtllm_version is not None:
-        spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": trtllm_version})})
+    from trtspec.build.llm_api import LlmApiRefusal
+    from trtspec.build.plan import llm_api_for_release
+    from trtspec.dynamo.k8s import dynamo_facts
+    from trtspec.targets import SUPPORTED_TARGETS
+
+    release = trtllm_version or dynamo_facts()["trtllm_pin"]["tensorrt_llm"]  # the release inside the image
+    if release in SUPPORTED_TARGETS:  # a build target: plan the build for it
+        spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": release})})
     derived = None
     if deployment_name is None and "\n" not in name and "\0" not in name:  # the config's name, made a k8s name
         name, derived = k8s_name(name, mode)
     resolved = run_preflight(spec, dry_run=True)
-    plan = plan_build(resolved)
+    # a release with LLM-API facts only (Dynamo's 1.3.0rc29): the build is planned for its own target without the
+    # llm_api controls, which are the image's release's to read (llm_api_for_release)
+    other = release != spec.trtllm.version
+    plan = plan_build(run_preflight(spec.model_copy(update={"llm_api": None}), dry_run=True) if other else resolved)
     note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
+    options = plan.llm_api
+    if other:
+        try:
+            with spelled(lambda field: "--trtllm-version" if field == "trtllm.version" else None):
+                options = llm_api_for_release(resolved, release)
+        except LlmApiRefusal as refusal:
+            options, note = None, refusal.note()
     if served_model_name is not None:
         served, served_field = served_model_name, "--served-model-name"
     elif spec.name is not None:
@@ -92,11 +110,11 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
     else:
         served, served_field = name, "--name"
     fields = {"name": "--name" if deployment_name is not None else "name", "served_model_name": served_field,
-              "image": "--image", "model_path": "target"}  # render's parameters as this command's user sets them
+              "image": "--image", "model_path": "target", "trtllm_version": "--trtllm-version"}  # render's parameters as this command's user sets them
     try:
         with spelled(fields.get):
-            result = render(plan.llm_api, name=name, model_path=resolved.models["target"].path,
-                            served_model_name=served, tp_size=spec.engine.tp_size, trtllm_version=spec.trtllm.version,
+            result = render(options, name=name, model_path=resolved.models["target"].path,
+                            served_model_name=served, tp_size=spec.engine.tp_size, trtllm_version=release,
                             mode=mode, image=image, api_version=api_version, llm_api_note=note)
     except ConfigError as exc:
         if exc.field != "name" or deployment_name is not None:

@@ -48,10 +48,9 @@ def report(results: str, out: str, price_per_hour: float | None, gpus: str, max_
     Examples:
 
     \b
-        trtspec report results.jsonl --out report/
-        trtspec report results.jsonl --out report/ --price-per-hour 2.5 --write-config build.yaml
+        trtspec report results.jsonl --out report/ --price-per-hour 2.5 --load 1:0.2,4:0.5,16:0.3
+        trtspec report results.jsonl --out report/ --write-config build.yaml
         trtspec report results.jsonl --out report/ --write-config build.yaml --method ngram --dry-run
-        trtspec report results.jsonl --out report/ --load 1:0.2,4:0.5,16:0.3
     """
     from trtspec.errors import UsageError
     from trtspec.sweep.grid import parse_str_list

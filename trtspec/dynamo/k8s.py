@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ConfigError, shown, shown_text
+from trtspec.targets.llm_api import diff_llm_api
 
 FACTS_FILE = Path(__file__).resolve().parent / "dynamo-1.6.1.json"
 MODES = ("agg", "disagg")
@@ -79,8 +80,13 @@ IMAGE_NAME_MAX = 255
 IMAGE_MAX = 1024  # far above any reference the grammar allows but a long digest; checked before the pattern runs
 # Where YAML 1.1 readers (PyYAML, Go's yaml.v2 in kubectl and the operator) see a line break.
 LINE_BREAKS = frozenset("\n\r\x85\u2028\u2029")
-DISAGG_NOTE = ("Dynamo's disaggregated examples also set `cache_transceiver_config` (the KV transfer backend); "
-               "trtspec's TensorRT-LLM facts do not list that key for this release, so it is left for you to add")
+# Disaggregated prefill and decode workers move KV blocks through TensorRT-LLM's cache transceiver: Dynamo's own
+# disaggregated engine configs set it (trtllm-specdec.md corrections part 3: index ids 51841262147, 51946360405), a key
+# of both releases' LLM API (1.2.1: a known argument; 1.3.0rc29: CacheTransceiverConfig.backend, default None = off).
+CACHE_TRANSCEIVER = {"backend": "DEFAULT"}
+DISAGG_NOTE = ("prefill and decode configs set cache_transceiver_config {backend: DEFAULT} as Dynamo's disaggregated "
+               "examples do (TensorRT-LLM resolves DEFAULT to its transfer backend; TRTLLM_USE_UCX_KVCACHE=1 or "
+               "TRTLLM_USE_NIXL_KVCACHE=1 in the worker environment chooses one)")
 
 
 @cache
@@ -127,15 +133,21 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
         raise ConfigError("image", shown(image), problem, hint="an image reference [REGISTRY/]PATH[:TAG][@DIGEST] with "
                           "a lower-case path, e.g. Dynamo's " f"{facts['operator']['runtime_image']}:"
                           f"{facts['dynamo_version']} (the default)")
+    pin = facts["trtllm_pin"]["tensorrt_llm"]
     if llm_api is None:
         raise ConfigError("trtllm.version", trtllm_version, f"has no LLM-API options for this build ({llm_api_note})",
-                          hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM "
-                               f"{facts['trtllm_pin']['tensorrt_llm']} through the LLM API: use a method with an "
-                               "LLM-API form and a release whose LLM-API facts trtspec has (trtllm.version: 1.2.1)")
+                          hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM {pin} through the LLM API: use a "
+                               "method with an LLM-API form there")
     default_image = f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"
     custom_image = image is not None and image != default_image
     image = default_image if image is None else image
-    configs = {f"{config}.yaml": dict(llm_api) for config, _ in roles.values()}
+    if not custom_image and trtllm_version != pin:
+        raise ConfigError("trtllm_version", trtllm_version, f"is not the TensorRT-LLM inside {image} (it runs {pin}, "
+                          f"the pin of ai-dynamo {facts['dynamo_version']}'s trtllm extra): options of one release "
+                          "are not written into another's image", hint=f"render for {pin} (the default), or name an "
+                          f"image that runs TensorRT-LLM {inline(trtllm_version)} with --image")
+    configs = {f"{config}.yaml": {**llm_api, **({"cache_transceiver_config": dict(CACHE_TRANSCEIVER)} if disagg else {})}
+               for config, disagg in roles.values()}
     module = facts["trtllm_worker"]["module"]
     commands = [shlex.join(["python3", "-m", facts["frontend"]["module"], "--http-port", "8000"])]
     workers = []  # (role, disaggregation mode or None, worker args)
@@ -152,17 +164,14 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     else:
         graph = _graph_v1alpha1(name, image, tp_size, workers)
     header = comment(f"trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API "
-                     f"options of release {inline(trtllm_version)}; Dynamo {facts['dynamo_version']}'s runtime ships "
-                     f"TensorRT-LLM {facts['trtllm_pin']['tensorrt_llm']}.")
+                     f"options of release {inline(trtllm_version)}, the release inside {inline(image)}.")
     files = {f"engine_configs/{file}": header + text for file, text in configmap["data"].items()}
     files["dynamo-graph.yaml"] = header + comment("kubectl apply -f dynamo-graph.yaml") + _yaml_all([configmap, graph])
     notes = [f"image {image}: {facts['operator']['runtime_image_note']}",
              f"model paths ({inline(model_path)}) are paths inside the worker container: mount the checkpoints there "
              "(a PersistentVolumeClaim, or a model cache) or pass a Hugging Face id"]
-    if trtllm_version != facts["trtllm_pin"]["tensorrt_llm"]:
-        notes.append(f"the options use TensorRT-LLM {inline(trtllm_version)}'s facts; the runtime image runs "
-                     f"{facts['trtllm_pin']['tensorrt_llm']} ({facts['trtllm_pin']['source']['path']} of ai-dynamo "
-                     f"{facts['dynamo_version']}): check the keys against that release before production")
+    if custom_image:
+        notes.append(f"the options are TensorRT-LLM {inline(trtllm_version)}'s, the release you named for {image}")
     if custom_image:  # the operator reads the runtime's version from the image tag, which a custom image may not carry
         notes.append(f"image {image} is not Dynamo's: " + (
             f"every component sets runtimeVersionOverride: {facts['dynamo_version']}, the runtime these files are for"
@@ -172,10 +181,11 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     if mode == "disagg":
         notes.append(DISAGG_NOTE)
     result = DynamoRender(files=files, commands=commands, notes=notes, manifest=[configmap, graph])
-    problems = validate(result)
+    problems = validate(result) + [f"{file}: {p}" for file, options in configs.items()
+                                   for p in diff_llm_api(options, trtllm_version)]
     if problems:  # a trtspec bug, never the user's: refuse to write what Dynamo would reject
         raise ConfigError("dynamo", shown(name),
-                          "the rendered manifest does not match Dynamo's facts: " + "; ".join(problems),
+                          "the rendered files do not match Dynamo's or TensorRT-LLM's facts: " + "; ".join(problems),
                           hint="report this")
     return result
 

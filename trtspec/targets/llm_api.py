@@ -24,6 +24,9 @@ from importlib import resources
 from typing import Any
 
 FACTS_FILE = "pytorch-workflow.json"
+INT64 = (-(1 << 63), (1 << 63) - 1)
+_REPR = reprlib.Repr()  # (attributes: Python 3.10 and 3.11 take no keyword arguments)
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 2, 4, 4, 60, 60, 40
 PYTORCH = "pytorch"  # the backend trtllm-serve and Triton's llmapi model run (trtllm-serve --backend default)
 
 
@@ -208,7 +211,11 @@ def _type_problem(type_text: str, value: Any) -> str | None:
               "DecodingBaseConfig": (lambda v: isinstance(v, dict), "a mapping")}
     if text in simple:
         ok, want = simple[text]
-        return None if ok(value) else f"must be {want}, not {_shown(value)}"
+        if not ok(value):
+            return f"must be {want}, not {_shown(value)}"
+        if text == "int" and not INT64[0] <= value <= INT64[1]:
+            return f"{_shown(value)} does not fit a 64-bit integer (TensorRT-LLM's C++ side)"
+        return None
     if text.startswith("Literal[") and text.endswith("]"):
         choices = [c.strip("'\"") for c in text[len("Literal["):-1].split(",")]
         return None if value in choices else f"must be one of {', '.join(choices)}, not {_shown(value)}"
@@ -218,11 +225,14 @@ def _type_problem(type_text: str, value: Any) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    """A short printable rendering of a user's value for a message."""
-    try:
-        text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
-    except (TypeError, ValueError, RecursionError):
-        text = reprlib.repr(value)
+    """A short printable rendering of a user's value for a message: bounded work whatever its size (a container is
+    shown through reprlib, which looks at a few items of a few levels)."""
+    if isinstance(value, (dict, list, tuple, set)):
+        text = _REPR.repr(value)
+    elif isinstance(value, str):
+        text = repr(value[:80])
+    else:
+        text = _REPR.repr(value)
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -257,10 +267,11 @@ def diff_llm_api(options: Any, target: Any) -> list[LlmApiProblem]:
 
 
 def _facts_of(target: Any) -> LlmApiFacts:
+    """The LLM-API facts of a TrtllmTarget, or of a version: a build target's, else a release with facts only."""
     if isinstance(target, str):
-        from trtspec.targets import load_target
+        from trtspec.targets import SUPPORTED_TARGETS, load_target
 
-        target = load_target(target)
+        return load_target(target).llm_api if target in SUPPORTED_TARGETS else llm_api_facts(target)
     facts: LlmApiFacts = target.llm_api
     return facts
 
@@ -362,10 +373,16 @@ def schedule_problems(schedule: Mapping[Any, Any], max_draft_len: Any, version: 
         elif _is_int(max_draft_len) and value > max_draft_len:
             problems.append(LlmApiProblem(entry, f"draft length {value} > max_draft_len {max_draft_len}",
                                           "no value may exceed max_draft_len"))
-    if 1 not in schedule:
+    from trtspec.targets.controls import has_release, release
+
+    rule = release(version).facts["schedule"] if has_release(version) else {"requires_batch_1": True}
+    keys = [k for k in schedule if _is_int(k)]
+    if rule["requires_batch_1"] and 1 not in schedule:
         problems.append(LlmApiProblem(path, "must contain batch size 1",
                                       f"add 1: {max_draft_len if _is_int(max_draft_len) else 'max_draft_len'}"))
-    elif _is_int(max_draft_len) and schedule[1] != max_draft_len:
-        problems.append(LlmApiProblem(f"{path}[1]", f"draft length {_shown(schedule[1])} != max_draft_len "
-                                      f"{max_draft_len}", "schedule[1] must equal max_draft_len"))
+    elif keys and _is_int(max_draft_len) and schedule[min(keys)] != max_draft_len:
+        first = min(keys)
+        problems.append(LlmApiProblem(f"{path}[{first}]", f"draft length {_shown(schedule[first])} != max_draft_len "
+                                      f"{max_draft_len}", f"schedule[{first}] (the smallest key) must equal "
+                                      "max_draft_len"))
     return problems
