@@ -66,7 +66,7 @@ def deploy(backend: str, build_dir: Path, out: Path, max_batch_size: int | None,
     \b
         trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-torch --decoupled
         trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-gated --k 4 \\
-            --draft-len-schedule 1:4,4:2,8:0 --acceptance-window 32 --acceptance-length-threshold 1.3
+            --draft-len-schedule 1:4,4:2,8:0 --acceptance-window 32 --acceptance-length-threshold 0.5
         trtspec deploy --backend torch --build out/build/tiny-torch --out out/triton/tiny-llmapi --form llmapi \\
             --trtllm-version 1.2.1 --decoupled
     """

@@ -92,7 +92,7 @@ class SweepSpec(BaseModel):
                                 "(run beside the fixed k)")
     schedules: list[str] = Field([], description="speculation schedules run beside the fixed k (via engine), each "
                                  "a SpecSchedule's parameters joined by ';', e.g. draft_len_schedule=1:4,4:2,16:0;"
-                                 "max_concurrency=16;acceptance_window=32;acceptance_length_threshold=1.3: a case "
+                                 "max_concurrency=16;acceptance_window=32;acceptance_length_threshold=0.5: a case "
                                  "per method variant whose requests ask the schedule's draft length at batch 1")
     ramps: list[str] = Field([], description="load ramps run beside the fixed concurrencies (via engine): each "
                              "concurrency phases, e.g. 1,2,4,8,16,8,4,2,1; phase c submits ramp_waves x c requests "
