@@ -14,6 +14,9 @@ Sections (run all, or pick with --section):
   schedule the speculation schedule a sweep recommends (draft length per batch size, max_concurrency, the gate) vs
            no speculation, fixed k and adaptive k at concurrency 1, 4, 16 and on a ramp 1 -> 16 -> 1, with the verdict
            (schedule >= 0.97 x the best fixed k, paired per round), and its gate on traffic where acceptance collapses
+  controls each TensorRT-LLM release's acceptance gate run exactly (speculation_controls trtllm-<release>) with the
+           threshold and window derived for that release from a greedy code sweep: open on that traffic, closed
+           within its window on collapsed traffic
   dynamo   `trtspec serve --dynamo N` with 1 and 2 workers under the same openai sweep (and aiperf when
            `make aiperf` installed it): throughput and latency side by side
   suffix   suffix decoding with a cold and a warm cache on code, prose, grounded and repetitive prompts at batch 1,
@@ -44,7 +47,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import benchmarks, benchmarks_eagle, benchmarks_ensemble, benchmarks_schedule
+from benchlib import benchmarks, benchmarks_controls, benchmarks_eagle, benchmarks_ensemble, benchmarks_schedule
 from benchlib.benchmarks import Comparison, Section
 from trtspec.atomic import write_text
 from trtspec.sweep.grid import SweepSpec
@@ -150,6 +153,12 @@ def bench_batching(args: argparse.Namespace) -> Section:
                                     min_requests=args.batching_min_requests, repeats=args.batching_repeats,
                                     threads=args.threads)
     return benchmarks.batching_section(spec, benchmarks.measure(spec), min_requests=args.batching_min_requests)
+
+
+def bench_controls(args: argparse.Namespace) -> Section:
+    bench = benchmarks_controls.ControlsBench(model=args.model, max_new_tokens=args.schedule_new_tokens,
+                                              prompt_tokens=args.batching_prompt_tokens, threads=args.threads)
+    return benchmarks_controls.run(bench)
 
 
 def bench_schedule(args: argparse.Namespace) -> Section:
@@ -354,7 +363,7 @@ def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
-    "dynamo": bench_dynamo, "schedule": bench_schedule,
+    "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
     "ensemble": bench_ensemble,
 }

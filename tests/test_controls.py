@@ -124,3 +124,18 @@ def test_forms_that_ignore_or_lack_facts_are_named():
     assert unverified and "no fact was read" in unverified[0].problem
     assert [p.key for p in rc29.problems({"acceptance_rate_window_size": 4, "acceptance_rate_threshold": 1.5},
                                          "Eagle3")] == ["acceptance_rate_threshold"]
+
+
+def test_the_engine_refuses_a_releases_exact_controls_for_a_form_that_ignores_them():
+    from trtspec.contracts.engine import EngineConfig
+    from trtspec.errors import ConfigError
+
+    base = {"target": "tiny", "draft_len_schedule": "1:3", "max_k": "4"}
+    with pytest.raises(ConfigError) as err:
+        EngineConfig.from_parameters({**base, "method": "eagle3", "speculation_controls": "trtllm-1.2.1"})
+    assert "speculation_controls" in err.value.field and "no drafter" in err.value.problem
+    # trtspec's own controls run them for any method; 1.3.0rc29 reads them on one-model forms (its Draft_Target)
+    assert EngineConfig.from_parameters({**base, "method": "eagle3"}).schedule is not None
+    assert release("1.3.0rc29").tag("DraftTarget") == "Draft_Target" and release("1.2.1").tag("DraftTarget") == "DraftTarget"
+    assert EngineConfig.from_parameters({**base, "method": "draft_target", "draft": "tiny-draft",
+                                         "speculation_controls": "trtllm-1.3.0rc29"}).schedule.exact

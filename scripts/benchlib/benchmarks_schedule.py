@@ -83,11 +83,13 @@ class ScheduleBench:
                                calibration_repeats=2 * self.sweep_repeats, calibration_slices=self.sweep_repeats,
                                stagger_start=True)
 
-    def comparison_spec(self, schedule: Any) -> SweepSpec:
+    def comparison_spec(self, schedule: Any, per_batch: Any = None) -> SweepSpec:
         """draft_target: k = 0, fixed_ks, adaptive, `schedule` (a SpecSchedule) and, when it has a gate, the same
-        schedule without it, at each concurrency and on the ramp; `repeats` rounds, each load's cells in their own
-        random order."""
+        schedule without it, and `per_batch` (the schedule chosen per batch size alone) where it differs, at each
+        concurrency and on the ramp; `repeats` rounds, each load's cells in their own random order."""
         schedules = [schedule, ungated(schedule)] if schedule.gated else [schedule]
+        if per_batch is not None and per_batch != schedule:
+            schedules.append(per_batch)
         return SweepSpec.build(model=self.model, drafts=[self.draft], methods=["draft_target"],
                                k=[0, *self.fixed_ks], adaptive=[self.adaptive_max_k],
                                schedules=[schedule_text(s) for s in schedules], suites=[MIXED],
@@ -117,7 +119,13 @@ class ScheduleBench:
 
 def ungated(schedule: Any) -> Any:
     """The schedule's draft lengths and max_concurrency, without the acceptance gate."""
-    return replace(schedule, acceptance_window=None, acceptance_length_threshold=None, probe_every=None)
+    return replace(schedule, acceptance_window=None, acceptance_length_threshold=None, acceptance_rate_window_size=None,
+                   acceptance_rate_threshold=None, probe_every=None)
+
+
+def exact(schedule: Any) -> Any:
+    """The schedule run exactly as TensorRT-LLM 1.2.1 runs it (its lookup and rule, its gate permanent)."""
+    return replace(schedule, probe_every=None, controls="trtllm-1.2.1")
 
 
 def permanent(schedule: Any) -> Any:
@@ -126,11 +134,14 @@ def permanent(schedule: Any) -> Any:
 
 
 def unreachable_gate(schedule: Any) -> list[int]:
-    """The draft lengths > 0 of the schedule whose requests cannot reach its gate's threshold (k + 1 tokens per
-    drafting step at most): where the schedule drafts them, the gate closes once they fill its window."""
+    """The draft lengths > 0 of the schedule whose requests cannot reach its gate's threshold (1.2.1's unit: k
+    accepted draft tokens per iteration at most; a rate: 1 at most): where the schedule drafts them, the gate closes
+    once they fill its window."""
     if not schedule.gated or not schedule.draft_len:
         return []
-    return sorted({k for _, k in schedule.draft_len if 0 < k and k + 1 <= schedule.acceptance_length_threshold})
+    if schedule.acceptance_length_threshold is None:
+        return sorted({k for _, k in schedule.draft_len if k > 0}) if schedule.gate_threshold > 1 else []
+    return sorted({k for _, k in schedule.draft_len if 0 < k <= schedule.acceptance_length_threshold})
 
 
 def gate_concurrency(schedule: Any, k: int, wanted: int, concurrency: Sequence[int]) -> int:
@@ -146,16 +157,29 @@ def gate_concurrency(schedule: Any, k: int, wanted: int, concurrency: Sequence[i
 
 
 GATE_OFF = "recommended schedule, gate off"
+PER_BATCH = "schedule chosen per batch size alone"
+PER_BATCH_MARGIN = 0.99  # issue 40: the recommended schedule not below the per-batch one (within a round's noise)
 
 
-def row_name(params: dict[str, Any], recommended: str | None = None) -> tuple[tuple[int, int], str]:
+def ramp_profile(ramp: Sequence[int]) -> dict[int, float]:
+    """The ramp's load profile: each phase's concurrency weighted by its requests (ramp_waves x c per phase)."""
+    weights: dict[int, float] = {}
+    for c in ramp:
+        weights[c] = weights.get(c, 0.0) + c
+    return weights
+
+
+def row_name(params: dict[str, Any], recommended: str | None = None,
+             per_batch: str | None = None) -> tuple[tuple[int, int], str]:
     """(sort key, row name): no speculation, fixed k ascending, adaptive, the schedule (`recommended`: its text;
-    another schedule is its gate-off copy)."""
+    `per_batch`: the schedule chosen per batch size alone; another schedule is its gate-off copy)."""
     if params["method"] == BASELINE:
         return (0, 0), "no speculation"
     if params.get("adaptive"):
         return (2, params["k"]), f"adaptive k<={params['k']}"
     if params.get("schedule"):
+        if per_batch is not None and params["schedule"] == per_batch:
+            return (3, 2), PER_BATCH
         if recommended is not None and params["schedule"] != recommended:
             return (3, 1), GATE_OFF
         return (3, 0), "recommended schedule"
@@ -175,6 +199,7 @@ class LoadVerdict:
     adaptive_per_round: list[float] = field(default_factory=list)  # adaptive / best, same round
     ungated_per_round: list[float] = field(default_factory=list)  # the schedule with its gate off / best
     gate: str = ""  # what the schedule's gate did at this load
+    per_batch_per_round: list[float] = field(default_factory=list)  # schedule / the per-batch schedule, same round
 
     @property
     def paired(self) -> float:
@@ -186,7 +211,8 @@ class LoadVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.paired >= SCHEDULE_MARGIN
+        per_batch = statistics.median(self.per_batch_per_round) if self.per_batch_per_round else 1.0
+        return self.paired >= SCHEDULE_MARGIN and per_batch >= PER_BATCH_MARGIN
 
     def line(self) -> str:
         def spread(values: list[float]) -> str:
@@ -198,6 +224,8 @@ class LoadVerdict:
         ungated = (f"; gate off / best = {statistics.median(self.ungated_per_round):.2f}"
                    f"{spread(self.ungated_per_round)}" if self.ungated_per_round else "")
         gate = f"; {self.gate}" if self.gate else ""
+        gate += (f"; schedule / {PER_BATCH} = {statistics.median(self.per_batch_per_round):.2f}"
+                 f"{spread(self.per_batch_per_round)}" if self.per_batch_per_round else "")
         return (f"{self.load}: schedule / best ({self.best}) = {self.paired:.2f}{spread(self.per_round)}{gate}; "
                 f"adaptive / best = {self.adaptive_paired:.2f}{spread(self.adaptive_per_round)}{ungated}: "
                 f"{'PASS' if self.passed else 'FAIL'}")
@@ -214,8 +242,10 @@ def load_verdict(load: str, by_round: dict[str, dict[int, float]]) -> LoadVerdic
         return [rate / by_round[best][r] for r, rate in sorted(rounds.items()) if by_round[best].get(r, 0.0) > 0]
 
     adaptive = next((n for n in by_round if n.startswith("adaptive")), None)
+    schedule, per_batch = by_round.get("recommended schedule", {}), by_round.get(PER_BATCH, {})
+    versus = [rate / per_batch[r] for r, rate in sorted(schedule.items()) if per_batch.get(r, 0.0) > 0]
     return LoadVerdict(load, best, paired("recommended schedule"), paired(adaptive) if adaptive else [],
-                       paired(GATE_OFF))
+                       paired(GATE_OFF), per_batch_per_round=versus)
 
 
 @dataclass
@@ -296,14 +326,15 @@ def gate_summary(runs: list[dict]) -> str:
     return f"the gate closed in {len(closed)} of {len(gates)} rounds{after}{mean}"
 
 
-def comparison_rows(measured: Measured, clock: str,
-                    recommended: str | None = None) -> tuple[list[list[str]], list[LoadVerdict]]:
+def comparison_rows(measured: Measured, clock: str, recommended: str | None = None,
+                    per_batch: str | None = None) -> tuple[list[list[str]], list[LoadVerdict]]:
     """Table rows and a verdict per load (fixed concurrencies ascending, then the ramp); `recommended`: the
-    recommended schedule's text (another schedule is its gate-off copy)."""
+    recommended schedule's text, `per_batch` the per-batch schedule's (another schedule is its gate-off copy)."""
     metric = "tokens_per_cpu_s" if clock == "cpu" else "tokens_per_s"
     loads: dict[str, list[tuple[tuple[int, int], str, list[dict]]]] = {}
     for runs in _by_case(measured.records).values():
-        loads.setdefault(_load(runs[0]["params"]), []).append((*row_name(runs[0]["params"], recommended), runs))
+        loads.setdefault(_load(runs[0]["params"]), []).append((*row_name(runs[0]["params"], recommended, per_batch),
+                                                                runs))
     order = sorted(loads, key=lambda name: (name.startswith("ramp"), int(name[2:]) if name.startswith("c=") else 0))
     rows, verdicts = [], []
     for load in order:
@@ -365,8 +396,8 @@ def gate_result(measured: Measured, method: str, schedule: Any, clock: str) -> t
     drafts = sum(r["metrics"]["stats"]["num_drafts"] for r in gated)
     accepted = sum(r["metrics"]["stats"]["num_accepted_tokens"] for r in gated)
     params = gated[0]["params"]
-    verdict = GateVerdict(method, params["concurrency"], schedule.acceptance_window,
-                          schedule.acceptance_length_threshold, gated[0]["metrics"]["num_requests"],
+    verdict = GateVerdict(method, params["concurrency"], schedule.gate_window,
+                          schedule.gate_threshold, gated[0]["metrics"]["num_requests"],
                           [r["metrics"].get("gate", {}).get("closed_after") for r in gated],
                           [r["metrics"]["requests_drafted"] for r in gated], ratios,
                           1 + accepted / drafts if drafts else 0.0, after_close,
@@ -403,8 +434,11 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
             gate: tuple[Measured, Any] | None, gate_skipped: str = "", machine_state: str = "") -> Section:
     """The table (comparison rows per load, then the gate's rows) and the notes with the verdicts."""
     clock = "cpu" if bench.threads == 1 else "wall"
-    schedule = recommendations["draft_target"].schedule if "draft_target" in recommendations else None
-    rows, verdicts = comparison_rows(comparison, clock, schedule_text(schedule) if schedule is not None else None)
+    rec = recommendations.get("draft_target")
+    schedule = exact(rec.schedule) if rec is not None else None
+    per_batch = exact(rec.per_batch_schedule) if rec is not None and rec.per_batch_schedule != rec.schedule else None
+    rows, verdicts = comparison_rows(comparison, clock, schedule_text(schedule) if schedule is not None else None,
+                                     schedule_text(per_batch) if per_batch is not None else None)
     notes = [
         "Verdict (issue 28: the recommended schedule >= " f"{SCHEDULE_MARGIN:.2f} x the best of no speculation and "
         f"every fixed k at each load, judged on {'tokens per CPU second' if clock == 'cpu' else 'wall tokens/s'}; "
@@ -415,9 +449,9 @@ def section(bench: ScheduleBench, recommendations: dict[str, Any], comparison: M
     ]
     short = unreachable_gate(schedule) if schedule is not None else []
     if short:
-        notes.append(f"The recommended gate's threshold ({schedule.acceptance_length_threshold:.3f}, the break-even "
-                     "at the gate's batch size and k) is out of reach of requests drafting k = "
-                     f"{', '.join(map(str, short))} (at most k + 1 tokens per drafting step): at the batch sizes where "
+        notes.append(f"The recommended gate's threshold ({schedule.gate_threshold:.3f}, the break-even at the gate's "
+                     "batch size and k) is out of reach of requests drafting k = "
+                     f"{', '.join(map(str, short))} (at most k accepted draft tokens per iteration): at the batch sizes where "
                      "the schedule drafts that k, the gate closes once such requests fill its window, whatever the "
                      "acceptance, and a probe then widens its steps' target forward to k + 1 tokens for every row of the "
                      "batch. The gate-off rows show the draft lengths alone.")
@@ -485,11 +519,13 @@ def run(bench: ScheduleBench) -> Section:
     start, load = time.perf_counter(), os.getloadavg()[0]
     swept = measure(bench.recommendation_spec())
     top = max(*bench.concurrency, *bench.ramp)
-    recommendations = {method: choose(swept.results, method=method, max_batch_size=top)
+    recommendations = {method: choose(swept.results, method=method, max_batch_size=top,
+                                      load=ramp_profile(bench.ramp))
                        for method in dict.fromkeys(["draft_target", bench.gate_method])}
     for rec in recommendations.values():
         print("recommended:", recommendation_note(rec), flush=True)
-    comparison = measure(bench.comparison_spec(recommendations["draft_target"].schedule))
+    dt = recommendations["draft_target"]
+    comparison = measure(bench.comparison_spec(exact(dt.schedule), exact(dt.per_batch_schedule)))
     gate_rec = recommendations[bench.gate_method]
     gate, skipped = None, ""
     if not gate_rec.gate.set:

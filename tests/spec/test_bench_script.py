@@ -54,7 +54,7 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     assert bench.SECTIONS["schedule"] is bench.bench_schedule
     run = bs.ScheduleBench(concurrency=(1, 4), ramp=(1, 4, 1), fixed_ks=(1, 2), repeats=3, gate_repeats=2)
     schedule = SpecSchedule(draft_len=((1, 3), (4, 1)), max_concurrency=8, acceptance_window=4,
-                            acceptance_length_threshold=1.4)
+                            acceptance_length_threshold=0.4)
     assert {m for m in run.recommendation_spec().methods} == {"draft_target", "ngram"}
     assert run.recommendation_spec().stagger_start and run.comparison_spec(schedule).stagger_start  # no lockstep
     text = schedule_text(schedule)
@@ -80,9 +80,9 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     assert verdicts[1].gate == "the gate closed in 3 of 3 rounds after 4 finished requests (median), window mean " \
         "1.25 at the end (median)" and verdicts[0].gate == ""
     assert [r[-1] for r in rows if r[0] == "recommended schedule"] == ["PASS", "FAIL", "PASS"]
-    # a threshold of 2.5 is out of reach of k = 1 (at most 2 tokens per drafting step), not of k = 3
+    # a threshold of 1.5 accepted draft tokens per iteration is out of reach of k = 1 (at most 1), not of k = 3
     assert bs.unreachable_gate(SpecSchedule(draft_len=((1, 3), (4, 1), (8, 0)), acceptance_window=8,
-                                            acceptance_length_threshold=2.5)) == [1]
+                                            acceptance_length_threshold=1.5)) == [1]
     assert bs.unreachable_gate(schedule) == [] and bs.unreachable_gate(bs.ungated(schedule)) == []
     assert bs.gate_concurrency(schedule, 3, 4, (1, 4)) == 4
     assert bs.gate_concurrency(SpecSchedule(draft_len=((1, 3), (2, 0))), 3, 4, (1, 4)) == 1
@@ -114,3 +114,20 @@ def test_schedule_section_is_registered_and_judges_each_load_by_paired_rounds():
     assert [round(x, 9) for x in gate.after_close] == [1.0, 1.0] and round(gate.whole, 6) == round(200 / 240, 6)
     assert bs.rate_after({"finish_trace_cpu_s": plain_trace, "tokens_per_cpu_s": 7.0}, None) == 7.0  # no close: whole
     assert "from the close on, gated / plain = 1.00" in gate.line() and "whole cell" in gate.line()
+
+
+def test_the_schedule_is_judged_against_the_one_chosen_per_batch_size_alone():
+    """Issue 40: over the ramp the recommended schedule must keep up with the best fixed k and not fall below the
+    schedule chosen per batch size alone (paired per round; identical schedules are one row)."""
+    from benchlib import benchmarks_schedule as bs
+
+    _bench()
+    rounds = {"no speculation": {0: 100.0, 1: 110.0}, "fixed k=3": {0: 120.0, 1: 132.0}}
+    keeps = bs.load_verdict("ramp 1,4,1", {**rounds, "recommended schedule": {0: 119.0, 1: 131.0},
+                                           bs.PER_BATCH: {0: 118.0, 1: 130.0}})
+    assert keeps.passed and keeps.per_batch_per_round == [119.0 / 118.0, 131.0 / 130.0]
+    below = bs.load_verdict("ramp 1,4,1", {**rounds, "recommended schedule": {0: 119.0, 1: 131.0},
+                                           bs.PER_BATCH: {0: 125.0, 1: 138.0}})
+    assert not below.passed and "schedule / schedule chosen per batch size alone = 0.95" in below.line()
+    assert bs.ramp_profile((1, 2, 4, 2, 1)) == {1: 2.0, 2: 4.0, 4: 4.0}
+    assert bs.row_name({"method": "draft_target", "k": 3, "schedule": "b"}, "a", "b")[1] == bs.PER_BATCH

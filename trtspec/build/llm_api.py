@@ -57,11 +57,6 @@ class LlmApiRefusal(ConfigError):
         return f"no LLM-API form: {self.reason}; nearest method: {self.nearest}"
 
 
-# decoding_type strings a later release spells otherwise (1.3.0rc29: a pydantic discriminator tag, no from_dict mapping;
-# pytorch-workflow.json 1.3.0rc29 invalid_decoding_types)
-RENAMED_TAGS = {"DraftTarget": "Draft_Target", "UserProvided": "User_Provided"}
-
-
 @dataclass(frozen=True)
 class Speculation:
     """What the LLM-API options need from a build: method, k, checkpoints and the method's knobs."""
@@ -91,8 +86,10 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
         kind = None
     else:
         kind = info.llmapi_decoding_type
-    if kind is not None and kind not in facts.decoding_types and RENAMED_TAGS.get(kind) in facts.decoding_types:
-        kind = RENAMED_TAGS[kind]  # 1.3's pydantic tags
+    if kind is not None and kind not in facts.decoding_types:
+        from trtspec.targets.controls import has_release, release
+
+        kind = release(facts.version).tag(kind) if has_release(facts.version) else kind  # 1.3's pydantic tags
     if kind is None or kind not in facts.decoding_types:
         reason = NO_DECODING_TYPE.get(method, f"TensorRT-LLM {facts.version} has no {kind} decoding type")
         raise _refusal(method, facts, reason)

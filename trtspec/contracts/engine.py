@@ -53,6 +53,25 @@ def spelled(spelling: Callable[[str], str | None]) -> Iterator[None]:
         raise ConfigError(name, exc.value, exc.problem, hint=hint) from None
 
 
+def _check_exact_form(method: str, schedule: SpecSchedule) -> None:
+    """Refuse a release's exact controls for a method whose form that release runs without them (1.2.1: one-model
+    EAGLE-3, its default, has no drafter): the engine would measure controls the deployment ignores."""
+    if not schedule.exact or not schedule.to_parameters().keys() - {"speculation_controls"}:
+        return
+    from trtspec.methods import resolve
+    from trtspec.targets.controls import release
+
+    kind = "Eagle" if method == "eagle3" else resolve(method).llmapi_decoding_type
+    if kind is None:
+        return
+    rel = release(schedule.release)
+    if rel.applies(rel.tag(kind)) is False:
+        raise ConfigError("speculation_controls", schedule.controls, f"TensorRT-LLM {rel.name}'s {rel.tag(kind)} (method "
+                          f"{method}) runs without the schedule and the gate (no drafter): the engine would measure "
+                          "controls the deployment ignores", hint="use speculation_controls trtspec, or a method whose "
+                          "form reads them (docs/operations.md)")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Parts: one per method's knobs, each with its own flat parameter names
 
@@ -372,6 +391,7 @@ class EngineConfig:
             self.suffix.validate("suffix_")
         if self.schedule is not None:
             self.schedule.check(max_k=self.max_k)
+            _check_exact_form(self.method, self.schedule)
         for name, methods in METHOD_PARTS.items():
             part = getattr(self, name)
             if part is not None and self.method not in methods:

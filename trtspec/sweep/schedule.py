@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -205,17 +206,23 @@ class ScheduleRecommendation:
     @property
     def draft_len(self) -> DraftLens:
         """Batch 1 and each batch size where k changes."""
-        pairs = [(1, self.rows[0].k)]
-        for prev, row in zip(self.rows, self.rows[1:], strict=False):
-            if row.k != prev.k:
-                pairs.append((row.batch_size, row.k))
-        return tuple(pairs)
+        return _draft_len(self.rows)
 
     @property
     def schedule(self) -> SpecSchedule:
         """The recommended SpecSchedule; its gate under the names (and so in the unit) of the gate's release."""
-        gate = dict(zip(self.gate.keys, (self.gate.window, self.gate.threshold), strict=True)) if self.gate.set else {}
-        return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency, **gate)
+        return SpecSchedule(draft_len=self.draft_len, max_concurrency=self.max_concurrency, **self._gate_fields())
+
+    @property
+    def per_batch_schedule(self) -> SpecSchedule:
+        """The schedule chosen per batch size alone (batch 1's own best first), with the same gate: what the load
+        profile is weighed against."""
+        rows = self.per_batch or self.rows
+        return SpecSchedule(draft_len=_draft_len(rows), max_concurrency=_max_concurrency(rows),
+                            **(self._gate_fields() if rows[0].k else {}))
+
+    def _gate_fields(self) -> dict[str, Any]:
+        return dict(zip(self.gate.keys, (self.gate.window, self.gate.threshold), strict=True)) if self.gate.set else {}
 
     def to_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "method": self.method, "temperature": self.temperature,
@@ -315,12 +322,26 @@ def recommend_schedule(results: Results, variant: str, temperature: float, *, ma
                         f"throughput of the schedule chosen per batch size alone (k={per_batch[0].k} at batch 1, "
                         f"{per_batch[0].chosen.speedup:.2f}x there; k={table[0].k} is {table[0].chosen.speedup:.2f}x "
                         "at batch 1)")
-    speculating = [row.batch_size for row in table if row.k > 0]
-    max_concurrency = None if speculating and speculating[-1] == top else (speculating[-1] if speculating else 0)
+    max_concurrency = _max_concurrency(table)
     gate = _gate(rows, base_rows, calibs, table, gate_batch_size, results.timing, release(target_release))
     return ScheduleRecommendation(variant, rows[0].method, dict(rows[0].params), float(temperature), results.timing,
                                   tuple(table), max_concurrency, gate, tuple(sorted(weights.items())), profile_note,
                                   tuple(per_batch))
+
+
+def _draft_len(rows: Sequence[BatchRow]) -> DraftLens:
+    """Batch 1 and each batch size where k changes."""
+    pairs = [(1, rows[0].k)]
+    for prev, row in zip(rows, rows[1:], strict=False):
+        if row.k != prev.k:
+            pairs.append((row.batch_size, row.k))
+    return tuple(pairs)
+
+
+def _max_concurrency(rows: Sequence[BatchRow]) -> int | None:
+    """The last batch size that speculates when none above it does (None: the last batch size does; 0: none does)."""
+    speculating = [row.batch_size for row in rows if row.k > 0]
+    return None if speculating and speculating[-1] == rows[-1].batch_size else (speculating[-1] if speculating else 0)
 
 
 def load_profile(load: str | dict[int, float] | None, top: int, measured: set[int]) -> dict[int, float]:

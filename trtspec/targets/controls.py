@@ -118,6 +118,10 @@ class Release:
         return float(gate["threshold_min"]), gate["threshold_max"]
 
     # -- which forms read them --------------------------------------------------------------------------------------
+    def tag(self, decoding_type: str) -> str:
+        """The release's spelling of a decoding type (1.3.0rc29: `Draft_Target` for 1.2.1's `DraftTarget`)."""
+        return str(self.facts.get("renamed", {}).get(decoding_type, decoding_type))
+
     def applies(self, decoding_type: str, speculative_config: Mapping[str, Any] | None = None) -> bool | None:
         """True: the form reads the controls; False: it ignores them; None: no fact was read for it."""
         forms = self.facts["forms"]
