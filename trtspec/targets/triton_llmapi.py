@@ -2,7 +2,9 @@
 
 NVIDIA's `triton_backend/all_models/llmapi/tensorrt_llm` model: config.pbtxt inputs and outputs, the model.yaml keys
 of its template (its other keys are LLM() arguments, checked by `trtspec.targets.diff_llm_api`), the inputs later
-releases add and the documented requests, with the sources the data file names. Pure: json only.
+releases add and the documented requests, with the sources the data file names. The section's `independent_checks`
+say what is compared with a second source (another stored config.pbtxt, model.py and helpers.py, NVIDIA's test
+vectors: tests/test_facts_independent.py) and `no_independent_check` what rests on one source only. Pure: json only.
 """
 
 from __future__ import annotations
