@@ -47,7 +47,7 @@ def synthetic_metrics(method: str, k: int, temperature: float, concurrency: int,
     steps_per_request = max_new_tokens / tokens_per_step
     num_steps = max(1, round(steps_per_request * num_requests / concurrency))
     wall = num_steps * step
-    drafts = round(steps_per_request * num_requests) if k else 0
+    drafts = min(round(steps_per_request * num_requests), num_steps * concurrency) if k else 0  # once per row and step
     return {
         "wall_time_s": wall, "num_requests": num_requests, "output_tokens": max_new_tokens * num_requests,
         "tokens_per_s": max_new_tokens * num_requests / wall, "num_steps": num_steps,

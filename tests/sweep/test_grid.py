@@ -77,6 +77,11 @@ def test_yaml_with_flag_overrides(tmp_path, spec_kwargs):
     ({"waves": -1}, ConfigError, "waves"),
     ({"prompt_tokens": 0}, ConfigError, "prompt_tokens"),
     ({"max_ngram": 0}, ConfigError, "max_ngram"),
+    # the report reads k up to MAX_K and batch sizes up to MAX_BATCH_SIZE (sweep/record_fields.py): never more here
+    ({"max_draft_len": 4097}, ConfigError, "max_draft_len"),
+    ({"concurrency": [4097]}, ConfigError, "concurrency"),
+    ({"calibration_batch_sizes": [1, 4097]}, ConfigError, "calibration_batch_sizes"),
+    ({"ramps": ["1,4097"]}, ConfigError, "ramps"),
 ])
 def test_validation_errors_name_the_field(spec_kwargs, override, error, field):
     with pytest.raises(error) as exc:

@@ -9,8 +9,11 @@ every case (exit 0, an ok record per case), never fail them all at run time (exi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -216,3 +219,93 @@ def test_a_key_with_a_newline_is_named_on_one_line():
         assert "\n" not in str(exc) and str(exc).startswith("'bad\\nkey'=None: Extra inputs are not permitted")
     else:
         raise AssertionError("an unknown key was accepted")
+
+
+# `trtspec report` over records: a sweep's results with fields replaced by arbitrary JSON values (numbers at and past
+# their ranges, NaN, infinities, huge integers, strings, lists, objects), removed, arbitrary records added and the
+# file cut anywhere. Every run is a report (no NaN or infinite speedup in it; a torn last line warned about) or one
+# documented error line, exit 2 (trtspec/sweep/record_fields.py checks each field the report reads).
+REPORT_SPEC = {"model": "fake-target", "drafts": ["fake-draft"], "via": "triton", "url": "x:1",
+               "methods": ["draft_target", "ngram"], "k": [0, 1, 2], "temperatures": [0, 1], "suites": ["code"],
+               "concurrency": [1, 2], "num_prompts": 1, "calibration_batch_sizes": [1, 2]}
+NUMBERS = st.sampled_from([0, 1, -1, 2, 4096, 4097, 10**12, 2**53 + 1, 10**400, 0.5, -0.0, 1e-300, 1e300, 5e-324,
+                           math.nan, math.inf, -math.inf])
+RECORD_KEYS = ["params", "metrics", "status", "error", "via_info", "spec", "target_s", "draft_s", "overhead_s",
+               "proposer_s", "model", "of", "label"]
+
+
+@functools.cache
+def sweep_records() -> tuple[str, ...]:
+    """The records (JSON lines) of a small sweep on the synthetic machine: 2 variants, k 0-2, 2 temperatures and
+    concurrencies, calibrated."""
+    from tests.sweep.fakes import FakeSweepBackend
+    from trtspec.sweep.grid import SweepSpec
+    from trtspec.sweep.runner import run_sweep
+
+    with tempfile.TemporaryDirectory() as work:
+        out = Path(work) / "results.jsonl"
+        run_sweep(SweepSpec.build(**REPORT_SPEC), out, backend=FakeSweepBackend(), show_progress=False)
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+    for rec in records:  # the fields an engine sweep adds (backend_engine.py), for the edits to reach
+        if rec["kind"] == "case":
+            metrics, stats = rec["metrics"], rec["metrics"]["stats"]
+            metrics.update(cpu_time_s=metrics["wall_time_s"] * 0.9, num_admission_steps=1, admission_trace=[[1, 1, 9]],
+                           per_request_mean_acceptance_length=[stats["mean_acceptance_length"]],
+                           per_request_counts=[[stats["num_drafts"], stats["num_draft_tokens"],
+                                                stats["num_accepted_tokens"], 64, stats["num_target_forwards"]]])
+        elif rec["kind"] == "calibration":
+            rec.update(target_cpu_s=rec["target_s"], draft_cpu_s=rec["draft_s"], prompt_tokens=9,
+                       overhead_s={"1": 0.001, "2": 0.0011}, target_prefill_s={"1": 0.02, "2": 0.03},
+                       proposer_s={"ngram": {"1": 0.0003, "2": 0.0004}})
+    return tuple(json.dumps(rec) for rec in records)
+
+
+def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
+    """Every path into a JSON value (keys and list indices), its root first."""
+    out = [prefix]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        out += _paths(child, (*prefix, key))
+    return out
+
+
+@st.composite
+def edited_results(draw: st.DrawFn) -> str:
+    records = [json.loads(line) for line in sweep_records()]
+    ids = [rec["id"] for rec in records]
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.integers(0, 7)) == 0:  # an arbitrary record of a kind the report reads
+            rec = {"kind": draw(st.sampled_from(["case", "calibration", "sweep", "other"])),
+                   "id": draw(st.sampled_from(ids) | st.text(max_size=6)),
+                   **draw(st.dictionaries(st.sampled_from(RECORD_KEYS), VALUES, max_size=4))}
+            records.insert(draw(st.integers(0, len(records))), rec)
+            continue
+        rec = draw(st.sampled_from(records))
+        *parents, last = draw(st.sampled_from([p for p in _paths(rec) if p]))
+        node = rec
+        for key in parents:
+            node = node[key]
+        if isinstance(node, dict) and draw(st.integers(0, 5)) == 0:
+            del node[last]
+        else:
+            node[last] = draw(NUMBERS | VALUES)
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if draw(st.integers(0, 9)) == 0:  # a sweep killed mid-write (or anything cut anywhere)
+        text = text[:draw(st.integers(0, len(text)))]
+    return text
+
+
+@settings(SETTINGS, max_examples=250)
+@given(text=edited_results())
+def test_any_results_file_reports_or_is_a_one_line_error(text, tmp_path_factory):
+    work = tmp_path_factory.mktemp("report")
+    (work / "results.jsonl").write_text(text)
+    code, out, err = run_cli(["report", str(work / "results.jsonl"), "--out", str(work / "rep"), "--no-plots",
+                              "--write-config", str(work / "build.yaml")], limit=30)
+    event(f"exit {code}")
+    if code != 0:
+        assert_clean_failure(code, err, BAD_INPUT)
+        return
+    report = (work / "rep" / "report.md").read_text()
+    assert not re.search(r"\b(nan|-?inf)x|_threshold -?(nan|inf)\b", out + report), out  # speedups, the gate
+    assert ("warning: " in err) == bool(text.rsplit("\n", 1)[-1].strip()), err  # a torn last line, said

@@ -40,11 +40,20 @@ def test_out_that_is_not_a_results_file(tmp_path, capsys, content, message):
     assert out.read_bytes() == content  # nothing appended to a file that is not ours
 
 
-def test_report_on_a_case_without_metrics(tmp_path, capsys):
+PARAMS = ('"params": {"method": "none", "model": "m", "suite": "code", "k": 0, "concurrency": 1, "temperature": 0, '
+          '"max_new_tokens": 4}')
+
+
+@pytest.mark.parametrize("fields, message", [
+    ('"params": {}', "r.jsonl:1: params.method is missing"),
+    (PARAMS, "r.jsonl:1: metrics is missing"),
+    (PARAMS + ', "metrics": []', "r.jsonl:1: metrics=[]: must be an object"),
+])  # fmt: skip
+def test_report_on_a_case_without_params_or_metrics(tmp_path, capsys, fields, message):
     path = tmp_path / "r.jsonl"
-    path.write_text('{"kind": "case", "id": "x", "status": "ok", "params": {}}\n')
+    path.write_text('{"kind": "case", "id": "x", "status": "ok", ' + fields + "}\n")
     code, text = run(["report", str(path), "--out", str(tmp_path / "rep")], capsys)
-    assert code == 2 and "case x has no metrics" in text
+    assert code == 2 and message in text and "Traceback" not in text, text
 
 
 def test_a_sweep_whose_cases_fail_exits_1(tmp_path, capsys, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from trtspec.cli._types import FiniteFloat
+from trtspec.sweep.record_fields import MAX_BATCH_SIZE
 
 
 @click.command()
@@ -14,7 +15,7 @@ from trtspec.cli._types import FiniteFloat
 @click.option("--price-per-hour", type=FiniteFloat(min=0.0), help="$ per device-hour, for cost per 1M output tokens.")
 @click.option("--gpu", "gpus", default="H100,H200", show_default=True,
               help="Comma list of GPUs for the roofline projection (always labelled a projection).")
-@click.option("--max-batch-size", type=click.IntRange(min=1, max=4096),
+@click.option("--max-batch-size", type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
               help="The schedule's batch sizes: 1..N. Default: the largest calibrated or measured batch size; with "
                    "--write-config, the build config's engine.max_batch_size.")
 @click.option("--gate-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
@@ -64,6 +65,8 @@ def report(results: str, out: str, price_per_hour: float | None, gpus: str, max_
     made = render_report(results, out, price_per_hour=price_per_hour, gpus=parse_str_list(gpus, "gpu"),
                          plots=not no_plots, timing=timing,
                          max_batch_size=max_batch_size, gate_batch_size=gate_batch_size, load=load)
+    for warning in made.results.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"report: {made.markdown} ({len(made.plots)} plots)")
     for rec in made.recommendations:
         click.echo(f"  T={rec.temperature:g} batch {rec.batch_size}: {rec.variant if rec.k else 'none'} "

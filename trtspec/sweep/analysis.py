@@ -27,7 +27,8 @@ from typing import Any
 from trtspec.contracts import costmodel
 from trtspec.errors import UsageError
 from trtspec.methods import resolve
-from trtspec.sweep.records import Record, latest_by_id, read_records
+from trtspec.sweep.record_fields import check_records
+from trtspec.sweep.records import Record, latest_by_id, read_results
 
 TOLERANCE = 0.10  # the acceptance bound for |predicted / measured - 1| (issue 28)
 BASELINE_KEYS = ("model", "temperature", "suite", "concurrency", "max_new_tokens", "num_prompts", "seed", "via")
@@ -129,6 +130,7 @@ class Results:
     calibrations: dict[str, Record]
     sweeps: list[Record] = field(default_factory=list)
     timing: str = "wall"
+    warnings: list[str] = field(default_factory=list)  # about the file, for the reader (a skipped torn last line)
 
     def baseline_of(self, row: CaseRow) -> CaseRow | None:
         key = _baseline_key(row.params)
@@ -137,26 +139,32 @@ class Results:
 
 def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | None = None) -> Results:
     """Read a results file and derive every case's measured and predicted speedup (timing: wall | cpu | auto;
-    max_bytes: refuse a larger file, as `read_records`)."""
-    records = read_records(path, max_bytes=max_bytes)
+    max_bytes: refuse a larger file, as `read_records`). Every field the analysis reads is checked first
+    (record_fields.py: ConfigError naming the file, line, field and value); an unterminated last line (a sweep
+    stopped mid-write) is skipped, and said in `Results.warnings`."""
+    if timing not in ("wall", "cpu", "auto"):
+        raise ValueError(f"timing={timing!r}: use wall, cpu or auto")
+    read = read_results(path, max_bytes=max_bytes)
+    records = read.records
     cases = latest_by_id(records, "case")
+    calibration_records = latest_by_id(records, "calibration")
+    line_of = {id(rec): line for rec, line in zip(records, read.lines, strict=True)}
+    used = [*cases.values(), *calibration_records.values(), *(r for r in records if r.get("kind") == "sweep")]
+    check_records(path, sorted(((line_of[id(rec)], rec) for rec in used), key=lambda pair: pair[0]), timing=timing)
     ok = [rec for rec in cases.values() if rec.get("status") == "ok"]
-    for rec in ok:
-        missing = [key for key in ("params", "metrics") if not isinstance(rec.get(key), dict)]
-        if missing:
-            raise UsageError(f"{path}: case {rec['id']} has no {missing[0]}",
-                             hint="the file was edited or written by another tool; rerun the sweep into a new file")
-    calibrations = merge_slices(latest_by_id(records, "calibration").values())
+    calibrations = merge_slices(calibration_records.values())
     if timing == "auto":
         on_cpu = all((rec.get("via_info") or {}).get("device", "cpu") == "cpu" for rec in ok)
         has_cpu = all("cpu_time_s" in rec["metrics"] for rec in ok) and \
             all("target_cpu_s" in c for c in calibrations.values())
         timing = "cpu" if ok and on_cpu and has_cpu else "wall"
-    if timing not in ("wall", "cpu"):
-        raise ValueError(f"timing={timing!r}: use wall, cpu or auto")
     rows = _merge_repeats([_row(rec, timing) for rec in ok])
     errors = [rec for rec in cases.values() if rec.get("status") != "ok"]
     results = Results(rows, errors, calibrations, [r for r in records if r.get("kind") == "sweep"], timing)
+    if read.torn_line is not None:
+        results.warnings.append(
+            f"{path}:{read.torn_line}: skipped the last line: it has no newline at its end (a sweep stopped while "
+            "writing it); `trtspec sweep --out` on this file cuts it and runs that case again")
     stats_of = {rec["id"]: _clock_stats(rec["metrics"], timing) for rec in ok}
     for row in rows:
         row.modelled_s = _trace_seconds(row, stats_of[row.id], results.calibrations.values(), timing)
@@ -476,7 +484,8 @@ class Winner:
     best: CaseRow | None  # the fastest speculative case (fixed or adaptive k), None when none ran
     suffix_cold: CaseRow | None  # the fastest suffix case with a cold cache (None: no suffix cases)
     suffix_warm: CaseRow | None
-    best_other: CaseRow | None  # the fastest case of another method
+    best_other: CaseRow | None  # the fastest case of a method other than suffix decoding
+    runner_up: CaseRow | None = None  # the fastest case of another variant than `best` (None: no other variant ran)
 
     @property
     def verdict(self) -> str:
@@ -504,10 +513,12 @@ def winners(results: Results) -> list[Winner]:
     out = []
     for (suite, temperature, concurrency), rows in sorted(groups.items()):
         suffix = [r for r in rows if resolve(r.method).proposer == "suffix"]
-        out.append(Winner(suite, temperature, concurrency, _fastest(rows),
+        best = _fastest(rows)
+        out.append(Winner(suite, temperature, concurrency, best,
                           _fastest([r for r in suffix if r.params.get("suffix_cache") != "warm"]),
                           _fastest([r for r in suffix if r.params.get("suffix_cache") == "warm"]),
-                          _fastest([r for r in rows if r not in suffix])))
+                          _fastest([r for r in rows if r not in suffix]),
+                          _fastest([r for r in rows if best is None or r.variant != best.variant])))
     return out
 
 

@@ -42,6 +42,7 @@ from trtspec.contracts.engine import EagleTree, Lookahead
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
+from trtspec.sweep.record_fields import MAX_BATCH_SIZE, MAX_K
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 BASELINE = "none"
@@ -193,6 +194,7 @@ class SweepSpec(BaseModel):
             if info.needs_eagle_drafter and not self.eagle and self.via == "engine":
                 raise ConfigError("eagle", self.eagle, f"method {name} needs an EAGLE-3 drafter",
                                   hint="pass --eagle tiny-eagle (or a directory from `trtspec train eagle`)")
+        _positive("max_draft_len", [self.max_draft_len], most=MAX_K)  # the report reads k up to MAX_K
         for field, values, lowest in (("k", self.k, 0), ("adaptive", self.adaptive, 1)):
             for k in values:
                 if not lowest <= k <= self.max_draft_len:
@@ -202,12 +204,11 @@ class SweepSpec(BaseModel):
         for tree in self.eagle_trees:
             EagleTree.parse(tree, field="eagle_trees")
         _positive("temperatures", self.temperatures, allow_zero=True)
-        _positive("concurrency", self.concurrency)
-        _positive("calibration_batch_sizes", self.calibration_batch_sizes)
+        _positive("concurrency", self.concurrency, most=MAX_BATCH_SIZE)  # the report's schedule: a row per batch size
+        _positive("calibration_batch_sizes", self.calibration_batch_sizes, most=MAX_BATCH_SIZE)
         if self.threads is not None:
             _positive("threads", [self.threads])
-        for field in ("max_new_tokens", "num_prompts", "max_draft_len", "repeats", "calibration_repeats",
-                      "calibration_slices"):
+        for field in ("max_new_tokens", "num_prompts", "repeats", "calibration_repeats", "calibration_slices"):
             _positive(field, [getattr(self, field)])
         if not 0 <= self.seed <= UINT64_MAX:
             raise ConfigError("seed", shown(self.seed), f"must be within 0..{UINT64_MAX} (a uint64 seed)",
@@ -453,7 +454,7 @@ def parse_ramp(text: str, field: str = "ramps") -> tuple[int, ...]:
     except ValueError:
         raise ConfigError(field, text, "is not a comma-separated list of concurrencies",
                           hint="e.g. 1,2,4,8,16,8,4,2,1") from None
-    _positive(field, list(phases))
+    _positive(field, list(phases), most=MAX_BATCH_SIZE)
     return phases
 
 
@@ -513,9 +514,10 @@ def parse_str_list(text: str, field: str) -> list[str]:
     return _items(text, field, "a,b")
 
 
-def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False) -> None:
-    """Every value finite and > 0 (>= 0 with allow_zero); integers at most INT32_MAX (counts the engine and
-    TensorRT-LLM hold as int32)."""
+def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool = False,
+              most: int = INT32_MAX) -> None:
+    """Every value finite and > 0 (>= 0 with allow_zero); integers at most `most` (default INT32_MAX: counts the
+    engine and TensorRT-LLM hold as int32)."""
     if not values:
         raise ConfigError(field, values, "must not be empty", hint=f"give at least one value for {field}")
     for v in values:
@@ -524,6 +526,6 @@ def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool =
         if v < 0 or (v == 0 and not allow_zero):
             raise ConfigError(field, v, "must be " + ("non-negative" if allow_zero else "positive"),
                               hint=f"fix {field} in the sweep config or flags")
-        if isinstance(v, int) and v > INT32_MAX:
-            raise ConfigError(field, shown(v), f"must be at most {INT32_MAX}",
+        if isinstance(v, int) and v > most:
+            raise ConfigError(field, shown(v), f"must be at most {most}",
                               hint=f"fix {field} in the sweep config or flags")

@@ -5,7 +5,8 @@ micro-benchmark of one model set) and `sweep` (the spec a run started with). Eve
 
 Durability: each record is one `write()` of a complete line followed by flush + fsync, so a kill leaves at most one
 torn last line. `ResultsFile.open_for_append()` cuts such a torn tail before appending, so it can never glue onto the
-next record; `read_records()` skips it when reading. Later records with the same id supersede earlier ones.
+next record; `read_records()` skips it when reading (`read_results` says which line it skipped, for the report's
+warning). Later records with the same id supersede earlier ones.
 
 Older files: `upgrade` reads every record under today's key names (a case's `backend` -> `via_info` and params
 `backend` -> `via`; a sweep's `backend_info` -> `via_info` and spec `backend` -> `via`) and drops the spec fields the
@@ -18,6 +19,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,16 @@ SCHEMA = 1
 Record = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ResultsRead:
+    """The complete records of a results file, the line each came from, and the unterminated last line that was
+    skipped (None when the file ends with a newline)."""
+
+    records: list[Record]
+    lines: list[int]
+    torn_line: int | None = None
+
+
 def read_records(path: str | Path, *, max_bytes: int | None = None) -> list[Record]:
     """All complete records of a results file (an unterminated or unparsable last line is ignored).
 
@@ -34,9 +46,16 @@ def read_records(path: str | Path, *, max_bytes: int | None = None) -> list[Reco
     results file) is refused with UsageError naming the file and the line. With `max_bytes`, at most that much is
     read: a larger file is refused (UsageError naming the file and the limit) unread past it.
     """
+    return read_results(path, max_bytes=max_bytes).records
+
+
+def read_results(path: str | Path, *, max_bytes: int | None = None) -> ResultsRead:
+    """`read_records` with each record's line number and the torn last line it skipped: a line without the newline
+    that ends every complete record (a sweep killed while writing it; `ResultsFile.open_for_append` cuts it and the
+    sweep reruns that case), parsable or not."""
     path = Path(path)
     if not path.exists():
-        return []
+        return ResultsRead([], [])
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not a results file", hint="give a .jsonl file path")
     if max_bytes is None:
@@ -51,24 +70,23 @@ def read_records(path: str | Path, *, max_bytes: int | None = None) -> list[Reco
                              hint="give a smaller results file (a sweep of fewer cases)")
     lines = data.split(b"\n")
     records: list[Record] = []
+    numbers: list[int] = []
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        is_last = lineno == len(lines)  # no trailing newline: the write did not finish
+        if lineno == len(lines):  # no trailing newline: the write did not finish; torn, rewritten on resume
+            return ResultsRead(records, numbers, lineno)
         try:
             obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            if is_last:
-                break
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep, an integer of too many digits
             raise UsageError(f"{path}:{lineno}: not a JSON record (not a trtspec results file, or edited)",
                              hint="give another --out file, or remove the line") from None
-        if is_last:
-            break  # parsable but unterminated: treat as torn, it will be rewritten on resume
         if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str) or not isinstance(obj.get("id"), str):
             raise UsageError(f"{path}:{lineno}: a JSON value without the record fields kind and id",
                              hint="this is not a trtspec results file: give another --out file")
         records.append(upgrade(obj))
-    return records
+        numbers.append(lineno)
+    return ResultsRead(records, numbers)
 
 
 def upgrade(record: Record) -> Record:

@@ -100,6 +100,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
             f"- chat template: {sweep.get('chat_template') or 'none (base models: prompts are sent as raw text)'}",
             "- speedup = tokens/s of the case / tokens/s of plain decoding (k = 0) with the same suite, temperature "
             "and concurrency. Mean acceptance length = 1 + accepted / drafts (tokens per target forward).",
+            *(f"- warning: {warning}" for warning in results.warnings),
             f"- timing: **{results.timing}**"
             + (" (speedups and predictions use process CPU seconds, which other processes sharing the CPU do not "
                "inflate; `wall speedup` is the wall-clock ratio, noisy on a shared machine)"
@@ -140,6 +141,10 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
     return "\n".join(out)
 
 
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
 def _wall_speedup(results: Results, row: Any) -> float | None:
     base = results.baseline_of(row)
     return row.wall_tokens_per_s / base.wall_tokens_per_s if base and base.wall_tokens_per_s else None
@@ -167,17 +172,17 @@ def _cost_model_section(results: Results) -> list[str]:
             "per step, how often rows drafted and how long; each admission step as its prompt passes, stretched to "
             "its longest prompt, plus the running rows' own step) priced with the calibrated costs; without a trace, "
             "(c * P_0 + N * S_0) / (c * P_k + N / E(k) * S_k) for N new tokens per request and c in flight.", ""]
-    calib = list(results.calibrations.values())
+    key = "cpu_s" if results.timing == "cpu" else "s"
+    calib = [c for c in results.calibrations.values() if c.get(f"target_{key}")]
     if calib:
         c = calib[0]
-        key = "cpu_s" if results.timing == "cpu" else "s"
         sizes = sorted(c[f"target_{key}"], key=int)
-        ns = sorted(c[f"target_{key}"][sizes[0]], key=int)
+        ns = sorted({n for b in sizes for n in c[f"target_{key}"][b]}, key=int)
         out += [f"Calibration ({results.timing} ms per forward; target over n tokens per sequence, draft over 1 "
                 f"token; {c.get('smoothing', 'median of repeats')}):", ""]
         out += markdown_table(["batch", *[f"target n={n}" for n in ns], "draft",
                                f"prompt pass ({c.get('prompt_tokens', '?')} tokens): target", "draft"],
-                              [(b, *[f"{c[f'target_{key}'][b][n] * 1e3:.2f}" for n in ns],
+                              [(b, *[_fmt(_times(c[f"target_{key}"][b].get(n), 1e3)) for n in ns],
                                 *[f"{c.get(f'{role}_{key}', {}).get(b, 0) * 1e3:.2f}"
                                   for role in ("draft", "target_prefill", "draft_prefill")]) for b in sizes])
     misses = [r for r in checked if not r.within_tolerance]
@@ -209,7 +214,7 @@ def _winners_section(results: Results) -> list[str]:
         if has_suffix:
             line += [case(w.best_other), case(w.suffix_cold), case(w.suffix_warm), w.verdict]
         else:
-            line += [case(w.best_other)]
+            line += [case(w.runner_up)]  # the fastest of another variant ("-": the only one)
         table.append(line)
     if has_suffix:
         header += ["suffix, cold cache", "suffix, warm cache", "verdict"]
