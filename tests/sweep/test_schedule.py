@@ -122,6 +122,25 @@ def test_speculation_must_beat_plain_decoding_by_the_margin():
     assert (beyond.rows[-1].k, beyond.rows[-1].held, beyond.max_concurrency) == (1, None, None)
 
 
+def _points(speedups: dict[int, float]) -> tuple[KPoint, ...]:
+    return tuple(KPoint(k, s, 1.0, measured_speedup=s) for k, s in sorted(speedups.items()))
+
+
+def test_the_margin_at_its_exact_boundary():
+    """Exactly SWITCH_MARGIN is not "more than" it: a k that beats plain decoding by exactly the margin does not pay
+    (`pays`: >), and a previous k that the best beats by exactly the margin stays (`near_best`: <=); one ulp past
+    the boundary, the other way."""
+    from trtspec.sweep.schedule import _choose
+
+    edge = 1.0 * (1 + SWITCH_MARGIN)  # the same product the rule computes: exactly on the boundary
+    assert _choose(_points({0: 1.0, 1: edge}), argmax=1) == (0, 1)
+    assert _choose(_points({0: 1.0, 1: math.nextafter(edge, math.inf)}), argmax=1) == (1, None)
+    held, best = 1.2, 1.2 * (1 + SWITCH_MARGIN)
+    assert _choose(_points({0: 1.0, 1: held, 2: best}), argmax=2, previous=1, cap=2) == (1, 2)
+    assert _choose(_points({0: 1.0, 1: held, 2: math.nextafter(best, math.inf)}), argmax=2, previous=1,
+                   cap=2) == (2, None)
+
+
 def test_a_change_of_k_is_the_smallest_within_the_margin():
     """Measured at batch 2 with k=3 at batch 1: k=1 is the best; k=3 stays while the best is within the margin of it;
     when k=3 falls behind by more, the change goes to k=2 (within the margin of the best, nearer to 3), not to k=1."""

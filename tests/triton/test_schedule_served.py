@@ -1,6 +1,8 @@
 """The speculation schedule served: `deploy` / `serve --dynamo` flags over the build's engine configuration reach the
 torch flavour's config.pbtxt parameters and the Dynamo workers' arguments, bad values exit 2 naming the flag and the
-rule, and both servers export the acceptance gate as the `gate_closed` gauge."""
+rule, and the metrics code of both servers exports the acceptance gate as the `gate_closed` gauge: the Triton model's
+SpecMetrics through a fake `pb_utils` (FakePb, no tritonserver) and a Dynamo worker's WorkerMetrics page (no Dynamo
+runtime); no server runs here."""
 
 from __future__ import annotations
 
@@ -71,7 +73,9 @@ def test_bad_schedule_flags_exit_2_naming_the_flag_and_the_rule(bundle, tmp_path
     assert not (tmp_path / "repo").exists()
 
 
-def test_both_servers_export_whether_the_gate_is_closed():
+def test_both_servers_metrics_export_whether_the_gate_is_closed():
+    """The gauge each server's metrics code sets: Triton's SpecMetrics into a fake pb_utils metric family, the Dynamo
+    worker's WorkerMetrics into its Prometheus page."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from trtspec.dynamo.metrics import WorkerMetrics
