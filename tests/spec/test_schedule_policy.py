@@ -193,3 +193,13 @@ def test_the_rate_gate_samples_each_step_that_drafted():
     assert not policy.state.open and abs(policy.state.window_mean - 0.4583333) < 1e-6
     policy.finish(0, stats(1.0))  # a per-iteration gate ignores finished requests
     assert policy.state.window_fill == 3
+
+
+def test_exact_controls_record_a_request_finishing_in_a_speculating_batch_whatever_its_own_k():
+    """A request in its last step reserves no draft tokens; the batch still speculates (TensorRT-LLM's
+    enable_spec_decode is per iteration), so 1.2.1 records it."""
+    policy = SchedulePolicy(SpecSchedule(acceptance_window=1, acceptance_length_threshold=0.5,
+                                         controls="trtllm-1.2.1"))
+    policy.caps(1, [0], [0])  # its own k is 0 this step
+    policy.finish(0, stats(1.0))
+    assert not policy.state.open and policy.state.window_fill == 1

@@ -42,6 +42,7 @@ from trtspec.contracts.schedule import SpecSchedule
 from trtspec.targets.controls import Gate, Release, release
 
 MAX_PROBE_BACKOFF = 16  # the probe interval doubles up to this many x probe_every (256 admissions at 16)
+MAX_K = 1 << 20  # a draft length no schedule caps below: asks the schedule alone
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,9 @@ class SchedulePolicy:
         open_ = self.state.open
         caps = [self.schedule.draft_len_at(batch_size, k, max_batch_size=self.max_batch_size)
                 if open_ or rid in self._probes else 0 for rid, k in zip(request_ids, ks, strict=True)]
-        self._speculating = any(caps)
+        # the batch-level decision TensorRT-LLM records under (its enable_spec_decode): the schedule and max_concurrency
+        # at this batch size with the gate open, whatever each request's own k (one near its end reserves none)
+        self._speculating = open_ and self.schedule.draft_len_at(batch_size, MAX_K, max_batch_size=self.max_batch_size) > 0
         return caps
 
     def step(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
