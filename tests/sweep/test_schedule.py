@@ -7,6 +7,7 @@ rules."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -401,3 +402,22 @@ def test_no_speculation_is_said_in_words():
     assert slow.max_draft_len == 0 and schedule_text(slow).startswith("no speculation")
     assert schedule_text(recommend_schedule(sweep(), VARIANT, 0.0, max_batch_size=8)).startswith(
         "`draft_len_schedule` {1: 4, 2: 3, 3: 2, 4: 1, 5: 0}")
+
+
+def test_write_config_for_one_model_eagle3_writes_no_controls_and_says_why(tmp_path):
+    """TensorRT-LLM 1.2.1's one-model EAGLE-3 has no drafter: the controls would be ignored there, so none are written
+    (a note names two-model EAGLE-3); a two-model config gets them."""
+    rows = [replace(r, params={**r.params, "method": "eagle3" if r.params["k"] else "none", "draft": None,
+                               "eagle": "tiny-eagle" if r.params["k"] else None})
+            for r in sweep().rows]
+    eagle = Results([CaseRow(**{**r.__dict__, "id": r.id + "e"}) for r in rows], [], {"cal": calibration()},
+                    timing="wall")
+    for one_model, written in ((True, False), (False, True)):
+        path = tmp_path / f"e{one_model}.yaml"
+        path.write_text("name: e\nbackend: tensorrtllm\ntarget: /models/t\nmethod: eagle\nk: 3\neagle:\n  model: "
+                        f"/models/e\n  eagle3: true\n  one_model: {str(one_model).lower()}\nengine:\n  max_batch_size: "
+                        "6\n  max_input_len: 64\n  max_seq_len: 256\n")
+        done = write_schedule_config(path, eagle, max_batch_size=6, force=True)
+        data = yaml.safe_load(path.read_text())
+        assert ("llm_api" in data) == written, data
+        assert any("no drafter" in n for n in done.notes) == (not written)

@@ -321,6 +321,12 @@ def _reads_controls(spec: Any) -> tuple[bool, str]:
     kind = decoding_type(spec.method, target.llm_api, eagle3=bool(spec.eagle and spec.eagle.eagle3))
     if kind is None or "draft_len_schedule" not in target.llm_api.fields_of(kind):
         return False, f"TensorRT-LLM {target.version}'s {kind} speculative_config has no draft_len_schedule"
+    from trtspec.targets.controls import has_release, release
+
+    form = {"eagle3_one_model": spec.eagle.one_model} if spec.eagle is not None else {}
+    if has_release(target.version) and release(target.version).applies(kind, form) is False:
+        return False, (f"TensorRT-LLM {target.version}'s one-model {kind} runs without them (no drafter); two-model "
+                       "EAGLE-3 (eagle: {one_model: false}) reads them")
     return True, ""
 
 
@@ -334,7 +340,9 @@ def _check(spec: Any) -> None:
     eagle3 = bool(spec.eagle and spec.eagle.eagle3)
     draft = spec.eagle.model if eagle3 else spec.draft
     llm_api_options(Speculation(spec.method, spec.max_draft_len or 0, spec.target, draft_model=draft, eagle3=eagle3,
-                                controls=spec.llm_api.options() if spec.llm_api is not None else None),
+                                eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,
+                                controls=spec.llm_api.options() if spec.llm_api is not None else None,
+                                max_batch_size=spec.engine.max_batch_size),
                     spec.trtllm.target(), {})
 
 
