@@ -16,6 +16,7 @@ server keeps serving.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -336,6 +337,28 @@ def test_text_that_is_not_utf8_and_batched_prompts_are_refused_by_name(server):
         out = client.infer("tensorrt_llm", {"text_input": np.array([PROMPTS[0].encode()], dtype=object),
                                             "sampling_param_max_tokens": one}, ["text_output"])
         assert out["text_output"][0].decode().startswith(PROMPTS[0])  # the server keeps serving
+        # memory stays flat under a stream of them (tritonserver and its Python stubs: the server's process group)
+        before = _group_rss_mib(server.process.pid)
+        for _ in range(40):
+            for case, (array, _words) in bad.items():
+                name = "sampling_param_stop" if case == "stop" else "text_input"
+                with pytest.raises(RequestError):
+                    client.infer("tensorrt_llm", {"text_input": np.array([PROMPTS[0].encode()], dtype=object),
+                                                  name: array, "sampling_param_max_tokens": one}, ["text_output"])
+        assert _group_rss_mib(server.process.pid) - before < 64, (before, _group_rss_mib(server.process.pid))
+
+
+def _group_rss_mib(group: int) -> float:
+    """Resident memory of every process in process group `group`, MiB (/proc)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group:  # pgrp
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # rss, pages
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / (1 << 20)
 
 
 @pytest.mark.triton
