@@ -314,12 +314,14 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
     assert sum(w * r.chosen.tokens_per_s for r in rec.rows for b, w in weights.items() if b == r.batch_size) >= \
         sum(w * r.chosen.tokens_per_s for r in rec.per_batch for b, w in weights.items() if b == r.batch_size) - 1e-9
     assert bool(rec.profile_note) == ([r.k for r in rec.rows] != [r.k for r in rec.per_batch])
-    for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at the
-        if i == 0 and rec.profile_note:  # batch size below), or the previous batch size's
-            continue  # batch 1's k chosen for the load profile
-        allowed = [p for p in r.points if i == 0 or p.k <= rec.rows[i - 1].k]
+    for i, r in enumerate(rec.rows):  # whatever the candidates' source: the best within the cap (k <= the k at 1),
+        if (i == 0 and rec.profile_note) or r.filled:  # or the previous batch size's own choice
+            continue  # batch 1's k chosen for the load profile; a dip filled with a larger batch size's k
+        assert all(r.k >= later.k for later in rec.rows[i:])  # a filled row is the max of those above it
+        allowed = [p for p in r.points if p.k <= rec.rows[0].k or r.batch_size == 1]
         top = max(p.speedup for p in allowed)  # k while it beats plain decoding by the margin and the best is within
-        previous = r.point(rec.rows[i - 1].k) if i else None  # the margin, else the smallest change within the
+        previous = r.point(r.previous) if i and r.previous is not None and not rec.rows[i - 1].filled else (
+            r.point(rec.rows[i - 1].held) if i and rec.rows[i - 1].filled else None)  # the margin, else the smallest change within the
         # margin of the best; a k > 0 only when it beats plain by the margin
 
         def pays(point: KPoint, r: BatchRow = r) -> bool:
@@ -351,13 +353,15 @@ def test_recommended_k_is_the_argmax_and_the_schedule_keeps_the_rules(table):
 
 def test_draft_lengths_never_rise_with_the_batch_size():
     """Measured: at batch 2 neither k beats plain decoding by the margin, at batch 3 k=1 does (1.2x): per batch size
-    alone that is 1:2,2:0,3:1; the schedule keeps k=0 from batch 2 on (max_concurrency 1)."""
+    alone that is 1:2,2:0,3:1. Draft lengths do not rise with the batch size, and one batch size level with plain
+    decoding does not turn speculation off for the larger ones: batch 2 takes batch 3's k=1 (1:2,2:1)."""
     rows = [row(0, c, measured=1.0) for c in (1, 2, 3)]
     rows += [row(2, 1, measured=1.5), row(1, 1, measured=1.3), row(2, 2, measured=1.01), row(1, 2, measured=1.0),
              row(2, 3, measured=1.0), row(1, 3, measured=1.2)]
     rec = recommend_schedule(results(rows), VARIANT, 0.0, max_batch_size=3)
-    assert [r.k for r in rec.rows] == [2, 0, 0] and rec.draft_len == ((1, 2), (2, 0)) and rec.max_concurrency == 1
-    assert "k=1 is faster (1.20x)" in rec.rows[2].note and "do not rise with the batch size" in rec.rows[2].note
+    assert [r.k for r in rec.rows] == [2, 1, 1] and rec.draft_len == ((1, 2), (2, 1)) and rec.max_concurrency is None
+    assert rec.rows[1].filled and rec.rows[1].held == 0 and "do not rise with the batch size" in rec.rows[1].note
+    assert not rec.rows[2].filled
 
 
 def test_a_load_profile_trades_batch_one_for_the_load():

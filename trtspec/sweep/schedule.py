@@ -105,6 +105,7 @@ class BatchRow:
     calibrated_up_to: int  # the largest calibrated batch size: above it the model uses that batch size's costs
     held: int | None = None  # the argmax over k <= the k at batch 1 when SWITCH_MARGIN kept another k (or plain)
     previous: int | None = None  # the k at the batch size below (None at batch 1)
+    filled: bool = False  # k is a larger batch size's (its own choice, `held`, was lower: draft lengths never rise)
 
     def point(self, k: int) -> KPoint:
         return next(p for p in self.points if p.k == k)
@@ -120,10 +121,12 @@ class BatchRow:
     @property
     def note(self) -> str:
         notes = []
+        if self.filled:
+            return (f"k={self.k}: a larger batch size's draft length (draft lengths do not rise with the batch size); "
+                    f"this batch size alone chose k={self.held}")
         if self.best_k not in (self.k, self.held):
             notes.append(f"k={self.best_k} is faster ({self.point(self.best_k).speedup:.2f}x) but above the k at "
-                         + ("batch 1 (max_draft_len)" if self.previous is None or self.batch_size == 2 else
-                            "the batch size below (draft lengths do not rise with the batch size)"))
+                         "batch 1 (max_draft_len)")
         if self.held is not None and self.k == 0:
             notes.append(f"k={self.held} ({self.point(self.held).speedup:.2f}x) does not beat plain decoding by more "
                          f"than {SWITCH_MARGIN:.0%}")
@@ -139,6 +142,7 @@ class BatchRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "k": self.k, "best_k": self.best_k, "held": self.held,
+                "filled": self.filled,
                 "source": self.chosen.source,
                 "speedup": self.chosen.speedup, "note": self.note, "points": [p.to_dict() for p in self.points]}
 
@@ -377,20 +381,27 @@ def _profile_tokens_per_s(table: list[BatchRow], weights: dict[int, float]) -> f
 
 
 def _table(anchored: dict[int, tuple[KPoint, ...]], calibrated_up_to: int, first: int | None = None) -> list[BatchRow]:
-    """k per batch size (module docstring): batch 1's choice (or `first`), then at each larger batch size the rule
-    over the k at most the one below (draft lengths never rise with the batch size)."""
+    """k per batch size (module docstring): batch 1's choice (or `first`), then at each larger batch size the rule over
+    the k at most batch 1's; then draft lengths are made never to rise with the batch size by filling dips: a batch size
+    whose own choice is below a larger batch size's takes the larger one's k (`BatchRow.filled`), so one batch size
+    where speculation is level with plain decoding does not turn it off for every larger one."""
     table: list[BatchRow] = []
     for b, points in sorted(anchored.items()):
         best_k = _argmax(points, None)
         if table:
-            cap = table[-1].k
-            k, held = _choose(points, _argmax(points, cap), cap, cap)
+            k, held = _choose(points, _argmax(points, table[0].k), table[-1].k, table[0].k)
         elif first is None:
             k, held = _choose(points, best_k)
         else:
             k, held = first, (best_k if best_k != first else None)
         table.append(BatchRow(b, k, best_k, points, calibrated_up_to, held, table[-1].k if table else None))
-    return table
+    above = 0
+    for i in range(len(table) - 1, 0, -1):  # the largest k of the larger batch sizes
+        row = table[i]
+        if row.k < above:
+            table[i] = replace(row, k=above, held=row.k if row.k != above else row.held, filled=True)
+        above = max(above, table[i].k)
+    return [replace(row, previous=table[i - 1].k if i else None) for i, row in enumerate(table)]
 
 
 def _point(k: int, predicted: float, predicted_tps: float, rows: list[CaseRow], base_rows: list[CaseRow],
