@@ -89,20 +89,6 @@ def test_release_forms_read_as_the_canonical_schedule(max_batch, rest, first, ma
             assert draft == canonical.draft_len_at(batch, max_draft_len), (rel.name, batch, schedule)
         if schedule:
             assert schedule[min(schedule)] == max_draft_len or rel.facts["schedule"]["requires_batch_1"]
-            folded = SpecSchedule(draft_len=canonical.draft_len,
-                                  max_concurrency=max_concurrency if concurrency is None else None)
-            assert rel.canonical_schedule(schedule, max_draft_len, max_batch) == _runs(folded, max_draft_len, max_batch)
-
-
-def _runs(schedule: SpecSchedule, max_draft_len: int, max_batch: int) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for batch in range(1, max_batch + 1):
-        value = min(max_draft_len, next(v for k, v in reversed(schedule.draft_len or ((1, max_draft_len),)) if k <= batch))
-        if schedule.max_concurrency is not None and batch > schedule.max_concurrency:
-            value = 0
-        if not out or list(out.values())[-1] != value:
-            out[batch] = value
-    return out
 
 
 def test_forms_that_ignore_or_lack_facts_are_named():
@@ -139,3 +125,28 @@ def test_the_engine_refuses_a_releases_exact_controls_for_a_form_that_ignores_th
     assert release("1.3.0rc29").tag("DraftTarget") == "Draft_Target" and release("1.2.1").tag("DraftTarget") == "DraftTarget"
     assert EngineConfig.from_parameters({**base, "method": "draft_target", "draft": "tiny-draft",
                                          "speculation_controls": "trtllm-1.3.0rc29"}).schedule.exact
+
+
+def test_what_1_3_cannot_express_is_refused_not_rendered_empty():
+    """max_concurrency 0 (never speculate) has no 1.3.0rc29 form (a positive integer, and an empty schedule means
+    max_draft_len everywhere); an empty schedule is refused by the check of any file."""
+    from trtspec.build.llm_api import Speculation, llm_api_options
+    from trtspec.errors import ConfigError
+    from trtspec.targets.llm_api import diff_llm_api, llm_api_facts
+
+    facts = llm_api_facts("1.3.0rc29")
+    with pytest.raises(ConfigError) as err:
+        llm_api_options(Speculation("eagle", 3, "/t", draft_model="/e", eagle3=True, max_batch_size=8,
+                                    controls={"draft_len_schedule": {1: 3, 4: 2}, "max_concurrency": 0}), facts, {})
+    assert err.value.field == "llm_api.max_concurrency" and "method: none" in err.value.hint
+    problems = diff_llm_api({"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 3,
+                                                    "speculative_model": "/e", "draft_len_schedule": {}}}, facts)
+    assert [p.key for p in problems] == ["speculative_config.draft_len_schedule"] and "empty" in problems[0].problem
+
+
+@pytest.mark.parametrize("text", ["\u0663", "1_0", " 4x"])
+def test_integer_parameters_are_ascii_digits(text):
+    from trtspec.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        SpecSchedule.from_parameters({"max_concurrency": text})

@@ -210,7 +210,7 @@ def test_one_releases_options_never_go_into_anothers_image(tmp_path):
 
 
 def test_a_release_without_llm_api_facts_is_refused_naming_the_field():
-    with pytest.raises(ConfigError, match=r"trtllm.version='0.18.0'") as info:
+    with pytest.raises(ConfigError, match=r"trtllm_version='0.18.0'") as info:
         rendered(next(p for p in EXAMPLES if p.stem == "llama3.1-8b-ngram"), "agg", version="0.18.0",
                  image="registry.example/trtllm:0.18.0")
     assert PIN in (info.value.hint or "")

@@ -142,6 +142,9 @@ def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[
         return {key: dict(value) if isinstance(value, Mapping) else value for key, value in controls.items()}
     rel = release(facts.version)
     names = rel.keys
+    if controls.get("max_concurrency") == 0 and rel.facts["max_concurrency"]["minimum"] > 0:
+        raise ConfigError("llm_api.max_concurrency", 0, f"TensorRT-LLM {rel.name} reads a positive max_concurrency only: "
+                          "it cannot turn speculation off at every batch size", hint="use method: none")
     schedule, concurrency = rel.release_schedule(controls.get("draft_len_schedule"), controls.get("max_concurrency"),
                                                  spec.max_batch_size)
     out: dict[str, Any] = {}

@@ -156,11 +156,15 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
                 changes[name] = _number(text, kind, _flag(SpecSchedule.PARAMETERS[name]))
         if speculation_controls is not None:
             changes["controls"] = speculation_controls
-        gate_fields = ("acceptance_window", "acceptance_length_threshold", "acceptance_rate_window_size",
-                       "acceptance_rate_threshold", "probe_every")
-        if no_gate or (changes.get("acceptance_window") == 0 and acceptance_length_threshold is None) or \
-                (changes.get("acceptance_rate_window_size") == 0 and acceptance_rate_threshold is None):
-            changes |= dict.fromkeys(gate_fields)
+        length, rate = ("acceptance_window", "acceptance_length_threshold"), ("acceptance_rate_window_size",
+                                                                                "acceptance_rate_threshold")
+        if no_gate:
+            changes |= dict.fromkeys((*length, *rate, "probe_every"))
+        for own, other in ((length, rate), (rate, length)):
+            if changes.get(own[0]) == 0 and own[1] not in changes:  # a window of 0 alone: that gate off
+                changes |= dict.fromkeys(own)
+            if any(changes.get(name) for name in own):  # one gate given: the other one goes (one gate at most)
+                changes |= {name: None for name in other if name not in changes}
         if clear:
             changes = {name: changes.get(name) for name in SCHEDULE_FIELDS}
         if not changes and default_k is None:

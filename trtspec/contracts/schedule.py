@@ -276,7 +276,7 @@ class SpecSchedule:
                 out[name] = text or None
                 continue
             try:
-                out[name] = (_number(text) if name in cls.FLOATS else int(text)) if text else None
+                out[name] = (_number(text) if name in cls.FLOATS else _integer(text)) if text else None
             except ValueError:
                 expect = "a finite number" if name in cls.FLOATS else "an integer"
                 raise ConfigError(f"parameter {parameter}", text, f"is not {expect}",
@@ -327,9 +327,16 @@ class SpecSchedule:
         return schedule if schedule.to_parameters() else None
 
 
+def _integer(text: str) -> int:
+    """An integer of ASCII digits (int() also takes other scripts' digits and underscores)."""
+    if not _INTEGER.fullmatch(text.strip()):
+        raise ValueError(text)
+    return int(text)
+
+
 def _number(text: str) -> float:
     """A decimal number of ASCII characters (float() alone also takes other scripts' digits); finiteness is the
     rules' (check)."""
-    if not text.isascii():
+    if not text.isascii() or "_" in text:
         raise ValueError(text)
     return float(text)

@@ -55,7 +55,7 @@ SERIES: dict[str, Series] = {s.key: s for s in (
     Series("mean_acceptance_length", "gauge", "1 + accepted / drafts, over all requests since the model loaded"),
     Series("k", "gauge", "Draft tokens per request when a request does not say (the served default k)"),
     Series("gate_closed", "gauge", "1 while the acceptance gate has turned speculation off (probes aside), else 0; "
-           "only engines with a gate (acceptance_window)"),
+           "only engines with a gate (acceptance_window or acceptance_rate_window_size)"),
     Series("request_latency_seconds", "histogram", "Seconds from a request's arrival to its last token",
            buckets=REQUEST_BUCKETS),
     Series("time_per_output_token_seconds", "histogram",

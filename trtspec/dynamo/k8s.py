@@ -135,7 +135,7 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
                           f"{facts['dynamo_version']} (the default)")
     pin = facts["trtllm_pin"]["tensorrt_llm"]
     if llm_api is None:
-        raise ConfigError("trtllm.version", trtllm_version, f"has no LLM-API options for this build ({llm_api_note})",
+        raise ConfigError("trtllm_version", trtllm_version, f"has no LLM-API options for this build ({llm_api_note})",
                           hint=f"Dynamo {facts['dynamo_version']} runs TensorRT-LLM {pin} through the LLM API: use a "
                                "method with an LLM-API form there")
     default_image = f"{facts['operator']['runtime_image']}:{facts['dynamo_version']}"

@@ -242,7 +242,7 @@ def _gate(window: WindowStats, baseline: Baseline, ks: Sequence[int], served: Sp
     proposed = release(unit).threshold_from_break_even(even, k)
     threshold = served.gate_threshold
     assert threshold is not None  # (gated)
-    if abs(proposed - threshold) > GATE_TOLERANCE * max(threshold, 1e-9):
+    if round(proposed, 3) > 0 and abs(proposed - threshold) > GATE_TOLERANCE * max(threshold, 1e-9):
         name = "acceptance_length_threshold" if unit == "1.2.1" else "acceptance_rate_threshold"
-        gate[name] = round(max(0.0, proposed), 2)
+        gate[name] = round(proposed, 3)
     return gate

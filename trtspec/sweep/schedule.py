@@ -360,7 +360,7 @@ def load_profile(load: str | dict[int, float] | None, top: int, measured: set[in
     for key, value in items:
         try:
             batch, weight = int(str(key).strip()), float(str(value).strip())
-            if not str(key).strip().isascii() or not str(value).strip().isascii():
+            if not str(key).strip().isascii() or not str(value).strip().isascii() or "_" in f"{key}{value}":
                 raise ValueError(key)
         except ValueError:
             raise ConfigError("--load", str(load), f"entry {key}:{value} is not BATCH:WEIGHT",
@@ -519,7 +519,9 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
         if row.k in (0, k):
             continue
         other_ratio, other = _break_even(rows, base_rows, calibs, table, row.batch_size, timing)
-        if other.tokens_per_step <= ratio and other_ratio < ratio:
+        current = controls.threshold_from_break_even(ratio, binding_k)  # compared in the release's unit
+        if controls.threshold_from_break_even(other.tokens_per_step, row.k) <= current and \
+                controls.threshold_from_break_even(other_ratio, row.k) < current:
             reason = (f"break-even at batch {row.batch_size}, k={row.k} ({other_ratio:.3f} tokens per target forward): "
                       f"the break-even at batch {batch}, k={k} ({ratio:.3f}) is out of reach of k={row.k} (measured "
                       f"E = {other.tokens_per_step:.2f}), which the schedule uses from batch {row.batch_size}")
@@ -540,12 +542,12 @@ def _gate(rows: list[CaseRow], base_rows: list[CaseRow], calibs: list[Any], tabl
                     f"{controls.unit_text}) is not above the threshold {threshold:g}: a gate would close at once",
                     release=name)
     window = math.ceil((WINDOW_Z * sd / (mean - threshold)) ** 2 * per)
-    window = min(MAX_WINDOW * max(1, round(per)), max(MIN_WINDOW, window))
+    window = min(MAX_WINDOW * max(1, round(per)), max(MIN_WINDOW * max(1, round(per)), window))
     unit = controls.facts["gate"]["window_unit"]
     return Gate(binding_batch, binding_k, threshold, window, reason,
                 f"{window_key} in {unit}: per-request values at k={binding_k} ({source}): mean {mean:.3f}, sd {sd:.3f} "
                 f"over {len(values)} requests; the mean of {window} {unit} falls below {threshold:g} with probability "
-                f"<= 1% (normal approximation, clamped to [{MIN_WINDOW}, {MAX_WINDOW}] requests)", release=name)
+                f"<= 1% (normal approximation, clamped to [{MIN_WINDOW}, {MAX_WINDOW}] requests' worth)", release=name)
 
 
 def _gate_samples(rows: list[CaseRow], k: int, controls: Release) -> tuple[list[float], float, str]:

@@ -4,7 +4,8 @@
 Writing a build config: the recommended method (and its draft, drafter or heads), `max_draft_len` = the k at batch 1
 (TensorRT-LLM's rule: schedule[1] == max_draft_len) and, for builds whose target reads them (the torch backend's
 reference engine; TensorRT-LLM's PyTorch workflow where the target's facts list them: 1.2.1), the `llm_api:` controls
-`draft_len_schedule`, `max_concurrency`, `acceptance_window`, `acceptance_length_threshold`. The result is checked
+`draft_len_schedule`, `max_concurrency` and the release's gate (1.2.1: `acceptance_window`,
+`acceptance_length_threshold`; none on a form that runs without them). The result is checked
 before anything is written: parse_build_spec, the engine's schedule rules (BuildSpec.schedule) and, for the PyTorch
 workflow, the target's LLM-API rules (build/llm_api.llm_api_options). PyYAML writes it: the user's keys keep their
 order, comments are not kept; a comment header (numbers and fixed words only, through the comment-safe writer) says
@@ -283,7 +284,7 @@ def _set_method(data: dict[str, Any], rec: ScheduleRecommendation) -> list[str]:
 
 
 def _set_controls(data: dict[str, Any], controls: dict[str, Any], *, keep: bool = False) -> None:
-    """Replace the four schedule controls of `llm_api:` (its other keys stay); drop the section when empty (`keep`:
+    """Replace the schedule controls of `llm_api:` (CONTROLS; its other keys stay); drop the section when empty (`keep`:
     an existing one stays, empty, where it is)."""
     section = {k: v for k, v in _section(data, "llm_api").items() if k not in CONTROLS}
     section.update(controls)

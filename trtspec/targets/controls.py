@@ -35,8 +35,6 @@ from importlib import resources
 from typing import Any, Literal
 
 FACTS_FILE = "controls.json"
-TRTSPEC = "trtspec"  # trtspec's own controls: 1.2.1's lookup, max_concurrency and gate unit, and a gate that probes
-CONTROL_KEYS = ("draft_len", "max_concurrency", "window", "threshold")
 Unit = Literal["accepted_per_iteration", "acceptance_rate"]
 
 
@@ -191,16 +189,6 @@ class Release:
             out.pop(max(out))
         return out, None
 
-    def canonical_schedule(self, schedule: Mapping[int, int], max_draft_len: int,
-                           max_batch_size: int) -> dict[int, int]:
-        """The canonical form of a release's own `draft_len_schedule` (inverse of `release_schedule`)."""
-        out: dict[int, int] = {}
-        for batch in range(1, max_batch_size + 1):
-            value = self.lookup(schedule, batch, max_draft_len)
-            if not out or list(out.values())[-1] != value:
-                out[batch] = value
-        return out
-
     # -- the acceptance gate ----------------------------------------------------------------------------------------
     @staticmethod
     def accepted_per_iteration(avg_decoded_tokens_per_iter: float) -> float:
@@ -241,9 +229,11 @@ class Release:
             for role in ("window", "threshold"):
                 name = other.keys[role]
                 if name != keys[role] and name in speculative_config:
+                    unit = self.facts["gate"]["window_unit"] if role == "window" else self.unit_text
                     problems.append(ControlProblem(
                         name, f"is TensorRT-LLM {other.name}'s gate, not read by {self.name}",
-                        f"use {keys[role]} ({self.unit_text}) for TensorRT-LLM {self.name}, or drop it"))
+                        f"use {keys[role]} ({unit}) for TensorRT-LLM {self.name} (a sweep's report writes it: "
+                        "trtspec report --write-config), or drop it"))
         if not set_keys:
             return problems
         applies = self.applies(decoding_type, speculative_config)

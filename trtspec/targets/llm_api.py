@@ -362,6 +362,9 @@ def schedule_problems(schedule: Mapping[Any, Any], max_draft_len: Any, version: 
     """The draft-length schedule rules ({batch size: draft length}): keys >= 1, values >= 0, key 1 present with
     schedule[1] == max_draft_len (when set), no value above max_draft_len. Each problem names the entry."""
     path, problems = "speculative_config.draft_len_schedule", []
+    if not schedule:
+        return [LlmApiProblem(path, "is empty (the release then drafts max_draft_len at every batch size)",
+                              "leave the key out, or give batch sizes and draft lengths")]
     for key, value in schedule.items():
         entry = f"{path}[{_shown(key)}]"
         if not _is_int(key) or key < 1:
