@@ -128,7 +128,7 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
 def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """The build's canonical controls in the target release's form (targets.controls: the schedule translated, its own
     gate's names); a release without a controls model (1.0.0, 1.1.0) takes the keys its facts list, as they are."""
-    from trtspec.targets.controls import has_release, release
+    from trtspec.targets.controls import has_release, release, releases
 
     controls = {key: value for key, value in (spec.controls or {}).items() if value is not None}
     if not controls:
@@ -152,9 +152,8 @@ def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[
         out[names["max_concurrency"]] = concurrency
     if schedule is not None:
         out[names["draft_len"]] = schedule
-    gate_keys = ("acceptance_window", "acceptance_length_threshold", "acceptance_rate_window_size",
-                 "acceptance_rate_threshold")
-    out.update({key: controls[key] for key in gate_keys if key in controls})  # another release's gate: refused
+    gates = [key for r in releases() for key in (r.keys["window"], r.keys["threshold"])]
+    out.update({key: controls[key] for key in gates if key in controls})  # another release's gate: refused
     return out
 
 

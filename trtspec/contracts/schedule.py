@@ -167,10 +167,12 @@ class SpecSchedule:
         if self.probe_every:
             raise ConfigError("gate_probe_every", self.probe_every, f"{controls}'s gate is permanent (no probes)",
                               hint="drop it, or use speculation_controls trtspec")
-        own, other = (("acceptance_length_threshold", "acceptance_rate_threshold") if controls == "trtllm-1.2.1"
-                      else ("acceptance_rate_threshold", "acceptance_length_threshold"))
-        if getattr(self, other) is not None:
-            raise ConfigError(other, getattr(self, other), f"is not the gate of {controls}",
+        from trtspec.targets.controls import release
+
+        own = release(controls).keys["threshold"]
+        given = self.gate_keys
+        if given is not None and given[1] != own:
+            raise ConfigError(given[1], getattr(self, given[1]), f"is not the gate of {controls}",
                               hint=f"{controls}'s gate is {own}; or use speculation_controls trtspec")
 
     # -- semantics ---------------------------------------------------------------------------------------------------
@@ -203,21 +205,41 @@ class SpecSchedule:
         return self.gate_window > 0
 
     @property
+    def gate_keys(self) -> tuple[str, str] | None:
+        """(window field, threshold field) of the gate this schedule carries, by its release's names; None: none."""
+        if self.acceptance_length_threshold is not None:
+            return "acceptance_window", "acceptance_length_threshold"
+        if self.acceptance_rate_threshold is not None:
+            return "acceptance_rate_window_size", "acceptance_rate_threshold"
+        return None
+
+    @property
+    def gate_release(self) -> str | None:
+        """The TensorRT-LLM release whose gate (names and unit) this schedule carries (targets.controls)."""
+        from trtspec.targets.controls import releases
+
+        keys = self.gate_keys
+        return None if keys is None else next(r.name for r in releases() if r.keys["threshold"] == keys[1])
+
+    @property
     def gate_unit(self) -> str | None:
-        """"request" (1.2.1's gate, per completed request), "iteration" (1.3's, per iteration), None (no gate)."""
-        if not self.gated:
+        """"request" (a gate recorded per completed request: 1.2.1's), "iteration" (per drafting iteration: 1.3's),
+        None (no gate)."""
+        from trtspec.targets.controls import release
+
+        if not self.gated or self.gate_release is None:
             return None
-        return "request" if self.acceptance_length_threshold is not None else "iteration"
+        return "request" if release(self.gate_release).facts["gate"]["per"] == "completed request" else "iteration"
 
     @property
     def gate_window(self) -> int:
-        return (self.acceptance_window or 0) if self.acceptance_length_threshold is not None else \
-            (self.acceptance_rate_window_size or 0) if self.acceptance_rate_threshold is not None else 0
+        keys = self.gate_keys
+        return (getattr(self, keys[0]) or 0) if keys is not None else 0
 
     @property
     def gate_threshold(self) -> float | None:
-        return self.acceptance_length_threshold if self.acceptance_length_threshold is not None \
-            else self.acceptance_rate_threshold
+        keys = self.gate_keys
+        return None if keys is None else getattr(self, keys[1])
 
     @property
     def probes(self) -> int:

@@ -222,8 +222,7 @@ def _served_gate(schedule: SpecSchedule | None) -> dict[str, Any]:
     """The served gate's fields (whichever release's gate it is), with probes and controls."""
     if schedule is None:
         return {}
-    names = (("acceptance_window", "acceptance_length_threshold") if schedule.acceptance_length_threshold is not None
-             else ("acceptance_rate_window_size", "acceptance_rate_threshold"))
+    names = schedule.gate_keys or ()
     return {**{name: getattr(schedule, name) for name in names}, "probe_every": schedule.probe_every,
             "controls": schedule.controls}
 
@@ -238,11 +237,9 @@ def _gate(window: WindowStats, baseline: Baseline, ks: Sequence[int], served: Sp
     if k == 0:  # no speculation at the expected batch size: nothing for the gate to decide there
         return gate
     even = 1.0 / predicted_speedup(k, {k: 1.0}, baseline, batch)  # the speedup is linear in E(k)
-    unit = "1.2.1" if served.acceptance_length_threshold is not None else "1.3.0rc29"
-    proposed = release(unit).threshold_from_break_even(even, k)
-    threshold = served.gate_threshold
-    assert threshold is not None  # (gated)
+    proposed = release(served.gate_release or "1.2.1").threshold_from_break_even(even, k)
+    threshold, keys = served.gate_threshold, served.gate_keys
+    assert threshold is not None and keys is not None  # (gated)
     if round(proposed, 3) > 0 and abs(proposed - threshold) > GATE_TOLERANCE * max(threshold, 1e-9):
-        name = "acceptance_length_threshold" if unit == "1.2.1" else "acceptance_rate_threshold"
-        gate[name] = round(proposed, 3)
+        gate[keys[1]] = round(proposed, 3)
     return gate

@@ -65,6 +65,7 @@ class SchedulePolicy:
         self.gated = schedule.gated
         self.max_batch_size = max_batch_size
         self.release: Release = release(schedule.release)
+        self.unit = schedule.gate_unit  # "request", "iteration" or None (read once: step() runs every engine step)
         threshold = schedule.gate_threshold
         self._gate: Gate | None = (self.release.gate(schedule.gate_window, threshold)
                                    if schedule.exact and self.gated and threshold is not None else None)
@@ -106,7 +107,7 @@ class SchedulePolicy:
     def step(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
         """One step's verified drafts over the batch (a per-iteration gate samples accepted / drafted; no sample
         when nothing was drafted)."""
-        if self.schedule.gate_unit != "iteration":
+        if self.unit != "iteration":
             return
         rate = self.release.iteration_gate_value(num_draft_tokens, num_accepted_tokens)
         if rate is not None:
@@ -117,7 +118,7 @@ class SchedulePolicy:
         it drafted; exact controls: when the step it finished in speculated)."""
         probe = request_id in self._probes
         self.forget(request_id)
-        if self.schedule.gate_unit is None:
+        if self.unit is None:
             return
         if probe and not self.schedule.exact:  # backoff: a losing probe doubles the interval, a winning one restores it
             base, threshold = self.schedule.probes, self.schedule.gate_threshold
@@ -125,7 +126,7 @@ class SchedulePolicy:
             won = self._request_value(stats) >= threshold
             self._interval = base if won else min(2 * self._interval, MAX_PROBE_BACKOFF * base)
             self._countdown = self._interval
-        if self.schedule.gate_unit != "request":
+        if self.unit != "request":
             return
         if (self._speculating if self.schedule.exact else stats.num_drafts > 0):
             self._sample(self.release.request_gate_value(stats.num_emitted_tokens, stats.num_target_forwards))
@@ -141,7 +142,7 @@ class SchedulePolicy:
     # -- the gate ----------------------------------------------------------------------------------------------------
     def _request_value(self, stats: AcceptanceStats) -> float:
         """A request's own value in the gate's unit (a probe's verdict)."""
-        if self.schedule.gate_unit == "request":
+        if self.unit == "request":
             return self.release.request_gate_value(stats.num_emitted_tokens, stats.num_target_forwards)
         return self.release.iteration_gate_value(stats.num_draft_tokens, stats.num_accepted_tokens) or 0.0
 
