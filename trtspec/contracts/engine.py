@@ -61,7 +61,7 @@ def _check_exact_form(method: str, schedule: SpecSchedule) -> None:
     from trtspec.methods import resolve
     from trtspec.targets.controls import release
 
-    kind = "Eagle" if method == "eagle3" else resolve(method).llmapi_decoding_type
+    kind = resolve(method).llmapi_decoding_type
     if kind is None:
         return
     rel = release(schedule.release)
