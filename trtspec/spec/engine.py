@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from trtspec.contracts.engine import EngineConfig, ProposerOptions
+from trtspec.contracts.iteration import IterationStats
 from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
@@ -90,6 +91,8 @@ class SpecEngine(StepPhases):
         self.scheduler = Scheduler(scheduler, allocate=self._allocate, release=self._release, preempt=self._preempt,
                                    num_cached=lambda request: self.cache.length(request.slot))
         self.stats = AcceptanceStats()  # aggregated over finished requests
+        self.last_iteration: IterationStats | None = None  # the latest step's counts (servers publish them)
+        self._iterations = itertools.count()
         if schedule is not None:
             schedule.check(max_k=max_k)
         # draft length by batch size, no speculation above max_concurrency, the acceptance gate; None: always k
@@ -213,6 +216,7 @@ class SpecEngine(StepPhases):
             target_scores.append(self._target_scores(request, draft, target_logits))  # [k + 1, vocab]
             verdicts.append(self._verify(request, draft, target_scores[-1]))
 
+        context = [n > 1 or not r.output_ids for r, n in zip(batch, num_pending, strict=True)]  # prefill rows
         # 5. commit: append tokens (cut at a stop), their log-probs, roll target and draft KV back, retire finished
         deltas = [self._commit(request, verdict, num_pending[i], out.hidden[i], target_scores[i],
                                None if out.aux is None else out.aux[i])
@@ -227,6 +231,15 @@ class SpecEngine(StepPhases):
                                    max_k=max(ks))
         if self.schedule_policy is not None:  # a per-iteration gate samples the batch's accepted / drafted
             self.schedule_policy.step(sum(v.num_draft_tokens for v in verdicts), sum(v.num_accepted for v in verdicts))
+        self.last_iteration = IterationStats(
+            iteration=next(self._iterations), timestamp=time.time(), latency_s=time.perf_counter() - step_start,
+            draft_latency_s=draft_time, num_active_requests=len(batch), num_queued_requests=len(self.scheduler.waiting),
+            num_context_requests=sum(context), num_generation_requests=len(batch) - sum(context),
+            num_completed_requests=sum(d.finished for d in deltas),
+            num_requests_with_draft_tokens=sum(v.num_draft_tokens > 0 for v in verdicts),
+            num_draft_tokens=sum(v.num_draft_tokens for v in verdicts),
+            num_accepted_tokens=sum(v.num_accepted for v in verdicts),
+            num_emitted_tokens=sum(len(d.token_ids) for d in deltas))
         for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:

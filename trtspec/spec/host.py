@@ -57,9 +57,11 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
 class EngineHost:
     """The engine of one EngineConfig on its serving loop, with the prompt log when the configuration turns it on.
 
-    `model` and `version` label the prompt log's lines (the served model's name and version)."""
+    `model` and `version` label the prompt log's lines (the served model's name and version); `on_iteration` gets
+    each step's `contracts.iteration.IterationStats` on the loop thread (a server's iteration statistics)."""
 
-    def __init__(self, config: EngineConfig, *, model: str = "", version: str = "") -> None:
+    def __init__(self, config: EngineConfig, *, model: str = "", version: str = "",
+                 on_iteration: Callable[[Any], None] | None = None) -> None:
         from trtspec.spec.engine import SpecEngine
         from trtspec.spec.serving import EngineLoop
 
@@ -69,7 +71,7 @@ class EngineHost:
             raise self.engine.unavailable.get(config.method) or ConfigError(
                 "method", config.method, "cannot run with this engine's checkpoints",
                 hint=f"available: {', '.join(self.engine.available_methods)}")
-        self.loop = EngineLoop(self.engine)
+        self.loop = EngineLoop(self.engine, on_iteration=on_iteration)  # each step's IterationStats
         log = config.prompt_log
         self.prompt_log = None if log is None else PromptLog(
             Path(log.directory), sample_rate=log.sample_rate, max_mb=log.max_mb, model=model, version=version)

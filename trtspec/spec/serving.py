@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trtspec.contracts.iteration import IterationStats
 from trtspec.errors import ServerError, TrtspecError
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.engine import Prompt, RequestDelta, SpecEngine
@@ -90,8 +91,9 @@ class _Entry:
 class EngineLoop:
     """Run `engine` on a background thread; see the module docstring. Usable as a context manager."""
 
-    def __init__(self, engine: SpecEngine) -> None:
+    def __init__(self, engine: SpecEngine, *, on_iteration: Callable[[IterationStats], None] | None = None) -> None:
         self.engine = engine
+        self.on_iteration = on_iteration  # called on the loop thread after each step (a server's iteration stats)
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._handles = itertools.count()
         self._entries: dict[int, _Entry] = {}  # engine request id -> entry (loop thread only)
@@ -181,6 +183,11 @@ class EngineLoop:
             except Exception as exc:  # fail the running requests; keep serving the others
                 self._fail_all(ServerError(f"generation failed: {type(exc).__name__}: {exc}"))
                 continue
+            if self.on_iteration is not None and self.engine.last_iteration is not None:
+                try:
+                    self.on_iteration(self.engine.last_iteration)
+                except Exception:  # noqa: BLE001 - a failing stats reader never stops the serving loop
+                    self.on_iteration = None
             # 4. route: hold back incomplete characters, push to the sinks
             for delta in deltas:
                 entry = self._entries.get(delta.request_id)
