@@ -11,7 +11,9 @@ Words, defined once here (vLLM's definitions and Prometheus-style names):
   were), from num_accepted_tokens_per_pos and num_rejections_per_pos (every draft that reached position i either
   accepted or rejected its token there); these are the Bernoulli events drift detection tests (trtspec.ops.drift).
 - alpha: per-token acceptance probability, maximum-likelihood estimate under i.i.d. acceptance: each verified token
-  is a Bernoulli trial until the first rejection, so alpha = accepted / (accepted + rejections).
+  is a Bernoulli trial until the first rejection, so alpha = accepted / (accepted + rejections). From totals alone
+  (no rejections counted: TensorRT-LLM's iteration statistics), the alpha whose E(k) matches the accepted tokens per
+  draft (`alpha_from_totals`): a model, labelled estimated wherever it is shown.
 """
 
 from __future__ import annotations
@@ -142,6 +144,24 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def alpha_from_totals(num_drafts: float, num_draft_tokens: float, num_accepted_tokens: float) -> float:
+    """The constant per-token acceptance alpha that explains totals alone (a source without per-position counts, e.g.
+    TensorRT-LLM's iteration statistics): the alpha whose E(k) - 1 = alpha + ... + alpha^k equals the accepted tokens
+    per draft, at k = the drafts' mean length rounded (at least 1). Solved by bisection to 1e-9; 0 without drafts."""
+    if num_drafts <= 0 or num_draft_tokens <= 0:
+        return 0.0
+    k = max(1, round(num_draft_tokens / num_drafts))
+    target = min(num_accepted_tokens / num_drafts, float(k))
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-9:
+        mid = (lo + hi) / 2
+        if expected_tokens_per_step(mid, k) - 1.0 < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def _grow(values: list[int], size: int) -> None:

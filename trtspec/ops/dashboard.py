@@ -45,7 +45,9 @@ def model_panel(report: ModelReport) -> Any:
         table.add_row("mean accepted length", _num(report.mean_acceptance_length))
         table.add_row("acceptance rate", _num(report.acceptance_rate))
         table.add_row("acceptance per position", _per_pos(report.acceptance_per_pos, report.baseline_per_pos)
-                      + ("   (baseline)" if report.baseline_per_pos else ""))
+                      + ("   (baseline)" if report.baseline_per_pos else "")
+                      + ("   [dim]estimated: the source publishes totals only (constant alpha)[/dim]"
+                         if report.per_pos_estimated else ""))
     speed = f"{report.tokens_per_s:.1f}"
     if report.plain_tokens_per_s:
         speed += f"   plain decoding {report.plain_tokens_per_s:.1f}   ratio {_num(report.speedup, '{:.2f}x')}"
@@ -57,9 +59,10 @@ def model_panel(report: ModelReport) -> Any:
                   f"per token p50 {_num(report.time_per_output_token_p50_s, '{:.3f}s')}")
     if report.drift is not None:
         drift = report.drift
-        stats = "  ".join(f"{p.position}:{p.statistic:.1f}" for p in drift.positions)
-        verdict = (f"[red]DRIFT at position(s) {', '.join(map(str, drift.alarmed_positions))}[/red]"
-                   if drift.drifted else "[green]no drift[/green]")
+        rate = drift.test == "acceptance_rate"
+        stats = "  ".join(f"{'rate' if rate else p.position}:{p.statistic:.1f}" for p in drift.positions)
+        where = "in the acceptance rate" if rate else f"at position(s) {', '.join(map(str, drift.alarmed_positions))}"
+        verdict = f"[red]DRIFT {where}[/red]" if drift.drifted else "[green]no drift[/green]"
         table.add_row("drift (CUSUM)", f"{verdict}   S {stats}   h {drift.threshold:.1f} "
                       f"(false alarms <= {drift.alpha:g} per {drift.horizon} scrapes)")
     if report.recommendation is not None:

@@ -13,6 +13,13 @@ needs that from one of at most H scrape boundaries, at one of m positions. So
     P(any false alarm within H scrapes) <= m * H * e^-h,   h = log(m * H / alpha).
 Defaults: alpha = 0.01 over a horizon of 10 minutes of 1 s scrapes (H = 600), m = the baseline's positions.
 Positions with fewer than `min_trials` baseline trials, or a baseline p0 of 0 or 1, are not tested.
+
+A source that publishes totals only (TensorRT-LLM's iteration statistics: drafts, draft tokens, accepted tokens) has no
+per-position trials; `RateDetector` runs the same CUSUM on its acceptance rate instead: the trials are the draft
+tokens, p0 the baseline's acceptance rate at the scrape's draft length k, p0 = (r_0 + ... + r_{k-1}) / k with r_i
+the baseline's per-position acceptance, p1 = p0 - shift. A draft's tokens are not independent (every token after the
+first rejection is rejected too), so each scrape's llr is divided by `dispersion` times the design effect
+var(A) / (k p0 (1 - p0)) of the baseline's accepted-length distribution, P(A >= j) = r_{j-1}; m = 1 test.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class DriftStatus:
     threshold: float
     alpha: float
     horizon: int
+    test: str = "per_position"  # per_position | acceptance_rate (one entry: the rate over every position)
 
     @property
     def drifted(self) -> bool:
@@ -135,3 +143,70 @@ class CusumDetector:
         """Start over (after the operator acted: k changed, a new draft rolled out)."""
         self.statistics = [0.0] * len(self.baseline)
         self.alarmed = [False] * len(self.baseline)
+
+
+@dataclass
+class RateDetector:
+    """Page's CUSUM on the acceptance rate, for sources without per-position counts (see the module docstring).
+
+    Args:
+        baseline_per_pos: r_i, the baseline's unconditional acceptance per position (r_i for i past the baseline's
+            positions: extended by its per-token alpha). baseline_drafts: the drafts that measured it (fewer than
+            min_trials: not tested). baseline_alpha: the baseline's per-token acceptance.
+    """
+
+    baseline_per_pos: Sequence[float]
+    baseline_drafts: float
+    baseline_alpha: float
+    config: DriftConfig = field(default_factory=DriftConfig)
+    statistic: float = field(init=False, default=0.0)
+    alarmed: bool = field(init=False, default=False)
+    last: tuple[float, float, float] = field(init=False, default=(0.0, 0.0, 0.0))  # (accepted, draft tokens, p0)
+
+    def __post_init__(self) -> None:
+        self.tested = self.baseline_drafts >= self.config.min_trials
+        self.h = self.config.threshold(1)
+
+    def reach(self, k: int) -> list[float]:
+        """r_0 .. r_{k-1}: the baseline's, then extended geometrically."""
+        out = list(self.baseline_per_pos[:k])
+        while len(out) < k:
+            out.append((out[-1] if out else 1.0) * self.baseline_alpha)
+        return out
+
+    def p0(self, k: int) -> float:
+        return sum(self.reach(k)) / k
+
+    def design_effect(self, k: int) -> float:
+        """var(accepted per draft) over the binomial variance k p0 (1 - p0), at least 1."""
+        reach = self.reach(k)
+        mean = sum(reach)
+        second = sum((2 * j + 1) * r for j, r in enumerate(reach))  # E[A^2] = sum_j (2j - 1) P(A >= j), j from 1
+        p0 = mean / k
+        binomial = k * p0 * (1.0 - p0)
+        return max(1.0, (second - mean * mean) / binomial) if binomial > 0 else 1.0
+
+    def update(self, accepted: float, draft_tokens: float, drafts: float) -> DriftStatus:
+        """Add one scrape's totals; the alarm is sticky."""
+        if self.tested and drafts > 0 and draft_tokens > 0:
+            k = max(1, round(draft_tokens / drafts))
+            p0 = self.p0(k)
+            self.last = (accepted, draft_tokens, p0)
+            if 0.0 < p0 < 1.0:
+                p1 = max(p0 - self.config.shift, 1e-3)
+                step = llr(accepted, draft_tokens, p0, p1) / (self.config.dispersion * self.design_effect(k))
+                self.statistic = max(0.0, self.statistic + step)
+                self.alarmed = self.alarmed or self.statistic >= self.h
+        return self.status()
+
+    def status(self, window: tuple[float, float] | None = None) -> DriftStatus:
+        """The current verdict; `window` (accepted, draft tokens) sets the observed rate."""
+        accepted, trials, p0 = self.last
+        if window is not None:
+            accepted, trials = window
+        entry = PositionDrift(0, p0, accepted / trials if trials else None, trials, self.statistic, self.alarmed)
+        return DriftStatus((entry,) if self.tested else (), self.h, self.config.alpha, self.config.horizon,
+                           test="acceptance_rate")
+
+    def reset(self) -> None:
+        self.statistic, self.alarmed = 0.0, False

@@ -20,8 +20,8 @@ from trtspec.contracts.baseline import Baseline
 from trtspec.contracts.control import ServedSpeculation, ServerControl, describe
 from trtspec.contracts.costmodel import cost_per_million_tokens
 from trtspec.ops.buckets import BucketWindows
-from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus
-from trtspec.ops.recommend import Recommendation, recommend
+from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus, RateDetector
+from trtspec.ops.recommend import Recommendation, baseline_alpha, recommend
 from trtspec.ops.schedule import ScheduleProposal, propose_schedule
 from trtspec.ops.scrape import ModelId, Sample
 from trtspec.ops.window import Ring, WindowStats, increments, pool
@@ -54,6 +54,7 @@ class ModelReport:
     recommendation: Recommendation | None
     resets: int
     schedule: ScheduleProposal | None = None  # the proposed schedule per batch size (with a baseline)
+    per_pos_estimated: bool = False  # the source published totals only: per-position numbers are the alpha model's
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -84,7 +85,7 @@ class Monitor:
         self.price_per_hour = price_per_hour
         self.drift_config = drift or DriftConfig()
         self.models = models
-        self.detectors: dict[ModelId, CusumDetector] = {}
+        self.detectors: dict[ModelId, CusumDetector | RateDetector] = {}
         self.steps: dict[ModelId, WindowStats] = {}  # each model's increments of the latest scrape
         self._last: Sample | None = None
 
@@ -99,17 +100,26 @@ class Monitor:
                 self.steps[model] = step
                 self.buckets.add(model, sample.time, step)
                 if step.num_drafts and self.baseline is not None:
-                    self._detector(model).update(step.accepted_per_pos, step.rejections_per_pos)
+                    detector = self._detector(model, totals_only=step.per_pos_estimated)
+                    if isinstance(detector, RateDetector):
+                        detector.update(step.count("num_accepted_tokens"), step.count("num_draft_tokens"),
+                                        step.num_drafts)
+                    else:
+                        detector.update(step.accepted_per_pos, step.rejections_per_pos)
         self._last = sample
 
     def _wanted(self, model: ModelId) -> bool:
         return self.models is None or model.model in self.models
 
-    def _detector(self, model: ModelId) -> CusumDetector:
+    def _detector(self, model: ModelId, *, totals_only: bool = False) -> CusumDetector | RateDetector:
+        """The model's drift test, made on its first drafts: per position, or on the acceptance rate for a source
+        that publishes totals only."""
         if model not in self.detectors:
-            assert self.baseline is not None
-            self.detectors[model] = CusumDetector(self.baseline.conditional_per_pos, self.baseline.trials_per_pos,
-                                                  self.drift_config)
+            base = self.baseline
+            assert base is not None
+            self.detectors[model] = (
+                RateDetector(base.acceptance_per_pos, sum(base.trials_per_pos[:1]), baseline_alpha(base), self.drift_config)
+                if totals_only else CusumDetector(base.conditional_per_pos, base.trials_per_pos, self.drift_config))
         return self.detectors[model]
 
     def reset_drift(self, model: ModelId | None = None) -> None:
@@ -163,7 +173,9 @@ class Monitor:
         baseline = self.baseline
         plain = baseline.plain_tokens_per_s_at(w.concurrency or 1.0) if baseline else None
         detector = self.detectors.get(w.model)
-        drift = detector.status((w.accepted_per_pos, w.rejections_per_pos)) if detector else None
+        drift = (None if detector is None else
+                 detector.status((w.count("num_accepted_tokens"), w.count("num_draft_tokens")))
+                 if isinstance(detector, RateDetector) else detector.status((w.accepted_per_pos, w.rejections_per_pos)))
         speculates = baseline is not None and drafting and w.model.method != "none"
         rec = recommend(w, baseline) if speculates else None
         proposal = propose_schedule(w, self.buckets.of(w.model), baseline, served=self.served.get(w.model.model),
@@ -184,4 +196,5 @@ class Monitor:
             time_per_output_token_p50_s=w.latency_quantile("time_per_output_token_seconds", 0.5),
             cost_per_million=cost_per_million_tokens(w.tokens_per_s, price) if price and w.tokens_per_s else None,
             baseline_per_pos=baseline.acceptance_per_pos if baseline else None,
-            drift=drift, recommendation=rec, resets=w.resets, schedule=proposal)
+            drift=drift, recommendation=rec, resets=w.resets, schedule=proposal,
+            per_pos_estimated=w.per_pos_estimated)

@@ -74,7 +74,7 @@ def recommend(window: WindowStats, baseline: Baseline, *, current_k: int | None 
     alpha = accepted / trials if trials else 0.0
     today = window.acceptance_per_pos
     e_now = expected_tokens_by_k(today, alpha, max_k)
-    e_base = expected_tokens_by_k(baseline.acceptance_per_pos, _alpha(baseline), max_k)
+    e_base = expected_tokens_by_k(baseline.acceptance_per_pos, baseline_alpha(baseline), max_k)
 
     def speedup(k: int, e: dict[int, float]) -> float:
         return predicted_speedup(k, e, baseline, batch, costs)
@@ -112,6 +112,7 @@ def predicted_speedup(k: int, tokens_by_k: dict[int, float], baseline: Baseline,
                              overhead_spec_s=baseline.overhead_at(k, batch)).speedup
 
 
-def _alpha(baseline: Baseline) -> float:
+def baseline_alpha(baseline: Baseline) -> float:
+    """The baseline's per-token acceptance: accepted / (accepted + rejected) over its positions."""
     accepted, trials = sum(baseline.accepted_per_pos), sum(baseline.trials_per_pos)
     return accepted / trials if trials else 0.0

@@ -16,7 +16,12 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from trtspec.contracts.metrics import acceptance_rate, conditional_acceptance, mean_acceptance_length
+from trtspec.contracts.metrics import (
+    acceptance_rate,
+    alpha_from_totals,
+    conditional_acceptance,
+    mean_acceptance_length,
+)
 from trtspec.contracts.series import PER_POSITION
 from trtspec.ops.scrape import HISTOGRAMS, Histogram, ModelCounters, ModelId, Sample
 
@@ -69,12 +74,32 @@ class WindowStats:
         return acceptance_rate(self.count("num_draft_tokens"), self.count("num_accepted_tokens"))
 
     @property
+    def per_pos_estimated(self) -> bool:
+        """Whether the source published totals only (TensorRT-LLM's iteration statistics): the per-position counts
+        below are then the constant-alpha model's expectation for the window's totals (`alpha_from_totals`), not
+        counts; drift is tested on the totals (`ops.drift.RateDetector`)."""
+        return self.num_drafts > 0 and not any(self.per_pos.get(key) for key in PER_POSITION)
+
+    @property
     def accepted_per_pos(self) -> list[float]:
+        if self.per_pos_estimated:
+            return self._estimated()[0]
         return self.per_pos.get("num_accepted_tokens_per_pos", [])
 
     @property
     def rejections_per_pos(self) -> list[float]:
+        if self.per_pos_estimated:
+            return self._estimated()[1]
         return self.per_pos.get("num_rejections_per_pos", [])
+
+    def _estimated(self) -> tuple[list[float], list[float]]:
+        """Expected accepted and rejected drafts per position for the totals, at a constant alpha: of D drafts of
+        length k, D alpha^(i+1) accept position i and D alpha^i (1 - alpha) reject it."""
+        drafts, tokens = self.num_drafts, self.count("num_draft_tokens")
+        alpha = alpha_from_totals(drafts, tokens, self.count("num_accepted_tokens"))
+        k = max(1, round(tokens / drafts))
+        return ([drafts * alpha ** (i + 1) for i in range(k)],
+                [drafts * alpha ** i * (1.0 - alpha) for i in range(k)])
 
     @property
     def acceptance_per_pos(self) -> list[float]:
@@ -106,10 +131,14 @@ class WindowStats:
 
     @property
     def concurrency(self) -> float | None:
-        """Mean requests in flight (Little's law: latency seconds summed over the window / its length)."""
+        """Mean requests in flight (Little's law: latency seconds summed over the window / its length); from
+        iteration statistics, the running requests of each iteration weighted by its latency (`request_seconds`)."""
         hist = self.histograms.get("request_latency_seconds")
-        if hist is None or self.seconds <= 0 or not hist.count:
+        if self.seconds <= 0:
             return None
+        if hist is None or not hist.count:
+            seconds = self.count("request_seconds")
+            return seconds / self.seconds if seconds else None
         return hist.sum / self.seconds
 
     def latency_quantile(self, key: str, q: float) -> float | None:
