@@ -1,4 +1,4 @@
-"""`trtspec monitor` on a Dynamo deployment's pages, without Dynamo: each worker's series (dynamo/metrics.py
+"""`trtspec monitor` on a Dynamo deployment's pages, without Dynamo: each worker's series (contracts/prom_series.py
 `WorkerMetrics`, with the labels Dynamo adds at scrape time) parse into the served model, and the workers' pages are
 summed per model, a worker that dies or restarts included. The live deployment: test_deployment.py."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.ops.test_window import stats_of
 from trtspec.contracts.metrics import AcceptanceStats
-from trtspec.dynamo.metrics import WorkerMetrics
+from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.errors import ServerError, UsageError
 from trtspec.ops.monitor import Monitor
 from trtspec.ops.scrape import ModelId, Sample, parse, scraper

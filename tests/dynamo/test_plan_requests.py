@@ -12,10 +12,10 @@ from tests.cli_checks import run_cli
 from trtspec.contracts.engine import EngineConfig, Lookahead, PromptLog
 from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.contracts.openai import annotations, served_name
+from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.contracts.prompt_log import WORKER_PREFIX
 from trtspec.contracts.series import SERIES
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT, check_dynamo, plan_deployment
-from trtspec.dynamo.metrics import WorkerMetrics
 from trtspec.dynamo.requests import engine_request, usage
 from trtspec.dynamo.worker import parse_args
 from trtspec.errors import ConfigError, RequestError, ToolNotFoundError, UsageError

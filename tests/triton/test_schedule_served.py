@@ -78,7 +78,7 @@ def test_both_servers_metrics_export_whether_the_gate_is_closed():
     worker's WorkerMetrics into its Prometheus page."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from trtspec.dynamo.metrics import WorkerMetrics
+    from trtspec.contracts.prom_series import WorkerMetrics
     from trtspec.triton.spec_metrics import SpecMetrics
 
     state: list[GateState | None] = [GateState()]

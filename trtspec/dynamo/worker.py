@@ -14,7 +14,7 @@ what is trtspec's:
 - what the KV router and the planner read: KV events (the prompt's full blocks stored on admission, removed when
   the request ends; the reference engine has no prefix cache, so they describe resident KV) and worker load
   (`ComponentSnapshot`: KV blocks in use out of the scheduler's budget);
-- trtspec's acceptance series on Dynamo's `/metrics` (dynamo/metrics.py), served on the worker's system port when
+- trtspec's acceptance series on Dynamo's `/metrics` (contracts/prom_series.py), served on the worker's system port when
   `DYN_SYSTEM_PORT` is set, labelled with the deployment's method, with the default k and request timings
   (what `trtspec monitor --metrics` reads from every worker).
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from trtspec.contracts.engine import EngineConfig, spelled
 from trtspec.contracts.openai import served_name
-from trtspec.dynamo.metrics import WorkerMetrics
+from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.dynamo.requests import chunk, engine_request, usage
 from trtspec.errors import ConfigError, ToolNotFoundError, TrtspecError, UsageError
 

@@ -1,9 +1,13 @@
-"""A Dynamo worker's acceptance series: trtspec's spec-decode series (trtspec.contracts.series, the names the Triton models
-export too) in a prometheus_client registry, which the worker bridges into Dynamo's `/metrics` (the worker's system
-port, `DYN_SYSTEM_PORT`; Dynamo adds its namespace/component/endpoint/worker labels at scrape time).
+"""trtspec's spec-decode series (trtspec.contracts.series `SERIES`, the names the Triton models export too) in a
+prometheus_client registry, fed from each finished request: one emitter for every server that is not Triton.
+
+- a Dynamo worker (trtspec/dynamo/worker.py) bridges the registry into Dynamo's `/metrics` (the worker's system port,
+  `DYN_SYSTEM_PORT`; Dynamo adds its namespace/component/endpoint/worker labels at scrape time);
+- the trtllm-serve server (trtspec/trtllm_serve) shows it at `/trtspec/metrics` beside trtllm-serve's own `/metrics`.
 
 prometheus_client exposes a counter `X` as `X_total` (the Prometheus convention); Triton's custom metrics show `X`.
-`trtspec monitor` reads both (prometheus-client's parser names the family `X` either way).
+`trtspec monitor` reads both (prometheus-client's parser names the family `X` either way). prometheus_client is
+imported when a WorkerMetrics is made, not with this module (no torch either: a torch-free contract).
 """
 
 from __future__ import annotations
