@@ -22,6 +22,7 @@ class IterationStats:
     num_active_requests: int  # requests the step ran
     num_queued_requests: int  # requests waiting after the step
     num_context_requests: int  # requests that ran their prompt (prefill) this step
+    num_context_tokens: int  # prompt tokens those requests ran
     num_generation_requests: int  # requests that decoded this step
     num_completed_requests: int  # requests that finished this step
     num_requests_with_draft_tokens: int  # requests verified with at least one draft token

@@ -57,6 +57,12 @@ def model_panel(report: ModelReport) -> Any:
     table.add_row("requests", f"{report.requests:.0f}   in flight {_num(report.concurrency, '{:.1f}')}   latency "
                   f"p50 {_num(report.latency_p50_s, '{:.2f}s')} p95 {_num(report.latency_p95_s, '{:.2f}s')}   "
                   f"per token p50 {_num(report.time_per_output_token_p50_s, '{:.3f}s')}")
+    if report.missing_iterations:
+        table.add_row("missed", f"[yellow]{report.missing_iterations:.0f} iteration rows never reached this monitor: "
+                      "another reader drains trtllm-serve's /metrics, or more rows than its buffer holds arrived "
+                      "between two scrapes (shorten --interval)[/yellow]")
+    if report.note:
+        table.add_row("note", f"[yellow]{report.note}[/yellow]")
     if report.drift is not None:
         drift = report.drift
         rate = drift.test == "acceptance_rate"

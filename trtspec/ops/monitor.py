@@ -55,6 +55,8 @@ class ModelReport:
     resets: int
     schedule: ScheduleProposal | None = None  # the proposed schedule per batch size (with a baseline)
     per_pos_estimated: bool = False  # the source published totals only: per-position numbers are the alpha model's
+    missing_iterations: float = 0.0  # iteration rows this monitor never saw (another reader of trtllm-serve's /metrics)
+    note: str = ""  # what the source lacks (ModelCounters.note)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -197,4 +199,4 @@ class Monitor:
             cost_per_million=cost_per_million_tokens(w.tokens_per_s, price) if price and w.tokens_per_s else None,
             baseline_per_pos=baseline.acceptance_per_pos if baseline else None,
             drift=drift, recommendation=rec, resets=w.resets, schedule=proposal,
-            per_pos_estimated=w.per_pos_estimated)
+            per_pos_estimated=w.per_pos_estimated, missing_iterations=w.count("missing_iterations"), note=w.note)

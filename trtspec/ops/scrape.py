@@ -9,10 +9,14 @@ series on each worker's system port (`trtspec serve --dynamo N`; the frontend's 
 scraper reads every page given, and each model's counters stay apart per page (`ModelId.source`), so a worker that
 dies or restarts is one instance gone or reset, never a drop in a sum; the monitor adds the instances up per model
 (`window.pool`).
+
+A page that is JSON is trtllm-serve's `/metrics` (TensorRT-LLM's iteration statistics, drained by each GET): its rows
+are added into totals per URL (`ops.iterations.IterationPage`), under the model its `/v1/models` names.
 """
 
 from __future__ import annotations
 
+import copy
 import http.client
 import math
 import time
@@ -73,6 +77,7 @@ class ModelCounters:
     requests: dict[str, float] = field(default_factory=dict)  # finish_reason -> ended requests
     histograms: dict[str, Histogram] = field(default_factory=dict)  # HISTOGRAMS key -> histogram
     k: float | None = None  # the served default k (gauge)
+    note: str = ""  # what the source lacks, in one line (iteration statistics without rows or speculation)
 
 
 @dataclass(frozen=True)
@@ -223,10 +228,13 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
     The first call fails (ServerError, one line) when any page cannot be read or is refused (`fetch`, `parse`), and
     (UsageError) when a page is a Dynamo frontend's, which has no trtspec series. Later calls skip such a page (a
     worker that died: its instances drop out of the sample) and fail only when none can be read."""
+    from trtspec.ops.iterations import IterationPage, looks_like_json
+
     fulls = list(dict.fromkeys(metrics_url(u) for u in ([urls] if isinstance(urls, str) else urls)))
     if not fulls:
         raise UsageError("no metrics URL given", hint="pass --metrics HOST:PORT")
     first = True
+    pages: dict[str, IterationPage] = {}
 
     def scrape() -> Sample:
         nonlocal first
@@ -245,6 +253,17 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
         when = clock()
         parsed = 0
         for full, text in texts.items():
+            if looks_like_json(text):  # trtllm-serve's iteration statistics: totals kept per URL
+                try:
+                    page = pages.get(full) or IterationPage(full, ModelId(served_name(full, timeout_s), source=full))
+                    models[page.model if len(fulls) > 1 else page.model.pooled] = copy.deepcopy(page.feed(text))
+                    pages[full] = page
+                    parsed += 1
+                except ServerError as exc:
+                    if first:
+                        raise
+                    failed.append(exc)
+                continue
             if first and not has_series(text) and "dynamo_frontend_" in text:
                 raise UsageError(f"--metrics {full} is a Dynamo frontend's page: the trtspec series are on each "
                                  "worker's system port", hint="pass the workers' ports, e.g. --metrics "
@@ -262,6 +281,20 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
         return Sample(when, models)
 
     return scrape
+
+
+def served_name(url: str, timeout_s: float = 5.0) -> str:
+    """The model a trtllm-serve answers for (the first id of its /v1/models, on the metrics URL's host), else
+    "trtllm-serve" (its iteration statistics name no model)."""
+    import json
+
+    parts = urlsplit(url)
+    try:
+        data = json.loads(fetch(f"{parts.scheme}://{parts.netloc}/v1/models", timeout_s=timeout_s, max_bytes=1 << 16))
+        name = data["data"][0]["id"]
+    except (ServerError, ValueError, KeyError, IndexError, TypeError):
+        return "trtllm-serve"
+    return shown_text(name)[1:-1][:128] if isinstance(name, str) and name else "trtllm-serve"
 
 
 def has_series(text: str) -> bool:

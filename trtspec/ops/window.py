@@ -57,6 +57,7 @@ class WindowStats:
     histograms: dict[str, Histogram] = field(default_factory=dict)
     k: float | None = None  # the served default k at the window's end
     resets: int = 0  # counters that went down inside the window (reloads)
+    note: str = ""  # the source's note at the window's end (`ModelCounters.note`)
 
     def count(self, key: str) -> float:
         return self.counts.get(key, 0.0)
@@ -164,7 +165,7 @@ def increments(model: ModelId, new: ModelCounters, old: ModelCounters | None, se
     reset = _went_down(new, old)
     if reset:  # everything the model holds now happened since it reloaded
         old = ModelCounters()
-    out = WindowStats(model, seconds=seconds, k=new.k, resets=int(reset))
+    out = WindowStats(model, seconds=seconds, k=new.k, resets=int(reset), note=new.note)
     for key, value in new.counters.items():
         out.counts[key] = value - old.counters.get(key, 0.0)
     for key in PER_POSITION:
@@ -216,7 +217,8 @@ class Ring:
 
 def merge(a: WindowStats, b: WindowStats) -> WindowStats:
     """a then b: increments added (b is later: its k wins)."""
-    out = WindowStats(a.model, a.seconds + b.seconds, k=b.k if b.k is not None else a.k, resets=a.resets + b.resets)
+    out = WindowStats(a.model, a.seconds + b.seconds, k=b.k if b.k is not None else a.k, resets=a.resets + b.resets,
+                      note=b.note)
     for key in set(a.counts) | set(b.counts):
         out.counts[key] = a.counts.get(key, 0.0) + b.counts.get(key, 0.0)
     for key in set(a.per_pos) | set(b.per_pos):

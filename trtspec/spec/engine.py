@@ -235,6 +235,7 @@ class SpecEngine(StepPhases):
             iteration=next(self._iterations), timestamp=time.time(), latency_s=time.perf_counter() - step_start,
             draft_latency_s=draft_time, num_active_requests=len(batch), num_queued_requests=len(self.scheduler.waiting),
             num_context_requests=sum(context), num_generation_requests=len(batch) - sum(context),
+            num_context_tokens=sum(n for n, c in zip(num_pending, context, strict=True) if c),
             num_completed_requests=sum(d.finished for d in deltas),
             num_requests_with_draft_tokens=sum(v.num_draft_tokens > 0 for v in verdicts),
             num_draft_tokens=sum(v.num_draft_tokens for v in verdicts),

@@ -1,0 +1,155 @@
+"""trtllm-serve's iteration statistics: the rows trtspec writes carry the release's keys and meanings and read back
+the same; NVIDIA's own payloads (tests/data/trtllm_serve_metrics_examples.json, each with its source) parse as their
+notes say; a reader never counts an iteration twice however the GETs split the rows, notes what it missed, keeps
+rank 0 of an attention-DP layout and refuses one that does not add up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trtspec.contracts.iteration import IterationStats
+from trtspec.contracts.trtllm_iterations import (
+    IterationFormatError,
+    facts,
+    iteration_row,
+    parse_page,
+    row_keys,
+)
+from trtspec.errors import ServerError
+from trtspec.ops.iterations import IterationPage, looks_like_json
+from trtspec.ops.scrape import ModelId
+
+EXAMPLES = {e["id"]: e for e in json.loads(
+    (Path(__file__).parents[1] / "data" / "trtllm_serve_metrics_examples.json").read_text())["examples"]}
+
+
+def stats(i: int, *, drafting: int = 2, k: int = 4, accepted: int = 5, active: int = 3) -> IterationStats:
+    return IterationStats(iteration=i, timestamp=1_796_000_000.25, latency_s=0.02, draft_latency_s=0.005,
+                          num_active_requests=active, num_queued_requests=1, num_context_requests=1,
+                          num_context_tokens=12, num_generation_requests=active - 1, num_completed_requests=1,
+                          num_requests_with_draft_tokens=drafting, num_draft_tokens=drafting * k,
+                          num_accepted_tokens=min(accepted, drafting * k), num_emitted_tokens=active + accepted)
+
+
+@pytest.mark.parametrize("release", ["1.2.1", "1.3.0rc29"])
+def test_a_written_row_has_the_release_keys_and_the_spec_formulas(release):
+    row = iteration_row(stats(7), release=release)
+    assert list(row) == sorted(row_keys(release)["top"])  # every key, sorted as nlohmann::json writes them
+    assert ("attentionDpRank" in row) == (release == "1.3.0rc29")
+    spec = row["specDecodingStats"]
+    assert set(spec) == set(facts()["releases"]["1.2.1"]["iteration_json"]["specDecodingStats_keys"])
+    assert spec["numAcceptedTokens"] == 5 and spec["numDraftTokens"] == 8 and spec["numRequestsWithDraftTokens"] == 2
+    assert spec["acceptanceLength"] == pytest.approx((5 + 2) / 2)  # bonus token included here, as the facts say
+    assert spec["draftOverhead"] == pytest.approx(5.0 / 20.0)
+    assert iteration_row(stats(7), release=release, speculative=False)["specDecodingStats"] is None
+    assert iteration_row(stats(7, drafting=0, accepted=0))["specDecodingStats"]["acceptanceLength"] == 0.0
+
+
+def test_written_rows_read_back_the_same_counts():
+    page = json.dumps([iteration_row(stats(i, accepted=i), release="1.2.1") for i in range(5)])
+    rows = parse_page(page)
+    assert [r.iteration for r in rows] == list(range(5))
+    assert [r.num_accepted_tokens for r in rows] == list(range(5))
+    assert all(r.num_draft_tokens == 8 and r.num_requests_with_draft_tokens == 2 and r.rank is None for r in rows)
+
+
+def test_nvidia_docs_example_is_a_row_without_speculation():
+    """The trtllm-serve docs' example (its '...' line, NVIDIA's elision, taken out): a row the reader takes, and
+    no specDecodingStats."""
+    example = EXAMPLES["trtllm_serve_doc_metrics_example"]
+    text = "\n".join(line for line in example["payload_text"].splitlines() if line.strip() != "...")
+    (row,) = parse_page(text)
+    assert row.iteration == 154 and row.num_active_requests == 1 and not row.speculative
+    page = IterationPage("http://h/metrics", ModelId("m"))
+    page.feed(text)
+    assert "no specDecodingStats" in page.counters.note and "speculative_config" in page.counters.note
+
+
+def test_nvidia_examples_parse_or_are_refused_as_their_notes_say():
+    by_form = {e["id"]: e for e in EXAMPLES.values() if e.get("payload") is not None}
+    for example in by_form.values():
+        payload = example["payload"]
+        if isinstance(payload, list) and all("attentionDpRank" in row for row in payload):  # PR #13649's rank rows
+            assert [row["attentionDpRank"] for row in payload] == [0, 1]  # one row per rank, as the reader expects
+            with pytest.raises(IterationFormatError, match="row 0 has no iter"):  # trimmed by NVIDIA: no iter
+                parse_page(json.dumps(payload))
+            rows = parse_page(json.dumps([{**row, "iter": 3, "numActiveRequests": 1} for row in payload]))
+            assert [r.rank for r in rows] == [0, 1] and [r.num_context_requests for r in rows] == [1, 3]
+            continue
+        if isinstance(payload, dict) and "specDecodingStats" in payload:  # the collector's synthetic fixture
+            with pytest.raises(IterationFormatError, match="not the array"):
+                parse_page(json.dumps(payload))
+            with pytest.raises(IterationFormatError, match="numRequestsWithDraftTokens"):
+                parse_page(json.dumps([payload]))
+    assert by_form  # the examples file holds payloads
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("<html>oops</html>", "not JSON"), ('{"a": 1}', "not the array"), ("[1]", "row 0 is a JSON int"),
+    ('[{"iter": -1, "iterLatencyMS": 1, "numActiveRequests": 1}]', "iter = -1"),
+    ('[{"iter": 1, "iterLatencyMS": NaN, "numActiveRequests": 1}]', "not JSON"),
+    ('[{"iter": 1, "numActiveRequests": 1}]', "no iterLatencyMS"),
+    ('[{"iter": 1, "iterLatencyMS": 1, "numActiveRequests": 1, "specDecodingStats": {"numDraftTokens": 1, '
+     '"numAcceptedTokens": 2, "numRequestsWithDraftTokens": 1}}]', "more than numDraftTokens"),
+])
+def test_pages_that_are_not_iteration_rows_are_refused_in_one_line(text, match):
+    with pytest.raises(IterationFormatError, match=match) as info:
+        parse_page(text)
+    assert "\n" not in str(info.value)
+    page = IterationPage("http://h:8000/metrics", ModelId("m"))
+    with pytest.raises(ServerError, match="http://h:8000/metrics"):
+        page.feed(text)
+
+
+def _page(rows: list[dict]) -> str:
+    return json.dumps(rows)
+
+
+@given(splits=st.lists(st.integers(0, 30), max_size=6), repeat=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_totals_do_not_depend_on_how_the_gets_split_the_rows(splits, repeat):
+    rows = [iteration_row(stats(i, accepted=i % 7), release="1.2.1") for i in range(30)]
+    cuts = sorted(set([0, *splits, 30]))
+    page = IterationPage("u", ModelId("m"))
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        page.feed(_page(rows[a:b]))
+        if repeat:  # a page read twice (a retry) never counts twice
+            page.feed(_page(rows[a:b]))
+    counters = page.counters.counters
+    assert counters["num_accepted_tokens"] == sum(i % 7 for i in range(30))
+    assert counters["num_drafts"] == 60 and counters["num_draft_tokens"] == 240
+    assert counters.get("missing_iterations", 0) == 0 and page.restarts == 0
+    assert page.counters.k == 4
+
+
+def test_missed_rows_are_counted_and_a_restart_starts_the_totals_again():
+    page = IterationPage("u", ModelId("m"))
+    page.feed(_page([iteration_row(stats(i)) for i in range(3)]))
+    page.feed(_page([iteration_row(stats(i)) for i in range(7, 9)]))  # 3..6 went to another reader
+    assert page.counters.counters["missing_iterations"] == 4
+    restarted = [{**iteration_row(stats(i)), "timestamp": "12-07-2026 23:59:00.000000"} for i in range(0, 2)]
+    page.feed(_page(restarted))  # the server restarted: its iterations start at 0 again, at a later time
+    assert page.restarts == 1 and page.counters.counters["num_drafts"] == 4
+
+
+def test_attention_dp_rows_count_rank_zero_once_and_a_broken_layout_is_refused():
+    def ranked(i: int, rank: int) -> dict:
+        return {**iteration_row(stats(i), release="1.3.0rc29"), "attentionDpRank": rank}
+
+    page = IterationPage("u", ModelId("m"))
+    page.feed(_page([ranked(i, r) for i in range(4) for r in range(2)]))
+    assert page.counters.counters["num_drafts"] == 4 * 2  # rank 0's rows only (speculation is copied per rank)
+    with pytest.raises(ServerError, match=r"attentionDpRank \[0, 2\].*does not add up"):
+        page.feed(_page([ranked(9, 0), ranked(9, 2)]))
+
+
+def test_an_empty_page_names_the_option_to_set():
+    page = IterationPage("http://h:8000/metrics", ModelId("m"))
+    page.feed("[]")
+    assert "enable_iter_perf_stats: true" in page.counters.note
+    assert looks_like_json(" [") and not looks_like_json("# HELP x\n")
