@@ -31,7 +31,22 @@ from trtspec.errors import ServerError, UsageError, shown_text
 from trtspec.textfile import size_text
 
 HISTOGRAMS = tuple(key for key, s in SERIES.items() if s.kind == "histogram")
-_KEY_OF = {s.name: key for key, s in SERIES.items()}
+# TensorRT-LLM's MetricsCollector families (a Dynamo TensorRT-LLM worker's /metrics with --publish-metrics; names and
+# meanings in trtspec/targets/serving-observability.json, forms.dynamo_trtllm) read as the trtspec series they mean:
+# totals over iterations (accepted draft tokens, the bonus not counted), per-position counts at request finish.
+DRAFTED = "num_drafted_tokens_per_pos"
+TRTLLM_FAMILIES = {
+    "trtllm_spec_decode_num_draft_tokens": "num_draft_tokens",
+    "trtllm_spec_decode_num_accepted_tokens": "num_accepted_tokens",
+    "trtllm_spec_decode_accepted_tokens": "num_accepted_tokens_per_pos",  # label token_position
+    "trtllm_spec_decode_drafted_tokens": "num_drafted_tokens_per_pos",  # -> drafts and rejections
+    "trtllm_request_success": "requests",  # label finished_reason
+    "trtllm_e2e_request_latency_seconds": "request_latency_seconds",
+    "trtllm_time_per_output_token_seconds": "time_per_output_token_seconds",
+}
+# a line without its `# TYPE ... counter` keeps the `_total` suffix in the family's name
+_KEY_OF = ({s.name: key for key, s in SERIES.items()} | TRTLLM_FAMILIES
+           | {f"{name}_total": key for name, key in TRTLLM_FAMILIES.items() if not name.endswith("_seconds")})
 # The most of one metrics page read: Triton's page for a few dozen models, or a Dynamo worker's, is tens of KiB; a
 # larger page is not one (and would take seconds and hundreds of MB to parse), so it is refused after this many bytes.
 MAX_PAGE_BYTES = 4 << 20
@@ -168,6 +183,10 @@ def parse(text: str, when: float, *, source: str = "", url: str | None = None) -
                 continue
             for sample in family.samples:
                 labels = dict(sample.labels)
+                if "token_position" in labels:
+                    labels["position"] = labels.pop("token_position")
+                if "finished_reason" in labels:
+                    labels["finish_reason"] = labels.pop("finished_reason")
                 name = labels.pop("model_name", None) or labels.get("model", "?")
                 labels.pop("model", None)
                 model = ModelId(name, labels.pop("version", "1"), labels.pop("method", ""), source)
@@ -180,7 +199,26 @@ def parse(text: str, when: float, *, source: str = "", url: str | None = None) -
     except ValueError as exc:  # the parser's: a line that is not Prometheus text
         raise ServerError(f"the metrics page {page} does not parse as Prometheus text ({shown_text(str(exc))})",
                           hint=_NOT_METRICS) from None
+    for counters in models.values():
+        _drafts_from_positions(counters)
     return Sample(when, models)
+
+
+def _drafts_from_positions(counters: ModelCounters) -> None:
+    """TensorRT-LLM's per-position counters as trtspec's: drafts = drafted at position 0; rejected at i = the drafts
+    that reached i (drafted there and accepted up to i - 1) less those that accepted i. Without them, TensorRT-LLM's
+    totals have no draft count: the window then shows the acceptance rate only."""
+    drafted = counters.per_pos.pop(DRAFTED, None)
+    if not drafted:
+        if "num_draft_tokens" in counters.counters and "num_drafts" not in counters.counters:
+            counters.note = ("TensorRT-LLM's spec-decode totals without its per-position counters "
+                             "(trtllm_spec_decode_drafted_tokens_total): no draft count, so the acceptance rate only")
+        return
+    accepted = counters.per_pos.get("num_accepted_tokens_per_pos", [])
+    accepted = accepted + [0.0] * (len(drafted) - len(accepted))
+    counters.counters["num_drafts"] = drafted[0]
+    reached = [drafted[0]] + [min(accepted[i - 1], drafted[i]) for i in range(1, len(drafted))]
+    counters.per_pos["num_rejections_per_pos"] = [max(0.0, r - a) for r, a in zip(reached, accepted, strict=False)]
 
 
 def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, str], value: float) -> str | None:
@@ -192,9 +230,9 @@ def _add(counters: ModelCounters, key: str, sample_name: str, labels: dict[str, 
         return None
     if not math.isfinite(value) or value < 0:
         return "a count must be a finite number >= 0"
-    if key in COUNTERS:
+    if key in COUNTERS or key in ("num_draft_tokens", "num_accepted_tokens"):
         counters.counters[key] = value
-    elif key in PER_POSITION:
+    elif key in PER_POSITION or key == DRAFTED:
         text = labels.get("position", "0")
         if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) < MAX_POSITIONS):
             return f"its position is not a whole number below {MAX_POSITIONS}"
@@ -298,5 +336,6 @@ def served_name(url: str, timeout_s: float = 5.0) -> str:
 
 
 def has_series(text: str) -> bool:
-    """Whether a metrics page holds any trtspec series (a server without speculation models has none)."""
-    return PREFIX in text
+    """Whether a metrics page holds any trtspec series, or TensorRT-LLM's speculation families (a server without
+    speculation models has neither)."""
+    return PREFIX in text or "trtllm_spec_decode_" in text
