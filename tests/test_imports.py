@@ -13,7 +13,8 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.cli.k8s",
          "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.contracts.observability", "trtspec.ops.dashboard",
          "trtspec.contracts.series", "trtspec.triton.spec_metrics", "trtspec.triton.llmapi",
-         "trtspec.triton.llmapi_model"]
+         "trtspec.triton.llmapi_model", "trtspec.trtllm_serve.app", "trtspec.trtllm_serve.launch",
+         "trtspec.trtllm_serve.server", "trtspec.contracts.prom_series"]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,8 @@ DEFAULT_ENGINE = EngineConfig(target="tiny", draft="tiny-draft")  # without SOUR
 def dynamo_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a Dynamo deployment (they only apply with --dynamo); the engine's are `_engine.FLAGS`."""
     options = [
-        click.option("--served-model-name", default=None, help="[--dynamo] OpenAI model name (default: the model's)."),
+        click.option("--served-model-name", default=None,
+                     help="[--dynamo, --trtllm-serve] OpenAI model name (default: the model's)."),
         click.option("--system-port", type=click.IntRange(1, 32767), default=8081, show_default=True,
                      help="[--dynamo] First worker's health and /metrics port (worker i: +i)."),
         click.option("--router-mode", type=click.Choice(ROUTER_MODES), default="round-robin", show_default=True,
@@ -37,7 +38,7 @@ def dynamo_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--migration-limit", type=click.IntRange(0, 100), default=3, show_default=True,
                      help="[--dynamo] Times the frontend moves a request to another worker when its worker dies."),
         click.option("--threads", type=click.IntRange(1, 4096), default=1, show_default=True,
-                     help="[--dynamo] torch CPU threads per worker."),
+                     help="[--dynamo, --trtllm-serve] torch CPU threads per worker (of the server)."),
         click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
                      help="[--dynamo] Keep each process's log here (default: a temporary directory)."),
     ]
@@ -50,10 +51,15 @@ def dynamo_engine(source: Path | None, flags: dict[str, Any]) -> EngineConfig:
     """What the workers serve: SOURCE's engine configuration (a torch build output, or a torch-flavour repository:
     what its tensorrt_llm model serves, its newest version's checkpoints included), else the embedded pair; the engine
     flags applied over it. Checked before anything starts (exit 2 naming the flag, 3 for a missing package)."""
+    return resolve_engine(None if source is None else _source_engine(source), flags)
+
+
+def resolve_engine(base: EngineConfig | None, flags: dict[str, Any]) -> EngineConfig:
+    """The engine flags over `base` (None: the embedded pair), checked as every `trtspec serve` mode that runs the
+    reference engine checks it (`serve --dynamo`, `serve --trtllm-serve`): errors name the flag."""
     from trtspec.spec.host import check
 
-    base = DEFAULT_ENGINE if source is None else _source_engine(source)
-    config = apply(base, flags)
+    config = apply(DEFAULT_ENGINE if base is None else base, flags)
     check(config, spell=lambda name: flag_of(name) or name)
     return config
 

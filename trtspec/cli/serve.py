@@ -1,5 +1,5 @@
 """`trtspec serve`: run a real tritonserver on a model repository until Ctrl-C (or, with --dynamo N, a local NVIDIA
-Dynamo deployment: cli/_dynamo.py).
+Dynamo deployment: cli/_dynamo.py; with --trtllm-serve, trtllm-serve's HTTP contract: cli/_trtllm_serve.py).
 
 SIGINT, SIGTERM and SIGHUP stop it cleanly, also while the models are still loading; if `trtspec serve` itself is
 killed (SIGKILL), the supervisor stops tritonserver and removes its temporary directory (trtspec/supervise.py).
@@ -16,6 +16,8 @@ import click
 from trtspec.cli._dynamo import dynamo_options, serve_dynamo
 from trtspec.cli._engine import FLAGS, engine_flags
 from trtspec.cli._signals import Stopped, exit_code, stop_signals
+from trtspec.cli._trtllm_serve import OPTIONS as TRTLLM_ONLY
+from trtspec.cli._trtllm_serve import serve_trtllm, trtllm_serve_options
 from trtspec.cli._types import FiniteFloat
 
 
@@ -30,29 +32,57 @@ from trtspec.cli._types import FiniteFloat
               help="Load only these models (explicit model control); repeatable.")
 @click.option("--startup-timeout", type=FiniteFloat(min=1.0), default=300.0, show_default=True, help="Seconds to wait for ready.")
 @click.option("--log-file", type=click.Path(path_type=Path), default=None,
-              help="Write tritonserver's log here (default: a temporary file, shown on failure).")
-@click.option("--dry-run", is_flag=True, help="Check what a start would (repository, binary, free ports); print the tritonserver command and exit.")
+              help="Write tritonserver's (--trtllm-serve: the server's) log here (default: a temporary file, shown on "
+                   "failure).")
+@click.option("--dry-run", is_flag=True, help="Check what a start would (repository, binary, free ports); print the server's command and exit.")
 @click.option("--dynamo", "dynamo_workers", type=click.IntRange(1, 64), default=None, metavar="N",
               help="Instead of Triton: NVIDIA Dynamo's OpenAI frontend (--http-port) and N trtspec workers serving "
                    "REPO (a torch repository or build output) or --model.")
+@click.option("--trtllm-serve", "trtllm_serve", is_flag=True,
+              help="Instead of Triton: trtllm-serve's HTTP contract (OpenAI endpoints, /metrics iteration statistics) "
+                   "on --http-port with the reference engine on CPU, serving REPO (a PyTorch-workflow build output) "
+                   "or --model (docs/trtllm-serve.md).")
 @dynamo_options
-@engine_flags(*FLAGS, tag="[--dynamo] ", notes={"--model": "Default: tiny (with --draft tiny-draft) without REPO."})
+@trtllm_serve_options
+@engine_flags(*FLAGS, tag="[--dynamo, --trtllm-serve] ",
+              notes={"--model": "Default: tiny (with --draft tiny-draft) without REPO."})
 def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, host: str,
           load_models: tuple[str, ...], startup_timeout: float, log_file: Path | None, dry_run: bool,
-          dynamo_workers: int | None, **options: Any) -> None:
+          dynamo_workers: int | None, trtllm_serve: bool, **options: Any) -> None:
     """Serve the Triton model repository REPO (rendered by `trtspec deploy`), or, with --dynamo N, the same engine as
     N NVIDIA Dynamo workers behind Dynamo's OpenAI-compatible frontend (docs/dynamo.md): REPO may then be a torch
     repository or the build output it was rendered from; without it, --model and the engine flags say what runs.
+    With --trtllm-serve, one server speaks NVIDIA trtllm-serve's HTTP API (TensorRT-LLM 1.2.1) with the reference
+    engine: REPO is then a PyTorch-workflow build output (its LLM-API options turn /metrics on), or --model and the
+    engine flags say what runs (iteration statistics on by default).
 
     Examples:
 
     \b
         trtspec serve out/triton/tiny-torch
-        trtspec serve --dynamo 2 --method ngram --k 6
         trtspec serve --dynamo 2 out/build/tiny-torch --draft-len-schedule 1:4,4:2,16:0 --max-concurrency 16
+        trtspec serve --trtllm-serve --model tiny --draft tiny-draft --method draft_target --http-port 8000
     """
     from trtspec.errors import UsageError
 
+    trtllm = {k: options.pop(k) for k in TRTLLM_ONLY}
+    trtllm_given = [f"--{k.replace('_', '-')}" for k, v in trtllm.items() if v != TRTLLM_ONLY[k]]
+    if trtllm_serve:
+        if dynamo_workers is not None:
+            raise UsageError("--trtllm-serve and --dynamo are two ways to serve: pick one",
+                             hint="drop --dynamo N, or drop --trtllm-serve")
+        unused = [f"--{k.replace('_', '-')}" for k, v in options.items()
+                  if k in DYNAMO_ONLY and k not in TRTLLM_SHARED and v != DYNAMO_ONLY[k]]
+        if unused:
+            raise UsageError(f"{unused[0]} applies to a Dynamo deployment (--dynamo N), not to --trtllm-serve",
+                             hint=f"leave {unused[0]} out")
+        serve_trtllm(repo, http_port=http_port, host=host, startup_timeout=startup_timeout, dry_run=dry_run,
+                     log_file=log_file, **trtllm, **{k: v for k, v in options.items()
+                                                     if k not in DYNAMO_ONLY or k in TRTLLM_SHARED})
+        return
+    if trtllm_given:
+        raise UsageError(f"{trtllm_given[0]} applies to --trtllm-serve", hint=f"add --trtllm-serve, or leave "
+                                                                              f"{trtllm_given[0]} out")
     if dynamo_workers is not None:
         serve_dynamo(dynamo_workers, repo, http_port=http_port, startup_timeout=startup_timeout, dry_run=dry_run,
                      **options)
@@ -60,9 +90,10 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
     given = [FLAGS_BY_DEST[k] for k, v in options.items() if k in FLAGS_BY_DEST and v not in (None, ())]
     given += [f"--{k.replace('_', '-')}" for k, v in options.items() if k in DYNAMO_ONLY and v != DYNAMO_ONLY[k]]
     if given:
-        raise UsageError(f"{given[0]} applies to a Dynamo deployment (--dynamo N); a Triton repository serves what "
-                         "`trtspec deploy` rendered", hint="add --dynamo N, or change the repository: `trtspec deploy "
-                                                           "... --k K` (or live: `trtspec set-k`)")
+        raise UsageError(f"{given[0]} applies to a Dynamo deployment (--dynamo N) or --trtllm-serve; a Triton "
+                         "repository serves what `trtspec deploy` rendered",
+                         hint="add --dynamo N, or change the repository: `trtspec deploy ... --k K` (or live: "
+                              "`trtspec set-k`)")
     if repo is None:
         raise UsageError("REPO is missing: the Triton model repository to serve",
                          hint="render one with `trtspec deploy`, or serve with NVIDIA Dynamo: --dynamo N")
@@ -127,3 +158,4 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
 FLAGS_BY_DEST = {f.dest: f.flag for f in FLAGS.values()}
 DYNAMO_ONLY = {"served_model_name": None, "system_port": 8081, "router_mode": "round-robin", "migration_limit": 3,
                "threads": 1, "log_dir": None}  # --dynamo's own options and their defaults
+TRTLLM_SHARED = ("served_model_name", "threads")  # ... of which --trtllm-serve reads these too

@@ -1,0 +1,198 @@
+"""The server process: `python -m trtspec.trtllm_serve --target tiny --draft tiny-draft --port 8000 ...`, and the
+iteration statistics its `/metrics` shows.
+
+Arguments: the engine configuration as its text parameters (`--<parameter> VALUE`, EngineConfig.to_parameters: what a
+Dynamo worker and the Triton model read too), the served model name, the TensorRT-LLM release whose contract is
+served, and the iteration-statistics options (`IterStatsOptions.argv`). It loads the engine (EngineHost) before it
+binds the port, so `/health` answering means ready; SIGTERM, SIGINT and SIGHUP stop it: the port closes, running
+requests get the configuration's drain_timeout_s to finish, the rest are aborted. Bad arguments print one `Error:`
+line (and a `Hint:`) and exit 2; a model that cannot load exits the same way (3 for a missing package).
+`launch.py` runs this under trtspec's supervisor (`trtspec serve --trtllm-serve`).
+
+`IterStatsOptions` is the one definition of how `enable_iter_perf_stats` and `iter_stats_max_iterations` are read:
+from a build's LLM-API options (the `extra_llm_api_options` file; NVIDIA's defaults when a key is absent: off, 1000
+iterations), or, with no options file, this CPU server's own default (on), a command-line choice winning over either.
+`IterationBuffer` keeps the engine's steps between two GETs: the newest `max_iterations`, the oldest dropped; each GET
+drains it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trtspec.contracts.engine import EngineConfig, spelled
+from trtspec.contracts.openai import served_name
+from trtspec.errors import ConfigError, TrtspecError
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+ENABLE = "enable_iter_perf_stats"  # the LLM-API options' keys (TensorRT-LLM 1.2.1, top-level LLM() arguments)
+MAX_ITERATIONS = "iter_stats_max_iterations"
+NVIDIA_MAX_ITERATIONS = 1000  # ExecutorConfig's default when iter_stats_max_iterations is unset (package docstring)
+CPU_SERVER_DEFAULT = True  # with no options file this server records iterations (trtllm-serve's default is off)
+
+
+@dataclass(frozen=True)
+class IterStatsOptions:
+    """Whether `/metrics` has iterations, and how many it keeps between two GETs."""
+
+    enabled: bool = CPU_SERVER_DEFAULT
+    max_iterations: int = NVIDIA_MAX_ITERATIONS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int) \
+                or self.max_iterations < 0:
+            raise ConfigError(MAX_ITERATIONS, self.max_iterations, "must be a whole number >= 0",
+                              hint=f"e.g. {NVIDIA_MAX_ITERATIONS} (TensorRT-LLM's default); 0 keeps none")
+
+    @classmethod
+    def resolve(cls, llm_api: Mapping[str, Any] | None, *, enabled: bool | None = None,
+                max_iterations: int | None = None) -> IterStatsOptions:
+        """From a build's LLM-API options (None: it has none), with the command line's choices (None: not given)
+        over them. ConfigError names the option and its value."""
+        options = dict(llm_api or {})
+        on = options.get(ENABLE, False) if llm_api is not None else CPU_SERVER_DEFAULT
+        if not isinstance(on, bool):
+            raise ConfigError(ENABLE, on, "must be true or false", hint=f"{ENABLE}: true in the LLM-API options")
+        limit = options.get(MAX_ITERATIONS)
+        return cls(enabled=on if enabled is None else enabled,
+                   max_iterations=(NVIDIA_MAX_ITERATIONS if limit is None else limit) if max_iterations is None
+                   else max_iterations)
+
+    def argv(self) -> list[str]:
+        """The server process's arguments for these options (server.py parses them back)."""
+        return ["--iter-stats" if self.enabled else "--no-iter-stats", "--iter-stats-max-iterations",
+                str(self.max_iterations)]
+
+
+class IterationBuffer:
+    """The iterations since the last drain, at most `max_iterations` (the oldest dropped). `add` is called on the
+    engine loop's thread, `drain` on the server's; both are safe from any thread."""
+
+    def __init__(self, max_iterations: int) -> None:
+        self._items: deque[Any] = deque(maxlen=max_iterations)
+        self._lock = threading.Lock()
+        self.dropped = 0  # iterations pushed out before any GET read them (since the server started)
+
+    def add(self, stats: Any) -> None:
+        with self._lock:
+            if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
+                self.dropped += 1
+            self._items.append(stats)
+
+    def drain(self) -> list[Any]:
+        """Every kept iteration, oldest first; the buffer is empty afterwards."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where the server listens and what it says it is (the engine configuration says what it serves)."""
+
+    host: str
+    port: int
+    model: str  # the OpenAI model name
+    release: str  # the TensorRT-LLM release whose contract /version and /metrics speak
+    iter_stats: IterStatsOptions
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+
+
+def engine_argv(config: EngineConfig) -> list[str]:
+    """`--<parameter> VALUE` for each parameter that differs from the defaults (the target always)."""
+    defaults = EngineConfig(target=config.target).to_parameters()
+    return [arg for key, value in config.to_parameters().items() if key == "target" or value != defaults.get(key)
+            for arg in (f"--{key.replace('_', '-')}", value)]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, ServerOptions]:
+    parser = argparse.ArgumentParser(prog="python -m trtspec.trtllm_serve",
+                                     description="Serve trtllm-serve's HTTP contract with trtspec's reference engine.")
+    engine = parser.add_argument_group("engine (EngineConfig parameters)")
+    for name in EngineConfig.parameter_names():
+        engine.add_argument(f"--{name.replace('_', '-')}", dest=f"engine_{name}", metavar=name.upper(),
+                            required=name == "target")
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--served-model-name", default=None)
+    server.add_argument("--release", default=None, help="TensorRT-LLM release (default: trtspec's default target)")
+    server.add_argument("--iter-stats", dest="iter_stats", action=argparse.BooleanOptionalAction, default=None)
+    server.add_argument("--iter-stats-max-iterations", type=int, default=None)
+    server.add_argument("--threads", type=int, default=None)
+    ns = vars(parser.parse_args(argv))
+    values = {k.removeprefix("engine_"): v for k, v in ns.items() if k.startswith("engine_") and v is not None}
+    with spelled(lambda name: "--" + name.removeprefix("parameter ").replace("_", "-")):
+        config = EngineConfig.from_parameters(values)
+    from trtspec.contracts.trtllm_iterations import RELEASES
+    from trtspec.targets import DEFAULT_TARGET
+
+    if ns["release"] is not None and ns["release"] not in RELEASES:
+        raise ConfigError("--release", ns["release"], "has no iteration-statistics facts",
+                          hint=f"use one of {', '.join(RELEASES)}")
+    stats = IterStatsOptions.resolve(None, enabled=ns["iter_stats"], max_iterations=ns["iter_stats_max_iterations"])
+    options = ServerOptions(host=ns["host"], port=ns["port"], model=ns["served_model_name"] or served_name(config.target),
+                            release=ns["release"] or DEFAULT_TARGET, iter_stats=stats, threads=ns["threads"])
+    return config, options
+
+
+async def serve(config: EngineConfig, options: ServerOptions) -> None:
+    """Load the engine, serve until a stop signal, then drain and stop."""
+    from aiohttp import web
+
+    from trtspec.spec.host import EngineHost, check
+    from trtspec.trtllm_serve.app import TrtllmServeApp
+
+    if options.threads is not None:
+        import torch
+
+        torch.set_num_threads(options.threads)
+    check(config, spell=lambda name: "--" + name.replace("_", "-"))
+    buffer = IterationBuffer(options.iter_stats.max_iterations) if options.iter_stats.enabled else None
+    host = await asyncio.to_thread(EngineHost, config, model=options.model, version="1",
+                                   on_iteration=None if buffer is None else buffer.add)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop.set)
+    app = TrtllmServeApp(host, model=options.model, release=options.release, iterations=buffer).app()
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=config.drain_timeout_s,
+                           access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, options.host, options.port).start()
+        print(f"trtllm-serve (trtspec) serving {options.model!r} on http://{options.host}:{options.port}",
+              flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()  # the port closes; running handlers get shutdown_timeout to finish
+        await asyncio.to_thread(host.close)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config, options = parse_args(argv)
+        try:
+            asyncio.run(serve(config, options))
+        except OSError as exc:  # the port could not be bound
+            print(f"Error: cannot serve on {options.host}:{options.port}: {exc}", file=sys.stderr)
+            return 1
+    except TrtspecError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"Hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    return 0
