@@ -90,3 +90,34 @@ def test_a_log_without_usable_prompts_is_refused(tmp_path, content):
 def test_bad_logging_parameters_are_refused_by_name(field, value):
     with pytest.raises(ConfigError, match=f"parameter {field}"):
         EngineConfig.from_parameters({"target": "tiny", "log_prompts": "logs", field: str(value)})
+
+
+def test_a_client_side_tap_of_openai_requests_feeds_train_draft(tmp_path):
+    """A deployment that logs no prompts (trtllm-serve, Triton's llmapi model): its clients append each OpenAI request
+    body as one JSON line; the reader takes completions' prompts (text, texts, token ids) and chats' messages, which
+    `train draft` renders with the target's chat template (the embedded target's here) before tokenising."""
+    from trtspec.models import resolve_model
+    from trtspec.training.distill import DistillRecipe, chat_renderer, split_prompts
+
+    tap = tmp_path / "requests.jsonl"
+    bodies = [{"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 16},
+              {"model": "tiny", "prompt": ["import os", "class A:"]},
+              {"model": "tiny", "prompt": [3, 4, 5]},
+              {"model": "tiny", "messages": [{"role": "user", "content": "def mul(a, b):"}], "stream": True},
+              {"model": "tiny", "messages": [{"role": "user", "content": 7}]}]  # not a chat a server takes
+    tap.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    logged, skipped = read_prompt_log(tap)
+    assert skipped == 1
+    assert [p.prompt for p in logged[:3]] == ["def add(a, b):", "import os", "class A:"]
+    assert logged[3].prompt_ids == (3, 4, 5) and logged[4].messages is not None
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny"))
+    render = chat_renderer(tokenizer)
+    assert render is not None and render([{"role": "user", "content": "def mul(a, b):"}]) == "def mul(a, b):"
+    split = split_prompts(logged, tokenizer.encode, tokenizer.vocab_size + 8, DistillRecipe(), render_chat=render)
+    texts = {tokenizer.decode(ids) for ids in split.train + split.heldout}
+    assert "def mul(a, b):" in texts and len(split.train) + len(split.heldout) == 5
+    without = split_prompts(logged, tokenizer.encode, tokenizer.vocab_size + 8, DistillRecipe())
+    assert without.num_skipped == 1  # no template: the chat is skipped, not guessed

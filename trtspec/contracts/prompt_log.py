@@ -7,7 +7,9 @@ A line: {"time", "model", "version", "prompt_ids", "prompt", "max_tokens", "temp
 the log holds them in clear text on the server's disk (see docs/retrain.md). Pure Python: no torch.
 
 The reader takes a log directory or any JSONL file with `prompt_ids` (token ids) or `prompt` (text) per line (the
-shipped prompt suites too); unusable lines (not JSON, neither field, a line cut by a crash) are counted and skipped.
+shipped prompt suites too), or OpenAI request bodies (`prompt`, or a chat's `messages`: what a client-side tap of a
+deployment that logs no prompts writes, docs/retrain.md); unusable lines (not JSON, no prompt, a line cut by a crash)
+are counted and skipped.
 """
 
 from __future__ import annotations
@@ -79,11 +81,14 @@ class LoggedPrompt:
 
     prompt_ids: tuple[int, ...] | None
     prompt: str | None
+    messages: str | None = None  # an OpenAI chat request's messages (canonical JSON), rendered by the target's template
 
     @property
     def key(self) -> str:
         """Identity for de-duplication and the held-out split: the same prompt always lands on the same side."""
-        return json.dumps(list(self.prompt_ids)) if self.prompt_ids else f"text:{self.prompt}"
+        if self.prompt_ids:
+            return json.dumps(list(self.prompt_ids))
+        return f"chat:{self.messages}" if self.messages else f"text:{self.prompt}"
 
 
 def log_files(path: Path) -> list[Path]:
@@ -111,11 +116,11 @@ def read_prompt_log(path: Path) -> tuple[list[LoggedPrompt], int]:
             if not raw.strip():
                 continue
             lines += 1
-            item = _parse_line(raw)
-            if item is None:
+            items = _parse_line(raw)
+            if not items:
                 skipped += 1
             else:
-                prompts.append(item)
+                prompts.extend(items)
     if not prompts:
         raise ConfigError("--prompts", str(path), f"has no usable prompts ({lines} lines, none with a non-empty "
                           "\"prompt_ids\" list or \"prompt\" string)",
@@ -124,16 +129,31 @@ def read_prompt_log(path: Path) -> tuple[list[LoggedPrompt], int]:
     return prompts, skipped
 
 
-def _parse_line(raw: bytes) -> LoggedPrompt | None:
+def _parse_line(raw: bytes) -> list[LoggedPrompt]:
+    """The prompts of one line: the log's own form, or an OpenAI request body as a client-side tap writes it (a
+    completion's `prompt`: text, texts, token ids or lists of them; a chat's `messages`). [] when unusable."""
     try:
         obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return []
     if not isinstance(obj, dict):
-        return None
-    ids, text = obj.get("prompt_ids"), obj.get("prompt")
-    good_ids = isinstance(ids, list) and bool(ids) and all(type(t) is int and t >= 0 for t in ids)
-    good_text = isinstance(text, str) and bool(text)
-    if not (good_ids or good_text):
-        return None
-    return LoggedPrompt(prompt_ids=tuple(ids) if good_ids else None, prompt=text if good_text else None)
+        return []
+    ids, text, messages = obj.get("prompt_ids"), obj.get("prompt"), obj.get("messages")
+    if _token_ids(ids) or (isinstance(text, str) and text):
+        return [LoggedPrompt(prompt_ids=tuple(ids) if _token_ids(ids) else None,
+                             prompt=text if isinstance(text, str) and text else None)]
+    if isinstance(text, list):  # an OpenAI completion's list prompt
+        if _token_ids(text):
+            return [LoggedPrompt(prompt_ids=tuple(text), prompt=None)]
+        return [LoggedPrompt(prompt_ids=tuple(p) if _token_ids(p) else None, prompt=p if isinstance(p, str) else None)
+                for p in text if _token_ids(p) or (isinstance(p, str) and p)]
+    if isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        canonical = json.dumps([{"role": m["role"], "content": m["content"]} for m in messages], sort_keys=True)
+        return [LoggedPrompt(prompt_ids=None, prompt=None, messages=canonical)]
+    return []
+
+
+def _token_ids(value: object) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(t) is int and t >= 0 for t in value)

@@ -73,13 +73,21 @@ class PromptSplit:
 
 
 def split_prompts(logged: Sequence[LoggedPrompt], encode: Callable[[str], list[int]], vocab_size: int,
-                  recipe: DistillRecipe, source: str = "--prompts") -> PromptSplit:
+                  recipe: DistillRecipe, source: str = "--prompts",
+                  render_chat: Callable[[list[dict[str, str]]], str] | None = None) -> PromptSplit:
     """Distinct prompts as token ids, split by hash: the first `heldout_fraction` in hash order are held out (at
-    least one, at least one left to train). A prompt logged many times is one prompt, on one side."""
+    least one, at least one left to train). A prompt logged many times is one prompt, on one side. A chat's messages
+    become text through `render_chat` (the target's chat template); without it they are skipped."""
     distinct: dict[str, list[int]] = {}
     skipped = 0
     for item in logged:
-        ids = list(item.prompt_ids) if item.prompt_ids else encode(item.prompt or "")
+        if item.messages is not None:
+            if render_chat is None:
+                skipped += 1
+                continue
+            ids = encode(render_chat(json.loads(item.messages)))
+        else:
+            ids = list(item.prompt_ids) if item.prompt_ids else encode(item.prompt or "")
         if not ids or max(ids) >= vocab_size:
             skipped += 1
             continue
@@ -110,7 +118,7 @@ def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: D
     # 1. prompts (and every check) before any work
     logged, skipped = check_inputs(target, draft, prompts, out)
     engine = SpecEngine.from_pretrained(target, draft, max_k=recipe.k)
-    split = split_prompts(logged, engine.encode, engine.vocab_size, recipe)
+    split = split_prompts(logged, engine.encode, engine.vocab_size, recipe, render_chat=chat_renderer(engine.tokenizer))
     split = PromptSplit(split.train, split.heldout, split.num_logged, split.num_skipped + skipped)
     resume = resume_dir(out)
     key = run_key(target, draft, prompts, recipe)
@@ -150,6 +158,14 @@ def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: D
         raise
     shutil.rmtree(resume, ignore_errors=True)
     return report
+
+
+def chat_renderer(tokenizer: Any) -> Callable[[list[dict[str, str]]], str] | None:
+    """The target tokenizer's chat template as a function of messages (with the generation prompt, as a server
+    renders a chat request), or None when it has none."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return None
+    return lambda messages: tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def check_inputs(target: Path, draft: Path, prompts: Path, out: Path) -> tuple[list[LoggedPrompt], int]:
