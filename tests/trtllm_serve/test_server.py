@@ -14,105 +14,25 @@ ends `trtspec serve` with no process left.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from trtspec.ports import free_ports
+from tests.trtllm_serve.serving import Served, alive, descendants, serving
 
 MAX_ITERATIONS = 8  # --iter-stats-max-iterations: small, so one long request overflows it
 MAX_TOKENS = 24
 PROMPTS = ["def fib(n):", "import os", "for i in range(3):"]
-READY = "trtllm-serve ready:"
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-class Served:
-    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
-        self.proc, self.url = proc, url
-
-    def get(self, path: str) -> str:
-        with urllib.request.urlopen(self.url + path, timeout=30) as response:
-            return response.read().decode()
-
-    def iterations(self) -> list[dict]:
-        return json.loads(self.get("/metrics"))
-
-    def counters(self) -> dict[str, float]:
-        """trtspec's spec-decode counters (and aborted requests) on /trtspec/metrics."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(self.get("/trtspec/metrics")):
-            for sample in family.samples:
-                if sample.name.endswith("_total") and "position" not in sample.labels:
-                    key = sample.name.removeprefix("trtspec_spec_decode_").removesuffix("_total")
-                    if "finish_reason" in sample.labels:
-                        key += ":" + sample.labels["finish_reason"]
-                    out[key] = out.get(key, 0.0) + sample.value
-        return out
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Served]:
-    (port,) = free_ports(1)
-    argv = [sys.executable, "-m", "trtspec", "serve", "--trtllm-serve", "--model", "tiny", "--draft", "tiny-draft",
-            "--method", "draft_target", "--k", "4", "--http-port", str(port), "--iter-stats-max-iterations",
-            str(MAX_ITERATIONS)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        for line in proc.stdout:  # blocks until ready (or the command failed and closed its output)
-            lines.append(line)
-            if line.startswith(READY):
-                break
-        assert lines and lines[-1].startswith(READY), "".join(lines)
-        yield Served(proc, f"http://127.0.0.1:{port}")
-    finally:
-        below = descendants(proc.pid)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for pid in below:  # the supervisor stops the server once trtspec serve is gone; never leave one behind
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+    with serving("--iter-stats-max-iterations", str(MAX_ITERATIONS)) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
