@@ -14,7 +14,8 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.cli.monitor", "trtspec.ops.monitor", "trtspec.contracts.observability", "trtspec.ops.dashboard",
          "trtspec.contracts.series", "trtspec.triton.spec_metrics", "trtspec.triton.llmapi",
          "trtspec.triton.llmapi_model", "trtspec.trtllm_serve.app", "trtspec.trtllm_serve.launch",
-         "trtspec.trtllm_serve.server", "trtspec.contracts.prom_series"]
+         "trtspec.trtllm_serve.server", "trtspec.contracts.prom_series", "trtspec.build.change",
+         "trtspec.triton.change", "trtspec.dynamo.change", "trtspec.cli._deployment", "trtspec.cli.control"]
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,16 @@ import copy
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trtspec.errors import ConfigError
+from trtspec.errors import ConfigError, shown
 from trtspec.targets import TrtllmTarget, load_target
 from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
+
+if TYPE_CHECKING:
+    from trtspec.contracts.schedule import SpecSchedule
 
 LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
 
@@ -154,6 +157,72 @@ def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[
         out[names["draft_len"]] = schedule
     gates = [key for r in releases() for key in (r.keys["window"], r.keys["threshold"])]
     out.update({key: controls[key] for key in gates if key in controls})  # another release's gate: refused
+    return out
+
+
+def served_schedule(speculative_config: Mapping[str, Any], version: str, *, max_batch_size: int | None = None
+                    ) -> SpecSchedule | None:
+    """The canonical SpecSchedule a `speculative_config` of TensorRT-LLM `version` runs (the release's own schedule
+    read back through `Release.canonical_schedule`, its gate by its own names; a last entry of 0 past
+    `max_batch_size`, which no batch reaches, left out); None when it sets no control."""
+    from trtspec.contracts.schedule import SpecSchedule
+    from trtspec.targets.controls import has_release, release
+
+    names = release(version).keys if has_release(version) else {"draft_len": "draft_len_schedule",
+                                                                  "max_concurrency": "max_concurrency"}
+    draft_len, concurrency = speculative_config.get(names["draft_len"]), speculative_config.get(names["max_concurrency"])
+    if isinstance(draft_len, Mapping) and has_release(version):
+        draft_len, concurrency = release(version).canonical_schedule(dict(draft_len), concurrency)
+        if draft_len and max_batch_size is not None and len(draft_len) > 1 and max(draft_len) > max_batch_size \
+                and draft_len[max(draft_len)] == 0:
+            draft_len.pop(max(draft_len))
+    gates = {key: speculative_config.get(key) for key in SpecSchedule.LLM_API[2:]}
+    return SpecSchedule.from_llm_api({"draft_len_schedule": draft_len, "max_concurrency": concurrency, **gates})
+
+
+def options_schedule(options: Mapping[str, Any], version: str) -> SpecSchedule | None:
+    """`served_schedule` of an options mapping's speculative_config, at its max_batch_size."""
+    speculative = options.get("speculative_config")
+    batch = options.get("max_batch_size")
+    return served_schedule(speculative if isinstance(speculative, Mapping) else {}, version,
+                           max_batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool) else None)
+
+
+CONTROL_KEYS = ("draft_len_schedule", "max_concurrency", "acceptance_window", "acceptance_length_threshold",
+                "acceptance_rate_window_size", "acceptance_rate_threshold")  # every release's names (controls.json)
+
+
+def options_with(options: Mapping[str, Any], version: str, *, max_draft_len: int,
+                 schedule: SpecSchedule | None) -> dict[str, Any]:
+    """`options` (an `extra_llm_api_options` mapping of TensorRT-LLM `version`, as a build wrote it) with its
+    speculative_config's `max_draft_len` and controls replaced: `schedule` (canonical; None: no controls) rendered
+    in the release's form by the code that renders a build's (`_controls`: `Release.release_schedule` at the
+    options' max_batch_size, the gate by its release's names), every other key kept. Checked against the release's
+    facts (`diff_llm_api`, the controls' own rules with them): ConfigError (exit 2) naming the key and the rule."""
+    from trtspec.targets.controls import releases
+
+    facts = load_target_facts(version)
+    speculative = options.get("speculative_config")
+    if not isinstance(speculative, Mapping) or not speculative.get("decoding_type"):
+        raise ConfigError("speculative_config", shown(speculative), f"the options (TensorRT-LLM {version}) do not "
+                          "speculate: there is no draft length or schedule to change",
+                          hint="build with a speculative method (trtspec build CONFIG)")
+    kind = str(speculative["decoding_type"])
+    control_keys = set(CONTROL_KEYS) | {key for r in releases() for key in r.keys.values()}
+    config = {key: value for key, value in speculative.items() if key not in control_keys}
+    config["max_draft_len"] = max_draft_len
+    controls = schedule.llm_api_options() if schedule is not None else {}
+    max_batch = options.get("max_batch_size")
+    spec = Speculation(method="", max_draft_len=max_draft_len, target_model="", controls=controls,
+                       max_batch_size=max_batch if isinstance(max_batch, int) and max_batch > 0 else 1)
+    config.update(_controls(spec, facts, kind, facts.fields_of(kind)))
+    out = {key: (config if key == "speculative_config" else copy.deepcopy(value)) for key, value in options.items()}
+    problems = diff_llm_api(out, facts)
+    if problems:
+        first = problems[0]
+        raise ConfigError(first.key, _value_at(out, first.key), f"TensorRT-LLM {version}: {first.problem}"
+                          + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+                          hint=first.fix or "see docs/targets.md, PyTorch workflow facts")
     return out
 
 

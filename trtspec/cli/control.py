@@ -1,9 +1,12 @@
 """`trtspec set-k`, `trtspec set-schedule` and `trtspec rollout-draft`: change a running torch-flavour deployment
-without failing a request.
+without failing a request; with `--deployment FORM:PATH`, plan the change for NVIDIA's deployment forms.
 
 Thin: parse, call trtspec.triton.control / trtspec.triton.rollout, print. Each refuses bad input (a k outside the
 model's range, a schedule entry that breaks a rule, a draft whose vocabulary differs from the target's) before anything
-on the server or on disk changes.
+on the server or on disk changes. `--deployment` (cli/_deployment.py) names a trtllm-serve build, a Triton repository
+or a `trtspec k8s` output: the change is planned by that form's planner (a new options file, model.yaml or engine
+config and the command that applies it), written (atomically; `--dry-run`: not) and its commands printed, never run;
+a torch-flavour repository keeps the live reload.
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from typing import Any
 
 import click
 
+from trtspec.cli._deployment import DEPLOYMENT, HELP
 from trtspec.cli._types import COUNT, HOST_PORT, FiniteFloat
 from trtspec.contracts.schedule import CONTROLS
+
+HTTP_HELP = ("Triton's HTTP HOST:PORT in the printed reload command (--deployment triton:REPO of NVIDIA's llmapi model "
+             "or inflight batcher), e.g. --http-url triton.internal:8000.")
 
 
 def reload_options(checked: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -48,20 +55,40 @@ def reload_options(checked: str) -> Callable[[Callable[..., Any]], Callable[...,
               help="The Triton server's gRPC address.")
 @click.option("--model", default="tensorrt_llm", show_default=True,
               help="The engine model whose default k changes (the torch flavour's tensorrt_llm).")
+@click.option("--deployment", type=DEPLOYMENT, default=None, metavar="FORM:PATH", help=HELP + " A trtllm-serve, "
+              "llmapi, inflight or Dynamo deployment gets a planned change (files + commands) instead of a live reload.")
+@click.option("--http-url", type=HOST_PORT, default="localhost:8000", show_default=True, help=HTTP_HELP)
 @reload_options("k")
-def set_k(k: int, url: str, model: str, repo: Path | None, timeout_s: float, dry_run: bool, as_json: bool) -> None:
+def set_k(k: int, url: str, model: str, deployment: tuple[str, str] | None, http_url: str, repo: Path | None,
+          timeout_s: float, dry_run: bool, as_json: bool) -> None:
     """Set the default k (draft tokens per step of a request that does not say) of a running model to K.
 
     The model is reloaded through Triton's model-control API with its live configuration carrying the new k;
     requests in flight finish on the old instance, later ones get K. 0 turns speculation off.
+
+    With --deployment FORM:PATH of NVIDIA's stack, K becomes that form's change: trtllm-serve a new options file
+    (max_draft_len K) and its restart command; Triton's llmapi model a new model.yaml and a model-control reload;
+    the inflight batcher the per-request num_draft_tokens (draft-target), a tree of K nodes, or a rebuild above the
+    engine's max_draft_len; Dynamo new engine configs and the DynamoGraphDeployment to apply (a rolling update).
+    The files are written (not with --dry-run) and the commands printed; trtspec runs none of them.
 
     Examples:
 
     \b
         trtspec set-k 2 --repo out/triton/tiny-torch
         trtspec set-k 0 --url 127.0.0.1:8001 --dry-run
+        trtspec set-k 3 --deployment dynamo-k8s:out/dynamo --dry-run --json
     """
+    from trtspec.contracts.control import SpeculationChange
     from trtspec.triton.control import set_default_k
+
+    if deployment is not None:
+        target = _deployment(deployment, repo)
+        if not target.live:
+            _planned(target, SpeculationChange(default_k=k), model=model, http_url=http_url, dry_run=dry_run,
+                     as_json=as_json)
+            return
+        repo = target.path
 
     change = set_default_k(url, model, k, repo=repo, dry_run=dry_run, timeout_s=timeout_s)
     if as_json:
@@ -82,8 +109,8 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
 
 
 @click.command("set-schedule")
-@click.argument("url", type=HOST_PORT)
-@click.argument("model")
+@click.argument("url", type=HOST_PORT, required=False)
+@click.argument("model", required=False)
 @click.option("--draft-len-schedule", "draft_len", default=None, metavar="B:K,...",
               help="Draft length by batch size: from B running requests on, at most K draft tokens (0: none). Must "
                    "hold batch size 1, e.g. 1:4,4:2,16:0; `none` removes it.")
@@ -111,12 +138,16 @@ _FLAGS = {"draft_len_schedule": "--draft-len-schedule", "max_concurrency": "--ma
 @click.option("--k", "default_k", type=COUNT, default=None,
               help="Also set the default k, in the same reload (a schedule caps a request's k, never raises it: the "
                    "default k should be the schedule's largest draft length).")
+@click.option("--deployment", type=DEPLOYMENT, default=None, metavar="FORM:PATH", help=HELP + " URL and MODEL "
+              "are then needed only for the torch flavour (its live reload).")
+@click.option("--http-url", type=HOST_PORT, default="localhost:8000", show_default=True, help=HTTP_HELP)
 @reload_options("the schedule")
-def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: str | None,
+def set_schedule(url: str | None, model: str | None, draft_len: str | None, max_concurrency: str | None,
                  acceptance_window: str | None, acceptance_length_threshold: str | None,
                  acceptance_rate_window_size: str | None, acceptance_rate_threshold: str | None,
-                 gate_probe_every: str | None, speculation_controls: str | None, no_gate: bool, clear: bool, default_k: int | None, repo: Path | None, timeout_s: float, dry_run: bool,
-                 as_json: bool) -> None:
+                 gate_probe_every: str | None, speculation_controls: str | None, no_gate: bool, clear: bool,
+                 default_k: int | None, deployment: tuple[str, str] | None, http_url: str, repo: Path | None,
+                 timeout_s: float, dry_run: bool, as_json: bool) -> None:
     """Set the speculation schedule of MODEL on the running Triton server at URL (gRPC HOST:PORT): the draft length
     per batch size, the concurrency above which it does not speculate, and the acceptance gate.
 
@@ -125,12 +156,18 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
     flight finish on the old instance. Every entry is checked first (keys >= 1 with batch size 1 present, draft lengths
     0..max_k, a finite threshold >= 0 with a window >= 1): a bad one exits 2 naming it and the rule.
 
+    With --deployment FORM:PATH of NVIDIA's stack (no URL or MODEL), the schedule in that deployment's files is the
+    served one, and the change is planned: the release's `draft_len_schedule` / `max_concurrency` / gate keys
+    rendered as `trtspec build` renders them, in a new trtllm-serve options file (+ its restart command), the llmapi
+    model's model.yaml (+ a Triton reload) or Dynamo's engine configs (+ `kubectl apply`, a rolling update); the
+    inflight batcher has no schedule or gate (refused, exit 2). Written unless --dry-run; commands printed, not run.
+
     Examples:
 
     \b
         trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --draft-len-schedule 1:4,4:2 --max-concurrency 12 --k 4
         trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --acceptance-window 32 --acceptance-length-threshold 0.5
-        trtspec set-schedule 127.0.0.1:8001 tensorrt_llm --clear --repo out/triton/tiny-torch --dry-run
+        trtspec set-schedule --deployment trtllm-serve:out/build/tiny-pytorch --draft-len-schedule 1:3,4:1 --dry-run
     """
     from trtspec.contracts.control import describe
     from trtspec.contracts.engine import spelled
@@ -170,6 +207,16 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
         if not changes and default_k is None:
             raise UsageError("set-schedule: nothing to set", hint="give --draft-len-schedule, --max-concurrency, the "
                              "gate's flags, --no-gate, --clear or --k")
+        if deployment is not None:
+            target = _deployment(deployment, repo)
+            if not target.live:
+                _planned_schedule(target, changes, default_k, model=model, http_url=http_url, dry_run=dry_run,
+                                  as_json=as_json, url=url)
+                return
+            repo = target.path
+        if url is None or model is None:
+            raise click.UsageError("give URL and MODEL (the Triton server's gRPC HOST:PORT and the engine model), or "
+                                   "--deployment FORM:PATH of NVIDIA's stack")
         change = set_schedule(url, model, changes=changes, default_k=default_k, repo=repo, dry_run=dry_run,
                               timeout_s=timeout_s)
     if as_json:
@@ -185,6 +232,61 @@ def set_schedule(url: str, model: str, draft_len: str | None, max_concurrency: s
     click.echo(f"written to {change.persisted}" if change.persisted else change.note)
     if change.persisted and change.note:
         click.echo(change.note)
+
+
+def _deployment(value: tuple[str, str], repo: Path | None) -> Any:
+    """The deployment --deployment names (checked); --repo beside it is refused (the deployment is the repository)."""
+    from trtspec.cli._deployment import read_deployment
+
+    if repo is not None:
+        raise click.UsageError("give --deployment or --repo, not both (--deployment triton:REPO is the repository)")
+    return read_deployment(value)
+
+
+def _planned_schedule(target: Any, changes: dict[str, Any], default_k: int | None, *, model: str | None,
+                      http_url: str, dry_run: bool, as_json: bool, url: str | None) -> None:
+    """set-schedule's flags over the schedule the deployment's files hold, planned for its form."""
+    from trtspec.cli._deployment import served
+    from trtspec.contracts.control import SpeculationChange
+    from trtspec.errors import ConfigError
+    from trtspec.triton.control import merged_schedule
+
+    if url is not None:
+        raise click.UsageError(f"--deployment {target.text} is planned from its files: leave URL out (it is for the "
+                               "torch flavour's live reload)")
+    for name, flag in (("probe_every", "--gate-probe-every"), ("controls", "--speculation-controls")):
+        if changes.get(name):
+            raise ConfigError(flag, changes[name], f"has no LLM-API form ({target.form}: TensorRT-LLM's gate never "
+                              "reopens and runs its own release's rules)", hint=f"leave {flag} out")
+    now = served(target, model or "", max_k=0)
+    schedule = merged_schedule(now.schedule if now else None, changes) if changes else None
+    change = SpeculationChange(default_k=default_k, schedule=schedule, replace_schedule=bool(changes))
+    _planned(target, change, model=model or "", http_url=http_url, dry_run=dry_run, as_json=as_json)
+
+
+def _planned(target: Any, change: Any, *, model: str, http_url: str, dry_run: bool, as_json: bool) -> None:
+    """Plan `change` for the deployment, refuse it (exit 2) when the form cannot make part of it, else write its files
+    (not with --dry-run) and print it with its commands."""
+    from trtspec.cli._deployment import apply_lines, plan, write_files
+    from trtspec.errors import ConfigError
+
+    planned = plan(target, change, model=model or target.form, http_url=http_url)
+    if planned.refused:
+        raise ConfigError("--deployment", target.text, f"{target.form} cannot take {planned.refused[0]}",
+                          hint="change only what this form can (docs/operations.md, \"Acting through each form's "
+                               "controls\")")
+    written = [] if dry_run else write_files(planned)
+    if as_json:
+        click.echo(json.dumps({"planned_change": planned.to_dict(), "dry_run": dry_run,
+                               "written": [line.removeprefix("wrote ") for line in written]}))
+        return
+    for line in planned.lines():
+        click.echo(line)
+    for line in written or (["dry run: nothing written"] if planned.files else []):
+        click.echo(line)
+    if not dry_run:
+        for line in apply_lines(planned):
+            click.echo(line)
 
 
 def _flag(field: str) -> str | None:

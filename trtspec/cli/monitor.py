@@ -9,6 +9,13 @@ read from --url or --repo), and shows them per model (trtspec.ops.dashboard). `-
 proposed schedule to `trtspec.triton.control.set_schedule` (`trtspec set-schedule`), or its recommended k to
 `set_default_k` (`trtspec set-k`) where the proposal is one k and no schedule is served, and restarts its drift test;
 this command never reloads anything itself.
+
+`--deployment FORM:PATH` names the deployment watched (cli/_deployment.py: a trtllm-serve build, a Triton repository
+of any form, a `trtspec k8s` output): its files say what it serves, and a drifted model's proposal becomes that
+form's planned change (contracts.control.PlannedChange: files with their diffs, commands, how it takes effect),
+shown after the report (`--json`: `planned_change` in the model's object). With `--apply` the plan's files are
+written (atomically) and its commands printed for the operator: trtspec restarts, reloads or rolls out none of
+NVIDIA's processes; a torch-flavour repository is reloaded live as before (needs --url).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._deployment import DEPLOYMENT, HELP
 from trtspec.cli._types import HOST_PORT, FiniteFloat
 from trtspec.ops.drift import DEFAULT_ALPHA, DEFAULT_DISPERSION, DEFAULT_HORIZON, DEFAULT_SHIFT
 
@@ -82,7 +90,14 @@ class Duration(click.ParamType):
 @click.option("--apply", is_flag=True,
               help="When drift is flagged, set the proposed schedule live (`trtspec set-schedule`), or the recommended "
                    "k (`trtspec set-k`) when the proposal is one k and no schedule is served: Triton model control; "
-                   "with --repo also persisted in the repository. Needs --url.")
+                   "with --repo also persisted in the repository. Needs --url, except with a --deployment of NVIDIA's "
+                   "stack: then the planned change's files are written and its commands printed (never run).")
+@click.option("--deployment", type=DEPLOYMENT, default=None, metavar="FORM:PATH",
+              help=HELP + " Its files say what it serves; a drifted model's proposal is shown as that form's planned "
+                          "change (JSON: planned_change).")
+@click.option("--http-url", type=HOST_PORT, default="localhost:8000", show_default=True,
+              help="Triton's HTTP HOST:PORT in a planned reload command (--deployment triton:REPO of NVIDIA's "
+                   "llmapi model or inflight batcher).")
 @click.option("--url", "grpc_url", type=HOST_PORT, default=None,
               help="Triton gRPC HOST:PORT (e.g. localhost:8001): where --apply acts, and where the served schedule "
                    "is read (else from --repo's files).")
@@ -92,7 +107,8 @@ class Duration(click.ParamType):
 def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None, baseline_temperature: float | None,
             window_s: float, interval_s: float, price_per_hour: float | None, models: tuple[str, ...], alpha: float,
             horizon: int, shift: float, dispersion: float, once: bool, duration_s: float | None, as_json: bool,
-            apply: bool, grpc_url: str | None, max_batch_size: int | None) -> None:
+            apply: bool, deployment: tuple[str, str] | None, http_url: str, grpc_url: str | None,
+            max_batch_size: int | None) -> None:
     """Watch a server's speculation live: mean accepted length, acceptance (per position), effective tokens/s vs
     plain decoding, cost per 1M tokens, drift against the deploy-time baseline, the k to use now and the schedule
     (draft length per batch size, max concurrency, gate threshold) to serve, beside the served one.
@@ -102,7 +118,8 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     \b
         trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --window 60s --price-per-hour 2.5
         trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --apply --url localhost:8001
-        trtspec monitor --metrics localhost:8002 --repo out/triton/tiny-torch --url localhost:8001 --once --json
+        trtspec monitor --metrics localhost:8000 --baseline results.jsonl --deployment trtllm-serve:out/build/tiny \\
+            --apply
     """
     from trtspec.contracts.baseline import load_baseline
     from trtspec.errors import UsageError
@@ -124,9 +141,15 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     if apply and baseline is None and results is None:
         raise UsageError("--apply needs a baseline (the cost model behind the recommendation)",
                          hint="pass --repo DIR (deployed with --baseline) or --baseline FILE")
-    if apply and grpc_url is None:
+    target = None
+    if deployment is not None:
+        from trtspec.cli._deployment import read_deployment
+
+        target = read_deployment(deployment)  # refuse a path that is not that form before anything runs
+    live = target is None or target.live
+    if apply and live and grpc_url is None:
         raise click.UsageError("--apply needs --url HOST:PORT (the server's gRPC port) to reload the model")
-    control = _control(grpc_url, repo) if apply else None  # refuse before anything runs
+    control = _control(grpc_url, target.path if target is not None else repo) if apply and live else None
     scrape = scraper([u.strip() for text in urls for u in text.split(",") if u.strip()])
     url = ", ".join(urls)
     first = scrape()  # fails here, in one line, when a URL cannot be read
@@ -135,7 +158,11 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     if control is not None:  # the server --apply acts on answers, and can set k on what the metrics show
         control.check(sorted({m.model for m in first.models if m.method not in ("", "none")
                               and (not models or m.model in models)}))
-    served = _served(first, set(models), grpc_url, repo) if baseline is not None else {}
+    own_repo = repo if target is None or not target.live else (repo or target.path)
+    served = _served(first, set(models), grpc_url, own_repo) if baseline is not None else {}
+    if target is not None and not target.live and baseline is not None:
+        served = _deployment_served(first, set(models), target, baseline.max_k)
+    actor = _Actor(control, target, apply=apply, http_url=http_url, url=grpc_url)
     state = Monitor(window_s, baseline, price_per_hour=price_per_hour, models=set(models) or None,
                     drift=DriftConfig(alpha=alpha, horizon=horizon, shift=shift, dispersion=dispersion),
                     served=served, max_batch_size=max_batch_size)
@@ -144,15 +171,15 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     if once:
         _collect(scrape, state, interval_s, stop_at)
         _require_series(state, url, models, window_s)
-        _emit(state, url, as_json, control)
+        _emit(state, url, as_json, actor)
         return
     seen = False
     if as_json or not sys.stdout.isatty():
         while time.monotonic() < stop_at:
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
-            seen = _emit(state, url, as_json, control, compact=True) or seen
+            seen = _emit(state, url, as_json, actor, compact=True) or seen
     else:
-        seen = _live(scrape, state, url, interval_s, stop_at, control)
+        seen = _live(scrape, state, url, interval_s, stop_at, actor)
     if not seen:  # --duration ended without one window of trtspec series
         _require_series(state, url, models, window_s)
 
@@ -231,23 +258,125 @@ def _require_series(state: Any, url: str, models: tuple[str, ...], window_s: flo
                       "they are loaded")
 
 
-def _emit(state: Any, url: str, as_json: bool, control: Any, *, compact: bool = False) -> bool:
-    """Print the window's reports (and the changes --apply made); whether there were any."""
+def _emit(state: Any, url: str, as_json: bool, actor: _Actor, *, compact: bool = False) -> bool:
+    """Print the window's reports, each drifted model's planned change (with --deployment) and the changes --apply
+    made; whether there were any reports."""
+    import json
+
     from trtspec.ops.dashboard import to_json, to_text
 
     reports = state.reports()
-    applied = state.apply(reports, control) if control else []
+    plans = actor.plans(state, reports)
+    applied = actor.act(state, reports, plans)
     if as_json:
         text = to_json(reports)
-        click.echo(" ".join(text.split()) if compact else text)
+        if actor.deployment is not None:
+            documents = json.loads(text)
+            for document, report in zip(documents, reports, strict=True):
+                plan = plans.get(report.model)
+                document["planned_change"] = plan.to_dict() if plan is not None and not isinstance(plan, str) else None
+                if isinstance(plan, str):
+                    document["planned_change_error"] = plan
+            text = json.dumps(documents, indent=None if compact else 2)
+        click.echo(" ".join(text.split()) if compact and actor.deployment is None else text)
     else:
         click.echo(to_text(reports, source=url), nl=False)
+        for model, plan in plans.items():
+            for line in ([f"planned change for {model}: none: {plan}"] if isinstance(plan, str)
+                         else plan.lines(diffs=not compact)):  # every refresh: the diffs once, with --once
+                click.echo(line)
     for line in applied:
         click.echo(line, err=True)
     return bool(reports)
 
 
-def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, control: Any) -> bool:
+class _Actor:
+    """What the monitor does with a drifted model's proposal: with --deployment, the planned change of its form
+    (shown; with --apply its files written and its commands printed); a torch-flavour server with --apply, the live
+    reload (Monitor.apply through TritonControl)."""
+
+    def __init__(self, control: Any, deployment: Any, *, apply: bool, http_url: str, url: str | None) -> None:
+        self.control, self.deployment, self.apply, self.http_url, self.url = control, deployment, apply, http_url, url
+
+    def plans(self, state: Any, reports: list[Any]) -> dict[str, Any]:
+        """{report's model: PlannedChange, or the one-line reason there is none} for each drifted model whose
+        proposal changes something."""
+        from trtspec.cli._deployment import plan
+        from trtspec.errors import TrtspecError
+
+        if self.deployment is None:
+            return {}
+        out: dict[str, Any] = {}
+        for report in reports:
+            wanted = wanted_change(report)
+            if wanted is None:
+                continue
+            name = report.model.split("/")[0]
+            try:
+                out[report.model] = plan(self.deployment, wanted, model=name, http_url=self.http_url, url=self.url,
+                                         current=state.served.get(name))
+            except (TrtspecError, click.UsageError) as exc:
+                out[report.model] = " ".join(str(getattr(exc, "message", exc)).split())
+        return out
+
+    def act(self, state: Any, reports: list[Any], plans: dict[str, Any]) -> list[str]:
+        """--apply: the torch flavour's live reload, or each plan's files written and its commands printed."""
+        from trtspec.cli._deployment import apply_lines, served, write_files
+
+        if self.control is not None:
+            return list(state.apply(reports, self.control))
+        if not self.apply or self.deployment is None:
+            return []
+        lines: list[str] = []
+        for model, change in plans.items():
+            if isinstance(change, str) or not (change.files or change.commands) or change.refused:
+                continue
+            name = model.split("/")[0]
+            lines.append(f"applied: {name} ({change.form}, takes effect by {change.how}): {change.summary}")
+            lines += [f"  {line}" for line in write_files(change)]
+            lines += apply_lines(change)
+            now = served(self.deployment, name, max_k=state.served[name].max_k if name in state.served else 0)
+            if now is not None:
+                state.served[name] = now
+            state.reset_drift()
+        return lines
+
+
+def wanted_change(report: Any) -> Any:
+    """The change a drifted model's report asks for, as `Monitor.apply` reads it: its proposed schedule (with its
+    default k), or its recommended k where the proposal is one k and no schedule is served; None when it asks for
+    none (no drift, keep, no data)."""
+    from trtspec.contracts.control import SpeculationChange
+
+    if report.drift is None or not report.drift.drifted:
+        return None
+    proposal = report.schedule
+    if proposal is not None and not (proposal.single_k and (proposal.served is None
+                                                            or proposal.served.schedule is None)):
+        if proposal.action != "change":
+            return None
+        return SpeculationChange(default_k=proposal.default_k, schedule=proposal.schedule, replace_schedule=True)
+    rec = report.recommendation
+    if rec is not None and rec.action in ("reduce_k", "increase_k", "retrain_draft") \
+            and rec.recommended_k != rec.current_k:
+        return SpeculationChange(default_k=rec.recommended_k)
+    return None
+
+
+def _deployment_served(sample: Any, models: set[str], deployment: Any, max_k: int) -> dict[str, Any]:
+    """What each speculating model the metrics show serves, read from the deployment's files."""
+    from trtspec.cli._deployment import served
+
+    names = sorted({m.model for m in sample.models if m.method not in ("", "none") and (not models or m.model in models)})
+    out = {}
+    for name in names:
+        now = served(deployment, name, max_k=max_k)
+        if now is not None:
+            out[name] = now
+    return out
+
+
+def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, actor: _Actor) -> bool:
     """The dashboard, refreshed every interval until stop_at; whether any window had reports."""
     from rich.live import Live
 
@@ -259,7 +388,11 @@ def _live(scrape: Any, state: Any, url: str, interval_s: float, stop_at: float, 
             _collect(scrape, state, interval_s, min(stop_at, time.monotonic() + interval_s))
             reports = state.reports()
             seen = seen or bool(reports)
-            notes = state.apply(reports, control) if control else []
+            plans = actor.plans(state, reports)
+            notes = actor.act(state, reports, plans)
+            notes += [f"{model}: no planned change: {plan}" if isinstance(plan, str) else
+                      f"{model}: planned ({plan.form}, {plan.how}): {plan.summary}"
+                      + "".join(f"; $ {line}" for line in plan.command_lines()) for model, plan in plans.items()]
             live.update(render(reports, source=url, note="; ".join(notes)))
     return seen
 

@@ -15,7 +15,14 @@ it for Dynamo:
   (`spec.components[]`, each a Kubernetes pod template whose container `main` runs the component: what Dynamo 1.6.1's
   own tools write), or the legacy nvidia.com/v1alpha1 (`spec.services`, `extraPodSpec.mainContainer`) that its
   operator still accepts;
-- the launch commands for one machine (frontend + workers), printed.
+- the launch commands for one machine (frontend + workers), printed;
+- `trtspec-k8s.json` (RECORD_FILE): the parameters it was rendered with, so a change of the speculation can be
+  re-rendered by this same code (dynamo/change.py).
+
+Every worker's main container carries the engine configs' hash as the environment variable CONFIG_HASH_ENV: a change
+of the ConfigMap alone would not roll a pod (Kubernetes restarts nothing for a mounted ConfigMap's new data), while a
+change of a worker's pod template rolls every worker (Dynamo's rolling update); the hash makes every change of the
+engine configs such a pod-template change.
 
 Every name is checked against the Dynamo facts (`dynamo-1.6.1.json` beside this module: the worker's flags and modes
 from the installed ai-dynamo 1.6.1 wheel; the v1beta1 fields from what that wheel writes and reads; the v1alpha1
@@ -49,6 +56,9 @@ ROLES = {"agg": {"TRTLLMWorker": ("agg", None)},  # mode -> component -> (Dynamo
          "disagg": {"prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}}
 API_VERSIONS = ("v1beta1", "v1alpha1")  # the first is the default
 CONFIG_MOUNT = "/config"
+CONFIG_HASH_ENV = "TRTSPEC_ENGINE_CONFIG_SHA256"  # sha256 of the engine configs, on each worker's main container
+RECORD_FILE = "trtspec-k8s.json"
+RECORD_FORMAT = "trtspec-k8s/1"
 # Kubernetes names (k8s.io/apimachinery/pkg/util/validation/validation.go; kubernetes.io/docs/concepts/overview/
 # working-with-objects/names):
 # - an RFC 1123 label (IsDNS1123Label): lower-case letters a-z, digits and '-', starting and ending with a letter or a
@@ -159,14 +169,19 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
         commands.append(shlex.join(["python3", "-m", module, *head, f"engine_configs/{config}.yaml", *tail]))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
                  "data": {file: _yaml(options) for file, options in configs.items()}}  # the files, as written
+    digest = config_hash(configmap["data"])
     if api_version == "v1beta1":
-        graph = _graph_v1beta1(name, image, tp_size, workers, runtime_version=custom_image)
+        graph = _graph_v1beta1(name, image, tp_size, workers, digest, runtime_version=custom_image)
     else:
-        graph = _graph_v1alpha1(name, image, tp_size, workers)
+        graph = _graph_v1alpha1(name, image, tp_size, workers, digest)
     header = comment(f"trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API "
                      f"options of release {inline(trtllm_version)}, the release inside {inline(image)}.")
     files = {f"engine_configs/{file}": header + text for file, text in configmap["data"].items()}
     files["dynamo-graph.yaml"] = header + comment("kubectl apply -f dynamo-graph.yaml") + _yaml_all([configmap, graph])
+    files[RECORD_FILE] = json.dumps({"format": RECORD_FORMAT, "render": {
+        "name": name, "model_path": model_path, "served_model_name": served_model_name, "tp_size": tp_size,
+        "trtllm_version": trtllm_version, "mode": mode, "image": image if custom_image else None,
+        "api_version": api_version}}, indent=2) + "\n"
     notes = [f"image {image}: {facts['operator']['runtime_image_note']}",
              f"model paths ({inline(model_path)}) are paths inside the worker container: mount the checkpoints there "
              "(a PersistentVolumeClaim, or a model cache) or pass a Hugging Face id"]
@@ -190,6 +205,13 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     return result
 
 
+def config_hash(data: dict[str, str]) -> str:
+    """sha256 of the engine configs (the ConfigMap's data), the value of CONFIG_HASH_ENV."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def _volume(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The engine configs' ConfigMap as a pod volume, and its read-only mount at CONFIG_MOUNT (new objects per call:
     shared ones would be written as YAML anchors)."""
@@ -197,8 +219,8 @@ def _volume(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
             {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True})
 
 
-def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]], *,
-                   runtime_version: bool = False) -> dict[str, Any]:
+def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]], digest: str,
+                   *, runtime_version: bool = False) -> dict[str, Any]:
     """nvidia.com/v1beta1: `spec.components[]`, each {name, type, replicas, podTemplate} whose container `main`
     runs it (as the 1.6.1 wheel's TensorRT-LLM blueprints); a disaggregated worker's type is its mode. With
     `runtime_version` (an image that is not Dynamo's, whose tag need not be a Dynamo version), every component sets
@@ -212,8 +234,8 @@ def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str,
     for role, disagg, args in workers:
         volume, mount = _volume(name)
         container = {"name": main, "image": image, "command": ["python3", "-m", facts["trtllm_worker"]["module"]],
-                     "args": args, "resources": {"limits": {beta["gpu_resource"]: str(tp_size)}},
-                     "volumeMounts": [mount]}
+                     "args": args, "env": [{"name": CONFIG_HASH_ENV, "value": digest}],
+                     "resources": {"limits": {beta["gpu_resource"]: str(tp_size)}}, "volumeMounts": [mount]}
         components.append({"name": role, "type": disagg or "worker", "replicas": 1,
                            "podTemplate": {"spec": {"volumes": [volume], "containers": [container]}}})
     if runtime_version:
@@ -223,8 +245,8 @@ def _graph_v1beta1(name: str, image: str, tp_size: int, workers: list[tuple[str,
             "spec": {"backendFramework": "trtllm", "components": components}}
 
 
-def _graph_v1alpha1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]]
-                    ) -> dict[str, Any]:
+def _graph_v1alpha1(name: str, image: str, tp_size: int, workers: list[tuple[str, str | None, list[str]]],
+                    digest: str) -> dict[str, Any]:
     """nvidia.com/v1alpha1 (legacy): `spec.services` by name, `extraPodSpec.mainContainer`, GPUs as
     `resources.limits.gpu`, a disaggregated worker's mode as its subComponentType."""
     facts = dynamo_facts()
@@ -235,7 +257,8 @@ def _graph_v1alpha1(name: str, image: str, tp_size: int, workers: list[tuple[str
         service: dict[str, Any] = {"componentType": "worker", "replicas": 1, "resources": {"limits": {"gpu": str(tp_size)}},
                                    "extraPodSpec": {"volumes": [volume], "mainContainer": {
                                        "image": image, "command": ["python3", "-m", facts["trtllm_worker"]["module"]],
-                                       "args": args, "volumeMounts": [mount]}}}
+                                       "args": args, "env": [{"name": CONFIG_HASH_ENV, "value": digest}],
+                                       "volumeMounts": [mount]}}}
         if disagg:
             service["subComponentType"] = disagg
         services[role] = service

@@ -189,6 +189,24 @@ class Release:
             out.pop(max(out))
         return out, None
 
+    def canonical_schedule(self, schedule: Mapping[int, int] | None, max_concurrency: int | None
+                           ) -> tuple[dict[int, int] | None, int | None]:
+        """The inverse of `release_schedule`: (canonical draft_len_schedule, max_concurrency) that reads as the
+        release's own `draft_len_schedule` (and max_concurrency) does at every batch size. 1.2.1: as they are;
+        1.3.0rc29: each key is the last batch size of its run, 0 above the last key, so {3: 4, 7: 2} is
+        {1: 4, 4: 2, 8: 0}; its max_concurrency alone stays max_concurrency."""
+        if self.facts["schedule"]["lookup"] == "floor" or not schedule:
+            return (dict(schedule) if schedule else None), max_concurrency
+        out: dict[int, int] = {}
+        start = 1
+        for key, value in sorted(schedule.items()):
+            if not out or list(out.values())[-1] != value:
+                out[start] = value
+            start = key + 1
+        if list(out.values())[-1] != 0:
+            out[start] = 0
+        return out, None
+
     # -- the acceptance gate ----------------------------------------------------------------------------------------
     @staticmethod
     def accepted_per_iteration(avg_decoded_tokens_per_iter: float) -> float:

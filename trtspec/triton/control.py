@@ -316,13 +316,14 @@ def config_with_parameter(path: Path, key: str, value: str, *, expect: EngineCon
 
 
 def config_with_parameters(path: Path, values: Mapping[str, str | None], *,
-                           expect: EngineConfig) -> tuple[Path, str]:
+                           expect: EngineConfig | None) -> tuple[Path, str]:
     """(path, new text): `path`'s config.pbtxt with each parameter of `values` set (None: removed), checked, not
     written. A parameter the file lists is changed in its line; one it does not list gets a line after the last
     parameter, in trtspec's rendered form; every other line stays as it was.
 
     `expect` is the served model's EngineConfig: the file must describe the same model (same target, draft and
-    method), so a change is never written into another repository. The new text must parse as Triton's ModelConfig
+    method), so a change is never written into another repository (None: a model of NVIDIA's backend, whose
+    parameters hold no EngineConfig; the caller read the file itself). The new text must parse as Triton's ModelConfig
     and hold exactly the new values.
     """
     from trtspec.triton.render import pbtxt_parameters, validate_model_config
@@ -330,9 +331,9 @@ def config_with_parameters(path: Path, values: Mapping[str, str | None], *,
     if not path.is_file():
         raise UsageError(f"--repo: {path} does not exist", hint="pass the repository directory the server runs")
     text = path.read_text(encoding="utf-8")
-    on_disk = config_params(path)
-    served = (expect.target, expect.draft, expect.method)
-    if (on_disk.target, on_disk.draft, on_disk.method) != served:
+    on_disk = config_params(path) if expect is not None else None
+    served = (expect.target, expect.draft, expect.method) if expect is not None else None
+    if on_disk is not None and (on_disk.target, on_disk.draft, on_disk.method) != served:
         raise UsageError(f"--repo: {path} describes target={on_disk.target!r} draft={on_disk.draft!r} method="
                          f"{on_disk.method}, not the served model's {served}",
                          hint="pass the repository the server at --url runs, or leave --repo out")
