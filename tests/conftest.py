@@ -76,7 +76,8 @@ SHARED_SERVER = frozenset({"tests/triton/test_server_torch.py", "tests/triton/te
 # 28, 25, 24, 19 ...). They start first, so that no long module is left for the end while the other process idles;
 # every other module keeps its place after them.
 SLOW_FIRST = (
-    "tests/test_readme_commands.py", "tests/test_readme_demos.py", "tests/ops/test_monitor_server.py",
+    "tests/test_readme_commands.py", "tests/test_readme_demos.py", "tests/trtllm_serve/test_monitor_e2e.py",
+    "tests/ops/test_monitor_server.py",
     "tests/ops/test_live_control.py", "tests/test_wheel.py",
     "tests/dynamo/test_deployment.py", "tests/spec/test_suffix.py", "tests/spec/test_controls.py",
     "tests/spec/test_engine.py", "tests/triton/test_serve_signals.py", "tests/eagle/test_eagle_engine.py",

@@ -15,8 +15,9 @@ from trtspec.ops.drift import DriftConfig, RateDetector
 from trtspec.ops.scrape import ModelId
 from trtspec.ops.window import WindowStats
 
-BASE = [0.9, 0.72, 0.58, 0.49]  # r_i: P(first i+1 accepted) of a baseline at k = 4 (conditional 0.9, 0.8, 0.8, 0.85)
+BASE = [0.9, 0.72, 0.576, 0.4896]  # r_i: P(first i+1 accepted) at conditional acceptance 0.9, 0.8, 0.8, 0.85
 BASE_ALPHA = 0.83
+CONDITIONAL = [0.9, 0.8, 0.8, 0.85]
 
 
 @given(alpha=st.floats(0.0, 1.0), k=st.integers(1, 12), drafts=st.integers(1, 10_000))
@@ -66,7 +67,6 @@ def _first_alarm(detector: RateDetector, rng: random.Random, conditional: list[f
     return None
 
 
-CONDITIONAL = [0.9, 0.8, 0.8, 0.85]
 
 
 def test_rate_test_false_alarms_stay_below_alpha_on_baseline_traffic():
@@ -74,7 +74,7 @@ def test_rate_test_false_alarms_stay_below_alpha_on_baseline_traffic():
     dispersion 1 (the design effect alone accounts for a draft's correlated tokens)."""
     rng = random.Random(0)
     config = DriftConfig(alpha=0.05, horizon=300, dispersion=1.0)
-    alarms = sum(_first_alarm(RateDetector(BASE, 1000, BASE_ALPHA, config), rng, CONDITIONAL, config.horizon)
+    alarms = sum(_first_alarm(RateDetector(CONDITIONAL, 1000, BASE_ALPHA, config), rng, CONDITIONAL, config.horizon)
                  is not None for _ in range(100))
     assert alarms / 100 <= config.alpha
 
@@ -88,16 +88,16 @@ def test_without_the_design_effect_the_rate_test_alarms_falsely():
 
     rng = random.Random(0)
     config = DriftConfig(alpha=0.05, horizon=300, dispersion=1.0, shift=0.02)
-    honest = sum(_first_alarm(RateDetector(BASE, 1000, BASE_ALPHA, config), rng, CONDITIONAL, 300) is not None
+    honest = sum(_first_alarm(RateDetector(CONDITIONAL, 1000, BASE_ALPHA, config), rng, CONDITIONAL, 300) is not None
                  for _ in range(40))
-    broken = sum(_first_alarm(Independent(BASE, 1000, BASE_ALPHA, config), rng, CONDITIONAL, 300) is not None
+    broken = sum(_first_alarm(Independent(CONDITIONAL, 1000, BASE_ALPHA, config), rng, CONDITIONAL, 300) is not None
                  for _ in range(40))
     assert honest / 40 <= config.alpha < broken / 40
 
 
 def test_rate_test_flags_a_drop_and_keeps_the_alarm():
     rng = random.Random(1)
-    detector = RateDetector(BASE, 1000, BASE_ALPHA)
+    detector = RateDetector(CONDITIONAL, 1000, BASE_ALPHA)
     delay = _first_alarm(detector, rng, [0.75, 0.6, 0.5, 0.8], 600)
     assert delay is not None and delay < 40
     detector.update(100.0, 100.0, 25.0)
@@ -107,13 +107,16 @@ def test_rate_test_flags_a_drop_and_keeps_the_alarm():
 
 
 def test_rate_test_is_off_without_enough_baseline_drafts():
-    detector = RateDetector(BASE, 5, BASE_ALPHA, DriftConfig(min_trials=20))
+    detector = RateDetector(CONDITIONAL, 5, BASE_ALPHA, DriftConfig(min_trials=20))
     assert _first_alarm(detector, random.Random(2), [0.1] * 4, 50) is None
     assert detector.status().positions == ()
 
 
 def test_p0_follows_the_served_draft_length():
-    detector = RateDetector(BASE, 1000, BASE_ALPHA)
+    detector = RateDetector(CONDITIONAL, 1000, BASE_ALPHA)
+    assert detector.reach(4) == pytest.approx(BASE, abs=5e-3)  # c_0 ... c_i
     assert detector.p0(2) == pytest.approx((0.9 + 0.72) / 2)
-    assert detector.p0(6) == pytest.approx((sum(BASE) + 0.49 * BASE_ALPHA + 0.49 * BASE_ALPHA ** 2) / 6)
+    r = BASE + [BASE[-1] * BASE_ALPHA, BASE[-1] * BASE_ALPHA ** 2]
+    assert detector.p0(6) == pytest.approx(sum(r) / 6, abs=5e-3)
+    assert detector.p0(3.5) == pytest.approx((0.9 + 0.72 + 0.576 + 0.5 * 0.4896) / 3.5)  # half the drafts reach 4
     assert detector.design_effect(4) > 1.0

@@ -16,8 +16,9 @@ Positions with fewer than `min_trials` baseline trials, or a baseline p0 of 0 or
 
 A source that publishes totals only (TensorRT-LLM's iteration statistics: drafts, draft tokens, accepted tokens) has no
 per-position trials; `RateDetector` runs the same CUSUM on its acceptance rate instead: the trials are the draft
-tokens, p0 the baseline's acceptance rate at the scrape's draft length k, p0 = (r_0 + ... + r_{k-1}) / k with r_i
-the baseline's per-position acceptance, p1 = p0 - shift. A draft's tokens are not independent (every token after the
+tokens, p0 the baseline's acceptance rate at the scrape's mean draft length k, p0 = (r_0 + ... + r_{k-1}) / k with
+r_i = c_0 ... c_i from the baseline's conditional acceptance (a draft's length does not change its tokens' odds),
+p1 = p0 - shift. A draft's tokens are not independent (every token after the
 first rejection is rejected too), so each scrape's llr is divided by `dispersion` times the design effect
 var(A) / (k p0 (1 - p0)) of the baseline's accepted-length distribution, P(A >= j) = r_{j-1}; m = 1 test.
 """
@@ -150,12 +151,13 @@ class RateDetector:
     """Page's CUSUM on the acceptance rate, for sources without per-position counts (see the module docstring).
 
     Args:
-        baseline_per_pos: r_i, the baseline's unconditional acceptance per position (r_i for i past the baseline's
-            positions: extended by its per-token alpha). baseline_drafts: the drafts that measured it (fewer than
-            min_trials: not tested). baseline_alpha: the baseline's per-token acceptance.
+        baseline: c_i, the baseline's conditional acceptance per position (P(token i accepted | the first i were),
+            whatever the draft's length); positions past the baseline's repeat its per-token alpha.
+        baseline_drafts: the drafts that measured it (fewer than min_trials: not tested).
+        baseline_alpha: the baseline's per-token acceptance.
     """
 
-    baseline_per_pos: Sequence[float]
+    baseline: Sequence[float]
     baseline_drafts: float
     baseline_alpha: float
     config: DriftConfig = field(default_factory=DriftConfig)
@@ -168,14 +170,20 @@ class RateDetector:
         self.h = self.config.threshold(1)
 
     def reach(self, k: int) -> list[float]:
-        """r_0 .. r_{k-1}: the baseline's, then extended geometrically."""
-        out = list(self.baseline_per_pos[:k])
-        while len(out) < k:
-            out.append((out[-1] if out else 1.0) * self.baseline_alpha)
+        """r_0 .. r_{k-1} of a draft of length k: r_i = c_0 ... c_i (alpha past the baseline's positions)."""
+        out, run = [], 1.0
+        for i in range(k):
+            run *= self.baseline[i] if i < len(self.baseline) else self.baseline_alpha
+            out.append(run)
         return out
 
-    def p0(self, k: int) -> float:
-        return sum(self.reach(k)) / k
+    def p0(self, mean_k: float) -> float:
+        """The expected acceptance rate of drafts of mean length `mean_k` (a fractional length is read as the mix
+        of its two neighbours, in proportion)."""
+        whole = math.floor(mean_k)
+        reach = self.reach(whole + 1)
+        expected = sum(reach[:whole]) + (mean_k - whole) * reach[whole]
+        return expected / mean_k
 
     def design_effect(self, k: int) -> float:
         """var(accepted per draft) over the binomial variance k p0 (1 - p0), at least 1."""
@@ -189,12 +197,13 @@ class RateDetector:
     def update(self, accepted: float, draft_tokens: float, drafts: float) -> DriftStatus:
         """Add one scrape's totals; the alarm is sticky."""
         if self.tested and drafts > 0 and draft_tokens > 0:
-            k = max(1, round(draft_tokens / drafts))
-            p0 = self.p0(k)
+            mean_k = max(1.0, draft_tokens / drafts)
+            p0 = self.p0(mean_k)
             self.last = (accepted, draft_tokens, p0)
             if 0.0 < p0 < 1.0:
                 p1 = max(p0 - self.config.shift, 1e-3)
-                step = llr(accepted, draft_tokens, p0, p1) / (self.config.dispersion * self.design_effect(k))
+                effect = self.design_effect(max(1, round(mean_k)))
+                step = llr(accepted, draft_tokens, p0, p1) / (self.config.dispersion * effect)
                 self.statistic = max(0.0, self.statistic + step)
                 self.alarmed = self.alarmed or self.statistic >= self.h
         return self.status()

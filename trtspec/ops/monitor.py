@@ -120,7 +120,7 @@ class Monitor:
             base = self.baseline
             assert base is not None
             self.detectors[model] = (
-                RateDetector(base.acceptance_per_pos, sum(base.trials_per_pos[:1]), baseline_alpha(base), self.drift_config)
+                RateDetector(base.conditional_per_pos, sum(base.trials_per_pos[:1]), baseline_alpha(base), self.drift_config)
                 if totals_only else CusumDetector(base.conditional_per_pos, base.trials_per_pos, self.drift_config))
         return self.detectors[model]
 
