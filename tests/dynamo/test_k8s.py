@@ -521,7 +521,7 @@ def test_printed_commands_keep_paths_as_given_and_comments_stay_comments(tmp_pat
     assert code == 0, err
     expected = [["python3", "-m", "dynamo.frontend", "--http-port", "8000", "&"],
                 ["python3", "-m", "dynamo.trtllm", "--model", model, "--served-model-name", "m",
-                 "--extra-engine-args", "engine_configs/agg.yaml", "&"]]
+                 "--extra-engine-args", "engine_configs/agg.yaml", "--publish-metrics", "&"]]
     assert shlex.split(stdout, comments=True) == [token for command in expected for token in command]
     graph = list(yaml.safe_load_all((out / "dynamo-graph.yaml").read_text()))[1]
     assert workers_of(graph)["TRTLLMWorker"][1]["args"][1] == model

@@ -164,7 +164,8 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     for role, (config, disagg) in roles.items():
         head = ["--model", model_path, "--served-model-name", served_model_name, "--extra-engine-args"]
         tail = [*(["--tensor-parallel-size", str(tp_size)] if tp_size > 1 else []),
-                *(["--disaggregation-mode", disagg] if disagg else [])]
+                *(["--disaggregation-mode", disagg] if disagg else []),
+                "--publish-metrics"]  # TensorRT-LLM's trtllm_spec_decode_* on the worker's /metrics (the monitor's)
         workers.append((role, disagg, [*head, f"{CONFIG_MOUNT}/{config}.yaml", *tail]))
         commands.append(shlex.join(["python3", "-m", module, *head, f"engine_configs/{config}.yaml", *tail]))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
