@@ -352,3 +352,35 @@ def test_generate_cli_talks_to_the_server(server, engine, want):
     record = json.loads(result.output)
     assert record["token_ids"] == want[PROMPTS[3]] and record["text"] == generated and record["num_drafts"] > 0
     assert record["form"] == "tokens"
+
+
+def test_a_client_side_tap_feeds_the_monitor_the_servers_counts(server, tmp_path):
+    """`trtspec generate --url ... --tap FILE` appends each request's perf outputs; `--metrics tap:FILE` reads them
+    as the same counts the engine model's own series moved by (tensorrt_llm also answers num_drafts; the ensemble
+    answers NVIDIA's outputs only, as text: its drafts are unknown, and the monitor says so)."""
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+    from trtspec.ops.scrape import ModelId, scraper
+    from trtspec.ops.window import increments
+
+    tap = tmp_path / "tap.jsonl"
+    tap.touch()
+    read, series = scraper(f"tap:{tap}"), scraper(server.metrics_url)
+    engine = ModelId("tensorrt_llm", "1", "draft_target")
+    samples = [(read(), series())]
+    for model in (["--model", "tensorrt_llm", "--k", str(K)], ["--model", "ensemble"]):
+        result = CliRunner().invoke(cli, ["generate", "--url", server.grpc_url, *model, "--max-new-tokens",
+                                          str(MAX_TOKENS), "--tap", str(tap), PROMPTS[2]], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        samples.append((read(), series()))
+    for (tap_before, before), (tap_after, after), name in zip(samples[:-1], samples[1:], ("tensorrt_llm", "ensemble"),
+                                                                  strict=True):
+        got = increments(ModelId(name), tap_after.models[ModelId(name)], tap_before.models.get(ModelId(name)), 1.0)
+        moved = increments(engine, after.models[engine], before.models.get(engine), 1.0)
+        for key in ("num_draft_tokens", "num_accepted_tokens"):  # the request ran once on the engine model
+            assert got.count(key) == moved.count(key) > 0, (name, key)
+        if name == "tensorrt_llm":
+            assert got.num_drafts == moved.num_drafts and not got.note
+        else:  # a text answer: no token count on the client, the acceptance rate only
+            assert got.num_drafts == 0 and got.acceptance_rate > 0 and "acceptance rate only" in got.note

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -92,10 +93,13 @@ class _MethodChoice(click.Choice):
 @click.option("--lookahead", "lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
               help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
+@click.option("--tap", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="With --url: append the request's acceptance (the served model's perf outputs) as one line to "
+                   "this file, which `trtspec monitor --metrics tap:FILE` reads (docs/operations.md).")
 def generate(prompt: str, url: str | None, model: str | None, stream: bool, draft: str, method: str, k: int | None,
              medusa: str, eagle: str, medusa_choices: str | None, typical: bool, temperature: float, top_k: int, top_p: float,
              max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
-             lookahead: str, as_json: bool) -> None:
+             lookahead: str, as_json: bool, tap: Path | None) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
     --url, with a model served by Triton (`trtspec serve`).
 
@@ -116,9 +120,14 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
                          hint="pass the prompt as UTF-8 (check the shell's locale)") from None
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens).validate()
+    if tap is not None and url is None:
+        raise UsageError("--tap records what a served model answers: it needs --url HOST:PORT",
+                         hint="add --url (Triton's gRPC port), or leave --tap out")
     if url is not None:
         remote = run_remote(prompt, url=url, model=model, k=k, sampling=sampling, stream=stream,
                             on_text=None if as_json else _echo_text)
+        if tap is not None:
+            tap_request(tap, remote)
         click.echo(json.dumps(remote) if as_json else "\n" + format_remote_stats(remote))
         return
     if threads > 0:
@@ -230,6 +239,24 @@ def run_remote(prompt: str, *, url: str, model: str | None, k: int | None, sampl
             "total_draft_tokens": out.total_draft_tokens, "num_drafts": out.num_drafts,
             "mean_acceptance_length": out.mean_acceptance_length, "responses": len(out.chunks),
             "wall_time_s": time.perf_counter() - start}
+
+
+def tap_request(path: Path, result: dict[str, Any]) -> None:
+    """Append one served request's acceptance to the tap file `path` (contracts/acceptance_tap.py); UsageError when
+    the model answered no perf outputs (a server without speculation, or one that does not return them)."""
+    from trtspec.contracts.acceptance_tap import TapRecord, TapWriter
+    from trtspec.errors import UsageError
+
+    if result["total_draft_tokens"] is None:
+        raise UsageError(f"--tap {path}: {result['model']} answered no acceptance outputs (total_draft_tokens)",
+                         hint="ask a speculating model that returns them (tensorrt_llm, ensemble, tensorrt_llm_bls)")
+    TapWriter(path).append(TapRecord(
+        time=time.time(), model=result["model"],
+        output_tokens=len(result["token_ids"]) if result["token_ids"] or not result["text"] else None,
+        total_draft_tokens=int(result["total_draft_tokens"]),
+        total_accepted_draft_tokens=int(result["total_accepted_draft_tokens"] or 0),
+        num_drafts=None if result["num_drafts"] is None else int(result["num_drafts"]),
+        latency_s=result["wall_time_s"]))
 
 
 def format_remote_stats(result: dict[str, Any]) -> str:

@@ -267,10 +267,14 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
     (UsageError) when a page is a Dynamo frontend's, which has no trtspec series. Later calls skip such a page (a
     worker that died: its instances drop out of the sample) and fail only when none can be read."""
     from trtspec.ops.iterations import IterationPage, looks_like_json
+    from trtspec.ops.tap import TapFile, is_tap
 
-    fulls = list(dict.fromkeys(metrics_url(u) for u in ([urls] if isinstance(urls, str) else urls)))
-    if not fulls:
+    given = [urls] if isinstance(urls, str) else list(urls)
+    taps = [TapFile.of(u) for u in dict.fromkeys(u for u in given if is_tap(u))]
+    fulls = list(dict.fromkeys(metrics_url(u) for u in given if not is_tap(u)))
+    if not fulls and not taps:
         raise UsageError("no metrics URL given", hint="pass --metrics HOST:PORT")
+    several = len(fulls) + len(taps) > 1
     first = True
     pages: dict[str, IterationPage] = {}
 
@@ -278,6 +282,16 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
         nonlocal first
         models: dict[ModelId, ModelCounters] = {}
         failed: list[ServerError] = []
+        parsed = 0  # sources read
+        for tap in taps:  # client-side taps: lines appended since the last read
+            try:
+                for model, counters in tap.read().items():
+                    models[replace(model, source=str(tap.path)) if several else model] = copy.deepcopy(counters)
+                parsed += 1
+            except ServerError as exc:
+                if first:
+                    raise
+                failed.append(exc)
         texts = {}
         for full in fulls:
             try:
@@ -286,15 +300,14 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
                 if first:
                     raise
                 failed.append(exc)
-        if not texts:
+        if not texts and not taps:
             raise failed[0]
         when = clock()
-        parsed = 0
         for full, text in texts.items():
             if looks_like_json(text):  # trtllm-serve's iteration statistics: totals kept per URL
                 try:
                     page = pages.get(full) or IterationPage(full, ModelId(served_name(full, timeout_s), source=full))
-                    models[page.model if len(fulls) > 1 else page.model.pooled] = copy.deepcopy(page.feed(text))
+                    models[page.model if several else page.model.pooled] = copy.deepcopy(page.feed(text))
                     pages[full] = page
                     parsed += 1
                 except ServerError as exc:
@@ -307,7 +320,7 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
                                  "worker's system port", hint="pass the workers' ports, e.g. --metrics "
                                  "localhost:8081,localhost:8082 (`trtspec serve --dynamo N` prints them)")
             try:
-                models.update(parse(text, when, source=full if len(fulls) > 1 else "", url=full).models)
+                models.update(parse(text, when, source=full if several else "", url=full).models)
                 parsed += 1
             except ServerError as exc:  # a page no trtspec server publishes: refused as one that cannot be read
                 if first:
