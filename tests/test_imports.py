@@ -15,7 +15,9 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.contracts.series", "trtspec.triton.spec_metrics", "trtspec.triton.llmapi",
          "trtspec.triton.llmapi_model", "trtspec.trtllm_serve.app", "trtspec.trtllm_serve.launch",
          "trtspec.trtllm_serve.server", "trtspec.contracts.prom_series", "trtspec.build.change",
-         "trtspec.triton.change", "trtspec.dynamo.change", "trtspec.cli._deployment", "trtspec.cli.control"]
+         "trtspec.triton.change", "trtspec.dynamo.change", "trtspec.cli._deployment", "trtspec.cli.control",
+         "trtspec.contracts.iteration", "trtspec.contracts.trtllm_iterations", "trtspec.contracts.acceptance_tap",
+         "trtspec.ops.iterations", "trtspec.ops.tap", "trtspec.ops.scrape", "trtspec.cli.generate"]
 
 
 @pytest.fixture(scope="module")
