@@ -266,9 +266,9 @@ def test_an_html_page_is_not_prometheus_text(runs, pages):
 
 
 def test_a_window_without_trtspec_series_says_so(runs, pages):
-    """Not `[]` with exit 0: a page with no trtspec series is exit 1 (the server publishes none); a --model the
+    """Not `[]` with exit 0: a page with no acceptance series is exit 1 (the server publishes none); a --model the
     pages do not show is exit 2 naming the models they show."""
-    assert_one_line(runs["page:no-series"], 1, f"{pages}/no-series/metrics", "no trtspec series")
+    assert_one_line(runs["page:no-series"], 1, f"{pages}/no-series/metrics", "hold no acceptance")
     assert_one_line(runs["page:good --model nosuch"], 2, "--model nosuch", "tensorrt_llm")
 
 

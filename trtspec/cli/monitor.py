@@ -57,8 +57,10 @@ class Duration(click.ParamType):
 @click.command()
 @click.option("--metrics", "urls", required=True, multiple=True, metavar="URL",
               help="Metrics endpoint: HOST:PORT or a full http(s) URL. Triton: its metrics port (default 8002). "
-                   "Dynamo (`trtspec serve --dynamo N`): every worker's system port (8081, 8082, ...), repeated or "
-                   "comma-separated; the series are summed per model.")
+                   "Dynamo (`trtspec serve --dynamo N`, or TensorRT-LLM workers with --publish-metrics): every "
+                   "worker's system port (8081, 8082, ...), repeated or comma-separated; the series are summed per "
+                   "model. trtllm-serve: its HTTP port (its /metrics iteration statistics, JSON). tap:FILE: a file "
+                   "of per-request acceptance lines its clients append (`trtspec generate --url ... --tap FILE`).")
 @click.option("--repo", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="The served repository: its baseline (`trtspec deploy --baseline`) is the drift reference.")
 @click.option("--baseline", "baseline_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -252,10 +254,11 @@ def _require_series(state: Any, url: str, models: tuple[str, ...], window_s: flo
     if models and shown:
         raise UsageError(f"--model {', '.join(models)}: the metrics of {url} show no such model (they show: "
                          f"{', '.join(shown)})", hint="pass one of those names, or leave --model out")
-    raise ServerError(f"the metrics of {url} hold no trtspec series (trtspec_spec_decode_*) in the window of "
-                      f"{window_s:g}s", hint="point --metrics at the server `trtspec serve` runs (Triton's metrics "
-                      "port, default 8002; each Dynamo worker's system port): its engine models publish them once "
-                      "they are loaded")
+    raise ServerError(f"the metrics of {url} hold no acceptance (trtspec_spec_decode_*, trtllm_spec_decode_*, "
+                      f"iteration rows or tap lines) in the window of {window_s:g}s",
+                      hint="point --metrics at the server `trtspec serve` runs (Triton's metrics port, default 8002; "
+                           "each Dynamo worker's system port; trtllm-serve's HTTP port) or a tap:FILE: its engine "
+                           "models publish them once they are loaded")
 
 
 def _emit(state: Any, url: str, as_json: bool, actor: _Actor, *, compact: bool = False) -> bool:
