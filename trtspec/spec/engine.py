@@ -178,6 +178,7 @@ class SpecEngine(StepPhases):
     def step(self) -> list[RequestDelta]:
         """One speculative step for every scheduled request; returns what each of them gained."""
         step_start = time.perf_counter()
+        self.last_iteration = None  # set in phase 6 when the step ran anything
         # 1. schedule: running requests + admissions within the token and KV budgets; k per request, capped by the
         #    speculation schedule at this batch size (and the gate), then chosen within the caps and trimmed
         schedule = self.scheduler.schedule(self._step_k)

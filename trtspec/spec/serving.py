@@ -15,6 +15,7 @@ step fails the requests that were running and the loop keeps serving; a sink tha
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.engine import Prompt, RequestDelta, SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 
+logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 30.0  # shutdown(drain=True): running requests get this long to finish before they are aborted
 
 
@@ -186,8 +188,10 @@ class EngineLoop:
             if self.on_iteration is not None and self.engine.last_iteration is not None:
                 try:
                     self.on_iteration(self.engine.last_iteration)
-                except Exception:  # noqa: BLE001 - a failing stats reader never stops the serving loop
+                except Exception as exc:  # noqa: BLE001 - a failing stats reader never stops the serving loop
                     self.on_iteration = None
+                    logger.warning("iteration statistics are off from now on: their reader failed (%s: %s)",
+                                   type(exc).__name__, exc)
             # 4. route: hold back incomplete characters, push to the sinks
             for delta in deltas:
                 entry = self._entries.get(delta.request_id)
