@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from trtspec.ops.scrape import ModelId
+from trtspec.ops.sample import ModelId
 from trtspec.ops.window import WindowStats, merge
 
 

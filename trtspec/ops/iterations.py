@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from trtspec.contracts.trtllm_iterations import IterationFormatError, IterationRow, parse_page
 from trtspec.errors import ServerError
-from trtspec.ops.scrape import ModelCounters, ModelId
+from trtspec.ops.sample import ModelCounters, ModelId
 
 SEEN_LIMIT = 1 << 16  # iteration numbers kept to skip a row counted before (newest first)
 ENABLE_HINT = ("set `enable_iter_perf_stats: true` in the LLM-API options (--extra_llm_api_options / model.yaml) and "

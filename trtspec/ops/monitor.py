@@ -22,8 +22,8 @@ from trtspec.contracts.costmodel import cost_per_million_tokens
 from trtspec.ops.buckets import BucketWindows
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus, RateDetector
 from trtspec.ops.recommend import Recommendation, baseline_alpha, recommend
+from trtspec.ops.sample import ModelId, Sample
 from trtspec.ops.schedule import ScheduleProposal, propose_schedule
-from trtspec.ops.scrape import ModelId, Sample
 from trtspec.ops.window import Ring, WindowStats, increments, pool
 
 

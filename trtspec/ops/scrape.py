@@ -23,11 +23,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from trtspec.contracts.series import COUNTERS, PER_POSITION, PREFIX, SERIES
 from trtspec.errors import ServerError, UsageError, shown_text
+from trtspec.ops.iterations import IterationPage, looks_like_json
+from trtspec.ops.sample import MAX_PAGE_BYTES, Histogram, ModelCounters, ModelId, Sample
+from trtspec.ops.tap import TapFile, is_tap
 from trtspec.textfile import size_text
 
 HISTOGRAMS = tuple(key for key, s in SERIES.items() if s.kind == "histogram")
@@ -47,60 +50,9 @@ TRTLLM_FAMILIES = {
 # a line without its `# TYPE ... counter` keeps the `_total` suffix in the family's name
 _KEY_OF = ({s.name: key for key, s in SERIES.items()} | TRTLLM_FAMILIES
            | {f"{name}_total": key for name, key in TRTLLM_FAMILIES.items() if not name.endswith("_seconds")})
-# The most of one metrics page read: Triton's page for a few dozen models, or a Dynamo worker's, is tens of KiB; a
-# larger page is not one (and would take seconds and hundreds of MB to parse), so it is refused after this many bytes.
-MAX_PAGE_BYTES = 4 << 20
 # The largest draft position (and served k) a page may report: a `position` label or k gauge past it is not a count
 # any engine publishes (and a list of that many positions would be the monitor's whole memory).
 MAX_POSITIONS = 4096
-
-
-@dataclass(frozen=True)
-class ModelId:
-    """A served model as its series label it: name, version, speculation method; and which page it came from
-    (`source`: the metrics URL when several are scraped, one per Dynamo worker; empty for one page)."""
-
-    model: str
-    version: str = "1"
-    method: str = ""
-    source: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.model}/{self.version}"
-
-    @property
-    def pooled(self) -> ModelId:
-        """The model without its page: what the instances serving it are summed under."""
-        return replace(self, source="")
-
-
-@dataclass
-class Histogram:
-    """Cumulative bucket counts (upper bound -> observations <= it, +Inf included), their sum and count."""
-
-    buckets: dict[float, float] = field(default_factory=dict)
-    sum: float = 0.0
-    count: float = 0.0
-
-
-@dataclass
-class ModelCounters:
-    """One model's cumulative series at one scrape (values as Triton reported them, counts since the model loaded)."""
-
-    counters: dict[str, float] = field(default_factory=dict)  # COUNTERS key -> value
-    per_pos: dict[str, list[float]] = field(default_factory=dict)  # PER_POSITION key -> [position]
-    requests: dict[str, float] = field(default_factory=dict)  # finish_reason -> ended requests
-    histograms: dict[str, Histogram] = field(default_factory=dict)  # HISTOGRAMS key -> histogram
-    k: float | None = None  # the served default k (gauge)
-    note: str = ""  # what the source lacks, in one line (iteration statistics without rows or speculation)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One scrape: when (seconds on a monotonic clock) and every model's counters."""
-
-    time: float
-    models: dict[ModelId, ModelCounters]
 
 
 def metrics_url(url: str) -> str:
@@ -266,9 +218,6 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
     The first call fails (ServerError, one line) when any page cannot be read or is refused (`fetch`, `parse`), and
     (UsageError) when a page is a Dynamo frontend's, which has no trtspec series. Later calls skip such a page (a
     worker that died: its instances drop out of the sample) and fail only when none can be read."""
-    from trtspec.ops.iterations import IterationPage, looks_like_json
-    from trtspec.ops.tap import TapFile, is_tap
-
     given = [urls] if isinstance(urls, str) else list(urls)
     taps = [TapFile.of(u) for u in dict.fromkeys(u for u in given if is_tap(u))]
     fulls = list(dict.fromkeys(metrics_url(u) for u in given if not is_tap(u)))

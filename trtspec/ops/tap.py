@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trtspec.contracts.acceptance_tap import TapRecord
 from trtspec.errors import ServerError
-from trtspec.ops.scrape import MAX_PAGE_BYTES, ModelCounters, ModelId
+from trtspec.ops.sample import MAX_PAGE_BYTES, ModelCounters, ModelId
 
 PREFIX = "tap:"
 

@@ -23,7 +23,8 @@ from trtspec.contracts.metrics import (
     mean_acceptance_length,
 )
 from trtspec.contracts.series import PER_POSITION
-from trtspec.ops.scrape import HISTOGRAMS, Histogram, ModelCounters, ModelId, Sample
+from trtspec.ops.sample import Histogram, ModelCounters, ModelId, Sample
+from trtspec.ops.scrape import HISTOGRAMS
 
 
 def _went_down(new: ModelCounters, old: ModelCounters) -> bool:
