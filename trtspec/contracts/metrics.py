@@ -146,13 +146,19 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def draft_length(num_draft_tokens: float, num_drafts: float) -> int:
+    """The draft length that totals stand for: draft tokens per draft, rounded, at least 1 (the served k of a source
+    that publishes totals; TensorRT-LLM counts each request's draft budget, so its rows give max_draft_len)."""
+    return max(1, round(num_draft_tokens / num_drafts)) if num_drafts > 0 else 1
+
+
 def alpha_from_totals(num_drafts: float, num_draft_tokens: float, num_accepted_tokens: float) -> float:
     """The constant per-token acceptance alpha that explains totals alone (a source without per-position counts, e.g.
     TensorRT-LLM's iteration statistics): the alpha whose E(k) - 1 = alpha + ... + alpha^k equals the accepted tokens
     per draft, at k = the drafts' mean length rounded (at least 1). Solved by bisection to 1e-9; 0 without drafts."""
     if num_drafts <= 0 or num_draft_tokens <= 0:
         return 0.0
-    k = max(1, round(num_draft_tokens / num_drafts))
+    k = draft_length(num_draft_tokens, num_drafts)
     target = min(num_accepted_tokens / num_drafts, float(k))
     lo, hi = 0.0, 1.0
     while hi - lo > 1e-9:

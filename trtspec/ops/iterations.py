@@ -7,23 +7,25 @@ twice:
 - 1.3.0rc29 writes one row per attention-DP rank with rank 0's speculation copied into each: only rank 0's rows
   count; an iteration whose ranks are not 0..N-1 once each is a layout that does not add up (refused);
 - a row whose `iter` and `timestamp` were already counted (a page read twice, a proxy's retry) is skipped;
-- any other row whose `iter` is not past the newest counted is a restarted server's: the totals start again at 0,
-  which the window reads as a reset (as a Prometheus counter reset);
+- any other row whose `iter` is not past the newest counted is a restarted server's: the totals keep growing (so no
+  window loses or double-counts across it) and the restart is noted;
 - a jump in `iter` means rows this reader never saw: another reader of /metrics drained them, or more than the
   buffer holds arrived between two GETs (`missing_iterations`, shown by the monitor).
 
 Counters (keys of `contracts.series` where the meaning is the same): num_drafts (numRequestsWithDraftTokens),
 num_draft_tokens, num_accepted_tokens, num_target_forwards (requests per iteration), num_emitted_tokens (estimated:
 one token per request per iteration plus its accepted draft tokens; stop strings that cut a draft are not seen),
-requests{completed}, request_seconds (requests x iteration latency: the window's concurrency) and
-missing_iterations. The served k is the largest draft length per drafting request of the page (TensorRT-LLM counts
-the draft budget, max_draft_len, per request).
+requests{completed}, iterations (num_target_forwards / iterations: the mean batch, the window's concurrency; not the
+latencies, which span two loops under the overlap scheduler) and missing_iterations. The served k is the largest draft length per drafting request of the page (TensorRT-LLM counts
+the draft budget, max_draft_len, per request; for a tree, its node count, so the rate and its drift test then
+compare draft budgets, not the paths a trtspec baseline counts: docs/operations.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trtspec.contracts.metrics import draft_length
 from trtspec.contracts.trtllm_iterations import IterationFormatError, IterationRow, parse_page
 from trtspec.errors import ServerError
 from trtspec.ops.sample import ModelCounters, ModelId
@@ -71,7 +73,11 @@ class IterationPage:
         return self.counters
 
     def _note(self) -> str:
-        """What the totals lack, in one line naming the URL and the option to set (empty when rows speculate)."""
+        """What the totals lack or what happened to them, in one line naming the URL (empty when all is well)."""
+        restarted = f"{self.url} restarted {self.restarts} time(s) while watched" if self.restarts else ""
+        return "; ".join(part for part in (self._lacks(), restarted) if part)
+
+    def _lacks(self) -> str:
         if not self.rows:
             return (f"{self.url} answered no iteration rows yet: the server is idle, or {ENABLE_HINT} (it answers [] "
                     "without it)")
@@ -82,7 +88,10 @@ class IterationPage:
 
 
     def _rank_zero(self, rows: list[IterationRow]) -> list[IterationRow]:
-        """Rank 0's rows (all rows where there are no ranks); refuses an iteration whose ranks are not 0..N-1."""
+        """Rank 0's rows (all rows where there are no ranks). N ranks = the page's largest rank + 1; the first and
+        last iterations of a page may be cut (a GET between two rank rows, the buffer's oldest rows dropped): a cut
+        iteration without its rank 0 counts as missing. Refused: a row without a rank beside ranked rows, a rank
+        twice in one iteration, or an iteration inside the page without all N ranks."""
         if all(row.rank is None for row in rows):
             return rows
         ranks: dict[int, list[int]] = {}
@@ -92,16 +101,20 @@ class IterationPage:
                                   "attentionDpRank beside rows with one: not one server's attention-DP layout",
                                   hint="point --metrics at one trtllm-serve")
             ranks.setdefault(row.iteration, []).append(row.rank)
-        for iteration, got in ranks.items():
-            if sorted(got) != list(range(len(got))):
-                raise ServerError(f"the metrics page {self.url}: iteration {iteration} has attentionDpRank "
-                                  f"{sorted(got)}, not 0..{len(got) - 1} once each: the rank layout does not add up",
+        size = max(max(got) for got in ranks.values()) + 1
+        order = list(ranks)
+        for position, iteration in enumerate(order):
+            got = sorted(ranks[iteration])
+            edge = position in (0, len(order) - 1)
+            if len(set(got)) != len(got) or (not edge and got != list(range(size))):
+                raise ServerError(f"the metrics page {self.url}: iteration {iteration} has attentionDpRank {got}, "
+                                  f"not 0..{size - 1} once each: the rank layout does not add up",
                                   hint="TensorRT-LLM 1.3 writes one row per attention-DP rank per iteration; check "
                                        "that one server answers --metrics")
         return [row for row in rows if row.rank == 0]
 
     def _add(self, row: IterationRow) -> None:
-        if row.iteration in self.seen and self.seen[row.iteration] == row.timestamp:
+        if row.timestamp is not None and self.seen.get(row.iteration) == row.timestamp:
             return  # counted already (the same row read twice)
         if self.newest is not None and row.iteration <= self.newest:
             self._restart()
@@ -112,8 +125,8 @@ class IterationPage:
         if len(self.seen) > SEEN_LIMIT:
             self.seen = {i: t for i, t in self.seen.items() if i > self.newest - SEEN_LIMIT // 2}
         self.rows += 1
+        self._inc("iterations", 1)
         self._inc("num_target_forwards", row.num_active_requests)
-        self._inc("request_seconds", row.num_active_requests * row.latency_ms / 1000.0)
         self.counters.requests["completed"] = self.counters.requests.get("completed", 0.0) + row.num_completed_requests
         accepted = row.num_accepted_tokens or 0
         self._inc("num_emitted_tokens", row.num_active_requests + accepted)
@@ -125,12 +138,12 @@ class IterationPage:
         self._inc("num_draft_tokens", row.num_draft_tokens or 0)
         self._inc("num_accepted_tokens", accepted)
         if drafts:
-            self._page_k = max(self._page_k, -(-(row.num_draft_tokens or 0) // drafts))
+            self._page_k = max(self._page_k, draft_length(row.num_draft_tokens or 0, drafts))
 
     def _restart(self) -> None:
-        """The server restarted (its iterations start again at 0): totals start again too."""
+        """The server restarted (its iterations start again at 0): the totals keep growing (a window that spans the
+        restart counts both servers' iterations), the restart is counted and noted."""
         self.restarts += 1
-        self.counters = ModelCounters(k=self.counters.k)
         self.newest, self.seen = None, {}
 
     def _inc(self, key: str, amount: float) -> None:

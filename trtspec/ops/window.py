@@ -20,6 +20,7 @@ from trtspec.contracts.metrics import (
     acceptance_rate,
     alpha_from_totals,
     conditional_acceptance,
+    draft_length,
     mean_acceptance_length,
 )
 from trtspec.contracts.series import PER_POSITION
@@ -99,7 +100,7 @@ class WindowStats:
         length k, D alpha^(i+1) accept position i and D alpha^i (1 - alpha) reject it."""
         drafts, tokens = self.num_drafts, self.count("num_draft_tokens")
         alpha = alpha_from_totals(drafts, tokens, self.count("num_accepted_tokens"))
-        k = max(1, round(tokens / drafts))
+        k = draft_length(tokens, drafts)
         return ([drafts * alpha ** (i + 1) for i in range(k)],
                 [drafts * alpha ** i * (1.0 - alpha) for i in range(k)])
 
@@ -133,8 +134,11 @@ class WindowStats:
 
     @property
     def concurrency(self) -> float | None:
-        """Mean requests in flight (Little's law: latency seconds summed over the window / its length); from
-        iteration statistics, the running requests of each iteration weighted by its latency (`request_seconds`)."""
+        """Mean requests in flight (Little's law: latency seconds summed over the window / its length, from the
+        latency histogram or a tap's `request_seconds`); from iteration statistics, the mean batch of an iteration
+        (requests run / iterations: the batch size the schedule's buckets need)."""
+        if self.count("iterations"):
+            return self.count("num_target_forwards") / self.count("iterations")
         hist = self.histograms.get("request_latency_seconds")
         if self.seconds <= 0:
             return None
