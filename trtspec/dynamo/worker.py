@@ -220,8 +220,10 @@ def engine_class() -> type:
             except Exception:  # a request the mapping did not foresee: in the log, not only a bare error upstream
                 log.exception("could not map request %s (keys: %s)", context.id(), sorted(request))
                 raise
+            from trtspec.spec.serving import QueueSink
+
             queue: asyncio.Queue[Any] = asyncio.Queue()
-            sink = _QueueSink(asyncio.get_running_loop(), queue)
+            sink = QueueSink(asyncio.get_running_loop(), queue)
             try:
                 handle = self.host.submit_to(sink, req.prompt_ids, req.sampling, req.spec)
             except TrtspecError as exc:  # the loop is shut down
@@ -268,19 +270,6 @@ def engine_class() -> type:
                 self._release(stored)
 
     return TrtspecEngine
-
-
-class _QueueSink:
-    """An EngineLoop Sink that hands each delta (or the error) to the worker's asyncio loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
-        self._loop, self._queue = loop, queue
-
-    def deliver(self, delta: Any) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, delta)
-
-    def fail(self, error: BaseException) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

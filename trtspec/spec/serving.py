@@ -3,7 +3,7 @@ models) and by async callers.
 
 One background thread owns the engine and runs its continuous-batching loop (`step()` while work exists, asleep when
 idle). Any thread may `submit` a request and iterate its `RequestStream` (pull), or `submit_to` its own `Sink` (push: a server
-encodes and sends each delta from the loop thread). Every delta has passed
+encodes and sends each delta from the loop thread; `QueueSink` hands them to an asyncio loop). Every delta has passed
 the `IncrementalDetokenizer`: tokens of an incomplete multi-byte character are held back until it completes, so each
 delta's tokens decode on their own to its text. A request ends when its client cancels it (`cancel(handle)`, or the
 `is_cancelled` check given at submit, polled every loop turn), when it finishes, or when the loop shuts down
@@ -20,13 +20,16 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trtspec.contracts.iteration import IterationStats
 from trtspec.errors import ServerError, TrtspecError
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.engine import Prompt, RequestDelta, SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
+
+if TYPE_CHECKING:
+    import asyncio
 
 logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 30.0  # shutdown(drain=True): running requests get this long to finish before they are aborted
@@ -40,6 +43,20 @@ class Sink(Protocol):
 
     def fail(self, error: BaseException) -> None:
         """The request failed (refused, step error, shutdown); nothing more follows."""
+
+
+class QueueSink:
+    """A Sink for an asyncio caller (the trtllm-serve app, the Dynamo worker): each delta, or the request's error, is
+    put on the caller's asyncio queue on its event loop's thread (`call_soon_threadsafe`), where a handler awaits it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
+        self._loop, self._queue = loop, queue
+
+    def deliver(self, delta: RequestDelta) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, delta)
+
+    def fail(self, error: BaseException) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
 
 
 _DONE = object()

@@ -8,9 +8,9 @@ GET  /trtspec/metrics        trtspec's spec-decode series (contracts/series.py) 
 POST /v1/completions         OpenAI completions, non-streaming or SSE (`data: ...`, then `data: [DONE]`)
 POST /v1/chat/completions    OpenAI chat completions, likewise
 
-A request runs on the engine loop through a Sink that hands each delta to the asyncio loop. A bad request gets an
-ErrorResponse with status 400 before anything runs (an engine refusal too: a stream starts only after the engine
-has taken the request); the server keeps serving. A client that goes away (the handler is cancelled, or a stream
+A request runs on the engine loop through a `spec.serving.QueueSink` (each delta handed to the asyncio loop). A bad
+request gets an ErrorResponse with status 400 before anything runs (an engine refusal too: a stream starts only after
+the engine has taken the request); the server keeps serving. A client that goes away (the handler is cancelled, or a stream
 write fails) cancels its request (EngineHost.cancel). Each finished request feeds the Prometheus series
 (`contracts.prom_series.WorkerMetrics`, as a Dynamo worker does); each engine step, when iteration statistics are on,
 goes to the IterationBuffer `/metrics` drains.
@@ -34,19 +34,6 @@ from trtspec.trtllm_serve.server import IterationBuffer
 
 MAX_BODY = 4 * 1024 * 1024  # bytes of one request body (aiohttp's client_max_size)
 FINISH_REASONS = {"abort": "cancelled"}  # the engine's name -> the LLM API's
-
-
-class _QueueSink:
-    """An EngineLoop Sink: each delta (or the error) goes to the handler's asyncio queue."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
-        self._loop, self._queue = loop, queue
-
-    def deliver(self, delta: Any) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, delta)
-
-    def fail(self, error: BaseException) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
 
 
 class TrtllmServeApp:
@@ -124,6 +111,8 @@ class TrtllmServeApp:
         return await self._generate(request, p.CHAT)
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        from trtspec.spec.serving import QueueSink  # imports torch: not at module import
+
         arrived = time.monotonic()
         try:
             body = await self._body(request)
@@ -133,7 +122,7 @@ class TrtllmServeApp:
             return _error(exc, 400)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         try:
-            handle = self.host.submit_to(_QueueSink(asyncio.get_running_loop(), queue), parsed.prompt_ids,
+            handle = self.host.submit_to(QueueSink(asyncio.get_running_loop(), queue), parsed.prompt_ids,
                                          parsed.sampling, self.spec)
         except TrtspecError as exc:  # the loop is shut down
             return _error(exc, 503)
