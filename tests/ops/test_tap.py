@@ -55,9 +55,50 @@ def test_the_reader_counts_appended_whole_lines_and_restarts_on_truncation(tmp_p
     assert tap.read()[ModelId("ensemble")].counters["num_emitted_tokens"] == 33 + 9
     path.write_text(record(model="other", num_drafts=None).to_line())  # truncated and rewritten
     models = tap.read()
-    assert tap.restarts == 1 and set(models) == {ModelId("other")}
+    assert tap.restarts == 1 and set(models) == {ModelId("ensemble"), ModelId("other")}  # totals grow on
     assert models[ModelId("other")].counters["num_drafts"] == 33 - 1 - 22  # estimated, and said so
-    assert "drafts estimated" in models[ModelId("other")].note
+    assert "drafts estimated" in models[ModelId("other")].note and "truncated 1 time(s)" in models[ModelId("other")].note
+
+
+def test_a_rotated_file_is_read_from_its_start_even_when_larger(tmp_path):
+    path = tmp_path / "tap.jsonl"
+    TapWriter(path).append(record())
+    tap = TapFile(path)
+    tap.read()
+    path.rename(tmp_path / "tap.jsonl.1")
+    for _ in range(5):  # the new file is already longer than the old offset
+        TapWriter(path).append(record())
+    assert tap.read()[ModelId("ensemble")].counters["num_drafts"] == 5 * 10 and tap.restarts == 1
+
+
+def test_a_line_longer_than_one_read_is_one_bad_line(tmp_path):
+    path = tmp_path / "tap.jsonl"
+    path.touch()
+    tap = TapFile(path, max_bytes=64)
+    tap.read()
+    with path.open("a") as file:
+        file.write("x" * 150 + "\n")
+    for _ in range(4):
+        tap.read()
+    TapWriter(path).append(record(model="m"))
+    tap.max_bytes = 4096
+    models = tap.read()
+    assert tap.bad_lines == 1 and models[ModelId("m")].counters["num_drafts"] == 10
+
+
+def test_records_of_unknown_drafts_count_in_the_rate_only(tmp_path):
+    path = tmp_path / "tap.jsonl"
+    path.touch()
+    read = scraper(f"tap:{path}")
+    first = read()
+    TapWriter(path).append(record(num_drafts=10, total_draft_tokens=40, total_accepted_draft_tokens=10))
+    TapWriter(path).append(record(num_drafts=None, output_tokens=None, total_draft_tokens=40,
+                                  total_accepted_draft_tokens=30))
+    window = increments(ModelId("ensemble"), read().models[ModelId("ensemble")], first.models.get(ModelId("ensemble")),
+                        1.0)
+    assert window.mean_acceptance_length == pytest.approx(2.0)  # the drafts' own: 1 + 10 / 10
+    assert window.acceptance_rate == pytest.approx(40 / 80)  # every record's tokens
+
 
 
 def test_a_tap_is_a_monitor_source(tmp_path):

@@ -188,7 +188,8 @@ class Monitor:
             k=int(w.k) if w.k is not None else None, num_drafts=w.num_drafts,
             requests=sum(w.requests.values()),
             mean_acceptance_length=w.mean_acceptance_length if drafting else None,
-            acceptance_rate=w.acceptance_rate if drafting or w.count("num_draft_tokens") else None,
+            acceptance_rate=w.acceptance_rate if drafting or w.count("num_draft_tokens")
+            or w.count("rate_only_num_draft_tokens") else None,
             acceptance_per_pos=w.acceptance_per_pos, conditional_per_pos=w.conditional_per_pos,
             tokens_per_s=w.tokens_per_s, plain_tokens_per_s=plain,
             speedup=w.tokens_per_s / plain if plain and w.tokens_per_s else None,

@@ -74,7 +74,9 @@ class WindowStats:
 
     @property
     def acceptance_rate(self) -> float:
-        return acceptance_rate(self.count("num_draft_tokens"), self.count("num_accepted_tokens"))
+        """Accepted over drafted tokens, with a tap's records that count in the rate only (ops/tap.py)."""
+        return acceptance_rate(self.count("num_draft_tokens") + self.count("rate_only_num_draft_tokens"),
+                               self.count("num_accepted_tokens") + self.count("rate_only_num_accepted_tokens"))
 
     @property
     def per_pos_estimated(self) -> bool:
