@@ -8,7 +8,7 @@ import re
 from dataclasses import fields
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.test_suffix_config import CONFIGS
@@ -60,6 +60,23 @@ def test_every_form_round_trips(config):
     assert through_triton(config) == config
     assert EngineConfig.from_parameters(config.to_parameters()) == config
     assert EngineConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+@settings(deadline=None)
+@given(config=configs())
+def test_the_process_arguments_round_trip(config):
+    """What a launcher passes a Dynamo worker or the trtllm-serve server, parsed back as they parse it."""
+    import argparse
+
+    from trtspec.contracts.engine_args import add_engine_arguments, engine_argv, engine_from_args
+
+    argv = engine_argv(config)
+    assume(not any(value.startswith("-") for value in argv[1::2]))  # argparse reads such a value as an option
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert engine_from_args(parser.parse_args(argv)) == config
+    with pytest.raises(ConfigError, match="^--default-k="):
+        engine_from_args({"engine_target": "tiny", "engine_default_k": "x"})
 
 
 def test_a_part_is_rendered_only_when_set_and_owns_its_names():

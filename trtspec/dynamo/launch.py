@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trtspec.contracts.engine import EngineConfig, PromptLog
+from trtspec.contracts.engine_args import engine_argv
 from trtspec.contracts.openai import served_name
 from trtspec.contracts.prompt_log import WORKER_PREFIX
 from trtspec.dynamo.worker import DYNAMO_HINT, LOCAL_PLANES, WorkerOptions
@@ -101,12 +102,6 @@ def plan_deployment(params: EngineConfig, *, workers: int, http_port: int = 8000
         [python, "-m", "dynamo.frontend", "--http-host", HOST, "--http-port", str(http_port), "--router-mode",
          router_mode, "--migration-limit", str(migration_limit), *planes],
         dict(LOOPBACK_ENV), f"http://{HOST}:{http_port}/v1/models")
-    defaults = EngineConfig(target=params.target).to_parameters()
-
-    def engine_args(config: EngineConfig) -> list[str]:  # the parameters that differ from the defaults
-        return [arg for key, value in config.to_parameters().items() if key == "target" or value != defaults.get(key)
-                for arg in (f"--{key.replace('_', '-')}", value)]
-
     ports = [system_port + i for i in range(workers)] if isinstance(system_port, int) else list(system_port)
     if len(ports) != workers:
         raise UsageError(f"--system-port: {len(ports)} ports for {workers} workers", hint="give one port per worker")
@@ -119,7 +114,7 @@ def plan_deployment(params: EngineConfig, *, workers: int, http_port: int = 8000
         log = params.prompt_log
         config = params if log is None else replace(params, prompt_log=PromptLog(
             str(Path(log.directory) / f"{WORKER_PREFIX}{i}"), sample_rate=log.sample_rate, max_mb=log.max_mb / workers))
-        argv = [python, "-m", "trtspec.dynamo.worker", *engine_args(config), "--served-model-name", name, *planes]
+        argv = [python, "-m", "trtspec.dynamo.worker", *engine_argv(config), "--served-model-name", name, *planes]
         if threads is not None:
             argv += ["--threads", str(threads)]
         procs.append(ProcessPlan(f"worker-{i}", argv, {**LOOPBACK_ENV, "DYN_SYSTEM_PORT": str(port)},

@@ -36,7 +36,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from trtspec.contracts.engine import EngineConfig, spelled
+from trtspec.contracts.engine import EngineConfig
+from trtspec.contracts.engine_args import add_engine_arguments, engine_from_args, flag
 from trtspec.contracts.openai import served_name
 from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.dynamo.requests import chunk, engine_request, usage
@@ -66,10 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, WorkerO
     """`--target tiny --method draft_target --draft tiny-draft ...` (EngineConfig parameters) plus WorkerOptions."""
     parser = argparse.ArgumentParser(prog="python -m trtspec.dynamo.worker",
                                      description="Serve trtspec's reference engine as an NVIDIA Dynamo worker.")
-    engine = parser.add_argument_group("engine (EngineConfig parameters)")
-    for name in EngineConfig.parameter_names():
-        engine.add_argument(f"--{name.replace('_', '-')}", dest=f"engine_{name}", metavar=name.upper(),
-                            required=name == "target")
+    add_engine_arguments(parser)
     worker = parser.add_argument_group("dynamo")
     for f in fields(WorkerOptions):
         flag = f"--{f.name.replace('_', '-')}"
@@ -78,9 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, WorkerO
         else:
             worker.add_argument(flag, dest=f.name, default=f.default, type=int if "int" in str(f.type) else str)
     ns = vars(parser.parse_args(argv))
-    values = {k.removeprefix("engine_"): v for k, v in ns.items() if k.startswith("engine_") and v is not None}
-    with spelled(lambda name: "--" + name.removeprefix("parameter ").replace("_", "-")):
-        params = EngineConfig.from_parameters(values)
+    params = engine_from_args(ns)
     options = WorkerOptions(**{f.name: ns[f.name] for f in fields(WorkerOptions)})
     if options.threads is not None and options.threads < 1:
         raise ConfigError("--threads", options.threads, "must be >= 1", hint="e.g. --threads 1 per worker on 2 cores")
@@ -91,7 +87,7 @@ def check_params(params: EngineConfig) -> Path:
     """What can be checked before loading (spec.host.check, naming the worker's flags); the target's directory."""
     from trtspec.spec.host import check
 
-    return check(params, spell=lambda name: "--" + name.replace("_", "-"))
+    return check(params, spell=flag)
 
 
 def engine_class() -> type:

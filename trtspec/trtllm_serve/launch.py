@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtspec.contracts.engine import EngineConfig
+from trtspec.contracts.engine_args import engine_argv
 from trtspec.contracts.openai import served_name
 from trtspec.errors import ServerError
 from trtspec.ports import HOST, check_ports_free
 from trtspec.supervise import LOG_NAME, kept_log, kill_group_except
-from trtspec.trtllm_serve.server import IterStatsOptions, engine_argv
+from trtspec.trtllm_serve.server import IterStatsOptions
 
 POLL_INTERVAL_S = 0.1
 PROBE_TIMEOUT_S = 2.0

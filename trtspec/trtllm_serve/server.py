@@ -1,9 +1,9 @@
 """The server process: `python -m trtspec.trtllm_serve --target tiny --draft tiny-draft --port 8000 ...`, and the
 iteration statistics its `/metrics` shows.
 
-Arguments: the engine configuration as its text parameters (`--<parameter> VALUE`, EngineConfig.to_parameters: what a
-Dynamo worker and the Triton model read too), the served model name, the TensorRT-LLM release whose contract is
-served, and the iteration-statistics options (`IterStatsOptions.argv`). It loads the engine (EngineHost) before it
+Arguments: the engine configuration as its text parameters (`--<parameter> VALUE`, contracts/engine_args.py: what a
+Dynamo worker reads too), the served model name, the TensorRT-LLM release whose contract is served, and the
+iteration-statistics options (`IterStatsOptions.argv`). It loads the engine (EngineHost) before it
 binds the port, so `/health` answering means ready; SIGTERM, SIGINT and SIGHUP stop it: the port closes, running
 requests get the configuration's drain_timeout_s to finish, the rest are aborted. Bad arguments print one `Error:`
 line (and a `Hint:`) and exit 2; a model that cannot load exits the same way (3 for a missing package).
@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.contracts.engine import EngineConfig, spelled
+from trtspec.contracts.engine import EngineConfig
+from trtspec.contracts.engine_args import add_engine_arguments, engine_from_args, flag
 from trtspec.contracts.openai import served_name
 from trtspec.errors import ConfigError, TrtspecError
 
@@ -111,20 +112,10 @@ class ServerOptions:
     threads: int | None = None  # torch CPU threads (None: torch's default)
 
 
-def engine_argv(config: EngineConfig) -> list[str]:
-    """`--<parameter> VALUE` for each parameter that differs from the defaults (the target always)."""
-    defaults = EngineConfig(target=config.target).to_parameters()
-    return [arg for key, value in config.to_parameters().items() if key == "target" or value != defaults.get(key)
-            for arg in (f"--{key.replace('_', '-')}", value)]
-
-
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, ServerOptions]:
     parser = argparse.ArgumentParser(prog="python -m trtspec.trtllm_serve",
                                      description="Serve trtllm-serve's HTTP contract with trtspec's reference engine.")
-    engine = parser.add_argument_group("engine (EngineConfig parameters)")
-    for name in EngineConfig.parameter_names():
-        engine.add_argument(f"--{name.replace('_', '-')}", dest=f"engine_{name}", metavar=name.upper(),
-                            required=name == "target")
+    add_engine_arguments(parser)
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8000)
@@ -134,9 +125,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, ServerO
     server.add_argument("--iter-stats-max-iterations", type=int, default=None)
     server.add_argument("--threads", type=int, default=None)
     ns = vars(parser.parse_args(argv))
-    values = {k.removeprefix("engine_"): v for k, v in ns.items() if k.startswith("engine_") and v is not None}
-    with spelled(lambda name: "--" + name.removeprefix("parameter ").replace("_", "-")):
-        config = EngineConfig.from_parameters(values)
+    config = engine_from_args(ns)
     from trtspec.contracts.trtllm_iterations import RELEASES
     from trtspec.targets import DEFAULT_TARGET
 
@@ -160,7 +149,7 @@ async def serve(config: EngineConfig, options: ServerOptions) -> None:
         import torch
 
         torch.set_num_threads(options.threads)
-    check(config, spell=lambda name: "--" + name.replace("_", "-"))
+    check(config, spell=flag)
     buffer = IterationBuffer(options.iter_stats.max_iterations) if options.iter_stats.enabled else None
     host = await asyncio.to_thread(EngineHost, config, model=options.model, version="1",
                                    on_iteration=None if buffer is None else buffer.add)
