@@ -314,6 +314,10 @@ class BuildSpec(_Spec):
                                        "workflow): max_concurrency, draft_len_schedule, and the target release's "
                                        "gate (1.2.1: acceptance_window, acceptance_length_threshold; 1.3.0rc29: "
                                        "acceptance_rate_window_size, acceptance_rate_threshold)")
+    iteration_stats: bool = Field(False, strict=True, description="write enable_iter_perf_stats: true into the LLM-API "
+                                  "options: trtllm-serve's /metrics then answers the iteration statistics `trtspec "
+                                  "monitor` reads; poll it when on (TensorRT-LLM's server holds every row until a GET "
+                                  "drains it: targets/iteration-stats.json, queue_bounds)")
     suffix: SuffixConfig | None = Field(None, description="method suffix (torch backend): max_tree_depth, "
                                         "max_cached_requests, max_spec_factor, max_spec_offset, min_token_prob, tree "
                                         "(vLLM's suffix_decoding_* options; trtspec.contracts.suffix)")

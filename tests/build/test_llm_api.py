@@ -403,3 +403,13 @@ def test_doctor_llm_api_hostile_files_are_one_line_exit_2_under_an_address_space
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)))
         assert run.returncode == 2, (name, run.stdout, run.stderr)
         assert "Traceback" not in run.stderr and words in run.stdout + run.stderr, (name, run.stdout, run.stderr)
+
+
+def test_iteration_stats_are_written_only_when_asked():
+    """`iteration_stats: true` writes enable_iter_perf_stats (what trtllm-serve's /metrics needs, a typed 1.2.1
+    field); off by default, as TensorRT-LLM's own default (its server keeps every row until a GET drains it)."""
+    path = ROOT / "build_configs" / "tiny-ngram.yaml"
+    spec = load_build_spec(path, overrides={"trtllm": {"version": "1.2.1"}, "workflow": "pytorch"})
+    assert "enable_iter_perf_stats" not in plan_build(run_preflight(spec, dry_run=True)).llm_api
+    on = plan_build(run_preflight(spec.model_copy(update={"iteration_stats": True}), dry_run=True)).llm_api
+    assert on["enable_iter_perf_stats"] is True and diff_llm_api(on, load_target("1.2.1").llm_api) == []

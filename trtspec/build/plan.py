@@ -380,10 +380,9 @@ def _options(r: Resolved, facts: Any) -> dict[str, Any]:
     if target_kv and target_kv.kv_cache_free_gpu_mem_fraction:
         kv["free_gpu_memory_fraction"] = target_kv.kv_cache_free_gpu_mem_fraction
     base = {"max_batch_size": spec.engine.max_batch_size, "max_num_tokens": spec.engine.max_num_tokens,
-            "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv,
-            # the iteration statistics trtllm-serve's /metrics answers (the operations loop reads acceptance there;
-            # without it /metrics answers []: targets/iteration-stats.json)
-            "enable_iter_perf_stats": True}
+            "max_seq_len": spec.engine.max_seq_len, "kv_cache_config": kv}
+    if spec.iteration_stats:  # trtllm-serve's /metrics iteration statistics, what the monitor reads
+        base["enable_iter_perf_stats"] = True
     return llm_api_options(_speculation(r), facts, base)
 
 
