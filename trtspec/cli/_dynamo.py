@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from trtspec.cli._engine import apply, flag_of
-from trtspec.cli._signals import Stopped, exit_code, stop_signals
+from trtspec.cli._signals import run_supervised
 from trtspec.contracts.engine import EngineConfig
 from trtspec.dynamo.launch import ROUTER_MODES
 from trtspec.errors import UsageError
@@ -111,35 +111,19 @@ def serve_dynamo(workers: int, source: Path | None, *, http_port: int, startup_t
         return
     deployment = DynamoDeployment(plan, startup_timeout=startup_timeout, log_dir=log_dir)
 
-    def handle(signum: int, count: int) -> None:
-        if count == 1:  # later signals must not interrupt the stop
-            raise Stopped
+    def serve() -> int | None:
+        for name, why in deployment.failed.items():
+            click.echo(f"Warning: {name} {why}", err=True)
+        serving = len(plan.processes) - 1 - len(deployment.failed)
+        click.echo(f"Dynamo ready: {plan.url} (model {plan.model!r}, method {config.method}, {serving} worker(s); "
+                   f"worker metrics on ports {', '.join(map(str, plan.system_ports))})")
+        click.echo(f"Try: curl {plan.url}/completions -H 'content-type: application/json' "
+                   f"-d '{{\"model\": \"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   "
+                   "(Ctrl-C stops)")
+        click.echo("Monitor: trtspec monitor --metrics " + ",".join(f"127.0.0.1:{port}" for port in plan.system_ports))
+        return _watch(deployment)
 
-    code = None
-    with stop_signals(handle) as received:
-        try:
-            try:
-                deployment.start()
-            except (Stopped, ServerError):
-                deployment.stop()
-                if not received:
-                    raise
-                raise SystemExit(exit_code(received)) from None
-            for name, why in deployment.failed.items():
-                click.echo(f"Warning: {name} {why}", err=True)
-            serving = len(plan.processes) - 1 - len(deployment.failed)
-            click.echo(f"Dynamo ready: {plan.url} (model {plan.model!r}, method {config.method}, {serving} worker(s); "
-                       f"worker metrics on ports {', '.join(map(str, plan.system_ports))})")
-            click.echo(f"Try: curl {plan.url}/completions -H 'content-type: application/json' "
-                       f"-d '{{\"model\": \"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   "
-                       "(Ctrl-C stops)")
-            click.echo("Monitor: trtspec monitor --metrics "
-                       + ",".join(f"127.0.0.1:{port}" for port in plan.system_ports))
-            code = _watch(deployment)
-        except Stopped:
-            code = None
-        finally:
-            codes = deployment.stop()
+    code, codes = run_supervised(deployment.start, serve, deployment.stop)
     if code is not None:
         raise ServerError(f"the Dynamo frontend exited ({code}); the workers were stopped ({codes})",
                           hint=f"see the logs in --log-dir ({log_dir})" if log_dir else "rerun with --log-dir DIR")

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from trtspec.cli._dynamo import resolve_engine
-from trtspec.cli._signals import Stopped, exit_code, stop_signals
+from trtspec.cli._signals import run_supervised
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import UsageError
 
@@ -82,34 +82,22 @@ def serve_trtllm(source: Path | None, *, http_port: int, host: str, startup_time
         return
     server = TrtllmServer(plan, startup_timeout=startup_timeout, stop_timeout=config.drain_timeout_s + 10,
                           log_path=log_file)
+    tail = ""
 
-    def handle(signum: int, count: int) -> None:
-        if count == 1:  # later signals must not interrupt the stop
-            raise Stopped
+    def serve() -> int | None:
+        nonlocal tail
+        kept = f"at most {stats.max_iterations} per GET" if stats.enabled else "off: /metrics answers []"
+        click.echo(f"trtllm-serve ready: {plan.url} (model {plan.model!r}, method {config.method}; iteration "
+                   f"statistics {kept})")
+        click.echo(f"Try: curl {plan.url}/v1/completions -H 'content-type: application/json' -d '{{\"model\": "
+                   f"\"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   (Ctrl-C stops)")
+        click.echo(f"Metrics: {plan.url}/metrics (iterations, trtllm-serve's), {plan.url}/trtspec/metrics "
+                   "(trtspec's series)")
+        code = server.wait()
+        tail = server.log_tail()  # before the stop removes the work directory and its log
+        return code
 
-    code = None
-    with stop_signals(handle) as received:
-        try:
-            try:
-                server.start()
-            except (Stopped, ServerError):
-                server.stop()
-                if not received:
-                    raise
-                raise SystemExit(exit_code(received)) from None
-            kept = f"at most {stats.max_iterations} per GET" if stats.enabled else "off: /metrics answers []"
-            click.echo(f"trtllm-serve ready: {plan.url} (model {plan.model!r}, method {config.method}; iteration "
-                       f"statistics {kept})")
-            click.echo(f"Try: curl {plan.url}/v1/completions -H 'content-type: application/json' -d '{{\"model\": "
-                       f"\"{plan.model}\", \"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'   (Ctrl-C stops)")
-            click.echo(f"Metrics: {plan.url}/metrics (iterations, trtllm-serve's), {plan.url}/trtspec/metrics "
-                       "(trtspec's series)")
-            code = server.wait()
-            tail = server.log_tail()
-        except Stopped:
-            code = None
-        finally:
-            server.stop()
+    code, _ = run_supervised(server.start, serve, server.stop)
     if code is not None:
         raise ServerError(f"the trtllm-serve server exited ({code}):\n{tail}",
                           hint="rerun with --log-file FILE to keep its whole log")
