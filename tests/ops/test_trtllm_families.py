@@ -54,9 +54,10 @@ def page(drafted: list[int], accepted: list[int], tokens: int, accepted_total: i
 
 
 def test_per_position_counters_become_drafts_and_rejections():
-    old = parse(page([10, 10, 10], [8, 5, 3], 30, 16), when=1.0).models[ModelId("m")]
-    new = parse(page([30, 30, 30], [20, 12, 9], 90, 41), when=2.0).models[ModelId("m")]
+    old = parse(page([10, 10, 10], [8, 5, 3], 33, 17), when=1.0).models[ModelId("m")]
+    new = parse(page([30, 30, 30], [20, 12, 9], 99, 50), when=2.0).models[ModelId("m")]  # totals run ahead
     assert new.counters["num_drafts"] == 30
+    assert (new.counters["num_draft_tokens"], new.counters["num_accepted_tokens"]) == (90, 41)  # the requests' own
     assert new.per_pos["num_rejections_per_pos"] == [10, 8, 3]  # reached 30, 20, 12; accepted 20, 12, 9
     w = increments(ModelId("m"), new, old, 1.0)
     assert w.num_drafts == 20 and not w.per_pos_estimated

@@ -157,9 +157,10 @@ def parse(text: str, when: float, *, source: str = "", url: str | None = None) -
 
 
 def _drafts_from_positions(counters: ModelCounters) -> None:
-    """TensorRT-LLM's per-position counters as trtspec's: drafts = drafted at position 0; rejected at i = the drafts
-    that reached i (drafted there and accepted up to i - 1) less those that accepted i. Without them, TensorRT-LLM's
-    totals have no draft count: the window then shows the acceptance rate only."""
+    """TensorRT-LLM's per-position counters as trtspec's: drafts = drafted at position 0, draft and accepted tokens
+    their sums; rejected at i = the drafts that reached i (drafted there and accepted up to i - 1) less those that
+    accepted i. Without them, TensorRT-LLM's totals have no draft count: the window then shows the acceptance rate
+    only."""
     drafted = counters.per_pos.pop(DRAFTED, None)
     if not drafted:
         if "num_draft_tokens" in counters.counters and "num_drafts" not in counters.counters:
@@ -169,6 +170,10 @@ def _drafts_from_positions(counters: ModelCounters) -> None:
     accepted = counters.per_pos.get("num_accepted_tokens_per_pos", [])
     accepted = accepted + [0.0] * (len(drafted) - len(accepted))
     counters.counters["num_drafts"] = drafted[0]
+    # the per-position counters move when a request finishes, the totals every iteration: every figure from the
+    # former, so a window's drafts and tokens are the same requests'
+    counters.counters["num_draft_tokens"] = sum(drafted)
+    counters.counters["num_accepted_tokens"] = sum(accepted)
     reached = [drafted[0]] + [min(accepted[i - 1], drafted[i]) for i in range(1, len(drafted))]
     counters.per_pos["num_rejections_per_pos"] = [max(0.0, r - a) for r, a in zip(reached, accepted, strict=False)]
 
