@@ -178,3 +178,79 @@ def test_an_empty_page_names_the_option_to_set():
     page.feed("[]")
     assert "enable_iter_perf_stats: true" in page.counters.note
     assert looks_like_json(" [") and not looks_like_json("# HELP x\n")
+
+
+class _Server:
+    """An HTTP server answering `pages[path]` (bytes, or a callable returning bytes) for the scraper tests."""
+
+    def __init__(self, pages: dict) -> None:
+        import http.server
+        import threading
+
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                body = outer.pages.get(self.path.split("?")[0], b"")
+                body = body() if callable(body) else body
+                self.send_response(200 if self.path in outer.pages else 404)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.pages = pages
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_one_model_from_two_kinds_of_source_is_refused(tmp_path):
+    """A trtllm-serve /metrics and a tap that name one model describe the same traffic: refused before counting."""
+    from trtspec.contracts.acceptance_tap import TapRecord, TapWriter
+    from trtspec.errors import UsageError
+    from trtspec.ops.scrape import scraper
+
+    server = _Server({"/metrics": b"[]", "/v1/models": json.dumps({"data": [{"id": "tiny"}]}).encode()})
+    tap = tmp_path / "tap.jsonl"
+    TapWriter(tap).append(TapRecord(time=1.0, model="tiny", output_tokens=3, total_draft_tokens=4,
+                                    total_accepted_draft_tokens=1))
+    try:
+        read = scraper([f"{server.url}/metrics", f"tap:{tap}"])
+        read()  # the tap is read from its end: no model from it yet
+        TapWriter(tap).append(TapRecord(time=2.0, model="tiny", output_tokens=3, total_draft_tokens=4,
+                                        total_accepted_draft_tokens=1))
+        with pytest.raises(UsageError, match="'tiny' is published by .*counted twice"):
+            read()
+        assert scraper(f"{server.url}/metrics")().models  # one source is fine
+    finally:
+        server.close()
+
+
+def test_a_backlog_too_large_to_read_is_noted_not_fatal():
+    from trtspec.ops import scrape
+
+    rows = [iteration_row(stats(i)) for i in range(3)]
+    state = {"big": False}
+
+    def page() -> bytes:
+        if state["big"]:
+            return b"[" + b" " * (5 << 20) + b"]"  # over the 4 MiB read bound
+        return json.dumps(rows).encode()
+
+    server = _Server({"/metrics": page, "/v1/models": json.dumps({"data": [{"id": "tiny"}]}).encode()})
+    try:
+        read = scrape.scraper(f"{server.url}/metrics")
+        first = read()
+        state["big"] = True
+        second = read()
+        (counters,) = second.models.values()
+        assert counters.counters == next(iter(first.models.values())).counters
+        assert "larger than the monitor reads" in counters.note
+    finally:
+        server.close()

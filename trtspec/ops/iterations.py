@@ -53,6 +53,7 @@ class IterationPage:
     rows: int = 0  # rows counted since the start
     speculative_rows: int = 0
     restarts: int = 0
+    lost_pages: int = 0  # GETs too large to read (their rows are lost: the server drained them)
     _page_k: int = 0  # the largest draft length per drafting request on the page being read
 
     def feed(self, text: str) -> ModelCounters:
@@ -75,7 +76,9 @@ class IterationPage:
     def _note(self) -> str:
         """What the totals lack or what happened to them, in one line naming the URL (empty when all is well)."""
         restarted = f"{self.url} restarted {self.restarts} time(s) while watched" if self.restarts else ""
-        return "; ".join(part for part in (self._lacks(), restarted) if part)
+        lost = (f"{self.lost_pages} page(s) of {self.url} were larger than the monitor reads: their rows are lost "
+                "(scrape more often)") if self.lost_pages else ""
+        return "; ".join(part for part in (self._lacks(), restarted, lost) if part)
 
     def _lacks(self) -> str:
         if not self.rows:
@@ -139,6 +142,13 @@ class IterationPage:
         self._inc("num_accepted_tokens", accepted)
         if drafts:
             self._page_k = max(self._page_k, draft_length(row.num_draft_tokens or 0, drafts))
+
+    def lost_backlog(self) -> ModelCounters:
+        """A GET whose rows were too many to read (more than the read bound): drained by the server, lost here;
+        counted and noted. Returns the totals, unchanged."""
+        self.lost_pages += 1
+        self.counters.note = self._note()
+        return self.counters
 
     def _restart(self) -> None:
         """The server restarted (its iterations start again at 0): the totals keep growing (a window that spans the

@@ -95,7 +95,8 @@ def fetch(url: str, *, timeout_s: float = 5.0, max_bytes: int = MAX_PAGE_BYTES) 
     if size > max_bytes:
         raise ServerError(f"the metrics page {url} is larger than {size_text(max_bytes)}, the most the monitor reads",
                           hint="point --metrics at Triton's metrics port (default 8002) or a Dynamo worker's system "
-                               "port: their pages are far smaller")
+                               "port: their pages are far smaller; trtllm-serve's /metrics holds every iteration "
+                               "since the last GET: scrape it more often (--interval)")
     raw = b"".join(chunks)
     try:
         text = raw.decode("utf-8")
@@ -251,11 +252,14 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
             try:
                 texts[full] = fetch(full, timeout_s=timeout_s)
             except ServerError as exc:
+                if full in pages and "is larger than" in exc.message:  # a drained backlog too large to read
+                    models[pages[full].model if several else pages[full].model.pooled] = copy.deepcopy(
+                        pages[full].lost_backlog())
+                    parsed += 1
+                    continue
                 if first:
                     raise
                 failed.append(exc)
-        if not texts and not taps:
-            raise failed[0]
         when = clock()
         for full, text in texts.items():
             if looks_like_json(text):  # trtllm-serve's iteration statistics: totals kept per URL
@@ -282,10 +286,27 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
                 failed.append(exc)
         if not parsed:
             raise failed[0]
+        _refuse_mixed_sources(models, {str(t.path) for t in taps}, set(pages))
         first = False
         return Sample(when, models)
 
     return scrape
+
+
+def _refuse_mixed_sources(models: dict[ModelId, ModelCounters], taps: set[str], pages: set[str]) -> None:
+    """UsageError when one model is published by sources of different kinds (trtspec's or TensorRT-LLM's series, a
+    trtllm-serve /metrics, a tap): they describe the same traffic, and the window would count it twice. Several
+    sources of one kind (a Dynamo deployment's workers) are instances to add up."""
+    kinds: dict[str, dict[str, str]] = {}
+    for model in models:
+        kind = "a tap" if model.source in taps else "trtllm-serve /metrics" if model.source in pages else "series"
+        kinds.setdefault(model.model, {}).setdefault(kind, model.source)
+    for name, by_kind in kinds.items():
+        if len(by_kind) > 1:
+            shown = ", ".join(f"{kind} ({source})" for kind, source in by_kind.items())
+            raise UsageError(f"--metrics: model {name!r} is published by {shown}: the same traffic would be counted "
+                             "twice", hint="give one source per model (e.g. only trtllm-serve's /metrics, or only the "
+                                           "tap)")
 
 
 def served_name(url: str, timeout_s: float = 5.0) -> str:
