@@ -11,39 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive, descendants
 from trtspec.dynamo.launch import MAX_SYSTEM_PORT
 from trtspec.ports import free_ports
 
 pytestmark = pytest.mark.dynamo
 if not os.environ.get("CI"):
     pytest.importorskip("dynamo.frontend", reason="NVIDIA Dynamo is not installed (make install)")
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_sigkill_of_serve_leaves_no_process(tmp_path):

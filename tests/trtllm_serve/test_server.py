@@ -22,7 +22,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.trtllm_serve.serving import Served, alive, descendants, serving
+from tests.processes import alive, descendants
+from tests.trtllm_serve.serving import Served, serving
 
 MAX_ITERATIONS = 8  # --iter-stats-max-iterations: small, so one long request overflows it
 MAX_TOKENS = 24
