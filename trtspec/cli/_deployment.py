@@ -96,50 +96,52 @@ def read_deployment(value: tuple[str, str]) -> Deployment:
         return Deployment(f"{kind}:{text}", repository_form(path), path)
 
 
+@dataclass(frozen=True)
+class _Planner:
+    """A form's planner: its module (imported when used), the function that reads what the deployment's files serve
+    (path, model[, max_k]) and the one that plans a change (path, change, model[, http_url])."""
+
+    module: str
+    served: str
+    plan: str
+    max_k: bool = True  # `served` takes the largest k a proposal may choose
+    http_url: bool = False  # `plan` takes Triton's HTTP address (its commands load the model there)
+
+    def function(self, name: str) -> Any:
+        from importlib import import_module
+
+        return getattr(import_module(self.module), name)
+
+
+# form -> its planner; the torch flavour has none (trtspec's live reload: `plan` below)
+PLANNERS = {
+    "trtllm-serve": _Planner("trtspec.build.change", "served_speculation", "plan_serve_change"),
+    "dynamo-k8s": _Planner("trtspec.dynamo.change", "served_k8s", "plan_k8s_change"),
+    "triton-llmapi": _Planner("trtspec.triton.change", "served_llmapi", "plan_llmapi_change", http_url=True),
+    "triton-inflight": _Planner("trtspec.triton.change", "served_inflight", "plan_inflight_change", max_k=False,
+                                http_url=True),
+}
+
+
 def served(deployment: Deployment, model: str, *, max_k: int = 0) -> ServedSpeculation | None:
     """What the deployment's files say `model` speculates with (None for the torch flavour: its live configuration,
     or its repository's config.pbtxt, is read as before)."""
+    planner = PLANNERS.get(deployment.form)
+    if planner is None:
+        return None
     with named():
-        if deployment.form == "trtllm-serve":
-            from trtspec.build.change import served_speculation
-
-            return served_speculation(deployment.path, model, max_k=max_k)
-        if deployment.form == "dynamo-k8s":
-            from trtspec.dynamo.change import served_k8s
-
-            return served_k8s(deployment.path, model, max_k=max_k)
-        if deployment.form == "triton-llmapi":
-            from trtspec.triton.change import served_llmapi
-
-            return served_llmapi(deployment.path, model, max_k=max_k)
-        if deployment.form == "triton-inflight":
-            from trtspec.triton.change import served_inflight
-
-            return served_inflight(deployment.path, model)
-    return None
+        return planner.function(planner.served)(deployment.path, model, **({"max_k": max_k} if planner.max_k else {}))
 
 
 def plan(deployment: Deployment, change: SpeculationChange, *, model: str, http_url: str = "localhost:8000",
          url: str | None = None, current: ServedSpeculation | None = None) -> PlannedChange:
     """The PlannedChange of `change` for the deployment (pure: the planner of its form). The torch flavour needs what
     it serves (`current`) and its gRPC `url`."""
+    planner = PLANNERS.get(deployment.form)
     with named():
-        if deployment.form == "trtllm-serve":
-            from trtspec.build.change import plan_serve_change
-
-            return plan_serve_change(deployment.path, change, model=model)
-        if deployment.form == "dynamo-k8s":
-            from trtspec.dynamo.change import plan_k8s_change
-
-            return plan_k8s_change(deployment.path, change, model=model)
-        if deployment.form == "triton-llmapi":
-            from trtspec.triton.change import plan_llmapi_change
-
-            return plan_llmapi_change(deployment.path, change, model=model, http_url=http_url)
-        if deployment.form == "triton-inflight":
-            from trtspec.triton.change import plan_inflight_change
-
-            return plan_inflight_change(deployment.path, change, model=model, http_url=http_url)
+        if planner is not None:
+            return planner.function(planner.plan)(deployment.path, change, model=model,
+                                                  **({"http_url": http_url} if planner.http_url else {}))
         from trtspec.triton.change import plan_torch_change, served_in_repository_or_none
 
         now = current or served_in_repository_or_none(deployment.path, model)
