@@ -404,3 +404,43 @@ def test_monitor_shows_the_trtllm_serve_plan_after_a_drift_and_apply_writes_only
     assert "applied: tensorrt_llm (trtllm-serve, takes effect by restart)" in err and "$ cd " in err
     options = yaml.safe_load(next(iter(plan.files.values())))
     assert diff_llm_api(options, "1.2.1") == []
+
+
+def test_the_plan_starts_from_what_the_deployment_serves_for_a_source_without_method_labels(made, tmp_path,
+                                                                                            monkeypatch):
+    """trtllm-serve's /metrics names no method: with --deployment, what the model serves is read from the files
+    anyway, so the proposal starts from the served speculation (not from nothing)."""
+    import copy
+    import time
+
+    from trtspec.contracts.iteration import IterationStats
+    from trtspec.contracts.trtllm_iterations import iteration_row
+    from trtspec.ops import scrape
+    from trtspec.ops.iterations import IterationPage
+    from trtspec.ops.sample import ModelId, Sample
+    from trtspec.sweep.baseline import from_results
+
+    page, calls = IterationPage("fake", ModelId("tensorrt_llm")), {"n": 0}
+
+    def rows() -> str:
+        calls["n"] += 1
+        return json.dumps([iteration_row(IterationStats(
+            iteration=calls["n"] * 100 + i, timestamp=float(calls["n"] * 100 + i), latency_s=0.01,
+            draft_latency_s=0.002, num_active_requests=4, num_queued_requests=0, num_context_requests=0,
+            num_context_tokens=0, num_generation_requests=4, num_completed_requests=0,
+            num_requests_with_draft_tokens=4, num_draft_tokens=16, num_accepted_tokens=1, num_emitted_tokens=5))
+            for i in range(100)])
+
+    def scraper(urls, **_):
+        return lambda: Sample(time.monotonic(), {page.model: copy.deepcopy(page.feed(rows()))})
+
+    monkeypatch.setattr(scrape, "scraper", scraper)
+    baseline = from_results(ROOT / "docs/sweep/results.jsonl", method="draft_target", k=4, max_k=8,
+                            temperature=0.0).write(tmp_path / "b.json")
+    code, out, err = _cli("monitor", "--metrics", "fake:1", "--baseline", str(baseline), "--deployment",
+                          f"trtllm-serve:{made['build']}", "--once", "--window", "1s", "--interval", "0.2s", "--json")
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert report["per_pos_estimated"] and report["drift"]["test"] == "acceptance_rate" and report["drift"]["drifted"]
+    assert report["schedule"]["served"] is not None, report["schedule"]  # read from the build output's options
+    assert "planned_change" in report or "planned_change_error" in report

@@ -158,8 +158,7 @@ def monitor(urls: tuple[str, ...], repo: Path | None, baseline_file: Path | None
     if results is not None:
         baseline = _baseline_of_results(results, first, set(models), baseline_temperature)
     if control is not None:  # the server --apply acts on answers, and can set k on what the metrics show
-        control.check(sorted({m.model for m in first.models if m.method not in ("", "none")
-                              and (not models or m.model in models)}))
+        control.check(_speculating(first, set(models)))
     own_repo = repo if target is None or not target.live else (repo or target.path)
     served = _served(first, set(models), grpc_url, own_repo) if baseline is not None else {}
     if target is not None and not target.live and baseline is not None:
@@ -211,7 +210,7 @@ def _served(sample: Any, models: set[str], grpc_url: str | None, repo: Path | No
     from trtspec.errors import TrtspecError
     from trtspec.triton.control import TritonControl, served_in_repository
 
-    names = sorted({m.model for m in sample.models if m.method not in ("", "none") and (not models or m.model in models)})
+    names = _speculating(sample, models)
     if grpc_url is not None:
         control = TritonControl(grpc_url, repo)
         return {name: control.served(name) for name in names}
@@ -366,11 +365,19 @@ def wanted_change(report: Any) -> Any:
     return None
 
 
+def _speculating(sample: Any, models: set[str], *, unlabelled: bool = False) -> list[str]:
+    """The models of a scrape that speculate by their `method` label (and, with `unlabelled`, those of sources that
+    label none), among --model's when given."""
+    return sorted({m.model for m in sample.models if m.method != "none" and (m.method or unlabelled)
+                   and (not models or m.model in models)})
+
+
 def _deployment_served(sample: Any, models: set[str], deployment: Any, max_k: int) -> dict[str, Any]:
-    """What each speculating model the metrics show serves, read from the deployment's files."""
+    """What each model the metrics show serves, read from the deployment's files (a source that labels no method,
+    trtllm-serve's /metrics, a tap or TensorRT-LLM's families, included: the files say what it speculates with)."""
     from trtspec.cli._deployment import served
 
-    names = sorted({m.model for m in sample.models if m.method not in ("", "none") and (not models or m.model in models)})
+    names = _speculating(sample, models, unlabelled=True)
     out = {}
     for name in names:
         now = served(deployment, name, max_k=max_k)
