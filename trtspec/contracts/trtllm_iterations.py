@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 from trtspec.contracts.iteration import IterationStats
+from trtspec.contracts.metrics import mean_acceptance_length
 
 FACTS_FILE = "iteration-stats.json"
 RELEASES = ("1.2.1", "1.3.0rc29")
@@ -67,7 +68,7 @@ def iteration_row(stats: IterationStats, *, release: str = "1.2.1", speculative:
     draft_ms = stats.draft_latency_s * 1000.0 if stats.num_draft_tokens else 0.0
     spec = {"numDraftTokens": stats.num_draft_tokens, "numAcceptedTokens": stats.num_accepted_tokens,
             "numRequestsWithDraftTokens": requests,
-            "acceptanceLength": (stats.num_accepted_tokens + requests) / requests if requests else 0.0,
+            "acceptanceLength": mean_acceptance_length(requests, stats.num_accepted_tokens) if requests else 0.0,
             "iterLatencyMS": draft_ms, "draftOverhead": draft_ms / latency_ms if latency_ms > 0 else 0.0}
     inflight = {key: 0 for key in keys["inflight"]}
     inflight.update(numScheduledRequests=stats.num_active_requests, numContextRequests=stats.num_context_requests,
