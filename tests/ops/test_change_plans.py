@@ -444,3 +444,14 @@ def test_the_plan_starts_from_what_the_deployment_serves_for_a_source_without_me
     assert report["per_pos_estimated"] and report["drift"]["test"] == "acceptance_rate" and report["drift"]["drifted"]
     assert report["schedule"]["served"] is not None, report["schedule"]  # read from the build output's options
     assert "planned_change" in report or "planned_change_error" in report
+    # a sweep's results as the baseline: the source labels no method, the results' one method is the served one
+    results = tmp_path / "draft_target.jsonl"
+    results.write_text("".join(line for line in (ROOT / "docs/sweep/results.jsonl").read_text().splitlines(True)
+                               if json.loads(line).get("params", {}).get("method") != "ngram"))
+    code, out, err = _cli("monitor", "--metrics", "fake:1", "--baseline", str(results), "--baseline-temperature", "0",
+                          "--once", "--window", "1s", "--interval", "0.2s", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["drift"]["drifted"]
+    code, out, err = _cli("monitor", "--metrics", "fake:1", "--baseline", str(ROOT / "docs/sweep/results.jsonl"),
+                          "--once", "--window", "1s", "--interval", "0.2s", "--json")
+    assert code == 2 and "label no method and the results hold draft_target, ngram" in err

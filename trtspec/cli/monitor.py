@@ -193,6 +193,17 @@ def _baseline_of_results(results: Path, sample: Any, models: set[str], temperatu
 
     served = {(m.pooled.model, m.method, int(c.k)) for m, c in sample.models.items()
               if m.method not in ("", "none") and c.k and (not models or m.model in models)}
+    unlabelled = {(m.pooled.model, int(c.k)) for m, c in sample.models.items()
+                  if not m.method and c.k and (not models or m.model in models)}
+    if not served and unlabelled:  # trtllm-serve's rows, a tap, TensorRT-LLM's families: the results' one method
+        from trtspec.sweep.baseline import swept_methods
+
+        methods = swept_methods(results)
+        if len(methods) != 1:
+            raise UsageError(f"--baseline {results}: the metrics label no method and the results hold "
+                             f"{', '.join(methods) or 'none'}", hint="give the results of a sweep of the served "
+                             "method only, or a trtspec-baseline.json")
+        served = {(name, methods[0], k) for name, k in unlabelled}
     kinds = {(method, k) for _, method, k in served}
     if len(kinds) != 1:
         found = ", ".join(f"{name} ({method}, k={k})" for name, method, k in sorted(served)) or "none"

@@ -92,6 +92,16 @@ def from_results(path: Path, *, method: str, k: int, max_k: int | None = None,
                 "cases": sorted(r.id for r in spec_rows + plain_rows)})
 
 
+def swept_methods(path: Path) -> list[str]:
+    """The speculative methods (k > 0) a sweep's results hold (a baseline file: its own method)."""
+    from trtspec.sweep.analysis import load_results
+
+    if is_baseline_file(path):
+        return [Baseline.read(path).method]
+    results = load_results(Path(path), timing="wall", max_bytes=MAX_RESULTS_BYTES)
+    return sorted({r.method for r in results.rows if r.k > 0})
+
+
 def baseline_for(path: Path, *, method: str, k: int, max_k: int | None = None, temperature: float | None = None,
                  suites: list[str] | None = None) -> Baseline:
     """A baseline file as it is, or one made from a sweep's results (`from_results`) for the served
