@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtspec.build.llm_api import LLM_API_FILE, header_lines, llm_api_yaml, options_schedule, options_with
+from trtspec.build.llm_api import (
+    LLM_API_FILE,
+    header_lines,
+    llm_api_yaml,
+    options_max_draft_len,
+    options_schedule,
+    options_with,
+)
 from trtspec.build.manifest import MANIFEST, read_manifest
 from trtspec.contracts.control import PlannedChange, ServedSpeculation, SpeculationChange, describe, unified_diff
 from trtspec.contracts.schedule import SpecSchedule
@@ -49,8 +56,7 @@ class ServeDeployment:
 
     @property
     def max_draft_len(self) -> int:
-        value = (self.options.get("speculative_config") or {}).get("max_draft_len")
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return options_max_draft_len(self.options, self.root / self.options_file)
 
     @property
     def schedule(self) -> SpecSchedule | None:
@@ -147,8 +153,11 @@ def plan_serve_change(build_dir: Path, change: SpeculationChange, *, model: str 
             *notes, f"{deployment.options_file} already says this: nothing to change or restart"))
     argv = list(deployment.argv)
     argv[argv.index(OPTIONS_FLAG) + 1] = CHANGED_FILE
-    if problems := diff_serve_argv(argv, deployment.version):
-        raise AssertionError("; ".join(problems))  # only the options file changed in a command the build checked
+    if problems := diff_serve_argv(argv, deployment.version):  # the build checked its command: the manifest was edited
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"{deployment.root / MANIFEST}: its trtllm-serve command does not run on TensorRT-LLM "
+                         f"{deployment.version}: {problems[0]}{more}",
+                         hint="restore serve.trtllm-serve.argv in the manifest, or re-run `trtspec build`")
     target = load_target(deployment.version)
     header = [*header_lines(deployment.method, target, argv[1], argv),
               f"trtspec: changed from {deployment.options_file} ({old} -> {new}); the build's own options stay in "

@@ -180,6 +180,25 @@ def served_schedule(speculative_config: Mapping[str, Any], version: str, *, max_
     return SpecSchedule.from_llm_api({"draft_len_schedule": draft_len, "max_concurrency": concurrency, **gates})
 
 
+def options_max_draft_len(options: Mapping[str, Any], source: object) -> int:
+    """The draft length an options mapping's speculative_config sets (0 when it sets none: no speculative_config, or
+    no max_draft_len). A ConfigError naming `source` (the file it was read from) and the key when speculative_config
+    is not a mapping or max_draft_len not a whole number >= 0."""
+    speculative = options.get("speculative_config")
+    if speculative is None:
+        return 0
+    fix = f"fix it in {source}, or write the file again with the trtspec command that wrote it"
+    if not isinstance(speculative, Mapping):
+        raise ConfigError(f"{source}: speculative_config", shown(speculative), "is not a mapping", hint=fix)
+    value = speculative.get("max_draft_len")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{source}: speculative_config.max_draft_len", shown(value),
+                          "is not a whole number >= 0 (the draft length)", hint=fix)
+    return value
+
+
 def options_schedule(options: Mapping[str, Any], version: str) -> SpecSchedule | None:
     """`served_schedule` of an options mapping's speculative_config, at its max_batch_size."""
     speculative = options.get("speculative_config")

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.build.change import target_values
-from trtspec.build.llm_api import options_schedule, options_with
+from trtspec.build.llm_api import options_max_draft_len, options_schedule, options_with
 from trtspec.contracts.control import PlannedChange, ServedSpeculation, SpeculationChange, describe, unified_diff
 from trtspec.dynamo import k8s
-from trtspec.errors import ConfigError
+from trtspec.errors import ConfigError, shown_text
 
 GRAPH_FILE = "dynamo-graph.yaml"
 ROLLING_NOTES = (
@@ -45,10 +45,15 @@ class K8sDeployment:
     params: dict[str, Any]
     texts: dict[str, str]  # relative path -> text, of every file the render wrote
     llm_api: dict[str, Any]
+    options_file: str  # relative to root: the engine config `llm_api` was read from (agg.yaml, else decode.yaml)
 
     @property
     def version(self) -> str:
         return str(self.params["trtllm_version"])
+
+    @property
+    def max_draft_len(self) -> int:
+        return options_max_draft_len(self.llm_api, self.root / self.options_file)
 
 
 def _where(root: Path) -> str:
@@ -73,6 +78,7 @@ def read_k8s_output(out_dir: Path) -> K8sDeployment:
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError("deployment", _where(root), f"has no readable {k8s.RECORD_FILE}: not what `trtspec k8s` "
                           "wrote", hint=fix) from None
+    _check_render_params(params, root, fix)
     mode = params.get("mode")
     roles = k8s.ROLES.get(str(mode))
     if roles is None:
@@ -89,14 +95,39 @@ def read_k8s_output(out_dir: Path) -> K8sDeployment:
         raise ConfigError("deployment", _where(root), f"{source} is not a YAML mapping", hint=fix)
     if mode == "disagg":  # render adds the cache transceiver to each disaggregated config
         options.pop("cache_transceiver_config", None)
-    return K8sDeployment(root=root, params=params, texts=texts, llm_api=options)
+    return K8sDeployment(root=root, params=params, texts=texts, llm_api=options, options_file=source)
+
+
+def _check_render_params(params: dict[str, Any], root: Path, fix: str) -> None:
+    """The record's render parameters against `k8s.render`'s own keyword parameters: each known, each required one
+    there, each value of its annotated type; a one-line ConfigError naming the record's key otherwise."""
+    import inspect
+    import typing
+
+    accepted = {name: p for name, p in inspect.signature(k8s.render).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    types = typing.get_type_hints(k8s.render)
+    where = f"{k8s.RECORD_FILE} render"
+    for key in params:
+        if key not in accepted:
+            raise ConfigError("deployment", _where(root), f"{where}.{shown_text(key)} is not a parameter of "
+                              f"`trtspec k8s` (it records {', '.join(accepted)})", hint=fix)
+    for key, parameter in accepted.items():
+        if key not in params:
+            if parameter.default is parameter.empty:
+                raise ConfigError("deployment", _where(root), f"{where} has no {key}", hint=fix)
+            continue
+        kinds = typing.get_args(types[key]) or (types[key],)
+        value = params[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise ConfigError("deployment", _where(root), f"{where}.{key} is {shown_text(value)}, not {wanted}",
+                              hint=fix)
 
 
 def served_k8s(out_dir: Path, model: str, *, max_k: int = 0) -> ServedSpeculation:
     """What the deployment's engine configs speculate with (max_draft_len is the default k)."""
     deployment = read_k8s_output(out_dir)
-    speculative = deployment.llm_api.get("speculative_config") or {}
-    k = int(speculative.get("max_draft_len") or 0)
+    k = deployment.max_draft_len
     return ServedSpeculation(model, k, max(k, max_k), options_schedule(deployment.llm_api, deployment.version))
 
 
@@ -104,16 +135,18 @@ def plan_k8s_change(out_dir: Path, change: SpeculationChange, *, model: str = ""
     """The new engine configs and DynamoGraphDeployment that apply `change`, their diffs and `kubectl apply`."""
     deployment = read_k8s_output(out_dir)
     version = deployment.version
-    speculative = deployment.llm_api.get("speculative_config") or {}
-    old_k = int(speculative.get("max_draft_len") or 0) if isinstance(speculative, dict) else 0
+    old_k = deployment.max_draft_len
     old_schedule = options_schedule(deployment.llm_api, version)
     k, schedule = target_values(old_k, old_schedule, change)
     options = options_with(deployment.llm_api, version, max_draft_len=k, schedule=schedule)
     old = describe(old_schedule, old_k)
     new = describe(options_schedule(options, version), k)
-    result = k8s.render(options, **deployment.params)  # refuses files that break Dynamo's or TensorRT-LLM's facts
-    if problems := k8s.validate(result):
-        raise AssertionError("; ".join(problems))
+    try:  # render refuses bad values and files that break Dynamo's or TensorRT-LLM's facts (k8s.validate)
+        result = k8s.render(options, **deployment.params)
+    except ConfigError as exc:
+        raise ConfigError("deployment", _where(deployment.root), f"{k8s.RECORD_FILE}'s render parameters do not render:"
+                          f" {exc.message}", hint=f"{exc.hint}; or re-run `trtspec k8s` into {deployment.root}"
+                          if exc.hint else f"re-run `trtspec k8s` into {deployment.root}") from None
     files, diffs = {}, {}
     for rel, text in result.files.items():
         current = deployment.texts.get(rel)

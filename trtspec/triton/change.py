@@ -24,7 +24,7 @@ from typing import Any
 
 from trtspec import choices as tree_choices
 from trtspec.build.change import target_values
-from trtspec.build.llm_api import options_schedule, options_with
+from trtspec.build.llm_api import options_max_draft_len, options_schedule, options_with
 from trtspec.contracts.control import PlannedChange, ServedSpeculation, SpeculationChange, describe, unified_diff
 from trtspec.contracts.repository import REPO_RECORD, RepoRecord
 from trtspec.contracts.schedule import SpecSchedule
@@ -129,9 +129,9 @@ def _llm_args(data: dict[str, Any], facts: llmapi.LlmapiFacts) -> dict[str, Any]
 
 def served_llmapi(repo: Path, model: str, *, max_k: int = 0) -> ServedSpeculation:
     """What the llmapi model's model.yaml speculates with (its max_draft_len is the default k)."""
-    record, _, _, data, facts = _llmapi_files(repo)
+    record, path, _, data, facts = _llmapi_files(repo)
     args = _llm_args(data, facts)
-    k = int((args.get("speculative_config") or {}).get("max_draft_len") or 0)
+    k = options_max_draft_len(args, path)
     return ServedSpeculation(model, k, max(k, max_k), options_schedule(args, str(record.trtllm_version)))
 
 
@@ -141,8 +141,7 @@ def plan_llmapi_change(repo: Path, change: SpeculationChange, *, model: str = TR
     record, path, text, data, facts = _llmapi_files(repo)
     version = str(record.trtllm_version)
     args = _llm_args(data, facts)
-    speculative = args.get("speculative_config") or {}
-    old_k = int(speculative.get("max_draft_len") or 0) if isinstance(speculative, dict) else 0
+    old_k = options_max_draft_len(args, path)
     old_schedule = options_schedule(args, version)
     k, schedule = target_values(old_k, old_schedule, change)
     new_args = options_with(args, version, max_draft_len=k, schedule=schedule)
