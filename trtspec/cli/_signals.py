@@ -4,7 +4,8 @@ One helper, one behaviour: while a server runs, SIGINT, SIGTERM and SIGHUP go to
 count)` (count: how many arrived so far, this one included), which may raise `Stopped` to leave what the main thread
 is doing (a server still starting); the previous handlers come back afterwards. The exit code of a stop by signal is
 128 + the signal's number (`exit_code`), as a shell reports a process killed by it. `run_supervised` is the one
-start / serve / stop-on-signal block of the modes that run a supervised child (`serve --dynamo`, `serve --trtllm-serve`).
+start / serve / stop-on-signal block of the modes that run a supervised child (`serve --dynamo`,
+`serve --trtllm-serve`).
 """
 
 from __future__ import annotations

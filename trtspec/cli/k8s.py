@@ -71,7 +71,8 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
     from trtspec.build.preflight import run_preflight
     from trtspec.config import load_build_spec
     from trtspec.contracts.engine import spelled
-    from trtspec.dynamo.k8s import comment, inline, k8s_name, nearest_name, render
+    from trtspec.dynamo.k8s import k8s_name, nearest_name, render
+    from trtspec.dynamo.k8s_yaml import comment, inline
 
     spec = load_build_spec(config)
     name = spec.name if deployment_name is None else deployment_name

@@ -31,8 +31,9 @@ fields from Dynamo's sources, commit and path recorded):
 
 Values from the user (the build config's `name` and model paths, the served model name, the image) reach the files
 only through the YAML serializer, quoted wherever a YAML reader could take them for anything but that string, and
-comments show them escaped on one line; names are checked as Kubernetes checks them (`name_problem`), images as
-container runtimes parse them (`image_problem`), process arguments as Dynamo's worker reads them (`argument_problem`).
+comments show them escaped on one line (k8s_yaml.py); names are checked as Kubernetes checks them (`name_problem`),
+images as container runtimes parse them (`image_problem`), process arguments as Dynamo's worker reads them
+(`argument_problem`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from trtspec.dynamo.k8s_yaml import LINE_BREAKS, comment, inline, yaml_documents, yaml_text
 from trtspec.errors import ConfigError, shown, shown_text
 from trtspec.targets.llm_api import diff_llm_api
 
@@ -88,8 +90,6 @@ IMAGE_REFERENCE = re.compile(
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
 IMAGE_NAME_MAX = 255
 IMAGE_MAX = 1024  # far above any reference the grammar allows but a long digest; checked before the pattern runs
-# Where YAML 1.1 readers (PyYAML, Go's yaml.v2 in kubectl and the operator) see a line break.
-LINE_BREAKS = frozenset("\n\r\x85\u2028\u2029")
 # Disaggregated prefill and decode workers move KV blocks through TensorRT-LLM's cache transceiver: Dynamo's own
 # disaggregated engine configs set it (trtllm-specdec.md corrections part 3: index ids 51841262147, 51946360405), a key
 # of both releases' LLM API (1.2.1: a known argument; 1.3.0rc29: CacheTransceiverConfig.backend, default None = off).
@@ -169,7 +169,7 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
         workers.append((role, disagg, [*head, f"{CONFIG_MOUNT}/{config}.yaml", *tail]))
         commands.append(shlex.join(["python3", "-m", module, *head, f"engine_configs/{config}.yaml", *tail]))
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-engine-config"},
-                 "data": {file: _yaml(options) for file, options in configs.items()}}  # the files, as written
+                 "data": {file: yaml_text(options) for file, options in configs.items()}}  # the files, as written
     digest = config_hash(configmap["data"])
     if api_version == "v1beta1":
         graph = _graph_v1beta1(name, image, tp_size, workers, digest, runtime_version=custom_image)
@@ -178,7 +178,7 @@ def render(llm_api: dict[str, Any] | None, *, name: str, model_path: str, served
     header = comment(f"trtspec: NVIDIA Dynamo {facts['dynamo_version']} ({mode}) for {name}: TensorRT-LLM LLM-API "
                      f"options of release {inline(trtllm_version)}, the release inside {inline(image)}.")
     files = {f"engine_configs/{file}": header + text for file, text in configmap["data"].items()}
-    files["dynamo-graph.yaml"] = header + comment("kubectl apply -f dynamo-graph.yaml") + _yaml_all([configmap, graph])
+    files["dynamo-graph.yaml"] = header + comment("kubectl apply -f dynamo-graph.yaml") + yaml_documents([configmap, graph])
     files[RECORD_FILE] = json.dumps({"format": RECORD_FORMAT, "render": {
         "name": name, "model_path": model_path, "served_model_name": served_model_name, "tp_size": tp_size,
         "trtllm_version": trtllm_version, "mode": mode, "image": image if custom_image else None,
@@ -466,57 +466,3 @@ def image_problem(image: object) -> str | None:
     if len(match["name"]) > IMAGE_NAME_MAX:
         return f"has a name of {len(match['name'])} characters; container runtimes take at most {IMAGE_NAME_MAX}"
     return None
-
-
-def inline(value: object) -> str:
-    """`value` for a comment or a note: as it is when it is printable text on one line, else escaped (its ASCII
-    repr), so that it can never end the comment it is in."""
-    text = str(value)
-    return text if text.isprintable() and not LINE_BREAKS.intersection(text) else ascii(text)
-
-
-def comment(text: str) -> str:
-    """`text` as comment lines (YAML and shell): each of its lines starts with '# ', so a line break in it continues
-    the comment instead of ending it."""
-    return "".join(f"# {line}\n" for line in text.splitlines() or [""])
-
-
-_PLAIN = re.compile(r"(?:--)?[A-Za-z_/][A-Za-z0-9_./-]*")  # strings written unquoted (when PyYAML agrees)
-_YAML11_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
-
-
-def _dumper() -> type:
-    """PyYAML's SafeDumper writing block style, a multi-line string as a literal `|` block (the engine configs in the
-    ConfigMap) when PyYAML can, and every other string unquoted only when it is a word no YAML 1.1 reader takes for
-    anything else (Go's yaml.v2, which kubectl and Dynamo's operator use, reads y / n as booleans and 1e3 as a
-    number where PyYAML reads strings); the rest double-quoted, with escapes."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-        if "\n" in value:
-            style = "|"
-        elif _PLAIN.fullmatch(value) and value.lower() not in _YAML11_WORDS:
-            style = None
-        else:
-            style = '"'
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, text)
-    return Dumper
-
-
-def _yaml(data: Any) -> str:
-    """One YAML document, written by the serializer only (see _dumper)."""
-    import yaml
-
-    return yaml.dump(data, Dumper=_dumper(), sort_keys=False, default_flow_style=False, width=120)
-
-
-def _yaml_all(documents: list[Any]) -> str:
-    """YAML documents separated by `---`, written by the serializer only (see _dumper)."""
-    import yaml
-
-    return yaml.dump_all(documents, Dumper=_dumper(), sort_keys=False, default_flow_style=False, width=120)
