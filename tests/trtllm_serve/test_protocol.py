@@ -15,7 +15,7 @@ from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError
 from trtspec.ports import free_ports
 from trtspec.trtllm_serve import protocol as p
-from trtspec.trtllm_serve.server import IterationBuffer, IterStatsOptions
+from trtspec.trtllm_serve.server import BOUND_KEY, HARD_CAP, NVIDIA_DEFAULT, IterationBuffer, IterStatsOptions
 
 ENCODER = p.Encoder(lambda text, special: ([0] if special else []) + [ord(c) % 50 + 2 for c in text],
                     lambda messages: "\n".join(m["content"] for m in messages), end_id=1)
@@ -97,15 +97,51 @@ def test_a_stop_string_is_held_back_while_it_may_start_and_cut_at_the_end():
 
 
 def test_iteration_options_from_the_llm_api_file_the_flags_or_this_servers_default():
-    assert IterStatsOptions.resolve(None) == IterStatsOptions(True, 1000)  # no options file: on here
-    assert IterStatsOptions.resolve({}) == IterStatsOptions(False, 1000)  # trtllm-serve's default: off
-    on = {"enable_iter_perf_stats": True, "iter_stats_max_iterations": 50}
-    assert IterStatsOptions.resolve(on) == IterStatsOptions(True, 50)
-    assert IterStatsOptions.resolve(on, enabled=False, max_iterations=7) == IterStatsOptions(False, 7)
-    with pytest.raises(ConfigError, match="enable_iter_perf_stats"):
-        IterStatsOptions.resolve({"enable_iter_perf_stats": "yes"})
-    with pytest.raises(ConfigError, match="iter_stats_max_iterations"):
-        IterStatsOptions.resolve({"iter_stats_max_iterations": -1})
+    for release in BOUND_KEY:
+        assert IterStatsOptions.resolve(None, release=release) == IterStatsOptions(True, 1000)  # no options: on here
+        assert IterStatsOptions.resolve({}, release=release) == IterStatsOptions(False, 1000)  # trtllm-serve's: off
+        with pytest.raises(ConfigError, match="enable_iter_perf_stats"):
+            IterStatsOptions.resolve({"enable_iter_perf_stats": "yes"}, release=release)
+        with pytest.raises(ConfigError, match=f"^{BOUND_KEY[release]}='many'"):
+            IterStatsOptions.resolve({BOUND_KEY[release]: "many"}, release=release)
+    on = {"enable_iter_perf_stats": True, "max_stats_len": 50, "iter_stats_max_iterations": 7}
+    # 1.2.1: max(max_stats_len, 1), the executor's bound; iter_stats_max_iterations has no effect there
+    assert IterStatsOptions.resolve(on, release="1.2.1") == IterStatsOptions(True, 50)
+    assert [IterStatsOptions.resolve({"max_stats_len": n}, release="1.2.1").max_iterations for n in (0, -1, 3)] \
+        == [1, 1, 3]
+    # 1.3.0rc29: iter_stats_max_iterations, None or 0 -> 1000, negative: unbounded there, HARD_CAP here
+    assert IterStatsOptions.resolve(on, release="1.3.0rc29") == IterStatsOptions(True, 7)
+    assert [IterStatsOptions.resolve({"iter_stats_max_iterations": n}, release="1.3.0rc29").max_iterations
+            for n in (None, 0, -1, -50, 5)] == [1000, 1000, HARD_CAP, HARD_CAP, 5]
+    # the command line sets the release's key, over the file's
+    assert IterStatsOptions.resolve(on, release="1.2.1", enabled=False, max_iterations=7) == IterStatsOptions(False, 7)
+    assert IterStatsOptions.resolve(on, release="1.3.0rc29", max_iterations=0) == IterStatsOptions(True, 1000)
+    assert IterStatsOptions.resolve(on, release="1.3.0rc29", max_iterations=-1).max_iterations == HARD_CAP
+
+
+def test_the_bounding_keys_are_the_facts_files():
+    """BOUND_KEY and its rules say what trtspec/targets/iteration-stats.json says of each release."""
+    from importlib import resources
+
+    from trtspec.contracts.trtllm_iterations import RELEASES
+
+    facts = json.loads((resources.files("trtspec.targets") / "iteration-stats.json").read_text())["releases"]
+    assert tuple(BOUND_KEY) == RELEASES
+    old, rc = facts["1.2.1"], facts["1.3.0rc29"]
+    assert old["enabling_options"]["max_stats_len"]["default"] == NVIDIA_DEFAULT
+    assert "clamped to >= 1" in old["enabling_options"]["max_stats_len"]["effect"]
+    assert "no effect" in old["enabling_options"]["iter_stats_max_iterations"]["effect"]
+    assert "without bound" in old["queue_bounds"]["server"]
+    assert "None or 0 -> 1000, < 0 -> unbounded" in rc["enabling_options"]["iter_stats_max_iterations"]["effect"]
+
+
+def test_the_server_reads_its_bound_by_the_release_it_serves():
+    from trtspec.trtllm_serve.server import parse_args
+
+    for release, value, kept in (("1.2.1", "0", 1), ("1.3.0rc29", "0", 1000), ("1.3.0rc29", "-1", HARD_CAP),
+                                 ("1.3.0rc29", "16", 16)):
+        _, options = parse_args(["--target", "tiny", "--release", release, "--iter-stats-max-iterations", value])
+        assert options.iter_stats == IterStatsOptions(True, kept), (release, value)
 
 
 def test_the_buffer_keeps_the_newest_and_each_drain_empties_it():
@@ -136,7 +172,8 @@ def test_dry_run_prints_the_server_command_from_the_engine_flags():
 def test_a_pytorch_workflow_build_output_is_served_with_its_llm_api_options(tmp_path: Path):
     build = tmp_path / "build"
     (build / "llm-api").mkdir(parents=True)
-    (build / "llm-api" / "extra_llm_api_options.yaml").write_text("backend: pytorch\niter_stats_max_iterations: 50\n")
+    options = "backend: pytorch\nmax_stats_len: 50\niter_stats_max_iterations: 7\n"  # 1.2.1 reads max_stats_len
+    (build / "llm-api" / "extra_llm_api_options.yaml").write_text(options)
     engine = EngineConfig(target="tiny", draft="tiny-draft", method="draft_target", default_k=2)
     (build / "trtspec-manifest.json").write_text(json.dumps({
         "format": "trtspec-manifest/1", "backend": "tensorrtllm", "method": "draft_target", "workflow": "pytorch",
@@ -148,6 +185,15 @@ def test_a_pytorch_workflow_build_output_is_served_with_its_llm_api_options(tmp_
     assert "--default-k 2" in out and "--no-iter-stats --iter-stats-max-iterations 50" in out
     code, out, err = serve_dry(str(build), "--http-port", str(port), "--iter-stats")
     assert code == 0 and "--iter-stats --iter-stats-max-iterations 50" in out
+    manifest = json.loads((build / "trtspec-manifest.json").read_text())
+    manifest["config"]["trtllm"]["version"] = "1.3.0rc29"  # reads iter_stats_max_iterations instead
+    (build / "trtspec-manifest.json").write_text(json.dumps(manifest))
+    code, out, err = serve_dry(str(build), "--http-port", str(port))
+    assert code == 0 and "--release 1.3.0rc29 --no-iter-stats --iter-stats-max-iterations 7" in out, err
+    code, out, err = serve_dry(str(build), "--http-port", str(port), "--iter-stats-max-iterations", "-1")
+    assert code == 0 and f"--iter-stats-max-iterations {HARD_CAP}" in out, err
+    manifest["config"]["trtllm"]["version"] = "1.2.1"
+    (build / "trtspec-manifest.json").write_text(json.dumps(manifest))
     engines = tmp_path / "engines"
     engines.mkdir()
     manifest = json.loads((build / "trtspec-manifest.json").read_text())

@@ -3,10 +3,11 @@
 
 SOURCE is a build output of the PyTorch workflow (or a torch bundle): its engine configuration
 (`BuildOutput.engine`) is served, its LLM-API options (`BuildOutput.llm_api`) say whether `/metrics` has iteration
-statistics (`enable_iter_perf_stats`, `iter_stats_max_iterations`) and its TensorRT-LLM release which contract is
-spoken. Without SOURCE the engine flags say what runs, resolved as `serve --dynamo` resolves them
-(cli/_dynamo.py `resolve_engine`). SIGINT, SIGTERM and SIGHUP stop it (the server drains first), also while the
-engine loads; if `trtspec serve` itself is killed (SIGKILL), the supervisor stops the server.
+statistics (`enable_iter_perf_stats`; how many are kept: its release's key, trtllm_serve/server.py `BOUND_KEY`) and
+its TensorRT-LLM release which contract is spoken. Without SOURCE the engine flags say what runs, resolved as
+`serve --dynamo` resolves them (cli/_dynamo.py `resolve_engine`). SIGINT, SIGTERM and SIGHUP stop it (the server
+drains first), also while the engine loads; if `trtspec serve` itself is killed (SIGKILL), the supervisor stops the
+server.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def trtllm_serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="[--trtllm-serve] Record iteration statistics for /metrics (the LLM-API option "
                           "enable_iter_perf_stats). Default: REPO's options file says (off when it does not, as "
                           "trtllm-serve); on without REPO."),
-        click.option("--iter-stats-max-iterations", "iter_stats_max_iterations", type=click.IntRange(0, 10**7),
-                     default=None, help="[--trtllm-serve] Iterations /metrics keeps between two GETs, the oldest "
-                                        "dropped (iter_stats_max_iterations). Default: REPO's options, else 1000."),
+        click.option("--iter-stats-max-iterations", "iter_stats_max_iterations", type=click.IntRange(-1, 10**7),
+                     default=None, help="[--trtllm-serve] Bounds the iterations /metrics keeps between two GETs, the "
+                                        "oldest dropped, as the release's own key: 1.2.1 max_stats_len (at least 1 "
+                                        "kept), 1.3.0rc29 iter_stats_max_iterations (0: 1000; -1: unbounded there, "
+                                        "100000 here). Default: REPO's options, else 1000."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -68,14 +71,16 @@ def serve_trtllm(source: Path | None, *, http_port: int, host: str, startup_time
     from trtspec.trtllm_serve.launch import TrtllmServer, plan_server
     from trtspec.trtllm_serve.server import IterStatsOptions
 
-    base, llm_api, release = (None, None, None) if source is None else trtllm_source(source)
+    base, llm_api, built_for = (None, None, None) if source is None else trtllm_source(source)
     config = resolve_engine(base, flags)
-    stats = IterStatsOptions.resolve(llm_api, enabled=iter_stats, max_iterations=iter_stats_max_iterations)
-    if release is not None and release not in RELEASES:
-        click.echo(f"# {source} was built for TensorRT-LLM {release}; serving trtllm-serve {DEFAULT_TARGET}'s "
+    if built_for is not None and built_for not in RELEASES:
+        click.echo(f"# {source} was built for TensorRT-LLM {built_for}; serving trtllm-serve {DEFAULT_TARGET}'s "
                    f"contract (releases with iteration-statistics facts: {', '.join(RELEASES)})")
-    plan = plan_server(config, port=http_port, host=host, release=release if release in RELEASES else DEFAULT_TARGET,
-                       iter_stats=stats, served_model_name=served_model_name, threads=threads)
+    release = built_for if built_for in RELEASES else DEFAULT_TARGET
+    stats = IterStatsOptions.resolve(llm_api, release=release, enabled=iter_stats,
+                                     max_iterations=iter_stats_max_iterations)
+    plan = plan_server(config, port=http_port, host=host, release=release, iter_stats=stats,
+                       served_model_name=served_model_name, threads=threads)
     if dry_run:
         check_ports_free(plan.ports(), host)
         click.echo(plan.shell())

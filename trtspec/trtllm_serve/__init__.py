@@ -8,7 +8,7 @@ sweep's OpenAI backend and NVIDIA's own clients can be run end to end against a 
   response and stream-chunk bodies;
 - `app.py`: the aiohttp app (routes, SSE streaming, client disconnects, `/trtspec/metrics`);
 - `server.py`: the server process (`python -m trtspec.trtllm_serve`): arguments, engine load, signals, and the
-  iteration statistics `/metrics` shows (`enable_iter_perf_stats`, `iter_stats_max_iterations`);
+  iteration statistics `/metrics` shows (`enable_iter_perf_stats`, the release's bound `BOUND_KEY`);
 - `launch.py`: the launcher `trtspec serve --trtllm-serve` runs: the command (pure), the supervised child
   (trtspec/supervise.py), readiness and stop.
 
@@ -34,11 +34,14 @@ Sources (NVIDIA/TensorRT-LLM, read through the project's source index; no stored
   `trtspec.contracts.trtllm_iterations.iteration_row` for the release served): enable_iter_perf_stats and
   iter_stats_max_iterations are LLM-API arguments of 1.2.1; without enable_iter_perf_stats the PyTorch backend hands
   over no iterations (_torch/pyexecutor/py_executor.py `get_latest_iteration_stats` returns [], index ids 643520330
-  and 736889464), so `/metrics` answers `[]`. What bounds them differs: the C++ executor keeps the most recent
-  iter_stats_max_iterations (ExecutorConfig's default 1000, NVIDIA's bindings test, index id 2423182398), while
-  1.2.1's PyTorch executor bounds its list by max_stats_len and the server's queue has no bound. This server keeps
-  the newest iter_stats_max_iterations (default 1000) between two GETs, and a GET answers at once (trtllm-serve's
-  waits up to 2 s for one more row).
+  and 736889464), so `/metrics` answers `[]`. What bounds them differs per release (server.py `BOUND_KEY`, from the
+  facts file's `enabling_options` and `queue_bounds`): the C++ executor keeps the most recent
+  iter_stats_max_iterations (ExecutorConfig's default 1000, NVIDIA's bindings test, index id 2423182398); 1.2.1's
+  PyTorch executor bounds its list by max(max_stats_len, 1) (default 1000), iter_stats_max_iterations has no effect
+  there and its server's queue has no bound; 1.3.0rc29's server holds iter_stats_max_iterations rows (None or 0:
+  1000, negative: unbounded). This server keeps the newest rows by the served release's rule (a negative
+  iter_stats_max_iterations is capped at 100000) between two GETs, and a GET answers at once (trtllm-serve's waits up
+  to 2 s for one more row).
 
 docs/trtllm-serve.md lists what this server implements and what it refuses.
 """

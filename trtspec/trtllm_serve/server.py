@@ -9,11 +9,12 @@ requests get the configuration's drain_timeout_s to finish, the rest are aborted
 line (and a `Hint:`) and exit 2; a model that cannot load exits the same way (3 for a missing package).
 `launch.py` runs this under trtspec's supervisor (`trtspec serve --trtllm-serve`).
 
-`IterStatsOptions` is the one definition of how `enable_iter_perf_stats` and `iter_stats_max_iterations` are read:
-from a build's LLM-API options (the `extra_llm_api_options` file; NVIDIA's defaults when a key is absent: off, 1000
-iterations), or, with no options file, this CPU server's own default (on), a command-line choice winning over either.
-`IterationBuffer` keeps the engine's steps between two GETs: the newest `max_iterations`, the oldest dropped; each GET
-drains it.
+`IterStatsOptions` is the one definition of how the iteration statistics are configured: `enable_iter_perf_stats`
+and the release's bounding key (`BOUND_KEY`: 1.2.1 `max_stats_len`, 1.3.0rc29 `iter_stats_max_iterations`) read from
+a build's LLM-API options (the `extra_llm_api_options` file; NVIDIA's defaults when a key is absent: off, 1000), or,
+with no options file, this CPU server's own default (on), a command-line choice winning over either
+(`--iter-stats-max-iterations` sets the release's bounding key). `IterationBuffer` keeps the engine's steps between
+two GETs: the newest `max_iterations`, the oldest dropped; each GET drains it.
 """
 
 from __future__ import annotations
@@ -34,38 +35,57 @@ from trtspec.contracts.openai import served_name
 from trtspec.errors import ConfigError, TrtspecError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-ENABLE = "enable_iter_perf_stats"  # the LLM-API options' keys (TensorRT-LLM 1.2.1, top-level LLM() arguments)
-MAX_ITERATIONS = "iter_stats_max_iterations"
-NVIDIA_MAX_ITERATIONS = 1000  # ExecutorConfig's default when iter_stats_max_iterations is unset (package docstring)
+ENABLE = "enable_iter_perf_stats"  # the LLM-API options' key (top-level LLM() argument of both releases)
+# What bounds the rows a GET of /metrics hands over, per release (trtspec/targets/iteration-stats.json, releases.<r>.
+# enabling_options and queue_bounds):
+# - 1.2.1: the PyTorch executor keeps max(max_stats_len, 1) rows (max_stats_len's default 1000) and the server's queue
+#   has no bound at all; iter_stats_max_iterations has no effect there. This server bounds its one buffer by that
+#   executor rule.
+# - 1.3.0rc29: the server's tee buffer holds iter_stats_max_iterations rows: None or 0 -> 1000, < 0 -> unbounded.
+#   Here a negative value is capped at HARD_CAP: a CPU server must not grow without bound.
+BOUND_KEY = {"1.2.1": "max_stats_len", "1.3.0rc29": "iter_stats_max_iterations"}
+NVIDIA_DEFAULT = 1000  # either key's default (1.2.1: max_stats_len; 1.3.0rc29: iter_stats_max_iterations None or 0)
+HARD_CAP = 100_000  # rows kept where 1.3.0rc29 keeps them without bound (a negative iter_stats_max_iterations)
 CPU_SERVER_DEFAULT = True  # with no options file this server records iterations (trtllm-serve's default is off)
+
+
+def bound(release: str, value: int | None) -> int:
+    """The rows kept between two GETs for `value` of the release's BOUND_KEY (None: unset), by that release's rule."""
+    if BOUND_KEY[release] == "max_stats_len":
+        return max(NVIDIA_DEFAULT if value is None else value, 1)
+    if value is None or value == 0:
+        return NVIDIA_DEFAULT
+    return HARD_CAP if value < 0 else value
 
 
 @dataclass(frozen=True)
 class IterStatsOptions:
-    """Whether `/metrics` has iterations, and how many it keeps between two GETs."""
+    """Whether `/metrics` has iterations, and how many it keeps between two GETs (the bound in force, >= 1)."""
 
     enabled: bool = CPU_SERVER_DEFAULT
-    max_iterations: int = NVIDIA_MAX_ITERATIONS
+    max_iterations: int = NVIDIA_DEFAULT
 
     def __post_init__(self) -> None:
         if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int) \
-                or self.max_iterations < 0:
-            raise ConfigError(MAX_ITERATIONS, self.max_iterations, "must be a whole number >= 0",
-                              hint=f"e.g. {NVIDIA_MAX_ITERATIONS} (TensorRT-LLM's default); 0 keeps none")
+                or self.max_iterations < 1:
+            raise ValueError(f"max_iterations={self.max_iterations!r}: the bound in force is a whole number >= 1")
 
     @classmethod
-    def resolve(cls, llm_api: Mapping[str, Any] | None, *, enabled: bool | None = None,
+    def resolve(cls, llm_api: Mapping[str, Any] | None, *, release: str, enabled: bool | None = None,
                 max_iterations: int | None = None) -> IterStatsOptions:
-        """From a build's LLM-API options (None: it has none), with the command line's choices (None: not given)
-        over them. ConfigError names the option and its value."""
+        """For TensorRT-LLM `release` (a key of BOUND_KEY): from a build's LLM-API options (None: it has none), with
+        the command line's choices over them (None: not given; `max_iterations` is a value of the release's
+        BOUND_KEY). ConfigError names the option and its value."""
         options = dict(llm_api or {})
         on = options.get(ENABLE, False) if llm_api is not None else CPU_SERVER_DEFAULT
         if not isinstance(on, bool):
             raise ConfigError(ENABLE, on, "must be true or false", hint=f"{ENABLE}: true in the LLM-API options")
-        limit = options.get(MAX_ITERATIONS)
-        return cls(enabled=on if enabled is None else enabled,
-                   max_iterations=(NVIDIA_MAX_ITERATIONS if limit is None else limit) if max_iterations is None
-                   else max_iterations)
+        key = BOUND_KEY[release]
+        value = options.get(key) if max_iterations is None else max_iterations
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(key, value, f"must be a whole number (TensorRT-LLM {release}'s bound of the iteration "
+                              "statistics)", hint=f"e.g. {key}: {NVIDIA_DEFAULT} (the default)")
+        return cls(enabled=on if enabled is None else enabled, max_iterations=bound(release, value))
 
     def argv(self) -> list[str]:
         """The server process's arguments for these options (server.py parses them back)."""
@@ -122,7 +142,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, ServerO
     server.add_argument("--served-model-name", default=None)
     server.add_argument("--release", default=None, help="TensorRT-LLM release (default: trtspec's default target)")
     server.add_argument("--iter-stats", dest="iter_stats", action=argparse.BooleanOptionalAction, default=None)
-    server.add_argument("--iter-stats-max-iterations", type=int, default=None)
+    server.add_argument("--iter-stats-max-iterations", type=int, default=None,
+                        help="the release's bounding key (BOUND_KEY): 1.2.1 max_stats_len, 1.3.0rc29 "
+                             "iter_stats_max_iterations")
     server.add_argument("--threads", type=int, default=None)
     ns = vars(parser.parse_args(argv))
     config = engine_from_args(ns)
@@ -132,9 +154,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EngineConfig, ServerO
     if ns["release"] is not None and ns["release"] not in RELEASES:
         raise ConfigError("--release", ns["release"], "has no iteration-statistics facts",
                           hint=f"use one of {', '.join(RELEASES)}")
-    stats = IterStatsOptions.resolve(None, enabled=ns["iter_stats"], max_iterations=ns["iter_stats_max_iterations"])
+    release = ns["release"] or DEFAULT_TARGET
+    stats = IterStatsOptions.resolve(None, release=release, enabled=ns["iter_stats"],
+                                     max_iterations=ns["iter_stats_max_iterations"])
     options = ServerOptions(host=ns["host"], port=ns["port"], model=ns["served_model_name"] or served_name(config.target),
-                            release=ns["release"] or DEFAULT_TARGET, iter_stats=stats, threads=ns["threads"])
+                            release=release, iter_stats=stats, threads=ns["threads"])
     return config, options
 
 
