@@ -11,6 +11,7 @@ from trtspec.chat import (
     TEMPLATE_FILE,
     chat_prompt,
     chat_template_of,
+    chat_text,
     render,
     write_chat_template,
 )
@@ -50,6 +51,31 @@ text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40
 def test_jinja_rendering_equals_the_python_reference(tokenizer, messages):
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert rendered == render(messages, tokenizer.eos_token)
+
+
+def test_a_chat_request_renders_one_way_for_the_server_and_for_retraining(tokenizer):
+    """chat_text: the embedded template (or none) in plain Python, equal to its Jinja rendering; another template by
+    the tokenizer; `train draft`'s renderer is the same function."""
+    from trtspec.training.distill import chat_renderer
+
+    messages = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]
+    jinja = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert chat_text(messages, tokenizer) == jinja == render(messages, tokenizer.eos_token)
+    assert chat_renderer(tokenizer)(messages) == jinja and chat_renderer(None) is None
+
+    class Other:  # a tokenizer with its own template
+        chat_template, eos_token = "{{ messages[0]['content'] }}!", "</s>"
+
+        def apply_chat_template(self, messages, *, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return "<" + "|".join(m["content"] for m in messages) + ">"
+
+    class Plain:  # no template: the plain one, as the server renders it
+        chat_template, eos_token = None, "</s>"
+
+    assert chat_text(messages, Other()) == "<s|a|u>" == chat_renderer(Other())(messages)
+    assert chat_text(messages, Plain()) == "s\na</s>\nu" == chat_renderer(Plain())(messages)
+    assert chat_text(messages, None) == "s\na\nu"
 
 
 def test_write_is_idempotent_and_replaces_a_side_file(tmp_path):

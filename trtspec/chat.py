@@ -12,9 +12,11 @@ meaningful for a base model:
 So a chat of one user message renders to exactly that message's text, and its greedy chat completion equals the
 greedy text completion of the same text (tests/test_chat.py; the Dynamo acceptance test relies on it).
 `write_chat_template` is how the template gets there: `train_pair` calls it for freshly trained models and
-`scripts/add_chat_template.py` patches existing directories (idempotent). `chat_prompt` is how a sweep with
-`chat_template` turns a suite's prompt into a chat (engine backend; the OpenAI backend sends it to
-/v1/chat/completions instead). Pure Python: no torch, no transformers (a tokenizer is passed in).
+`scripts/add_chat_template.py` patches existing directories (idempotent). `chat_text` is how a chat request's messages
+become text (the trtllm-serve server; `train draft` renders logged chats with it, so it retrains on the text the server
+rendered). `chat_prompt` is how a sweep with `chat_template` turns a suite's prompt into a chat (engine backend; the
+OpenAI backend sends it to /v1/chat/completions instead). Pure Python: no torch, no transformers (a tokenizer is
+passed in).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ def render(messages: Sequence[dict[str, Any]], eos_token: str) -> str:
         text = str(message.get("content") or "")
         parts.append(text + (eos_token if message.get("role") == "assistant" else ""))
     return "\n".join(parts)
+
+
+def chat_text(messages: Sequence[dict[str, Any]], tokenizer: Any) -> str:
+    """A chat request's messages as the text trtspec's servers render and tokenize (the trtllm-serve server), and so
+    what `train draft` retrains on: CHAT_TEMPLATE, in plain Python (`render`), when the tokenizer declares that
+    template or none (or there is no tokenizer), else the tokenizer's own template with the generation prompt."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template or template == CHAT_TEMPLATE:
+        return render(messages, getattr(tokenizer, "eos_token", None) or "")
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
 
 
 def chat_prompt(tokenizer: Any, text: str, template: str) -> str:

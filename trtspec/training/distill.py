@@ -77,7 +77,8 @@ def split_prompts(logged: Sequence[LoggedPrompt], encode: Callable[[str], list[i
                   render_chat: Callable[[list[dict[str, str]]], str] | None = None) -> PromptSplit:
     """Distinct prompts as token ids, split by hash: the first `heldout_fraction` in hash order are held out (at
     least one, at least one left to train). A prompt logged many times is one prompt, on one side. A chat's messages
-    become text through `render_chat` (the target's chat template); without it they are skipped."""
+    become text through `render_chat` (`chat_renderer`: as the server rendered the request); without it they are
+    skipped."""
     distinct: dict[str, list[int]] = {}
     skipped = 0
     for item in logged:
@@ -161,11 +162,15 @@ def distill_draft(target: Path, draft: Path, prompts: Path, out: Path, recipe: D
 
 
 def chat_renderer(tokenizer: Any) -> Callable[[list[dict[str, str]]], str] | None:
-    """The target tokenizer's chat template as a function of messages (with the generation prompt, as a server
-    renders a chat request), or None when it has none."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    """Messages -> the text the server rendered for that chat request (`trtspec.chat.chat_text` with the target's
+    tokenizer), or None without a tokenizer (nothing to encode a chat with: chats are skipped)."""
+    if tokenizer is None:
         return None
-    return lambda messages: tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from functools import partial
+
+    from trtspec.chat import chat_text
+
+    return partial(chat_text, tokenizer=tokenizer)
 
 
 def check_inputs(target: Path, draft: Path, prompts: Path, out: Path) -> tuple[list[LoggedPrompt], int]:

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from trtspec import __version__
+from trtspec.chat import chat_text
 from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.errors import ConfigError, TrtspecError
 from trtspec.spec.params import SpecParams
@@ -72,14 +73,7 @@ class TrtllmServeApp:
         return list(tokenizer.encode(text, add_special_tokens=special))
 
     def _render(self, messages: list[dict[str, Any]]) -> str:
-        """trtspec.chat's template (in plain Python), or the tokenizer's own when it declares another."""
-        from trtspec.chat import CHAT_TEMPLATE, render
-
-        tokenizer = self.engine.tokenizer
-        template = getattr(tokenizer, "chat_template", None)
-        if template is None or template == CHAT_TEMPLATE:
-            return render(messages, getattr(tokenizer, "eos_token", None) or "")
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return chat_text(messages, self.engine.tokenizer)  # the one rendering of a chat request (trtspec/chat.py)
 
     # -- plain routes --------------------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
