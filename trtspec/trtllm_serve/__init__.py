@@ -14,14 +14,15 @@ sweep's OpenAI backend and NVIDIA's own clients can be run end to end against a 
 
 Sources (NVIDIA/TensorRT-LLM, read through the project's source index; no stored file is at the v1.2.1 tag
 376f7e1bd8, see targets/pytorch-workflow.json `not_pinned`):
-- tensorrt_llm/serve/openai_server.py, a 1.2-era stored version (index id 456200087, commit not reported: it has
-  /v1/responses, the DeepSeek-v3.2 config workaround and the disagg cluster worker, and no visual-gen routes): the
-  routes (/health, /health_generate, /version, /v1/models, /metrics, /perf_metrics, /v1/completions,
-  /v1/chat/completions, /v1/responses, /prometheus/metrics with return_perf_metrics), `/health` = an empty 200,
-  `/version` = {"version": ...}, `/v1/models` = ModelList([ModelCard(id=<the model directory's name>)]),
+- tensorrt_llm/serve/openai_server.py, a 1.2-era stored version (commit e7f7345e31e574b5d0918b756b871882c7346b3c,
+  index id 456200087: it has /v1/responses, the DeepSeek-v3.2 config workaround and the disagg cluster worker, and no
+  visual-gen routes): the routes (/health, /health_generate, /version, /v1/models, /metrics, /perf_metrics,
+  /v1/completions, /v1/chat/completions, /v1/responses, /prometheus/metrics with return_perf_metrics), `/health` = an
+  empty 200, `/version` = {"version": ...}, `/v1/models` = ModelList([ModelCard(id=<the model directory's name>)]),
   `/metrics` = the iterations `llm.get_stats_async` hands over since the previous call (a JSON list), errors as
-  `ErrorResponse` with status 400 (`create_error_response`), `data: [DONE]` after the last stream chunk, a client
-  that disconnects aborts its request (`await_disconnected`).
+  `ErrorResponse` with status 400 (`create_error_response`), `data: [DONE]` after the last stream chunk, a client that
+  disconnects aborts its request (`await_disconnected`), and a request's `model` is never read by `openai_completion`
+  or `openai_chat` (any name is answered; this server refuses another name with 400).
 - tensorrt_llm/serve/openai_protocol.py @0076e9390e1ed11515f149eec356f5a03f4a00d8 (newer than 1.2.1; the classes used
   here are the long-standing ones): ErrorResponse {object "error", message, type, param, code}, ModelCard
   {id, object "model", created, owned_by "tensorrt_llm"}, UsageInfo, StreamOptions (include_usage defaults to true
