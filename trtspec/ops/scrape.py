@@ -264,7 +264,7 @@ def scraper(urls: str | Sequence[str], *, timeout_s: float = 5.0,
         for full, text in texts.items():
             if looks_like_json(text):  # trtllm-serve's iteration statistics: totals kept per URL
                 try:
-                    page = pages.get(full) or IterationPage(full, ModelId(served_name(full, timeout_s), source=full))
+                    page = pages.get(full) or IterationPage(full, ModelId(trtllm_serve_model(full, timeout_s), source=full))
                     models[page.model if several else page.model.pooled] = copy.deepcopy(page.feed(text))
                     pages[full] = page
                     parsed += 1
@@ -309,7 +309,7 @@ def _refuse_mixed_sources(models: dict[ModelId, ModelCounters], taps: set[str], 
                                            "tap)")
 
 
-def served_name(url: str, timeout_s: float = 5.0) -> str:
+def trtllm_serve_model(url: str, timeout_s: float = 5.0) -> str:
     """The model a trtllm-serve answers for (the first id of its /v1/models, on the metrics URL's host), else
     "trtllm-serve" (its iteration statistics name no model)."""
     import json
