@@ -1,33 +1,39 @@
 """Proposer registry: `PROPOSERS[methods.resolve(method).proposer]` is the class that drafts for `method`.
 
-Registering a proposer here is what makes its method runnable by the engine and selectable in the CLI.
+The registry is derived from the method homes (trtspec/methods/): each names its proposer class as a dotted path
+("module:Class", `MethodInfo.proposer_class`), imported here, by the engine's side only. A method whose home names a
+proposer is runnable by the engine and selectable in the CLI.
 """
 
 from __future__ import annotations
 
-from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
-from trtspec.spec.proposers.draft_model import DraftModelProposer
-from trtspec.spec.proposers.eagle import EagleProposer
-from trtspec.spec.proposers.lookahead import LookaheadProposer
-from trtspec.spec.proposers.medusa import MedusaProposer
-from trtspec.spec.proposers.ngram import NgramProposer
-from trtspec.spec.proposers.suffix import SuffixProposer
+from importlib import import_module
 
-PROPOSERS: dict[str, type[Proposer]] = {
-    DraftModelProposer.name: DraftModelProposer,
-    EagleProposer.name: EagleProposer,
-    LookaheadProposer.name: LookaheadProposer,
-    MedusaProposer.name: MedusaProposer,
-    NgramProposer.name: NgramProposer,
-    SuffixProposer.name: SuffixProposer,
-}
+from trtspec.methods import METHODS, MethodInfo
+from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
+
+
+def load_proposer(method: MethodInfo) -> type[Proposer]:
+    """The proposer class `method`'s home names (`proposer_class`, "module:Class"), imported."""
+    if method.proposer_class is None:
+        raise KeyError(f"method {method.name} has no proposer")
+    module, _, name = method.proposer_class.partition(":")
+    cls = getattr(import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, Proposer)):
+        raise TypeError(f"{method.proposer_class} (method {method.name}) is not a Proposer")
+    return cls
+
+
+PROPOSERS: dict[str, type[Proposer]] = dict(sorted(
+    {m.proposer: load_proposer(m) for m in METHODS.values() if m.proposer is not None and m.proposer_class}.items()))
 
 
 def runnable_methods() -> list[str]:
-    """Engine methods that have a registered proposer (plus "none")."""
+    """Engine methods that have a registered proposer (plus the baseline, "none")."""
     from trtspec.methods import engine_methods, resolve
 
-    return [m for m in engine_methods() if m == "none" or resolve(m).proposer in PROPOSERS]
+    return [m for m in engine_methods() if resolve(m).baseline or resolve(m).proposer in PROPOSERS]
 
 
-__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "runnable_methods"]
+__all__ = ["PROPOSERS", "AuxBranch", "Draft", "ProposeInput", "Proposer", "ProposerContext", "load_proposer",
+           "runnable_methods"]

@@ -1,0 +1,20 @@
+"""Method `draft_target`: a smaller draft model proposes, the target verifies (TensorRT-LLM: draft_tokens_external,
+LLM-API DraftTarget)."""
+
+from __future__ import annotations
+
+from trtspec.methods.base import MethodInfo
+
+DECLARES = (
+    MethodInfo(
+        name="draft_target",
+        summary="a smaller draft model proposes k tokens; the target verifies them in one pass",
+        trtllm_build_mode="draft_tokens_external",
+        triton_decoding_mode="",
+        llmapi_decoding_type="DraftTarget",
+        proposer="draft_model",
+        proposer_class="trtspec.spec.proposers.draft_model:DraftModelProposer",
+        needs_draft_model=True,
+        target_features=("draft_tokens_external",),
+    ),
+)

@@ -1,0 +1,42 @@
+"""Methods `eagle` (EAGLE-1/2, TensorRT-LLM's engine flow) and `eagle3` (EAGLE-3 drafters: the reference engine and
+the LLM API).
+
+Build configs write both as method eagle, with eagle.eagle3: true for EAGLE-3 (one EAGLE section for both
+generations); the reference engine and the engine configuration name EAGLE-3 `eagle3`. Both own the `eagle_tree` part.
+"""
+
+from __future__ import annotations
+
+from trtspec.methods.base import MethodInfo
+
+EAGLE = MethodInfo(
+    name="eagle",
+    summary="EAGLE-1/2 draft head on target features (TensorRT-LLM engine flow)",
+    trtllm_build_mode="eagle",
+    triton_decoding_mode="eagle",
+    llmapi_decoding_type="Eagle",
+    proposer=None,
+    engine_part="eagle_tree",
+    tree=True,
+    engine_architectures=("LlamaForCausalLM",),
+    target_features=("eagle_engine_flow",),
+)
+
+EAGLE3 = MethodInfo(
+    name="eagle3",
+    # the reference engine's EAGLE-3 (trtspec train eagle); LLM-API decoding_type per target in build/llm_api.py
+    summary="EAGLE-3 drafter on the target's low/mid/high layer features: feature-level drafting, "
+            "static or dynamic trees",
+    trtllm_build_mode=None,
+    triton_decoding_mode="eagle",
+    llmapi_decoding_type="Eagle3",
+    proposer="eagle",
+    proposer_class="trtspec.spec.proposers.eagle:EagleProposer",
+    engine_part="eagle_tree",
+    needs_eagle_drafter=True,
+    tree=True,
+    engine_architectures=("LlamaForCausalLM",),
+    target_features=("eagle3_llmapi",),
+)
+
+DECLARES = (EAGLE, EAGLE3)

@@ -1,0 +1,22 @@
+"""Method `medusa`: Medusa heads on the target's last hidden state propose a token tree."""
+
+from __future__ import annotations
+
+from trtspec.methods.base import MethodInfo
+
+DECLARES = (
+    MethodInfo(
+        name="medusa",
+        summary="Medusa heads on the target's last hidden state propose a token tree",
+        trtllm_build_mode="medusa",
+        triton_decoding_mode="medusa",
+        llmapi_decoding_type="Medusa",
+        proposer="medusa",
+        proposer_class="trtspec.spec.proposers.medusa:MedusaProposer",
+        engine_part="medusa_tree",
+        needs_medusa_heads=True,
+        tree=True,
+        engine_architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"),
+        target_features=("medusa",),
+    ),
+)

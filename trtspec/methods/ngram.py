@@ -1,0 +1,20 @@
+"""Method `ngram`: prompt lookup, drafts copied from an earlier n-gram match (TensorRT-LLM: draft_tokens_external,
+LLM-API NGram)."""
+
+from __future__ import annotations
+
+from trtspec.methods.base import MethodInfo
+
+DECLARES = (
+    MethodInfo(
+        name="ngram",
+        summary="prompt lookup: the draft is copied from an earlier n-gram match in the context",
+        trtllm_build_mode="draft_tokens_external",
+        triton_decoding_mode="",
+        llmapi_decoding_type="NGram",
+        proposer="ngram",
+        proposer_class="trtspec.spec.proposers.ngram:NgramProposer",
+        engine_part="ngram",
+        target_features=("draft_tokens_external",),
+    ),
+)

@@ -1,0 +1,17 @@
+"""Method `none`: plain autoregressive decoding, the baseline."""
+
+from __future__ import annotations
+
+from trtspec.methods.base import MethodInfo
+
+DECLARES = (
+    MethodInfo(
+        name="none",
+        summary="plain autoregressive decoding (baseline)",
+        trtllm_build_mode=None,
+        triton_decoding_mode="",
+        llmapi_decoding_type=None,
+        proposer=None,
+        baseline=True,
+    ),
+)
