@@ -25,8 +25,7 @@ from typing import Any
 
 from trtspec.build.manifest import MANIFEST
 from trtspec.build.plan import BUNDLE_FILE, BUNDLE_FORMAT
-from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree, Ngram
-from trtspec.contracts.suffix import SuffixConfig
+from trtspec.contracts.engine import CHECKPOINTS, EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, ModelNotFoundError
 
 FORMAT_V1 = "trtspec-bundle/1"
@@ -86,19 +85,16 @@ def _engine_v1(settings: dict[str, Any], manifest: dict[str, Any]) -> EngineConf
     envelope = (manifest.get("config") or {}).get("engine") or {}
     max_input_len = int(envelope.get("max_input_len", 1024))
     choices = tuple(map(tuple, settings["choices"])) if settings.get("choices") else None
-    tree: dict[str, Any] = {}
-    if method == "eagle3":  # the dynamic shape was kept under its parameter names
-        shape = EagleTree.from_parameters({k: str(v) for k, v in settings.items() if v is not None and k in
-                                           EagleTree.PARAMETERS.values()})
-        tree = {"eagle_tree": replace(shape, choices=choices)}
-    elif method == "medusa" and choices:
-        tree = {"medusa_tree": MedusaTree(choices=choices)}
     ngram = settings.get("ngram")
     return EngineConfig(
-        **{role: settings[role] for role in ("target", "draft", "medusa", "eagle") if settings.get(role)},
-        method=method, max_k=max(k, 1), default_k=k, **tree,
-        lookahead=Lookahead(*settings["lookahead"]) if method == "lookahead" and settings.get("lookahead") else None,
-        ngram=Ngram(max_size=int(ngram["max_matching_ngram_size"])) if method == "ngram" and ngram else None,
-        suffix=SuffixConfig.from_options(settings["suffix"]) if method == "suffix" else None,
+        **{role: settings[role] for role in CHECKPOINTS if settings.get(role)},
+        **method_fields(  # the EAGLE-3 dynamic shape was kept under its parameter names
+            method, k, reference=True, choices=choices,
+            eagle_tree=lambda: replace(EagleTree.from_parameters(
+                {key: str(v) for key, v in settings.items() if v is not None and key in EagleTree.PARAMETERS.values()}),
+                choices=choices),
+            lookahead=settings.get("lookahead"),
+            ngram_size=lambda: int(ngram["max_matching_ngram_size"]) if ngram else None,
+            suffix=lambda: settings["suffix"]),
         dtype=settings.get("dtype", "float32"), max_input_len=max_input_len,
         max_output_len=max(1, int(settings.get("max_seq_len", 2048)) - max_input_len))

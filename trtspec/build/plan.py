@@ -36,9 +36,9 @@ from trtspec.build.llm_api import (
 from trtspec.build.memory import LLM_API
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
-from trtspec.contracts.engine import EngineConfig, Lookahead, MedusaTree, Ngram
-from trtspec.contracts.suffix import SuffixConfig
+from trtspec.contracts.engine import CHECKPOINTS, EngineConfig, method_fields
 from trtspec.errors import ConfigError
+from trtspec.methods.eagle import EAGLE3
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
 from trtspec.targets.llm_api import diff_serve_argv
 
@@ -419,20 +419,16 @@ def _plan_torch(r: Resolved) -> BuildPlan:
 def engine_config(r: Resolved) -> EngineConfig:
     """The engine configuration this build serves (written into the bundle and the manifest): checkpoints (a torch
     bundle's copies, relative to it; the HF inputs of a TensorRT-LLM build), method, k and each method's knobs."""
-    method = "eagle3" if _eagle3(r) and r.spec.backend == "torch" else r.method.name
+    method = EAGLE3.name if _eagle3(r) and r.spec.backend == "torch" else r.method.name
     torch = r.spec.backend == "torch"
-    checkpoints = {role: role if torch else r.models[role].path for role in ("target", "draft", "medusa", "eagle")
-                   if role in r.models}
-    speculates_per_request = torch or method in ("draft_target", "ngram")  # else the engine's own k
+    checkpoints = {role: role if torch else r.models[role].path for role in CHECKPOINTS if role in r.models}
     spec = r.spec
     return EngineConfig(
-        **checkpoints, method=method, max_k=max(r.max_draft_len, 1),
-        default_k=r.max_draft_len if speculates_per_request else 0,
-        eagle_tree=spec.eagle.tree(r.choices) if method in ("eagle", "eagle3") and spec.eagle is not None else None,
-        medusa_tree=MedusaTree(choices=tuple(map(tuple, r.choices))) if method == "medusa" and r.choices else None,
-        lookahead=Lookahead(*r.lookahead) if method == "lookahead" and r.lookahead else None,
-        ngram=Ngram(max_size=spec.ngram.max_matching_ngram_size) if method == "ngram" and spec.ngram else None,
-        suffix=SuffixConfig.from_options(spec.suffix) if method == "suffix" else None,
+        **checkpoints, **method_fields(
+            method, r.max_draft_len, reference=torch, choices=r.choices,
+            eagle_tree=lambda: spec.eagle.tree(r.choices) if spec.eagle is not None else None,
+            lookahead=r.lookahead, ngram_size=lambda: spec.ngram.max_matching_ngram_size if spec.ngram else None,
+            suffix=spec.suffix),
         dtype=spec.engine.dtype if torch else "float32", max_input_len=spec.engine.max_input_len,
         max_output_len=max(1, spec.engine.max_seq_len - spec.engine.max_input_len), schedule=spec.schedule())
 

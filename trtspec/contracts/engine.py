@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -30,6 +30,7 @@ from trtspec import choices as tree_choices
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, shown
+from trtspec.methods import METHODS, resolve
 
 MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
@@ -58,7 +59,6 @@ def _check_exact_form(method: str, schedule: SpecSchedule) -> None:
     EAGLE-3, its default, has no drafter): the engine would measure controls the deployment ignores."""
     if not schedule.exact or not schedule.to_parameters().keys() - {"speculation_controls"}:
         return
-    from trtspec.methods import resolve
     from trtspec.targets.controls import release
 
     kind = resolve(method).llmapi_decoding_type
@@ -326,8 +326,6 @@ class _SuffixPart:
 
 PARTS: dict[str, type] = {"eagle_tree": EagleTree, "medusa_tree": MedusaTree, "lookahead": Lookahead, "ngram": Ngram,
                           "prompt_log": PromptLog, "schedule": SpecSchedule}  # field -> part type (suffix: below)
-METHOD_PARTS = {"eagle_tree": ("eagle", "eagle3"), "medusa_tree": ("medusa",), "lookahead": ("lookahead",),
-                "ngram": ("ngram",), "suffix": ("suffix",)}  # a method's knobs are set only for that method
 CHECKPOINTS = ("target", "draft", "medusa", "eagle")  # the fields that name checkpoints (bundles store them relative)
 
 
@@ -508,6 +506,55 @@ class EngineConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
+# a method's knobs are set only for that method: each part field -> the methods whose home owns it (engine_part)
+METHOD_PARTS: dict[str, tuple[str, ...]] = {
+    f.name: owners for f in fields(EngineConfig)
+    if (owners := tuple(m.name for m in METHODS.values() if m.engine_part == f.name))}
+
+
+def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Sequence[int]] | None = None,
+                  eagle_tree: Any = None, lookahead: Any = None, ngram_size: Any = None,
+                  suffix: Any = None) -> dict[str, Any]:
+    """The method's fields of an EngineConfig, from a build's loose values: THE method -> engine configuration
+    mapping (build.plan.engine_config, build.bundle's format /1 reader, triton.build_output's older manifests).
+
+    Args:
+        method: the engine's method name (`eagle3` for the reference engine's EAGLE-3).
+        k: the build's draft length (max_draft_len); max_k is at least 1.
+        reference: the reference engine serves it (a torch bundle): every request says its k, so default_k = k;
+            else default_k = k only where requests carry their drafts (`MethodInfo.external_drafts`), 0 = the
+            engine's own k.
+        choices, eagle_tree, lookahead, ngram_size, suffix: the build's values, each a value or a function of none
+            that reads it (called only for the method that owns it, so another method's section is never read);
+            only the part the method's home owns (`MethodInfo.engine_part`) is set: medusa_tree from `choices`,
+            eagle_tree as given (an EagleTree or None), lookahead from (W, N, G), ngram from
+            max_matching_ngram_size, suffix from its options (always set for its method).
+
+    Returns:
+        {"method", "max_k", "default_k"} plus the method's part, for EngineConfig(**...).
+    """
+    info = resolve(method)
+    def read(value: Any) -> Any:
+        return value() if callable(value) else value
+
+    def medusa_tree() -> MedusaTree | None:
+        paths = read(choices)
+        return MedusaTree(choices=tuple(map(tuple, paths))) if paths else None
+
+    def lookahead_part() -> Lookahead | None:
+        wng = read(lookahead)
+        return Lookahead(*wng) if wng else None
+
+    def ngram() -> Ngram | None:
+        size = read(ngram_size)
+        return Ngram(max_size=size) if size is not None else None
+
+    part: dict[str, Callable[[], Any]] = {
+        "eagle_tree": lambda: read(eagle_tree), "medusa_tree": medusa_tree, "lookahead": lookahead_part,
+        "ngram": ngram, "suffix": lambda: SuffixConfig.from_options(read(suffix))}
+    owned = {info.engine_part: part[info.engine_part]()} if info.engine_part else {}
+    return {"method": method, "max_k": max(k, 1), "default_k": k if reference or info.external_drafts else 0,
+            **owned}
 
 
 @dataclass(frozen=True)

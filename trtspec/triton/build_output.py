@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree
+from trtspec.contracts.engine import EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
 from trtspec.targets import WORKFLOWS, Workflow
@@ -166,12 +166,11 @@ def _manifest_engine(root: Path, manifest: dict[str, Any], method: str) -> Engin
         choices = (derived.get("choices") or {}).get("json")
         paths = tuple(map(tuple, json.loads(choices) if isinstance(choices, str) else choices)) if choices else None
         window = derived.get("lookahead")
-        return EngineConfig(
-            target=str(target), method=method, max_k=max(k, 1), default_k=k if method in ("draft_target", "ngram") else 0,
-            eagle_tree=EagleTree(choices=paths) if method == "eagle" and paths else None,
-            medusa_tree=MedusaTree(choices=paths) if method == "medusa" and paths else None,
-            lookahead=Lookahead(int(window["window"]), int(window["ngram"]), int(window["verification_set"]))
-            if method == "lookahead" and window else None)
+        return EngineConfig(target=str(target), **method_fields(
+            method, k, reference=False, choices=paths,
+            eagle_tree=lambda: EagleTree(choices=paths) if paths else None,
+            lookahead=lambda: (int(window["window"]), int(window["ngram"]), int(window["verification_set"]))
+            if window else None))
     except (ConfigError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{root / MANIFEST}: {exc}", hint="rebuild with this trtspec") from None
 
