@@ -394,7 +394,7 @@ class BuildSpec(_Spec):
 
         if value not in METHODS:
             raise ValueError(f"unknown method; use one of: {', '.join(sorted(METHODS))}")
-        if value == "eagle3":  # the reference engine's name; a build has one EAGLE section for both generations
+        if METHODS[value].build_as is not None:  # eagle3, the reference engine's name: one EAGLE section for both
             raise ValueError("builds name EAGLE-3 drafters as method: eagle with eagle.eagle3: true (and eagle.model)")
         return value
 
@@ -497,7 +497,9 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             out.pop(key)
     if "output" in out:
         out["output"] = anchor(out["output"], always=True)
-    for section, key in (("medusa", "heads"), ("eagle", "model"), ("redrafter", "drafter")):
+    from trtspec.methods import SECTION_MODELS
+
+    for section, key in SECTION_MODELS.items():
         if isinstance(out.get(section), dict) and key in out[section]:
             out[section] = {**out[section], key: anchor(out[section][key])}
     return out

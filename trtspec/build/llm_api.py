@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trtspec.errors import ConfigError, shown
+from trtspec.methods import resolve
+from trtspec.methods.eagle import EAGLE, EAGLE3
 from trtspec.targets import TrtllmTarget, load_target
 from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
 
@@ -26,24 +28,6 @@ if TYPE_CHECKING:
     from trtspec.contracts.schedule import SpecSchedule
 
 LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
-
-# Methods whose LLM-API form has no PyTorch decoding type in any target's facts: the reason, and the nearest method
-# that has one. Methods with a decoding type that the PyTorch backend does not run (Medusa, Lookahead) are refused
-# from the facts' `backends`, with the nearest method named here too.
-NEAREST: dict[str, tuple[str, str]] = {
-    "medusa": ("eagle", "eagle with eagle.eagle3: true (an EAGLE-3 drafter also drafts trees from target features)"),
-    "lookahead": ("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
-    "redrafter": ("eagle", "eagle with eagle.eagle3: true (a learned drafter on target features), or draft_target"),
-    "suffix": ("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
-    "eagle": ("eagle", "eagle with eagle.eagle3: true and an EAGLE-3 drafter in eagle.model"),
-}
-NO_DECODING_TYPE: dict[str, str] = {
-    "redrafter": "ReDrafter has no LLM-API decoding type",
-    "suffix": "suffix decoding has no LLM-API decoding type (a suffix-automaton type, SA, came after 1.2.1)",
-    "eagle": "EAGLE-1/2 drafters run on the engine flow only: the PyTorch backend's Eagle decoding type loads "
-             "EAGLE-3 drafters",
-}
-
 
 class LlmApiRefusal(ConfigError):
     """A method without a PyTorch decoding type on the target (exit 2): names the method, the target, the nearest
@@ -78,14 +62,17 @@ class Speculation:
 def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
     """The PyTorch decoding type `method` maps to on the facts' target (None: method none); LlmApiRefusal when it
     has none there."""
-    from trtspec.methods import resolve
-
     info = resolve(method)
-    if method == "none":
+    if info.baseline:
         return None
-    if method == "eagle3" or (method == "eagle" and eagle3):
-        kind: str | None = "Eagle3" if "Eagle3" in facts.decoding_types else "Eagle"
-    elif method in NO_DECODING_TYPE:
+    # EAGLE-3 (eagle3, or a build's eagle with eagle.eagle3: true): its decoding type where the release has it, else
+    # the older name the release loads EAGLE-3 drafters under
+    newer = resolve(info.reference_form) if info.reference_form and eagle3 else info if info.build_as else None
+    if newer is not None:
+        kind: str | None = newer.llmapi_decoding_type
+        if kind not in facts.decoding_types and newer.build_as is not None:
+            kind = resolve(newer.build_as).llmapi_decoding_type
+    elif info.llmapi_unsupported:  # no PyTorch decoding type in any target's facts
         kind = None
     else:
         kind = info.llmapi_decoding_type
@@ -94,7 +81,7 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
 
         kind = release(facts.version).tag(kind) if has_release(facts.version) else kind  # 1.3's pydantic tags
     if kind is None or kind not in facts.decoding_types:
-        reason = NO_DECODING_TYPE.get(method, f"TensorRT-LLM {facts.version} has no {kind} decoding type")
+        reason = info.llmapi_unsupported or f"TensorRT-LLM {facts.version} has no {kind} decoding type"
         raise _refusal(method, facts, reason)
     if not facts.decoding_types[kind].runs_on_pytorch:
         backends = ", ".join(facts.decoding_types[kind].backends)
@@ -104,7 +91,9 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
 
 
 def _refusal(method: str, facts: LlmApiFacts, reason: str) -> LlmApiRefusal:
-    return LlmApiRefusal(method, facts.version, reason, NEAREST.get(method, ("none", "none"))[1])
+    """The refusal of `method` on the facts' target, naming the nearest method its home says has a decoding type."""
+    nearest = resolve(method).llmapi_nearest
+    return LlmApiRefusal(method, facts.version, reason, nearest[1] if nearest else "none")
 
 
 def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] | None:
@@ -118,9 +107,10 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         config[facts.draft_model_field or "speculative_model"] = spec.draft_model
     if kind == "NGram":
         config["max_matching_ngram_size"] = spec.max_matching_ngram_size or 2
-    if kind in ("Eagle", "Eagle3") and "eagle3_one_model" in fields:
+    eagle = kind in (EAGLE.llmapi_decoding_type, EAGLE3.llmapi_decoding_type)
+    if eagle and "eagle3_one_model" in fields:
         config["eagle3_one_model"] = spec.eagle3_one_model
-    elif kind in ("Eagle", "Eagle3") and not spec.eagle3_one_model:
+    elif eagle and not spec.eagle3_one_model:
         raise ConfigError("eagle.one_model", False, f"TensorRT-LLM {facts.version} has no two-model EAGLE-3 (no "
                           "eagle3_one_model field: one model only)", hint="set eagle.one_model: true, or target a "
                           "release with two-model EAGLE-3 (1.2.1)")

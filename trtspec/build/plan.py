@@ -38,7 +38,6 @@ from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.contracts.engine import CHECKPOINTS, EngineConfig, method_fields
 from trtspec.errors import ConfigError
-from trtspec.methods.eagle import EAGLE3
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
 from trtspec.targets.llm_api import diff_serve_argv
 
@@ -202,7 +201,9 @@ def _plan_pytorch(r: Resolved) -> BuildPlan:
 
 
 def _eagle3(r: Resolved) -> bool:
-    return r.method.name == "eagle" and r.spec.eagle is not None and r.spec.eagle.eagle3
+    """A build of EAGLE-1/2's method with an EAGLE-3 drafter (eagle.eagle3: true): the reference engine runs it as
+    the method's reference_form (eagle3), the LLM API as EAGLE-3."""
+    return r.method.reference_form is not None and r.spec.eagle is not None and r.spec.eagle.eagle3
 
 
 def _examples(r: Resolved, name: str) -> str:
@@ -419,7 +420,7 @@ def _plan_torch(r: Resolved) -> BuildPlan:
 def engine_config(r: Resolved) -> EngineConfig:
     """The engine configuration this build serves (written into the bundle and the manifest): checkpoints (a torch
     bundle's copies, relative to it; the HF inputs of a TensorRT-LLM build), method, k and each method's knobs."""
-    method = EAGLE3.name if _eagle3(r) and r.spec.backend == "torch" else r.method.name
+    method = r.method.reference_form if _eagle3(r) and r.spec.backend == "torch" else r.method.name
     torch = r.spec.backend == "torch"
     checkpoints = {role: role if torch else r.models[role].path for role in CHECKPOINTS if role in r.models}
     spec = r.spec

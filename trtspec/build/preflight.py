@@ -25,7 +25,7 @@ from trtspec.build.checkpoint import (
 from trtspec.build.memory import EngineMemory, estimate_kv
 from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
-from trtspec.methods import MethodInfo, lookahead_max_draft_len, resolve
+from trtspec.methods import METHOD_SECTIONS, SECTION_MODELS, MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target, require_feature
 
@@ -37,7 +37,6 @@ CONVERT_FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", 
 # Architectures trtspec's own HF -> TensorRT-LLM converter handles (used where TensorRT-LLM is not importable).
 OWN_CONVERTER_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM")
 # Config sections that belong to one method each (the section is named after its method).
-METHOD_SECTIONS = ("medusa", "lookahead", "eagle", "redrafter", "ngram", "suffix")
 DEFAULT_K = 4
 EAGLE_MAX_DRAFT_LEN, EAGLE_MAX_BATCH = 256, 512  # builder asserts (trtllm-specdec.md 2.3)
 
@@ -122,13 +121,13 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
     if spec.backend == "tensorrtllm" and method.trtllm_unsupported:
         raise ConfigError("method", method.name, f"cannot be built for TensorRT-LLM: {method.trtllm_unsupported}",
                           hint="use backend: torch (Triton's Python backend serves the reference engine, which runs it)")
-    if spec.backend == "torch" and method.name == "eagle":  # the reference engine runs EAGLE-3 drafters (eagle3)
+    if spec.backend == "torch" and method.reference_form:  # the reference engine runs EAGLE-3 drafters (eagle3)
         if spec.eagle is not None and not spec.eagle.eagle3:
             raise ConfigError("eagle.eagle3", False, "the torch reference engine runs EAGLE-3 drafters only",
                               hint="set eagle.eagle3: true with an EAGLE-3 drafter (`trtspec train eagle`), or use "
                                    "backend: tensorrtllm for an EAGLE-1/2 drafter")
         return
-    if spec.backend == "torch" and method.proposer is None and method.name != "none":
+    if spec.backend == "torch" and method.proposer is None and not method.baseline:
         from trtspec.methods import engine_methods
 
         raise ConfigError("method", method.name, "has no proposer in the torch reference engine",
@@ -176,7 +175,7 @@ def _check_pytorch_workflow(spec: BuildSpec, method: MethodInfo, target: TrtllmT
 
 def _check_sections(spec: BuildSpec, method: MethodInfo) -> None:
     for section in METHOD_SECTIONS:
-        if getattr(spec, section) is not None and section != method.name:
+        if getattr(spec, section) is not None and section != method.section:
             raise ConfigError(section, "set", f"belongs to method {section}, but method is {method.name}",
                               hint=f"remove the `{section}:` section or set method: {section}")
     if method.needs_draft_model and not spec.draft:
@@ -185,16 +184,16 @@ def _check_sections(spec: BuildSpec, method: MethodInfo) -> None:
     if spec.draft and not method.needs_draft_model:
         raise ConfigError("draft", spec.draft, f"is only used by draft-model methods, not {method.name}",
                           hint="remove `draft:` or set method: draft_target")
-    for section, key in (("medusa", "heads"), ("eagle", "model"), ("redrafter", "drafter")):
-        if method.name == section and getattr(spec, section) is None:
+    for section, key in SECTION_MODELS.items():
+        if method.section == section and getattr(spec, section) is None:
             raise ConfigError(section, None, f"method {section} needs a `{section}:` section",
                               hint=f"add `{section}: {{{key}: <dir>}}`")
 
 
 def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: list[Check]) -> dict[str, ModelRef]:
     wanted = {"target": spec.target, "draft": spec.draft}
-    extra = {"medusa": spec.medusa and spec.medusa.heads, "eagle": spec.eagle and spec.eagle.model,
-             "redrafter": spec.redrafter and spec.redrafter.drafter}
+    extra = {section: (options := getattr(spec, section)) and getattr(options, key)
+             for section, key in SECTION_MODELS.items()}
     models: dict[str, ModelRef] = {}
     for role, value in wanted.items():
         if not value:
@@ -317,7 +316,7 @@ DraftShape = tuple[int, list[list[int]] | None, tuple[int, int, int] | None]
 
 def _draft_len(spec: BuildSpec, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     """(max_draft_len, tree choices, lookahead envelope) following each method's rule (trtllm-specdec.md 2.2-2.4)."""
-    return DRAFT_LEN_RULES[spec.method](spec, spec.max_draft_len, heads, checks)
+    return DRAFT_LEN_RULES[resolve(spec.method).draft_len_rule](spec, spec.max_draft_len, heads, checks)
 
 
 def _rule_none(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
@@ -426,9 +425,9 @@ def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
     return derived, None, None
 
 
-DRAFT_LEN_RULES = {"none": _rule_none, "draft_target": _rule_external, "ngram": _rule_external,
-                   "medusa": _rule_medusa, "eagle": _rule_eagle, "lookahead": _rule_lookahead,
-                   "redrafter": _rule_redrafter, "suffix": _rule_external}  # suffix: torch backend only (k cap)
+# each method's rule, by its home's draft_len_rule (suffix: external, torch backend only, the k cap)
+DRAFT_LEN_RULES = {"plain": _rule_none, "external": _rule_external, "heads": _rule_medusa, "layers": _rule_eagle,
+                   "window": _rule_lookahead, "beams": _rule_redrafter}
 
 
 # --- engine flags ---------------------------------------------------------------------------------------------------

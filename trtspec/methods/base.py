@@ -46,6 +46,29 @@ class MethodInfo:
     trtllm_unsupported: str | None = None
     # Plain decoding, the baseline every sweep and report compares against ("none"): no draft, no proposer.
     baseline: bool = False
+    # Jacobi lookahead: configured by (W, N, G), and k counts the nodes of its n-gram trie.
+    jacobi: bool = False
+    # The build config's section of this method's options (`medusa:`, `eagle:`, ...); None = it has none.
+    section: str | None = None
+    # The key of `section` that names the method's checkpoint (medusa.heads, eagle.model, redrafter.drafter); a
+    # method with one needs its section.
+    section_model: str | None = None
+    # The method name build configs use for it (eagle3 -> eagle with eagle.eagle3: true); None = its own name.
+    build_as: str | None = None
+    # The method the reference engine runs for a build of this one with a drafter of the newer generation
+    # (eagle -> eagle3 when eagle.eagle3: true); None = the build's method itself.
+    reference_form: str | None = None
+    # build.preflight's rule for max_draft_len (DRAFT_LEN_RULES): plain, external, heads, layers, window, beams.
+    draft_len_rule: str = "external"
+    # Why the LLM API's PyTorch backend has no decoding type for it in any target (a refusal names it); None = the
+    # facts decide (llmapi_decoding_type).
+    llmapi_unsupported: str | None = None
+    # The nearest method with a PyTorch decoding type, and how to say it, for a refusal; None = none named.
+    llmapi_nearest: tuple[str, str] | None = None
+    # Features the Triton tensorrtllm repository needs besides target_features (draft_target: the BLS's draft loop).
+    repository_features: tuple[str, ...] = ()
+    # Why a served inflight-batcher model's k cannot change for it (trtspec control); None = it can, or it has no k.
+    inflight_k_fixed: str | None = None
 
     @property
     def external_drafts(self) -> bool:

@@ -16,5 +16,6 @@ DECLARES = (
         proposer_class="trtspec.spec.proposers.draft_model:DraftModelProposer",
         needs_draft_model=True,
         target_features=("draft_tokens_external",),
+        repository_features=("bls_draft_target",),
     ),
 )

@@ -18,6 +18,13 @@ EAGLE = MethodInfo(
     proposer=None,
     engine_part="eagle_tree",
     tree=True,
+    section="eagle",
+    section_model="model",
+    reference_form="eagle3",
+    draft_len_rule="layers",
+    llmapi_unsupported="EAGLE-1/2 drafters run on the engine flow only: the PyTorch backend's Eagle decoding type "
+                       "loads EAGLE-3 drafters",
+    llmapi_nearest=("eagle", "eagle with eagle.eagle3: true and an EAGLE-3 drafter in eagle.model"),
     engine_architectures=("LlamaForCausalLM",),
     target_features=("eagle_engine_flow",),
 )
@@ -35,6 +42,10 @@ EAGLE3 = MethodInfo(
     engine_part="eagle_tree",
     needs_eagle_drafter=True,
     tree=True,
+    section="eagle",
+    section_model="model",
+    build_as="eagle",
+    draft_len_rule="layers",
     engine_architectures=("LlamaForCausalLM",),
     target_features=("eagle3_llmapi",),
 )

@@ -16,6 +16,11 @@ DECLARES = (
         engine_part="medusa_tree",
         needs_medusa_heads=True,
         tree=True,
+        section="medusa",
+        section_model="heads",
+        draft_len_rule="heads",
+        llmapi_nearest=("eagle", "eagle with eagle.eagle3: true (an EAGLE-3 drafter also drafts trees from target "
+                                 "features)"),
         engine_architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"),
         target_features=("medusa",),
     ),

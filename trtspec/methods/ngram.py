@@ -15,6 +15,7 @@ DECLARES = (
         proposer="ngram",
         proposer_class="trtspec.spec.proposers.ngram:NgramProposer",
         engine_part="ngram",
+        section="ngram",
         target_features=("draft_tokens_external",),
     ),
 )

@@ -13,5 +13,6 @@ DECLARES = (
         llmapi_decoding_type=None,
         proposer=None,
         baseline=True,
+        draft_len_rule="plain",
     ),
 )

@@ -17,6 +17,10 @@ DECLARES = (
         engine_part="suffix",
         tree=True,
         cross_request_cache=True,
+        section="suffix",
+        llmapi_unsupported="suffix decoding has no LLM-API decoding type (a suffix-automaton type, SA, came after "
+                           "1.2.1)",
+        llmapi_nearest=("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
         trtllm_unsupported=(
             "TensorRT-LLM has no suffix decoding in any supported target: trtllm-build has no speculative mode "
             "for it, its LLM API's decoding types (MTP, Medusa, Eagle, Lookahead, NGram, DraftTarget, "

@@ -47,10 +47,10 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
         resolve_medusa(config.medusa, field=spell("medusa"))
     if config.eagle is not None:
         resolve_eagle(config.eagle, field=spell("eagle"))
-    if config.method == "suffix":
-        from trtspec.spec.proposers.suffix import load_arctic
+    if info.proposer_class is not None:  # its optional package (suffix: arctic-inference) is installed
+        from trtspec.spec.proposers import load_proposer
 
-        load_arctic()  # ToolNotFoundError (exit 3) with the install hint
+        load_proposer(info).check_installed()  # ToolNotFoundError (exit 3) with the install hint
     return target
 
 

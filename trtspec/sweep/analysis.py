@@ -26,7 +26,7 @@ from typing import Any
 
 from trtspec.contracts import costmodel
 from trtspec.errors import UsageError
-from trtspec.methods import resolve
+from trtspec.methods import BASELINE, resolve
 from trtspec.sweep.record_fields import check_records
 from trtspec.sweep.records import Record, latest_by_id, read_results
 
@@ -134,7 +134,7 @@ class Results:
 
     def baseline_of(self, row: CaseRow) -> CaseRow | None:
         key = _baseline_key(row.params)
-        return next((r for r in self.rows if r.method == "none" and _baseline_key(r.params) == key), None)
+        return next((r for r in self.rows if r.method == BASELINE and _baseline_key(r.params) == key), None)
 
 
 def load_results(path: str | Path, timing: str = "auto", *, max_bytes: int | None = None) -> Results:
@@ -512,7 +512,7 @@ def winners(results: Results) -> list[Winner]:
             groups[(r.suite, float(r.params["temperature"]), int(r.params["concurrency"]))].append(r)
     out = []
     for (suite, temperature, concurrency), rows in sorted(groups.items()):
-        suffix = [r for r in rows if resolve(r.method).proposer == "suffix"]
+        suffix = [r for r in rows if resolve(r.method).cross_request_cache]
         best = _fastest(rows)
         out.append(Winner(suite, temperature, concurrency, best,
                           _fastest([r for r in suffix if r.params.get("suffix_cache") != "warm"]),

@@ -236,7 +236,7 @@ class EngineBackend:
         engine = self._engine_of(spec, case)
         # chat_template None: base models get raw text
         prompts = [last_tokens(encode_prompt(engine, p, spec.chat_template), case.prompt_tokens) for p in suite.prompts]
-        method = case.method if case.method != BASELINE else "none"
+        method = case.method
         spec_params = SpecParams(method=method, k=case.k, adaptive=case.adaptive)
         samplings = [SamplingParams(temperature=case.temperature, seed=case.seed + i,
                                     max_new_tokens=case.max_new_tokens, ignore_eos=True)
@@ -311,7 +311,7 @@ class EngineBackend:
                                                 dtype=spec.dtype, options=options)
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
             warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
-            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method="none", k=0))
+            engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method=BASELINE, k=0))
             self._engines[key] = engine
         return self._engines[key]
 
@@ -321,7 +321,7 @@ class EngineBackend:
         measured in a case."""
         from trtspec.spec.params import SamplingParams
 
-        path = (id(engine), spec.method if spec.k else "none", spec.adaptive)
+        path = (id(engine), spec.method if spec.k else BASELINE, spec.adaptive)
         if path in self._warm:
             return
         self._warm.add(path)
@@ -363,12 +363,13 @@ def _host_costs(engine: Any, spec: SweepSpec, sizes: Sequence[int]) -> dict[str,
 
     prompts = [last_tokens(encode_prompt(engine, p, spec.chat_template), spec.prompt_tokens)
                for p in load_suite(spec.suites[0], spec.num_prompts).prompts]
-    model_free = [m for m in spec.methods if m in engine.available_methods and m not in (BASELINE, "lookahead")
+    model_free = [m for m in spec.methods if m in engine.available_methods and m != BASELINE and not resolve(m).jacobi
                   and resolve(m).proposer is not None and not (resolve(m).needs_draft_model
                                                                or resolve(m).needs_medusa_heads
                                                                or resolve(m).needs_eagle_drafter)]
-    has_draft = engine.proposers.get("draft_model") is not None and "draft_target" in engine.available_methods
-    drafting = "draft_target" if has_draft else (model_free[0] if model_free else None)
+    draft_method = next((m for m in engine.available_methods if resolve(m).needs_draft_model), None)
+    has_draft = draft_method is not None and engine.proposers.get(resolve(draft_method).proposer) is not None
+    drafting = draft_method if has_draft else (model_free[0] if model_free else None)
     methods = [BASELINE, *([drafting] if drafting else []), *(m for m in model_free if m != drafting)]
     k = spec.max_draft_len
     seen: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}  # (overhead, proposer, draft tokens, cpu/wall)
@@ -376,7 +377,7 @@ def _host_costs(engine: Any, spec: SweepSpec, sizes: Sequence[int]) -> dict[str,
         for b in sizes:
             for method in methods:
                 samplings = [SamplingParams(max_new_tokens=HOST_TOKENS, ignore_eos=True, seed=i) for i in range(b)]
-                params = SpecParams(method="none" if method == BASELINE else method, k=0 if method == BASELINE else k)
+                params = SpecParams(method=method, k=0 if method == BASELINE else k)
                 run = closed_loop(engine, [prompts[i % len(prompts)] for i in range(b)], samplings, params, b)
                 forwards = max(run.stats.num_target_forwards, 1)
                 if rep:

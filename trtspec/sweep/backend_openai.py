@@ -97,7 +97,7 @@ class OpenAIBackend:
 
         if self.client is None:
             raise ServerError("the OpenAI sweep backend has no client", hint="call preflight() before run_case()")
-        method = case.method if case.method != BASELINE and case.k > 0 else "none"
+        method = case.method if case.k > 0 else BASELINE
         common = {"model": self.model, "max_tokens": case.max_new_tokens, "temperature": case.temperature,
                   "seed": seed, "extra_body": {"ignore_eos": True,
                                                "nvext": {"annotations": annotations(method=method, k=case.k)}}}

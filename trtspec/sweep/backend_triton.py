@@ -38,7 +38,7 @@ import numpy as np
 
 from trtspec.contracts.metrics import AcceptanceStats, acceptance_rate, mean_acceptance_length  # data only, no torch
 from trtspec.errors import ConfigError, ServerError
-from trtspec.methods import resolve
+from trtspec.methods import BASELINE, resolve
 from trtspec.sweep.grid import Case, SweepSpec
 from trtspec.sweep.prompts import PromptSuite
 from trtspec.triton.client import PERF_OUTPUTS, TRTLLM_PERF_OUTPUTS, perf_values  # tritonclient loads lazily
@@ -162,7 +162,7 @@ class TritonBackend:
                                   hint="check `model_name`/`bls_model_name` against the served repository")
         if spec.served_model_name in models:
             served = _parameters(self.client.model_config(spec.served_model_name)).get("method")  # torch flavour's
-            wrong = [m for m in spec.methods if m != "none" and served is not None and m != served]
+            wrong = [m for m in spec.methods if m != BASELINE and served is not None and m != served]
             if wrong:
                 raise ConfigError("methods", wrong[0], f"model {spec.served_model_name!r} on {spec.url} serves method "
                                   f"{served!r} (a server-level setting); k and temperature vary per request",

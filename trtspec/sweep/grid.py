@@ -38,17 +38,14 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.config import load_yaml
-from trtspec.contracts.engine import EagleTree, Lookahead
+from trtspec.contracts.engine import PARTS, EagleTree, Lookahead, Ngram
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
-from trtspec.methods import engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
+from trtspec.methods import BASELINE, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.sweep.record_fields import MAX_BATCH_SIZE, MAX_K
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
-BASELINE = "none"
-SUFFIX = "suffix"  # the suffix decoding proposer (methods.METHODS[...].proposer)
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
-LOOKAHEAD = "lookahead"
 SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
 ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache", "schedules", "ramps",
@@ -258,14 +255,14 @@ class SweepSpec(BaseModel):
                               hint="add a method such as draft_target, or drop schedules")
         for value in self.lookahead:
             parse_lookahead(value, field="lookahead")
-        if self.lookahead and LOOKAHEAD not in self.methods:
+        if self.lookahead and not any(resolve(m).jacobi for m in self.methods):
             raise ConfigError("lookahead", self.lookahead, "lookahead variants need method lookahead",
                               hint="add lookahead to methods, or drop lookahead")
         if self.suffix_cache is not None:
             if not self.suffix_cache:
                 raise ConfigError("suffix_cache", self.suffix_cache, "must not be empty",
                                   hint="use cold, warm or cold,warm")
-            if not any(resolve(m).proposer == SUFFIX for m in self.methods):
+            if not any(resolve(m).cross_request_cache for m in self.methods):
                 raise ConfigError("suffix_cache", self.suffix_cache, "cache states need method suffix",
                                   hint="add suffix to methods, or drop suffix_cache")
         if self.adaptive and all(m == BASELINE for m in self.methods):
@@ -349,18 +346,18 @@ class SweepSpec(BaseModel):
             return [{"medusa": m, "tree": t} for m in self.medusa for t in self.trees]
         if info.needs_eagle_drafter and self.via == "engine":  # a served model has its own drafter and tree
             return [{"eagle": e, "tree": t} for e in self.eagle for t in self.eagle_trees]
-        if method == LOOKAHEAD:
+        if info.jacobi:
             return [{"lookahead": w} for w in self.lookahead] or [{}]
-        if self.max_ngram is not None and info.proposer == "ngram":
+        if self.max_ngram is not None and PARTS.get(info.engine_part or "") is Ngram:  # n-gram matching's knobs
             return [{"max_ngram": self.max_ngram}]
-        if info.proposer == SUFFIX and self.via == "engine":  # a served model's cache is the server's, as it stands
+        if info.cross_request_cache and self.via == "engine":  # a served model's cache is the server's, as it stands
             return [{"suffix_cache": state} for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
         return [{}]
 
     def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
         """Sorted distinct k > 0; lookahead's k counts trie nodes and stops at the full trie (a larger k drafts the
         same, see methods.lookahead_trie_nodes)."""
-        if method == LOOKAHEAD:
+        if resolve(method).jacobi:
             wng = parse_lookahead(str(variant["lookahead"])) if variant.get("lookahead") else Lookahead().as_tuple()
             ks = [min(k, lookahead_trie_nodes(*wng)) for k in ks]
         return sorted({k for k in ks if k > 0})

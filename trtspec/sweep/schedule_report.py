@@ -252,32 +252,33 @@ def _same_pair(data: dict[str, Any], rec: ScheduleRecommendation, path: Path) ->
 def _set_method(data: dict[str, Any], rec: ScheduleRecommendation) -> list[str]:
     """The method, its model or knobs and max_draft_len, in place (a key keeps its position; `k` is renamed); the
     draft and the sections of other methods are removed (a build refuses them: build/preflight.py)."""
-    from trtspec.build.preflight import METHOD_SECTIONS
-    from trtspec.methods import resolve
+    from trtspec.methods import BASELINE, METHOD_SECTIONS, resolve
 
-    params = rec.params
-    method = "none" if rec.max_draft_len == 0 else "eagle" if rec.method == "eagle3" else rec.method
+    params, measured = rec.params, resolve(rec.method)
+    method = BASELINE if rec.max_draft_len == 0 else measured.build_as or rec.method  # eagle3: a build's eagle
     _put(data, "method", method)
+    info = resolve(method)
     notes = [f"removed `{key}:` (method {method} does not use it)" for key in ("draft", *METHOD_SECTIONS)
-             if key in data and key != method and not (key == "draft" and resolve(method).needs_draft_model)]
+             if key in data and key != info.section and not (key == "draft" and info.needs_draft_model)]
     for key in ("draft", *METHOD_SECTIONS):
-        if key != method and not (key == "draft" and resolve(method).needs_draft_model):
+        if key != info.section and not (key == "draft" and info.needs_draft_model):
             data.pop(key, None)
-    if method == "none":
+    if info.baseline:
         for key in ("max_draft_len", "k"):
             data.pop(key, None)
         return [f"speculation does not pay at batch 1 for {rec.method} at temperature {rec.temperature:g}: method "
                 "none", *notes]
-    if method == "draft_target" and params.get("draft"):
-        _put(data, "draft", params["draft"])
-    if rec.method == "eagle3" and params.get("eagle"):
-        _put(data, "eagle", {**_section(data, "eagle"), "model": params["eagle"], "eagle3": True})
-    if method == "medusa" and params.get("medusa"):
-        _put(data, "medusa", {**_section(data, "medusa"), "heads": params["medusa"]})
-    if method == "ngram":
-        from trtspec.contracts.engine import Ngram
+    from trtspec.contracts.engine import PARTS, Ngram
 
-        _put(data, "ngram", {**_section(data, "ngram"),
+    section = info.section or ""  # the method's own section of the build config (eagle3: eagle's)
+    if info.needs_draft_model and params.get("draft"):
+        _put(data, "draft", params["draft"])
+    if measured.needs_eagle_drafter and params.get("eagle"):  # the sweep's EAGLE-3 drafter (grid variant "eagle")
+        _put(data, section, {**_section(data, section), info.section_model or "": params["eagle"], "eagle3": True})
+    if info.needs_medusa_heads and params.get("medusa"):  # the sweep's heads (grid variant "medusa")
+        _put(data, section, {**_section(data, section), info.section_model or "": params["medusa"]})
+    if PARTS.get(info.engine_part or "") is Ngram:
+        _put(data, section, {**_section(data, section),
                              "max_matching_ngram_size": params.get("max_ngram") or Ngram().max_size})
     _put(data, "max_draft_len", rec.max_draft_len, alias="k")
     return notes
@@ -334,7 +335,9 @@ def _reads_controls(spec: Any) -> tuple[bool, str]:
 def _check(spec: Any) -> None:
     """The engine's schedule rules and, for the PyTorch workflow, the target's LLM-API rules (ConfigError)."""
     spec.schedule()
-    if spec.backend != "tensorrtllm" or spec.workflow_name() != "pytorch" or spec.method == "none":
+    from trtspec.methods import resolve
+
+    if spec.backend != "tensorrtllm" or spec.workflow_name() != "pytorch" or resolve(spec.method).baseline:
         return
     from trtspec.build.llm_api import Speculation, llm_api_options
 

@@ -120,6 +120,11 @@ class Proposer:
         """Build from the engine's parts; raise ConfigError when a required part is missing."""
         raise NotImplementedError
 
+    @classmethod
+    def check_installed(cls) -> None:
+        """Raise ToolNotFoundError (with the install hint) when an optional package the proposer needs is missing;
+        the engine host calls it before loading anything (spec/host.py `check`)."""
+
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         """One Draft per input, in order; a Draft may be shorter than k (even empty)."""
         raise NotImplementedError

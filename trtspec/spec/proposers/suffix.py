@@ -75,6 +75,10 @@ class SuffixProposer(Proposer):
     def create(cls, ctx: ProposerContext) -> SuffixProposer:
         return cls(ctx.options.suffix)
 
+    @classmethod
+    def check_installed(cls) -> None:
+        load_arctic()  # ToolNotFoundError (exit 3) with the install hint
+
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def observe_prompt(self, request_id: int, prompt_ids: list[int]) -> None:
         """Admission: build the request's own tree from its prompt (again after a preemption: kept)."""
