@@ -30,6 +30,7 @@ import click
 
 from trtspec.cli._deployment import DEPLOYMENT, HELP
 from trtspec.cli._types import HOST_PORT, FiniteFloat
+from trtspec.methods import BASELINE
 from trtspec.ops.drift import DEFAULT_ALPHA, DEFAULT_DISPERSION, DEFAULT_HORIZON, DEFAULT_SHIFT
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -192,7 +193,7 @@ def _baseline_of_results(results: Path, sample: Any, models: set[str], temperatu
     from trtspec.sweep.baseline import baseline_for
 
     served = {(m.pooled.model, m.method, int(c.k)) for m, c in sample.models.items()
-              if m.method not in ("", "none") and c.k and (not models or m.model in models)}
+              if m.method not in ("", BASELINE) and c.k and (not models or m.model in models)}
     unlabelled = {(m.pooled.model, int(c.k)) for m, c in sample.models.items()
                   if not m.method and c.k and (not models or m.model in models)}
     if not served and unlabelled:  # trtllm-serve's rows, a tap, TensorRT-LLM's families: the results' one method
@@ -379,7 +380,7 @@ def wanted_change(report: Any) -> Any:
 def _speculating(sample: Any, models: set[str], *, unlabelled: bool = False) -> list[str]:
     """The models of a scrape that speculate by their `method` label (and, with `unlabelled`, those of sources that
     label none), among --model's when given."""
-    return sorted({m.model for m in sample.models if m.method != "none" and (m.method or unlabelled)
+    return sorted({m.model for m in sample.models if m.method != BASELINE and (m.method or unlabelled)
                    and (not models or m.model in models)})
 
 

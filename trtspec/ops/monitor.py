@@ -19,6 +19,7 @@ from typing import Any
 from trtspec.contracts.baseline import Baseline
 from trtspec.contracts.control import ServedSpeculation, ServerControl, describe
 from trtspec.contracts.costmodel import cost_per_million_tokens
+from trtspec.methods import BASELINE
 from trtspec.ops.buckets import BucketWindows
 from trtspec.ops.drift import CusumDetector, DriftConfig, DriftStatus, RateDetector
 from trtspec.ops.recommend import Recommendation, baseline_alpha, recommend
@@ -178,7 +179,7 @@ class Monitor:
         drift = (None if detector is None else
                  detector.status((w.count("num_accepted_tokens"), w.count("num_draft_tokens")))
                  if isinstance(detector, RateDetector) else detector.status((w.accepted_per_pos, w.rejections_per_pos)))
-        speculates = baseline is not None and drafting and w.model.method != "none"
+        speculates = baseline is not None and drafting and w.model.method != BASELINE
         rec = recommend(w, baseline) if speculates else None
         proposal = propose_schedule(w, self.buckets.of(w.model), baseline, served=self.served.get(w.model.model),
                                     max_batch_size=self.max_batch_size) if speculates and baseline else None

@@ -22,7 +22,7 @@ from typing import Any
 
 from trtspec.contracts.engine import EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, UsageError
-from trtspec.methods import resolve
+from trtspec.methods import BASELINE, resolve
 from trtspec.targets import WORKFLOWS, Workflow
 from trtspec.textfile import load_yaml_text
 
@@ -96,7 +96,7 @@ def read_build_output(build_dir: Path) -> BuildOutput:
                          hint="run `trtspec build CONFIG --out DIR` first and deploy DIR")
     manifest = read_json(root / MANIFEST, "manifest")
     backend = str(manifest.get("backend", "tensorrtllm"))
-    method = str(manifest.get("method", "none"))
+    method = str(manifest.get("method", BASELINE))
     config = manifest.get("config") or {}
     engine_cfg = config.get("engine") or {}
     derived = manifest.get("derived") or {}

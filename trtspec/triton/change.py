@@ -231,17 +231,13 @@ def plan_inflight_change(repo: Path, change: SpeculationChange, *, model: str = 
             f"speculation) to tensorrt_llm_bls; the engine takes at most its max_draft_len {max_k}, and the BLS does "
             "not check it. Nothing on the server changes or reloads",
             "the BLS refuses streaming and batch size > 1 with speculation"))
-    if method == "ngram":
+    if info.external_drafts:  # a model-free method whose drafts the caller sends (ngram)
         return PlannedChange("triton-inflight", model, old, new, "live", refused=tuple(refused), notes=(
-            f"ngram on the engine workflow: the caller's draft_input_ids are the draft; send at most {k} of them per "
+            f"{method} on the engine workflow: the caller's draft_input_ids are the draft; send at most {k} of them per "
             f"request to tensorrt_llm (the engine takes at most {max_k})",))
     if info.tree:
         return _tree_change(root, record, model, old, new, k, max_k, heads, tuple(refused), http_url=http_url)
-    reason = {"lookahead": "lookahead's server (W, N, G) must match the engine's max_draft_len, so the server-wide "
-                           "draft cannot shrink by a reload; per request, lookahead_window_size, lookahead_ngram_size and "
-                           "lookahead_verification_set_size at most the server's draft fewer tokens (live)",
-              "redrafter": "ReDrafter's beams and draft length are built into the engine: no runtime knob"}.get(
-        method, f"method {method} has no k this form can change")
+    reason = info.inflight_k_fixed or f"method {method} has no k this form can change"
     return PlannedChange("triton-inflight", model, old, old, "none", refused=(*refused, f"k={k}: {reason}"),
                          notes=("nothing this form can change",))
 

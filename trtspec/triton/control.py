@@ -40,6 +40,7 @@ from trtspec.contracts.control import KChange, ScheduleChange, ServedSpeculation
 from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ServerError, UsageError
+from trtspec.methods import BASELINE
 from trtspec.triton.served_config import from_model_config
 
 
@@ -92,7 +93,7 @@ def check_server(url: str, models: Sequence[str], *, timeout_s: float = CHECK_TI
                                  "(its parameters have no target), so its k cannot be set live",
                                  hint="watch the engine model (--model tensorrt_llm); on the tensorrtllm flavour k "
                                       "is set per request (num_draft_tokens)")
-            if from_model_config(config).method == "none":
+            if from_model_config(config).method == BASELINE:
                 raise UsageError(f"url={url!r}: model {model!r} runs method none (no speculation): it has no k to "
                                  "set", hint="watch the model that speculates (--model NAME)")
 
@@ -292,7 +293,7 @@ def served_engine(config: dict[str, Any], model: str) -> EngineConfig:
 
 
 def check_speculates(params: EngineConfig, model: str) -> None:
-    if params.method == "none":
+    if params.method == BASELINE:
         raise UsageError(f"model {model!r} runs method none (no speculation): it has no k to set",
                          hint="set k on the model that speculates, e.g. --model tensorrt_llm")
 

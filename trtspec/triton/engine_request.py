@@ -14,6 +14,7 @@ import numpy as np
 
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError, TrtspecError
+from trtspec.methods import BASELINE
 
 # Inputs of features the reference engine does not have: a request that sends one is refused naming it.
 REFUSED_INPUTS = {
@@ -229,7 +230,7 @@ def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarra
         if draft and "draft_token_ids" not in features:
             raise RequestError("draft_input_ids: verifying a caller's draft is not supported yet by this trtspec's "
                                "reference engine; leave draft_input_ids out")
-    k = t.scalar("num_draft_tokens", row, int, params.default_k) if params.method != "none" else 0
+    k = t.scalar("num_draft_tokens", row, int, params.default_k) if params.method != BASELINE else 0
     seed = t.scalar("random_seed", row, int, t.scalar("seed", row, int))
     jobs = []
     for index in range(n):
@@ -239,7 +240,7 @@ def _row_jobs(t: _Tensors, row: int, input_ids: np.ndarray, draft_ids: np.ndarra
             sampling = _sampling(t, row, output_len, end_id, seed_i, controls, params, features)
             spec_kwargs: dict[str, Any] = {"method": params.method, "k": k}
             if draft:  # like a draft_tokens_external engine: the caller's draft, then no speculation of its own
-                spec_kwargs = {"method": "none", "k": 0, "draft_token_ids": tuple(draft)}
+                spec_kwargs = {"method": BASELINE, "k": 0, "draft_token_ids": tuple(draft)}
             spec = SpecParams(**spec_kwargs).validate(max_k=params.max_k)
         except TrtspecError as exc:
             message = with_hint(exc)

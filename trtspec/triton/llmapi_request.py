@@ -29,6 +29,7 @@ import numpy as np
 
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import RequestError, TrtspecError
+from trtspec.methods import BASELINE
 from trtspec.text_codec import request_text
 from trtspec.triton.engine_request import with_hint
 
@@ -159,7 +160,7 @@ def parse_llmapi_request(get: Callable[[str], np.ndarray | None], params: Engine
             frequency_penalty=sampling("frequency_penalty", float),
             stop_words=[encode_words(s) for s in stop_strings],
             return_log_probs=flags["return_cumulative_logprob"]).validate()
-        k = params.default_k if params.method != "none" else 0
+        k = params.default_k if params.method != BASELINE else 0
         spec = SpecParams(method=params.method, k=k).validate(max_k=params.max_k)
     except TrtspecError as exc:
         raise RequestError(with_hint(exc)) from None

@@ -23,11 +23,11 @@ from trtspec import choices as tree_choices
 from trtspec import text_codec
 from trtspec.contracts import observability, series
 from trtspec.contracts.baseline import BASELINE_FILE, Baseline
-from trtspec.contracts.engine import EngineConfig, Lookahead
+from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaTree
 from trtspec.contracts.repository import REPO_RECORD, RepoRecord
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
-from trtspec.methods import lookahead_max_draft_len, resolve
+from trtspec.methods import BASELINE, METHODS, lookahead_max_draft_len, resolve
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
 from trtspec.triton import contract, llmapi
 from trtspec.triton.build_output import EngineInfo, read_build_output
@@ -40,12 +40,10 @@ SERIES_MODULE = "trtspec_series.py"  # trtspec.contracts.series, next to the ten
 CODEC = {"text_codec.py": Path(text_codec.__file__)}  # what the tokenizing Python models import
 ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
-# What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour.
-METHOD_FEATURES: dict[str, tuple[str, ...]] = {
-    "draft_target": ("draft_tokens_external", "bls_draft_target"), "ngram": ("draft_tokens_external",),
-    "medusa": ("medusa",), "eagle": ("eagle_engine_flow",), "redrafter": ("redrafter",),
-    "lookahead": ("lookahead_engine", "server_lookahead_params"),
-}  # fmt: skip
+# What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour: its
+# home's target_features and repository_features, for the methods with an engine-flow form.
+METHOD_FEATURES: dict[str, tuple[str, ...]] = {m.name: m.target_features + m.repository_features
+                                               for m in METHODS.values() if m.trtllm_build_mode is not None}
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ class RepoSpec:
                               "reads only eagle_choices (no dynamic tree)", hint="deploy with --backend torch, or drop "
                               "it")
         if self.backend == "torch":
-            if info.proposer is None and self.method != "none":
+            if info.proposer is None and not info.baseline:
                 raise UsageError(f"method {self.method!r} has no reference-engine proposer",
                                  hint="deploy it with --backend tensorrtllm")
             if info.needs_draft_model and engine.draft is None:
@@ -180,7 +178,7 @@ class RepoSpec:
         if "target" not in self.engines:
             raise UsageError("the build lists no target engine", hint="rebuild with `trtspec build CONFIG`")
         target = self.engines["target"]
-        if info.needs_draft_model or self.method == "ngram":
+        if info.external_drafts:  # draft_target, ngram: the caller's draft tokens
             if target.max_draft_len < 1 or target.speculative_decoding_mode not in (None, "draft_tokens_external"):
                 raise UsageError(
                     f"target engine {target.path} was not built for draft tokens (speculative_decoding_mode="
@@ -198,7 +196,7 @@ class RepoSpec:
             if None not in (draft.vocab_size, target.vocab_size) and draft.vocab_size != target.vocab_size:
                 raise UsageError(f"draft engine vocab_size {draft.vocab_size} != target's {target.vocab_size}",
                                  hint="draft and target must share one tokenizer and vocab size")
-        if self.method == "lookahead":
+        if info.jacobi:
             self._check_lookahead(target)
         choices = self.choices
         if info.tree and choices is not None:
@@ -208,8 +206,11 @@ class RepoSpec:
     @property
     def choices(self) -> list[list[int]] | None:
         """The static tree of a tree method (Medusa, EAGLE), as lists of ranks; None when it has none."""
-        tree = self.engine.medusa_tree if self.method == "medusa" else self.engine.eagle_tree
-        return [list(p) for p in tree.choices] if tree is not None and tree.choices is not None else None
+        part = resolve(self.method).engine_part
+        tree = getattr(self.engine, part) if part is not None else None
+        if not isinstance(tree, (MedusaTree, EagleTree)):  # a method without a static tree part (suffix: options)
+            return None
+        return [list(p) for p in tree.choices] if tree.choices is not None else None
 
     def _check_features(self, facts: TrtllmTarget) -> None:
         """Refuse a method, or a decoding mode, that the TensorRT-LLM target lacks (naming the nearest that has it)."""
@@ -308,13 +309,14 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineConfig]:
     verifies a caller's draft_input_ids); `tensorrt_llm_draft`, when there is a draft model, runs the draft alone with
     plain decoding."""
     engine = spec.engine
-    if engine.method == "suffix" and engine.suffix is None:  # every option written out, so config.pbtxt says them all
+    # suffix decoding: every option written out, so config.pbtxt says them all
+    if resolve(engine.method).cross_request_cache and engine.suffix is None:
         engine = replace(engine, suffix=SuffixConfig())
     models = {"tensorrt_llm": engine}
     if spec.has_draft_model:
         assert engine.draft is not None
         models["tensorrt_llm_draft"] = replace(engine, target=engine.draft, draft=None, medusa=None, eagle=None,
-                                               method="none", default_k=0, eagle_tree=None, medusa_tree=None,
+                                               method=BASELINE, default_k=0, eagle_tree=None, medusa_tree=None,
                                                lookahead=None, ngram=None, suffix=None, prompt_log=None,
                                                schedule=None)  # plain decoding: no speculation to schedule
     return models
@@ -362,7 +364,7 @@ def _trtllm_parameters(spec: RepoSpec, engine: EngineInfo, *, speculative: bool)
         params["decoding_mode"] = info.triton_decoding_mode
     if speculative and info.tree:  # medusa_choices / eagle_choices, in the C++ `{0}, {0, 0}` form
         params[f"{spec.method}_choices"] = tree_choices.to_triton(spec.choices or tree_choices.MC_SIM_7B_63)
-    if speculative and spec.method == "lookahead" and spec.engine.lookahead is not None \
+    if speculative and info.jacobi and spec.engine.lookahead is not None \
             and spec.target.has("server_lookahead_params"):
         window, ngram, verification = spec.engine.lookahead.as_tuple()
         params |= {"lookahead_window_size": window, "lookahead_ngram_size": ngram,

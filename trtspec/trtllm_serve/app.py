@@ -29,6 +29,7 @@ from trtspec import __version__
 from trtspec.chat import chat_text
 from trtspec.contracts.prom_series import WorkerMetrics
 from trtspec.errors import ConfigError, TrtspecError
+from trtspec.methods import BASELINE
 from trtspec.spec.params import SpecParams
 from trtspec.trtllm_serve import protocol as p
 from trtspec.trtllm_serve.server import IterationBuffer
@@ -48,7 +49,7 @@ class TrtllmServeApp:
         self.created = int(time.time())
         config = host.config
         self.spec = SpecParams(method=config.method, k=config.default_k)
-        self.speculative = config.method != "none"  # specDecodingStats is null on a server without speculation
+        self.speculative = config.method != BASELINE  # specDecodingStats is null on a server without speculation
         self.metrics = WorkerMetrics({"model": model, "version": "1", "method": config.method},
                                      default_k=config.default_k, gate=lambda: self.engine.gate_state)
         tokenizer = self.engine.tokenizer
