@@ -315,11 +315,11 @@ def _engine_step(r: Resolved, role: str) -> Step:
             "--max_seq_len", str(engine.max_seq_len), "--max_num_tokens", str(engine.max_num_tokens),
             "--max_beam_width", str(engine.max_beam_width), "--logits_dtype", engine.logits_dtype,
             "--kv_cache_type", "paged", "--use_paged_context_fmha", "enable" if engine.use_paged_context_fmha else "disable"]
-    external = method.trtllm_build_mode == "draft_tokens_external"
+    external = method.external_drafts
     if role == "target" and method.trtllm_build_mode is not None:
         argv += ["--speculative_decoding_mode", method.trtllm_build_mode]
         # Medusa and ReDrafter take max_draft_len from the checkpoint (the builder derives it, 2.2).
-        if method.trtllm_build_mode in ("draft_tokens_external", "eagle", "lookahead_decoding"):
+        if method.build_max_draft_len:
             argv += ["--max_draft_len", str(r.max_draft_len)]
     gather = engine.gather_generation_logits
     if gather is None:

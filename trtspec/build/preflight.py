@@ -437,7 +437,7 @@ def _check_engine_flags(spec: BuildSpec, method: MethodInfo, max_draft_len: int,
                         checks: list[Check]) -> None:
     engine = spec.engine
     speculative = method.trtllm_build_mode is not None
-    if method.trtllm_build_mode in ("draft_tokens_external", "eagle") and not engine.use_paged_context_fmha:
+    if method.needs_paged_context_fmha and not engine.use_paged_context_fmha:
         raise ConfigError("engine.use_paged_context_fmha", False, f"{method.name} needs paged context FMHA: without "
                           "it TensorRT-LLM silently turns KV-cache reuse off", hint="set use_paged_context_fmha: true")
     if speculative and engine.max_beam_width != 1:

@@ -16,7 +16,7 @@ import click
 
 from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED
 from trtspec.errors import ServerError
-from trtspec.methods import engine_methods
+from trtspec.methods import engine_methods, resolve
 
 TREE_MAX_NODES = 64  # default k (node cap) for tree methods: every node of a 63-node tree
 
@@ -134,19 +134,20 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
         import torch
 
         torch.set_num_threads(threads)  # the application's choice; the library never changes it
-    from trtspec.methods import lookahead_trie_nodes, parse_lookahead, resolve
+    from trtspec.methods import lookahead_trie_nodes, parse_lookahead
 
     model = model or "tiny"
-    tree = resolve(method).tree
+    info = resolve(method)
+    tree = info.tree
     window, ngram, verification_set = parse_lookahead(lookahead, field="--lookahead")
     # tree-shaped drafts: k counts tree nodes (Medusa: the whole tree; lookahead: G candidates of N - 1 tokens)
-    by_nodes = tree or method == "lookahead"
+    by_nodes = tree or info.jacobi
     if k is None:
         k = TREE_MAX_NODES if tree else lookahead_trie_nodes(window, ngram, verification_set) \
-            if method == "lookahead" else 4
+            if info.jacobi else 4
     if by_nodes:
         max_k = max(max_k, k)
-    spec = SpecParams(method=method, k=k if method != "none" else 0, acceptance="typical_lossy" if typical else "exact")
+    spec = SpecParams(method=method, k=k if not info.baseline else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa, eagle=eagle,
                        options=_proposer_options((window, ngram, verification_set), medusa_choices, method))
@@ -197,7 +198,7 @@ def _proposer_options(lookahead: tuple[int, int, int], choices: str | None, meth
     from trtspec.contracts.engine import EagleTree, Lookahead, MedusaTree, ProposerOptions
 
     trees: dict[str, Any] = {}
-    if choices is not None and method == "eagle3":
+    if choices is not None and resolve(method).needs_eagle_drafter:  # EAGLE-3: a static tree or a dynamic shape
         trees["eagle_tree"] = EagleTree.parse(choices, field="--choices")
     elif choices is not None:
         trees["medusa_tree"] = MedusaTree(choices=tuple(map(tuple, tree_choices.parse(choices, field="--choices"))))

@@ -65,6 +65,10 @@ class MethodInfo:
     llmapi_unsupported: str | None = None
     # The nearest method with a PyTorch decoding type, and how to say it, for a refusal; None = none named.
     llmapi_nearest: tuple[str, str] | None = None
+    # The target's trtllm-build takes --max_draft_len (Medusa and ReDrafter derive it from the checkpoint, 2.2).
+    build_max_draft_len: bool = False
+    # Its engines need paged context FMHA: without it TensorRT-LLM silently turns KV-cache reuse off.
+    needs_paged_context_fmha: bool = False
     # Features the Triton tensorrtllm repository needs besides target_features (draft_target: the BLS's draft loop).
     repository_features: tuple[str, ...] = ()
     # Why a served inflight-batcher model's k cannot change for it (trtspec control); None = it can, or it has no k.

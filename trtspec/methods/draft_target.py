@@ -16,6 +16,8 @@ DECLARES = (
         proposer_class="trtspec.spec.proposers.draft_model:DraftModelProposer",
         needs_draft_model=True,
         target_features=("draft_tokens_external",),
+        build_max_draft_len=True,
+        needs_paged_context_fmha=True,
         repository_features=("bls_draft_target",),
     ),
 )

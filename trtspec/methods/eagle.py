@@ -27,6 +27,8 @@ EAGLE = MethodInfo(
     llmapi_nearest=("eagle", "eagle with eagle.eagle3: true and an EAGLE-3 drafter in eagle.model"),
     engine_architectures=("LlamaForCausalLM",),
     target_features=("eagle_engine_flow",),
+    build_max_draft_len=True,
+    needs_paged_context_fmha=True,
 )
 
 EAGLE3 = MethodInfo(

@@ -22,5 +22,6 @@ DECLARES = (
                           "cannot shrink by a reload; per request, lookahead_window_size, lookahead_ngram_size and "
                           "lookahead_verification_set_size at most the server's draft fewer tokens (live)"),
         target_features=("lookahead_engine", "server_lookahead_params"),
+        build_max_draft_len=True,
     ),
 )

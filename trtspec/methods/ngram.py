@@ -17,5 +17,7 @@ DECLARES = (
         engine_part="ngram",
         section="ngram",
         target_features=("draft_tokens_external",),
+        build_max_draft_len=True,
+        needs_paged_context_fmha=True,
     ),
 )
