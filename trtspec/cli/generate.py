@@ -16,7 +16,7 @@ import click
 
 from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED
 from trtspec.errors import ServerError
-from trtspec.methods import engine_methods, resolve
+from trtspec.methods import DEFAULT_METHOD, engine_methods, resolve
 
 TREE_MAX_NODES = 64  # default k (node cap) for tree methods: every node of a 63-node tree
 
@@ -62,7 +62,7 @@ class _MethodChoice(click.Choice):
               help="With --url: print the text as the server streams it (needs `trtspec deploy --decoupled`).")
 @click.option("--draft", default="tiny-draft", show_default=True,
               help="Draft model for --method draft_target (embedded name or directory).")
-@click.option("--method", type=_MethodChoice(), default="draft_target", show_default=True,
+@click.option("--method", type=_MethodChoice(), default=DEFAULT_METHOD, show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
 @click.option("--k", "k", type=COUNT, default=None,
               help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "

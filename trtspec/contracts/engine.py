@@ -30,7 +30,7 @@ from trtspec import choices as tree_choices
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, shown
-from trtspec.methods import METHODS, resolve
+from trtspec.methods import DEFAULT_METHOD, METHODS, resolve
 
 MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
@@ -339,7 +339,7 @@ class EngineConfig:
     medusa: str | None = None  # Medusa heads (method medusa)
     eagle: str | None = None  # EAGLE-3 drafter (method eagle3)
     # speculation: the method every request runs unless it says otherwise, and k
-    method: str = "draft_target"
+    method: str = DEFAULT_METHOD
     max_k: int = 8  # largest k a request may ask for (num_draft_tokens)
     default_k: int = 4  # k of a request that does not say
     # each method's knobs (None: the proposer's defaults; set only for the method they shape)

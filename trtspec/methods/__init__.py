@@ -26,6 +26,7 @@ HOMES = (none, draft_target, ngram, suffix, medusa, eagle, lookahead, redrafter)
 METHODS: dict[str, MethodInfo] = {m.name: m for home in HOMES for m in home.DECLARES}
 
 BASELINE = next(name for name, m in METHODS.items() if m.baseline)  # plain decoding's name ("none")
+DEFAULT_METHOD = draft_target.DRAFT_TARGET.name  # what an engine configuration or request runs unless it says
 # The build config's method sections (`medusa:`, `eagle:`, ...), and the key of each that names a checkpoint.
 METHOD_SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(m.section for m in METHODS.values() if m.section))
 SECTION_MODELS: dict[str, str] = {m.section: m.section_model for m in METHODS.values() if m.section and m.section_model}
@@ -68,5 +69,5 @@ def parse_lookahead(value: str, field: str = "lookahead") -> tuple[int, int, int
     return window, ngram, verification_set
 
 
-__all__ = ["BASELINE", "HOMES", "METHODS", "METHOD_SECTIONS", "SECTION_MODELS", "MethodInfo", "engine_methods", "lookahead_max_draft_len",
-           "lookahead_trie_nodes", "parse_lookahead", "resolve", "validate_lookahead"]
+__all__ = ["BASELINE", "DEFAULT_METHOD", "HOMES", "METHODS", "METHOD_SECTIONS", "SECTION_MODELS", "MethodInfo", "engine_methods",
+           "lookahead_max_draft_len", "lookahead_trie_nodes", "parse_lookahead", "resolve", "validate_lookahead"]

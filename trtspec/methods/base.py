@@ -74,6 +74,12 @@ class MethodInfo:
     # Why a served inflight-batcher model's k cannot change for it (trtspec control); None = it can, or it has no k.
     inflight_k_fixed: str | None = None
 
+    def proposer_key(self) -> str:
+        """`proposer`, for a method the reference engine runs: the name its proposer class gives itself."""
+        if self.proposer is None:
+            raise ValueError(f"method {self.name} has no reference-engine proposer")
+        return self.proposer
+
     @property
     def external_drafts(self) -> bool:
         """A TensorRT-LLM engine takes this method's drafts from the caller (draft_tokens_external), so each request

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from trtspec.methods.base import MethodInfo
 
-DECLARES = (
-    MethodInfo(
-        name="redrafter",
-        summary="ReDrafter recurrent drafter with beam search (explicit draft tokens)",
-        trtllm_build_mode="explicit_draft_tokens",
-        triton_decoding_mode="redrafter",
-        llmapi_decoding_type=None,
-        proposer=None,
-        section="redrafter",
-        section_model="drafter",
-        draft_len_rule="beams",
-        llmapi_unsupported="ReDrafter has no LLM-API decoding type",
-        llmapi_nearest=("eagle", "eagle with eagle.eagle3: true (a learned drafter on target features), or "
-                                 "draft_target"),
-        inflight_k_fixed="ReDrafter's beams and draft length are built into the engine: no runtime knob",
-        engine_architectures=("LlamaForCausalLM", "QWenForCausalLM", "Qwen2ForCausalLM"),
-        target_features=("redrafter",),
-    ),
+REDRAFTER = MethodInfo(
+    name="redrafter",
+    summary="ReDrafter recurrent drafter with beam search (explicit draft tokens)",
+    trtllm_build_mode="explicit_draft_tokens",
+    triton_decoding_mode="redrafter",
+    llmapi_decoding_type=None,
+    proposer=None,
+    section="redrafter",
+    section_model="drafter",
+    draft_len_rule="beams",
+    llmapi_unsupported="ReDrafter has no LLM-API decoding type",
+    llmapi_nearest=("eagle", "eagle with eagle.eagle3: true (a learned drafter on target features), or "
+                             "draft_target"),
+    inflight_k_fixed="ReDrafter's beams and draft length are built into the engine: no runtime knob",
+    engine_architectures=("LlamaForCausalLM", "QWenForCausalLM", "Qwen2ForCausalLM"),
+    target_features=("redrafter",),
 )
+
+DECLARES = (REDRAFTER,)

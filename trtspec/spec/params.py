@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trtspec.errors import ConfigError
+from trtspec.methods import DEFAULT_METHOD
 
 TokenSequences = tuple[tuple[int, ...], ...]
 
@@ -92,7 +93,7 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class SpecParams:
-    method: str = "draft_target"  # one of trtspec.methods.engine_methods()
+    method: str = DEFAULT_METHOD  # one of trtspec.methods.engine_methods()
     # draft tokens per step (tree methods: nodes of the tree kept); 0 = plain decoding whatever the method;
     # with adaptive: the largest k
     k: int = 4

@@ -42,6 +42,8 @@ from trtspec.contracts.engine import PARTS, EagleTree, Lookahead, Ngram
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import BASELINE, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
+from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.ngram import NGRAM
 from trtspec.sweep.record_fields import MAX_BATCH_SIZE, MAX_K
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
@@ -66,7 +68,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field("tiny", description="target model: embedded name or HF directory")
-    methods: list[str] = Field(["draft_target", "ngram"], description="methods from trtspec.methods")
+    methods: list[str] = Field([DRAFT_TARGET.name, NGRAM.name], description="methods from trtspec.methods")
     k: list[int] = Field(list(range(0, 9)), description="draft lengths; 0 = plain decoding (the baseline)")
     drafts: list[str] = Field(["tiny-draft"], description="draft models, for methods that need one")
     medusa: list[str] = Field([], description="Medusa heads directories, for medusa")

@@ -31,6 +31,7 @@ from typing import Any
 from trtspec.atomic import atomic_path, replace_dir
 from trtspec.contracts.prompt_log import LoggedPrompt, read_prompt_log
 from trtspec.errors import ConfigError, UsageError
+from trtspec.methods.draft_target import DRAFT_TARGET
 from trtspec.training.recipe import Progress, silent
 
 REPORT = "training-report.json"
@@ -216,7 +217,7 @@ def acceptance(engine: Any, prompts: list[list[int]], recipe: DistillRecipe, pro
     for start in range(0, len(prompts), chunk):
         outs = engine.generate(prompts[start:start + chunk], SamplingParams(max_new_tokens=recipe.eval_new_tokens,
                                                                            ignore_eos=True),
-                               SpecParams(method="draft_target", k=recipe.k))
+                               SpecParams(method=DRAFT_TARGET.name, k=recipe.k))
         for out in outs:
             stats.merge(out.stats)
         progress(stage, min(start + chunk, len(prompts)), len(prompts), f"acceptance {stats.acceptance_rate:.3f}")

@@ -19,8 +19,8 @@ def load_proposer(method: MethodInfo) -> type[Proposer]:
         raise KeyError(f"method {method.name} has no proposer")
     module, _, name = method.proposer_class.partition(":")
     cls = getattr(import_module(module), name)
-    if not (isinstance(cls, type) and issubclass(cls, Proposer)):
-        raise TypeError(f"{method.proposer_class} (method {method.name}) is not a Proposer")
+    if not (isinstance(cls, type) and issubclass(cls, Proposer)) or cls.name != method.proposer:
+        raise TypeError(f"{method.proposer_class} (method {method.name}) is not a Proposer named {method.proposer}")
     return cls
 
 

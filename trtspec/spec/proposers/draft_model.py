@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from trtspec.errors import ConfigError
+from trtspec.methods.draft_target import DRAFT_TARGET
 from trtspec.spec.logits_process import LogitsControls, process_logits
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
@@ -37,7 +38,7 @@ class DraftModelProposer(Proposer):
         commit(context=[12, 7, 99, 4, 16]) keeps [12, 7, 99, 4] in the draft cache; the next step feeds only [16].
     """
 
-    name: ClassVar[str] = "draft_model"
+    name: ClassVar[str] = DRAFT_TARGET.proposer_key()  # its method home names it
 
     def __init__(self, model: LlamaModel, vocab_size: int, max_num_seqs: int = 256) -> None:
         self.model = model

@@ -33,6 +33,7 @@ from torch import Tensor
 from trtspec import choices as choices_mod
 from trtspec.contracts.engine import MAX_DEPTH, EagleTree
 from trtspec.errors import ConfigError
+from trtspec.methods.eagle import EAGLE3
 from trtspec.spec.eagle_model import EagleDrafter, load_drafter
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
@@ -82,7 +83,7 @@ class EagleProposer(Proposer):
         (g2, 4) -> d3 = 8. Draft(token_ids=[7, 4, 8], parents=(-1, 0, 1)); the drafter cache keeps positions 0-1.
     """
 
-    name: ClassVar[str] = "eagle"
+    name: ClassVar[str] = EAGLE3.proposer_key()  # its method home names it
 
 
     def __init__(self, drafter: EagleDrafter, taps: tuple[int, ...], *, tree: EagleTree = EagleTree(),

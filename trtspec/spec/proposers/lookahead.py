@@ -32,6 +32,7 @@ from typing import ClassVar
 import torch
 
 from trtspec.methods import lookahead_max_draft_len, validate_lookahead
+from trtspec.methods.lookahead import LOOKAHEAD
 from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
 
 
@@ -54,7 +55,7 @@ class LookaheadProposer(Proposer):
         [7, 5] (from the context) as an AuxBranch. The target's argmax after each window token becomes level 1.
     """
 
-    name: ClassVar[str] = "lookahead"
+    name: ClassVar[str] = LOOKAHEAD.proposer_key()  # its method home names it
 
     def __init__(self, window: int = 4, ngram: int = 4, verification_set: int = 4, *,
                  pool_from_context: bool = True) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from trtspec import choices as choices_mod
 from trtspec.errors import ConfigError
+from trtspec.methods.medusa import MEDUSA
 from trtspec.spec.medusa_heads import MedusaHeads, resolve_heads
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.tree import TokenTree
@@ -33,7 +34,7 @@ class MedusaProposer(Proposer):
         Draft(token_ids=[17, 4, 9], draft_probs=None, parents=(-1, -1, 0)); node 2 (token 9) continues node 0.
     """
 
-    name: ClassVar[str] = "medusa"
+    name: ClassVar[str] = MEDUSA.proposer_key()  # its method home names it
     needs_hidden_states: ClassVar[bool] = True
 
     def __init__(self, heads: MedusaHeads, tree_choices: choices_mod.Choices) -> None:

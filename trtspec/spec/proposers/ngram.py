@@ -12,6 +12,7 @@ from typing import ClassVar
 import torch
 
 from trtspec.errors import ConfigError
+from trtspec.methods.ngram import NGRAM
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 
@@ -23,7 +24,7 @@ class NgramProposer(Proposer):
         [5, 6] occurred at position 0, followed by [7, 9] -> Draft(token_ids=[7, 9], draft_probs=None).
     """
 
-    name: ClassVar[str] = "ngram"
+    name: ClassVar[str] = NGRAM.proposer_key()  # its method home names it
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:

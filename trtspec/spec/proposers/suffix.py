@@ -32,6 +32,7 @@ import torch
 
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ToolNotFoundError
+from trtspec.methods.suffix import SUFFIX
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 ARCTIC_VERSION = "0.3.0"  # the release trtspec is tested with (pyproject: the `suffix` extra; scripts/install_suffix.sh)
@@ -61,7 +62,7 @@ class SuffixProposer(Proposer):
         [7, 8, 9].
     """
 
-    name: ClassVar[str] = "suffix"
+    name: ClassVar[str] = SUFFIX.proposer_key()  # its method home names it
 
     def __init__(self, config: SuffixConfig | None = None) -> None:
         self.config = (config or SuffixConfig()).validate()
