@@ -68,3 +68,46 @@ def test_validate_errors_show_offending_entry(bad, kw, msg):
 def test_parse_rejects_malformed(text):
     with pytest.raises(ConfigError):
         choices.parse(text)
+
+
+# --- the method homes (trtspec/methods/<method>.py) -------------------------------------------------------------------
+
+
+def test_table_is_derived_from_the_homes():
+    declared = [m for home in methods.HOMES for m in home.DECLARES]
+    assert list(methods.METHODS.values()) == declared and len({m.name for m in declared}) == len(declared)
+    assert methods.BASELINE == "none" and [m.name for m in declared if m.baseline] == ["none"]
+    for m in declared:
+        # a section, a checkpoint or a form named by a home belongs to a method the table has
+        for other in (m.build_as, m.reference_form, (m.llmapi_nearest or (None,))[0]):
+            assert other is None or other in methods.METHODS, (m.name, other)
+        assert (m.checkpoint is not None) == (m.needs_draft_model or m.needs_medusa_heads or m.needs_eagle_drafter)
+        assert (m.proposer is None) == (m.proposer_class is None), m.name
+
+
+def test_proposers_come_from_the_homes_dotted_paths():
+    from trtspec.spec.proposers import PROPOSERS, Proposer, load_proposer
+
+    for m in methods.METHODS.values():
+        if m.proposer_class is None:
+            continue
+        cls = load_proposer(m)
+        assert issubclass(cls, Proposer) and cls.name == m.proposer and PROPOSERS[m.proposer] is cls
+    assert set(PROPOSERS) == {m.proposer for m in methods.METHODS.values() if m.proposer}
+
+
+@pytest.mark.parametrize("name", sorted(methods.METHODS))
+def test_method_fields_sets_only_the_methods_own_part(name):
+    from trtspec.contracts.engine import METHOD_PARTS, EagleTree, EngineConfig, method_fields
+
+    info = methods.resolve(name)
+    values = dict(choices=[[0], [0, 0], [1]], eagle_tree=lambda: EagleTree(choices=((0,), (1,))),
+                  lookahead=(4, 4, 4), ngram_size=3, suffix=None)
+    fields = method_fields(name, 5, reference=False, **values)
+    assert fields["method"] == name and fields["max_k"] == 5
+    assert fields["default_k"] == (5 if info.external_drafts else 0)
+    assert method_fields(name, 0, reference=True, **values)["max_k"] == 1
+    assert set(fields) - {"method", "max_k", "default_k"} == ({info.engine_part} if info.engine_part else set())
+    assert {part for part, owners in METHOD_PARTS.items() if name in owners} == \
+        ({info.engine_part} if info.engine_part else set())
+    EngineConfig(target="tiny", **fields)  # each part is accepted for its own method

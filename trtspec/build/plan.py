@@ -410,7 +410,7 @@ def _plan_torch(r: Resolved) -> BuildPlan:
     """A self-contained bundle: model dirs copied in, spec settings in trtspec-bundle.json."""
     steps = [Step(f"copy-{role}", "convert", "copy", f"copy the {role} checkpoint into the bundle",
                   inputs=(r.models[role].path,), outputs=(role,))
-             for role in ("target", "draft", "medusa", "eagle") if role in r.models]
+             for role in CHECKPOINTS if role in r.models]
     steps.append(Step("write-bundle", "files", "write", "bundle settings (method, k, tree, lookahead)",
                       content=json.dumps(bundle_settings(r), indent=2) + "\n", outputs=(BUNDLE_FILE,)))
     return BuildPlan("torch", r.method.name, tuple(steps),

@@ -29,6 +29,10 @@ class MethodInfo:
     # The EngineConfig field holding this method's typed knobs (eagle_tree, medusa_tree, lookahead, ngram, suffix);
     # None = the method has none. contracts/engine.py sets that part only for its methods.
     engine_part: str | None = None
+    # The EngineConfig field naming the checkpoint the method needs (draft, medusa, eagle), with an embedded example
+    # for an error's hint; None = it needs none.
+    checkpoint: str | None = None
+    checkpoint_example: str | None = None
     needs_draft_model: bool = False
     needs_medusa_heads: bool = False
     needs_eagle_drafter: bool = False

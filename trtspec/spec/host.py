@@ -35,12 +35,10 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
     check_device(config.device, field=spell("device"))  # this machine has it (imports torch)
     target = resolve_model(config.target, field=spell("target"))
     info = resolve(config.method)
-    needs = {"draft": info.needs_draft_model, "medusa": info.needs_medusa_heads, "eagle": info.needs_eagle_drafter}
-    examples = {"draft": "tiny-draft", "medusa": "tiny-medusa", "eagle": "tiny-eagle"}
-    for role, needed in needs.items():
-        if needed and getattr(config, role) is None:
-            raise UsageError(f"{spell(role)} is required by {spell('method')} {config.method}",
-                             hint=f"e.g. {spell(role)} {examples[role]}")
+    role = info.checkpoint  # the checkpoint the method needs (draft, medusa, eagle)
+    if role is not None and getattr(config, role) is None:
+        raise UsageError(f"{spell(role)} is required by {spell('method')} {config.method}",
+                         hint=f"e.g. {spell(role)} {info.checkpoint_example}")
     if config.draft is not None:
         check_pair(target, resolve_model(config.draft, field=spell("draft")))
     if config.medusa is not None:
