@@ -28,6 +28,7 @@ from trtspec.build.manifest import MANIFEST, read_manifest
 from trtspec.contracts.control import PlannedChange, ServedSpeculation, SpeculationChange, describe, unified_diff
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError
+from trtspec.methods import BASELINE
 from trtspec.targets.llm_api import diff_serve_argv
 
 CHANGED_FILE = "llm-api/extra_llm_api_options.changed.yaml"
@@ -101,7 +102,7 @@ def read_serve_deployment(build_dir: Path) -> ServeDeployment:
     if OPTIONS_FLAG not in argv[:-1]:
         raise UsageError(f"{root / MANIFEST}: its trtllm-serve command has no {OPTIONS_FLAG} FILE",
                          hint="re-run `trtspec build` with this trtspec")
-    return ServeDeployment(root=root, version=version, method=str(manifest.get("method") or "none"), options_file=rel,
+    return ServeDeployment(root=root, version=version, method=str(manifest.get("method") or BASELINE), options_file=rel,
                            options=options, text=text, argv=argv, cwd=str(serve.get("cwd") or root),
                            container=serve.get("container"))
 

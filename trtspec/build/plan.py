@@ -38,6 +38,9 @@ from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
 from trtspec.contracts.engine import CHECKPOINTS, EngineConfig, method_fields
 from trtspec.errors import ConfigError
+from trtspec.methods.eagle import EAGLE
+from trtspec.methods.medusa import MEDUSA
+from trtspec.methods.redrafter import REDRAFTER
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target
 from trtspec.targets.llm_api import diff_serve_argv
 
@@ -144,7 +147,7 @@ def _plan_tensorrtllm(r: Resolved) -> BuildPlan:
     roles: list[str] = []
     if not _eagle3(r):
         # 1. checkpoint conversion, one per model (ReDrafter: base first, then drafter merge)
-        converters = {"medusa": _convert_medusa, "eagle": _convert_eagle, "redrafter": _convert_redrafter}
+        converters = {MEDUSA.name: _convert_medusa, EAGLE.name: _convert_eagle, REDRAFTER.name: _convert_redrafter}
         steps += converters.get(method.name, _convert_plain)(r)
         roles = ["target"] + (["draft"] if "draft" in r.models else [])
         if "draft" in r.models:
