@@ -111,3 +111,14 @@ def test_method_fields_sets_only_the_methods_own_part(name):
     assert {part for part, owners in METHOD_PARTS.items() if name in owners} == \
         ({info.engine_part} if info.engine_part else set())
     EngineConfig(target="tiny", **fields)  # each part is accepted for its own method
+
+
+def test_homes_import_neither_torch_nor_click():
+    """build, triton and contracts read the homes on machines without torch (a short `python -c` child)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, trtspec.methods\n"
+            "print(','.join(m for m in ('torch', 'click') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
