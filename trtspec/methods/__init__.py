@@ -7,7 +7,7 @@ engine configuration part and its proposer as a dotted path. Every other module 
 comparing method strings; CLI choices come from `METHODS` too, so choices and dispatch cannot drift. A new method is
 one module here plus its entry in HOMES (and its proposer in spec/proposers/).
 
-Torch-free and click-free (import-linter's torch-free contract, tests/test_imports.py).
+Torch-free and click-free (import-linter's torch-free contract, tests/test_imports.py, tests/test_methods_choices.py).
 Sources for the TensorRT-LLM/Triton values: shared/reference/trtllm-specdec.md sections 2.1-2.4, 3.5 and 4.
 """
 
