@@ -1,17 +1,21 @@
-# trtspec: `make demo` runs the main job on the embedded models; `make test` runs the tests.
+# trtspec: `make demo` runs the main job on the embedded models; `make test` runs the tests, `make check` the unit tests.
+# What each command takes on the 2-core machine: README.md, section Set-up (stated there only).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# pytest with bytecode kept (an environment may set PYTHONDONTWRITEBYTECODE): pytest caches its assertion-rewritten
+# test modules in __pycache__ only then, and rewriting all of them costs each process ~7 CPU-s, every run.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 # `make test` runs the suite in this many pytest-xdist processes, one test module per process at a time (a module's
 # server and bundle are set up once). 3 on the 2-core CI machine: one more process than cores, so a module waiting on a
-# server, a signal or a clock leaves no core idle (side by side, same hour: 2 -> 6 min 29-48 s, 3 -> 5 min 37-58 s, 4 no faster).
-# PYTEST_WORKERS=0 runs it in one process.
+# server, a signal or a clock leaves no core idle (side by side in the same hour 3 took ~13% less time than 2, and 4
+# was no faster than 3). PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 3
 # NVIDIA Dynamo's two wheels, without their placeholder dependency `aisimulate` (the real ones: extra `dynamo`).
 DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 
-.PHONY: install demo test readme lint bench aiperf assets assets-models assets-prompts assets-docs clean
+.PHONY: install demo test check readme lint bench aiperf assets assets-models assets-prompts assets-docs clean
 
 $(STAMP): pyproject.toml Makefile scripts/install_suffix.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -28,14 +32,24 @@ demo: install
 
 # The README's quick tour as a test (tests/test_readme_*.py: every command in order, servers on the README's ports) runs
 # as its own step of .ci/run (`make readme`): ~190 CPU-s of fixed start-up costs (trainers, tritonservers, Dynamo, the
-# two demos) that would take `make test` past 5 minutes on the 2-core machine.
+# two demos) that would take `make test` past its 5-minute budget on the 2-core machine.
 README_TESTS := tests/test_readme_commands.py tests/test_readme_demos.py
 
 test: install
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(README_TESTS)) $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(README_TESTS)) $(PYTEST_ARGS)
+
+# The unit tests, for the edit loop (budget: one minute on the 2-core machine): `make test` less the tests marked
+# `process` (trtspec in a child process: servers, CLI processes, forked builds and sweeps; `triton` and `dynamo` imply
+# it) or `slow` (seconds in-process). tests/tiers.py says how a test is marked; its guard fails a test that starts
+# trtspec in a child unmarked, in every run.
+CHECK_MARKERS := not process and not slow
+
+check: install
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(README_TESTS)) \
+	    -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
 
 readme: install
-	$(PY) -m pytest -q -n 2 --dist loadfile $(README_TESTS) $(PYTEST_ARGS)
+	$(PYTEST) -q -n 2 --dist loadfile $(README_TESTS) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check trtspec tests scripts

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiers import guard, mark_process_tests, starts_processes
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRTSPEC_HOME", str(ROOT / ".pytest_cache" / "trtspec-home"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -47,6 +49,7 @@ def random_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+@starts_processes
 def standard_server(tmp_path_factory):
     """One tritonserver for the test modules that ask NVIDIA's models of the standard deployment (tests/conftest.py
     SHARED_SERVER has xdist run them in one process, one after the other): the torch bundle of the embedded pair
@@ -88,8 +91,28 @@ SLOW_FIRST = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The tiers' guard (tests/tiers.py): a test not marked `process` that starts trtspec in a child fails."""
+    guard.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    with guard.running(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> object:
+    with guard.setting_up(f"{fixturedef.argname}" + (f" ({fixturedef.baseid})" if fixturedef.baseid else "")):
+        return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """SLOW_FIRST's modules first, in its order (a stable sort: a module's tests stay together and in order)."""
+    """Mark the `process` tier (tests/tiers.py) before `-m` deselects; then SLOW_FIRST's modules first, in its order
+    (a stable sort: a module's tests stay together and in order)."""
+    mark_process_tests(items)
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 

@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from tests import cli_checks
@@ -53,6 +54,7 @@ def test_directory_without_config_names_missing_file(tmp_path):
     assert str(tmp_path / "config.json") in proc.stderr and "missing" in proc.stderr
 
 
+@pytest.mark.process
 def test_debug_shows_traceback(tmp_path):
     proc = run_process("--debug", "models", str(tmp_path))
     assert proc.returncode != 0 and "Traceback" in proc.stderr

@@ -211,6 +211,7 @@ def test_disk_full_during_convert_is_one_line(tmp_path, capsys, monkeypatch):
     assert json.loads((tmp_path / "out.trtspec-failed.json").read_text())["error"] == line.removeprefix("Error: ")
 
 
+@pytest.mark.process
 def test_file_size_limit_during_convert_in_a_subprocess(tmp_path):
     """A real write failure (RLIMIT_FSIZE: EFBIG, the same path as ENOSPC) in `trtspec build ... --only convert`."""
     config = write_config(tmp_path / "c.yaml", target="tiny", method="none",

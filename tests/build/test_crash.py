@@ -28,6 +28,7 @@ from tests.cli_checks import run_cli
 from trtspec.build.execute import recover_interrupted
 from trtspec.build.manifest import Hasher
 
+pytestmark = pytest.mark.process  # forked children (tests/forked.py)
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20260214
 # Runs trtspec in the child; with CRASH_AT=N it SIGKILLs itself before the N-th file-system operation of the build

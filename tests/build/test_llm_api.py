@@ -380,6 +380,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8)) + "speculative_config: *i\n"
 
 
+@pytest.mark.process
 def test_doctor_llm_api_hostile_files_are_one_line_exit_2_under_an_address_space_limit(tmp_path):
     """An alias bomb (a few hundred bytes, 9^9 values expanded), a FIFO, a key given twice and an integer past 64
     bits: each one line naming the file or the key, exit 2, quickly, within 1 GiB of address space."""

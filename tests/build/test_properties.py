@@ -77,6 +77,7 @@ def dump(doc: dict) -> bytes:
 
 @settings(SETTINGS, max_examples=250)
 @given(doc=config_documents())
+@pytest.mark.slow
 def test_any_build_config_is_a_plan_or_a_one_line_error(doc, tmp_path_factory):
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_bytes(dump(doc))
@@ -244,6 +245,7 @@ WORK_CONFIGS = {name: _work_config(name) for name in ("tiny-torch", "tiny-baseli
 
 @settings(SETTINGS, max_examples=150)
 @given(argv=build_argv())
+@pytest.mark.slow
 def test_any_build_command_line_is_a_result_or_a_one_line_error(argv, tmp_path_factory, monkeypatch):
     work = tmp_path_factory.mktemp("work")
     for name, text in WORK_CONFIGS.items():

@@ -72,6 +72,7 @@ def test_pending_trtllm_build_lines_paste_safely(name, tmp_path, capsys):
 
 
 @pytest.mark.skipif(not SHELLS, reason="no POSIX shell")
+@pytest.mark.slow
 def test_deploy_serve_line_pastes_safely(tmp_path, capsys, monkeypatch):
     bundle = tmp_path / "bundle"
     config = write_config(tmp_path / "c.yaml", target="tiny", draft="tiny-draft", method="draft_target", k=2,

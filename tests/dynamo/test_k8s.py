@@ -590,6 +590,7 @@ def reference(tmp_path: Path, method: dict, mode: str, api_version: str, image: 
 @settings(SETTINGS, max_examples=80)
 @given(method=st.sampled_from([NGRAM, DRAFT_TARGET]), values=k8s_values(), mode=st.sampled_from(["agg", "disagg"]),
        api_version=st.sampled_from(["v1beta1", "v1alpha1"]))
+@pytest.mark.slow
 def test_hostile_names_paths_and_images_are_refused_or_written_as_given(tmp_path, method, values, mode, api_version):
     """Whatever the name, model paths, served model name, image and --out: either one `Error:` line naming the field
     (exit 2, nothing written) or files that parse into exactly the documents and keys trtspec writes, holding the

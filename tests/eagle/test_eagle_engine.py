@@ -71,6 +71,7 @@ def test_mixed_batch_with_arrivals_and_preemption(eagle_target, trained_eagle, p
     assert not engine.proposers["eagle"].states
 
 
+@pytest.mark.slow
 def test_shipped_drafter_on_held_out_and_shipped_prompts(embedded_eagle):
     """tiny + tiny-eagle: greedy output equals plain decoding on the shipped prompt suites (held-out code, prose,
     grounded), alone and in one batch, with the default dynamic tree and a static tree; drafts are accepted."""
@@ -113,6 +114,7 @@ def sampled_joint(eagle_target):
 
 
 @pytest.mark.parametrize("mutate", [False, True], ids=["exact", "mutation-claims-uniform-draft-probs"])
+@pytest.mark.slow
 def test_sampling_with_eagle_trees_follows_the_target(eagle_target, trained_eagle, sampled_joint, monkeypatch, mutate):
     """500 seeded requests at T=1, top-k 3: the first 3 tokens follow the target's joint distribution (6 tokens are
     generated so that the second step verifies a dynamic EAGLE tree of 4 nodes). Mutation: the proposer claims its top-k nodes were sampled from a uniform

@@ -57,6 +57,7 @@ def test_report_and_card(trained_eagle):
     assert not (out / ".trtspec-train").exists()  # the checkpoint is removed once the export is written
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_to_the_same_drafter(eagle_target, tmp_path):
     recipe = dict(steps=4, batch_size=2, num_prompts=4, gen_len=8, num_corpus_windows=0, eval_prompts=2,
                   checkpoint_every=1)

@@ -46,6 +46,7 @@ def test_llr_is_zero_at_no_information_and_signs_follow_the_data():
     assert llr(80, 100, 0.8, 0.7) < 0 < llr(60, 100, 0.8, 0.7)
 
 
+@pytest.mark.slow
 def test_false_alarms_on_baseline_traffic_stay_below_alpha():
     """Independent trials at p0 for the whole horizon, 200 times: alarms <= alpha (the bound is conservative, so
     with dispersion 1 none are expected)."""

@@ -94,6 +94,7 @@ def test_deploy_baseline_with_two_temperatures_names_the_choice(tmp_path, random
     assert record["baseline"] == "trtspec-baseline.json" and (out / "trtspec-baseline.json").is_file()
 
 
+@pytest.mark.slow
 def test_monitor_reads_a_live_metrics_page(tmp_path):
     """prometheus-client's HTTP server exposing the series (as any Prometheus client would): `--once --json`."""
     script = f"""

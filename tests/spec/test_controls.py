@@ -342,6 +342,7 @@ def sampled_joint(hf_target):
 
 @pytest.mark.parametrize("spec", [SpecParams("none", 0), SpecParams("draft_target", 2), SpecParams("medusa", 8), None],
                          ids=["plain", "chain", "tree", "external"])
+@pytest.mark.slow
 def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joint, spec):
     if spec is None:  # a caller's draft: the most likely 3 tokens, so that some of it is accepted
         spec = SpecParams("none", 0, draft_token_ids=max(sampled_joint, key=sampled_joint.__getitem__))
@@ -358,6 +359,7 @@ def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joi
         assert 0 < sum(o.stats.num_accepted_tokens for o in outs) < sum(o.stats.num_draft_tokens for o in outs)
 
 
+@pytest.mark.slow
 def test_verifying_against_unprocessed_targets_is_detected(engine, sampled_joint, monkeypatch):
     """Mutation: the engine verifies against logits / temperature, ignoring the processors."""
     monkeypatch.setattr(step_phases, "process_logits",

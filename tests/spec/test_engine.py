@@ -65,6 +65,7 @@ def test_target_as_its_own_draft_accepts_everything(random_pair):
     assert stats.accepted_length_histogram[4] == 4 and stats.num_accepted_tokens_per_pos == [4, 4, 4, 4]
 
 
+@pytest.mark.slow
 def test_embedded_pair_greedy_equals_transformers_on_held_out_prompts(embedded_pair):
     from transformers import LlamaForCausalLM
 
@@ -105,6 +106,7 @@ def test_seeds(engine):
     assert run(1) == run(1, extra=[[3, 4, 5], [9] * 7])  # batch neighbours do not change a seeded request
 
 
+@pytest.mark.slow
 def test_sampling_end_to_end_follows_target(engine, random_pair):
     """1000 requests in one batch: the (first, second) token pairs follow the target's filtered joint distribution."""
     from transformers import LlamaForCausalLM

@@ -154,6 +154,7 @@ def held_out_prompts(engine, per_suite: int) -> list[list[int]]:
     return prompts
 
 
+@pytest.mark.slow
 def test_tiny_greedy_tree_lookahead_equals_plain_in_mixed_continuous_batch(embedded_pair):
     """Embedded `tiny`, held-out prompts: lookahead trees (alone, and mixed with plain and ngram requests in a
     continuous batch that admits requests as others finish) give exactly plain greedy decoding."""

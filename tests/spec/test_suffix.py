@@ -206,6 +206,7 @@ def embedded(embedded_pair):
     return engine, spy, prompts, reference
 
 
+@pytest.mark.slow
 def test_greedy_equals_transformers_on_every_suite_alone(embedded):
     engine, spy, prompts, reference = embedded
     assert "repetitive" in prompts
@@ -218,6 +219,7 @@ def test_greedy_equals_transformers_on_every_suite_alone(embedded):
     assert accepted > 0 and spy.trees > 0  # drafts were accepted, and some of them were trees
 
 
+@pytest.mark.slow
 def test_greedy_equals_transformers_mixed_in_continuous_batches(embedded):
     """Every suite's prompts at once through 3 KV slots (admission as others finish), suffix at several k next to
     other methods and plain decoding; the cache starts cold and learns from the batch itself."""
@@ -259,6 +261,7 @@ def test_greedy_tree_drafts_off_the_first_branch_equal_transformers(random_pair,
     assert spy.trees > 50 and len(off_first) > 5, (spy.trees, len(off_first))
 
 
+@pytest.mark.slow
 def test_a_warm_cache_drafts_more_of_repeated_traffic(embedded):
     engine, _, prompts, _ = embedded
     engine.proposers["suffix"].reset()
@@ -331,12 +334,14 @@ def _sampled_p_value(random_pair, joint, proposer: SpySuffix) -> float:
 SAMPLING_CONFIG = SuffixConfig(min_token_prob=0.0, max_spec_factor=4.0)
 
 
+@pytest.mark.slow
 def test_sampling_with_suffix_trees_follows_the_target(random_pair, joint):
     spy = SpySuffix(SAMPLING_CONFIG)
     assert _sampled_p_value(random_pair, joint, spy) > 1e-3
     assert spy.trees > 100  # recursive rejection over trees was exercised, not only chains
 
 
+@pytest.mark.slow
 def test_suffix_frequencies_used_as_draft_probabilities_are_detected(random_pair, joint):
     assert _sampled_p_value(random_pair, joint, FrequencyAsProbability(SAMPLING_CONFIG)) < 1e-6
 
@@ -351,6 +356,7 @@ def _rss_mb() -> float:
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="needs /proc (Linux)")
+@pytest.mark.slow
 def test_soak_thousands_of_distinct_requests_keep_rss_bounded():
     """2000 requests of fresh random tokens (nothing repeats, so every one adds new tree nodes) through a cache
     bounded at 200 outputs: after the cache fills, RSS stays flat; the global tree stays at its bound's size."""
@@ -380,6 +386,7 @@ def test_soak_thousands_of_distinct_requests_keep_rss_bounded():
     assert growth < max(8.0, 0.5 * tree_full / 2**20), (growth, tree_full / 2**20)
 
 
+@pytest.mark.slow
 def test_generate_cli_runs_suffix(embedded_pair):
     """`trtspec generate --method suffix` equals plain greedy; the default k is the tree-node cap (64 nodes)."""
     from click.testing import CliRunner

@@ -16,6 +16,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -297,6 +298,7 @@ def edited_results(draw: st.DrawFn) -> str:
 
 @settings(SETTINGS, max_examples=250)
 @given(text=edited_results())
+@pytest.mark.slow
 def test_any_results_file_reports_or_is_a_one_line_error(text, tmp_path_factory):
     work = tmp_path_factory.mktemp("report")
     (work / "results.jsonl").write_text(text)

@@ -33,6 +33,7 @@ def test_analysis_predicts_synthetic_machine_exactly(tmp_path):
     assert dt.tokens_per_step == sum(0.7 ** i for i in range(4))
 
 
+@pytest.mark.slow
 def test_report_renders_markdown_plots_and_recommendation(tmp_path):
     made = render_report(_results(tmp_path, noise=0.3), tmp_path / "rep", price_per_hour=2.0)
     text = made.markdown.read_text()

@@ -104,6 +104,7 @@ def test_a_bad_number_is_one_line_naming_file_line_field_and_value(records, tmp_
     assert "x predicted" not in out and not config.exists() and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.process
 def test_a_huge_k_is_refused_quickly_in_bounded_memory(tmp_path_factory, tmp_path):
     """k = 10^12 once sized the roofline projection's cost table (a model the projection can read: tiny); under a
     1 GiB address space the report exits 2 naming the line, in seconds."""

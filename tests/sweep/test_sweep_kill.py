@@ -26,6 +26,7 @@ import pytest
 from tests import forked
 from tests.cli_checks import run_cli
 
+pytestmark = pytest.mark.process  # forked children (tests/forked.py)
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["sweep", "--model", "tiny", "--draft", "tiny-draft", "--method", "draft_target", "--k", "0-3", "--suite",
         "code", "--num-prompts", "2", "--max-new-tokens", "8", "--calibration-batch-sizes", "1", "--threads", "1",

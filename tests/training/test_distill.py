@@ -57,6 +57,7 @@ def whole(tmp_path_factory) -> tuple[Path, Path, dict]:
     return log, base / "out", run(base / "out", log)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_draft(tmp_path, whole):
     log, whole_out, whole_report = whole
 
@@ -92,6 +93,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
+@pytest.mark.process
 def test_a_log_without_usable_prompts_is_a_one_line_error(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text('{"text": "no prompt field"}\nnot json\n')
@@ -102,6 +104,7 @@ def test_a_log_without_usable_prompts_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "out").exists() and not resume_dir(tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_draft_of_another_vocabulary_is_a_one_line_error(tmp_path, random_pair):
     log = write_log(tmp_path / "log.jsonl", PROMPTS)
     result = cli("--draft", str(random_pair[1]), "--prompts", str(log), "--out", str(tmp_path / "out"))

@@ -42,6 +42,7 @@ def test_deploy_renders_and_prints_the_serve_command(tmp_path, tokenized_pair):
     assert result.exit_code == 0 and "Would write" in result.output and not dry.exists()
 
 
+@pytest.mark.process
 def test_deploy_refuses_a_build_without_manifest(tmp_path):
     proc = run_cli("deploy", "--backend", "torch", "--build", str(tmp_path), "--out", str(tmp_path / "repo"))
     assert proc.returncode == 2, proc.stderr
@@ -49,6 +50,7 @@ def test_deploy_refuses_a_build_without_manifest(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "repo").exists()
 
 
+@pytest.mark.process
 def test_deploy_refuses_lookahead_that_does_not_match_the_engine(tmp_path, tokenized_pair):
     build = write_manifest(tmp_path / "build", trt_manifest("lookahead", tokenized_pair[0], max_draft_len=23,
                                                             lookahead=(4, 4, 4)))
@@ -58,6 +60,7 @@ def test_deploy_refuses_lookahead_that_does_not_match_the_engine(tmp_path, token
     assert "needs max_draft_len=83 but the target engine has 23" in proc.stderr
 
 
+@pytest.mark.process
 def test_serve_refuses_tensorrtllm_repo_without_its_backend_and_dry_runs(tmp_path, tokenized_pair):
     build = write_manifest(tmp_path / "build", trt_manifest("none", tokenized_pair[0]))
     repo = tmp_path / "repo"
@@ -97,6 +100,7 @@ def test_serve_runs_until_interrupted_and_stops_cleanly(tmp_path, tokenized_pair
         urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=2)
 
 
+@pytest.mark.process
 def test_serve_dry_run_checks_what_a_start_would(tmp_path, tokenized_pair):
     """--dry-run prints the command only when a real start would get past its checks: free ports, a readable
     repository record whose models are there, the models asked for with --load-model, the binary."""

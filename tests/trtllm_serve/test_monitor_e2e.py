@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.tiers import starts_processes
 from tests.trtllm_serve.serving import Served, serving
 from trtspec.ops.drift import DriftConfig
 from trtspec.ops.scrape import scraper
@@ -43,6 +44,7 @@ def baseline(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def server() -> Iterator[Served]:
     with serving() as served:
         yield served

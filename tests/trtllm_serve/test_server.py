@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.processes import alive, descendants
+from tests.tiers import starts_processes
 from tests.trtllm_serve.serving import Served, serving
 
 MAX_ITERATIONS = 8  # --iter-stats-max-iterations: small, so one long request overflows it
@@ -31,6 +32,7 @@ PROMPTS = ["def fib(n):", "import os", "for i in range(3):"]
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def server() -> Iterator[Served]:
     with serving("--iter-stats-max-iterations", str(MAX_ITERATIONS)) as served:
         yield served
