@@ -144,6 +144,40 @@ class NgramSpec(_Spec):
     max_matching_ngram_size: int = Field(2, ge=1, le=COUNT_MAX, description="longest n-gram matched against the context")
 
 
+class MtpSpec(_Spec):
+    """MTP (multi-token prediction) with the target's own MTP layers, TensorRT-LLM's PyTorch workflow only
+    (MTPDecodingConfig; trtspec/methods/mtp.py). Preflight checks the layers against the target's config.json."""
+
+    num_nextn_predict_layers: int | None = Field(
+        None, ge=1, le=COUNT_MAX, strict=True, description="MTP layers that draft, one token each: max_draft_len "
+        "(default: all the target's config.json num_nextn_predict_layers; at most that many)")
+    use_relaxed_acceptance_for_thinking: bool = Field(False, strict=True, description="accept any of the top "
+                                                      "relaxed_topk candidates within relaxed_delta of the top one "
+                                                      "during the thinking phase (DeepSeek-R1)")
+    relaxed_topk: int = Field(1, ge=1, le=COUNT_MAX, strict=True, description="relaxed acceptance: candidates kept")
+    relaxed_delta: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="relaxed acceptance: keep "
+                                 "candidates with probability >= top1 - relaxed_delta")
+    one_model: bool = Field(True, strict=True, description="MTP-Eagle in one model (mtp_eagle_one_model: true, "
+                            "TensorRT-LLM's default; 1.3.0rc29 has one-model only)")
+
+    @model_validator(mode="after")
+    def _relaxed(self) -> MtpSpec:
+        if not self.use_relaxed_acceptance_for_thinking:
+            for name in ("relaxed_topk", "relaxed_delta"):
+                if name in self.model_fields_set:
+                    raise ConfigError(f"mtp.{name}", getattr(self, name), "applies only with relaxed acceptance",
+                                      hint="set mtp.use_relaxed_acceptance_for_thinking: true, or drop "
+                                           f"mtp.{name}")
+        return self
+
+    def relaxed(self) -> dict[str, Any]:
+        """The relaxed-acceptance fields by their LLM-API names; empty when relaxed acceptance is off."""
+        if not self.use_relaxed_acceptance_for_thinking:
+            return {}
+        return {"use_relaxed_acceptance_for_thinking": True, "relaxed_topk": self.relaxed_topk,
+                "relaxed_delta": self.relaxed_delta}
+
+
 class LlmApiSpec(_Spec):
     """The LLM API's speculation controls (PyTorch workflow, `speculative_config`) in trtspec's canonical form; unset
     ones are not written. Each target writes them in its own form and refuses what it would ignore
@@ -302,7 +336,8 @@ class BuildSpec(_Spec):
                           "pytorch where trtspec has its LLM-API facts (1.2.1), else engine (0.18.0, 0.19.0)")
     target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
     draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
-    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, none")
+    method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, mtp, "
+                                            "none")
     max_draft_len: int | None = Field(None, ge=0, le=COUNT_MAX, validation_alias=AliasChoices("max_draft_len", "k"),
                                       description="k: draft tokens per step (derived for lookahead/medusa/redrafter)")
     medusa: MedusaSpec | None = None
@@ -310,6 +345,8 @@ class BuildSpec(_Spec):
     eagle: EagleSpec | None = None
     redrafter: RedrafterSpec | None = None
     ngram: NgramSpec | None = None
+    mtp: MtpSpec | None = Field(None, description="method mtp (PyTorch workflow): num_nextn_predict_layers and the "
+                                "relaxed acceptance of thinking tokens (MTPDecodingConfig)")
     llm_api: LlmApiSpec | None = Field(None, description="speculation controls of the LLM-API options file (PyTorch "
                                        "workflow): max_concurrency, draft_len_schedule, and the target release's "
                                        "gate (1.2.1: acceptance_window, acceptance_length_threshold; 1.3.0rc29: "

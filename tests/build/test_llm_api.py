@@ -37,7 +37,7 @@ from trtspec.targets.llm_api import facts_versions
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "build_configs").glob("*.yaml"))
 WITH_FACTS = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
-MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3": "Eagle"}
+MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3": "Eagle", "mtp": "MTP"}
 # a release's own tag for a mapped type where its facts have it (1.3.0rc29: EAGLE-3's own class; the pydantic
 # discriminator spells draft-target with an underscore, pytorch-workflow.json invalid_decoding_types)
 LATER_TAG = {"Eagle": "Eagle3", "DraftTarget": "Draft_Target"}
@@ -97,6 +97,10 @@ def test_written_file_has_exactly_the_keys_the_target_allows(path, version):
     spec = load_build_spec(path, overrides={"trtllm": {"version": version}, "workflow": "engine"})
     if spec.backend == "torch" or spec.method == "suffix":
         pytest.skip(f"{path.name}: no TensorRT-LLM options file ({spec.backend} backend, method {spec.method})")
+    if METHODS[spec.method].engine_flow_unsupported:  # MTP: the LLM API only; the file is the PyTorch workflow's
+        with pytest.raises(ConfigError, match="workflow='engine'.*trtllm-build has no"):
+            run_preflight(spec, dry_run=True)
+        spec = spec.model_copy(update={"workflow": "pytorch"})
     plan = plan_build(run_preflight(spec, dry_run=True))
     if plan.llm_api is None:
         assert any(n.startswith(("no LLM-API form", "no LLM-API file")) for n in plan.notes)

@@ -46,6 +46,11 @@ def test_example_artefacts_match_the_target(path, version, workflow):
     if workflow == "pytorch" and spec.backend == "tensorrtllm" and not method.trtllm_unsupported:
         _check_pytorch(path, target, method.name, eagle3)
         return
+    if method.engine_flow_unsupported and spec.backend == "tensorrtllm":  # MTP: no trtllm-build mode, the reason
+        with pytest.raises(ConfigError) as err:
+            plan_for(path, version, workflow)
+        assert err.value.field == "workflow" and method.engine_flow_unsupported in err.value.message
+        return
     features = ["eagle3_llmapi"] if eagle3 else method.target_features  # EAGLE-3: the LLM API only (preflight)
     lacking = [f for f in features if not target.has(f)] if spec.backend == "tensorrtllm" else []
     if lacking:

@@ -26,7 +26,7 @@ from trtspec.resources import data_dir
 from trtspec.targets import SUPPORTED_TARGETS, diff_llm_api
 
 EXAMPLES = sorted(data_dir("build_configs").glob("*.yaml"))
-LLM_API_METHODS = {"draft_target", "ngram", "none"}  # the others run on the engine flow only (build/plan.py)
+LLM_API_METHODS = {"draft_target", "ngram", "none", "mtp"}  # the others run on the engine flow only (build/plan.py)
 
 
 PIN = dynamo_facts()["trtllm_pin"]["tensorrt_llm"]  # the TensorRT-LLM inside Dynamo's runtime image (1.3.0rc29)

@@ -21,6 +21,7 @@ import yaml
 from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.methods.eagle import EAGLE, EAGLE3
+from trtspec.methods.mtp import MTP
 from trtspec.targets import TrtllmTarget, load_target
 from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
 
@@ -57,6 +58,8 @@ class Speculation:
     max_matching_ngram_size: int | None = None
     controls: Mapping[str, Any] | None = None  # max_concurrency, draft_len_schedule, the gates (LlmApiSpec, canonical)
     max_batch_size: int = 1  # the engine's: a release that reads schedule keys as upper bounds needs it
+    mtp_relaxed: Mapping[str, Any] | None = None  # MTP: relaxed acceptance of thinking tokens (config.MtpSpec.relaxed)
+    mtp_one_model: bool = True  # MTP-Eagle in one model (mtp_eagle_one_model)
 
 
 def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
@@ -114,8 +117,33 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         raise ConfigError("eagle.one_model", False, f"TensorRT-LLM {facts.version} has no two-model EAGLE-3 (no "
                           "eagle3_one_model field: one model only)", hint="set eagle.one_model: true, or target a "
                           "release with two-model EAGLE-3 (1.2.1)")
+    if kind == MTP.llmapi_decoding_type:
+        config.update(_mtp(spec, facts, fields))
     config.update(_controls(spec, facts, kind, fields))
     return config
+
+
+def _mtp(spec: Speculation, facts: LlmApiFacts, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """MTP's own keys: num_nextn_predict_layers = the draft length where the release takes it as the MTP layer count
+    (1.2.1: an int, max_draft_len is set from it); a release whose field is unset by default fills it from the
+    checkpoint and remaps a user's value to max_draft_len (1.3.0rc29), so max_draft_len alone says it there. Then
+    the relaxed acceptance fields and mtp_eagle_one_model where the release has them."""
+    out: dict[str, Any] = {}
+    layers = fields.get("num_nextn_predict_layers")
+    if layers is not None and layers.default is not None:
+        out["num_nextn_predict_layers"] = spec.max_draft_len
+    for key, value in (spec.mtp_relaxed or {}).items():
+        if key not in fields:
+            raise ConfigError(f"mtp.{key}", value, f"TensorRT-LLM {facts.version}'s MTP has no {key}",
+                              hint=f"drop mtp.{key}, or target a release that has it")
+        out[key] = value
+    if "mtp_eagle_one_model" in fields:
+        out["mtp_eagle_one_model"] = spec.mtp_one_model
+    elif not spec.mtp_one_model:
+        raise ConfigError("mtp.one_model", False, f"TensorRT-LLM {facts.version} has no two-model MTP (no "
+                          "mtp_eagle_one_model field: one model only)", hint="set mtp.one_model: true, or target a "
+                          "release with two-model MTP (1.2.1)")
+    return out
 
 
 def _controls(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,7 +281,8 @@ def llm_api_options(spec: Speculation, target: TrtllmTarget | LlmApiFacts, base:
     speculative = speculative_config(spec, facts)
     if speculative is not None:
         options["speculative_config"] = speculative
-        two_model = speculative["decoding_type"] == "DraftTarget" or speculative.get("eagle3_one_model") is False
+        two_model = speculative["decoding_type"] == "DraftTarget" or False in (
+            speculative.get("eagle3_one_model"), speculative.get("mtp_eagle_one_model"))
         if two_model:
             options["disable_overlap_scheduler"] = True
     problems = diff_llm_api(options, facts)

@@ -399,7 +399,9 @@ def _speculation(r: Resolved) -> Speculation:
                        eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,
                        max_matching_ngram_size=(spec.ngram or NgramSpec()).max_matching_ngram_size,
                        controls=spec.llm_api.options() if spec.llm_api is not None else None,
-                       max_batch_size=spec.engine.max_batch_size)
+                       max_batch_size=spec.engine.max_batch_size,
+                       mtp_relaxed=spec.mtp.relaxed() if spec.mtp is not None else None,
+                       mtp_one_model=spec.mtp.one_model if spec.mtp is not None else True)
 
 
 def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:

@@ -102,6 +102,8 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
         _check_pair(spec, models["target"], models["draft"], checks)
     heads = _medusa(spec, models, checks) if spec.medusa else None
     max_draft_len, tree, lookahead = _draft_len(spec, heads, checks)
+    if method.target_layers_key:
+        max_draft_len = _check_target_layers(spec, method, models["target"], max_draft_len, checks)
     if max_draft_len > COUNT_MAX - spec.engine.max_seq_len:
         raise ConfigError("max_draft_len", max_draft_len, f"+ engine.max_seq_len {spec.engine.max_seq_len} exceeds "
                           f"the int32 range TensorRT-LLM counts tokens in", hint="use a smaller tree / lookahead / k")
@@ -127,6 +129,9 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
                               hint="set eagle.eagle3: true with an EAGLE-3 drafter (`trtspec train eagle`), or use "
                                    "backend: tensorrtllm for an EAGLE-1/2 drafter")
         return
+    if spec.backend == "torch" and method.reference_unsupported:
+        raise ConfigError("backend", "torch", f"method {method.name}: {method.reference_unsupported}",
+                          hint="use backend: tensorrtllm with workflow: pytorch (TensorRT-LLM's LLM API serves it)")
     if spec.backend == "torch" and method.proposer is None and not method.baseline:
         from trtspec.methods import engine_methods
 
@@ -144,6 +149,14 @@ def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> N
     if spec.workflow_name() == "pytorch":
         _check_pytorch_workflow(spec, method, target, checks)
         return
+    if method.engine_flow_unsupported:
+        having = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
+        near = nearest_target(target.version, having)
+        where = (f"TensorRT-LLM {target.version}'s default workflow is engine (it has no verified LLM-API facts)"
+                 if not target.llm_api.verified else f"TensorRT-LLM {target.version}")
+        raise ConfigError("workflow", "engine", f"method {method.name} on {where}: {method.engine_flow_unsupported}",
+                          hint=f"set workflow: pytorch with trtllm.version: {near} (the nearest target whose LLM API "
+                               "has it)")
     features = list(method.target_features)
     if spec.eagle is not None and spec.eagle.eagle3:
         features = ["eagle3_llmapi"]  # EAGLE-3 runs through the LLM API only: no engine-flow EAGLE
@@ -198,6 +211,13 @@ def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: 
     for role, value in wanted.items():
         if not value:
             continue
+        if dry_run and role == "target" and method.target_layers_key and (weightless := _weightless(value)):
+            # a stand-in or a checkpoint whose weights live where TensorRT-LLM runs: its config.json declares the
+            # layers the method drafts with, so that check runs; the weights' checks are pending
+            checks.append(Check(f"{role} checkpoint", "unchecked", f"{weightless} has config.json but no weights here"))
+            models[role] = ModelRef(role, value, str(weightless), exists=False,
+                                    config=read_config(weightless, field=role))
+            continue
         try:
             path = resolve_model(value, field=role)
         except ModelNotFoundError as exc:
@@ -228,6 +248,45 @@ def _resolve_models(spec: BuildSpec, method: MethodInfo, dry_run: bool, checks: 
         check_weights(path, field=f"{role} directory")
         models[role] = ModelRef(role, value, str(path.resolve()), exists=True)
     return models
+
+
+def _weightless(value: str) -> Path | None:
+    """A local directory with a config.json and no weight file (not an embedded name), else None."""
+    from trtspec.models import EMBEDDED, WEIGHT_FILES
+
+    if value in EMBEDDED:
+        return None
+    path = Path(value).expanduser()
+    try:
+        if path.is_dir() and (path / "config.json").is_file() and not any((path / w).exists() for w in WEIGHT_FILES):
+            return path
+    except OSError:
+        return None
+    return None
+
+
+def _check_target_layers(spec: BuildSpec, method: MethodInfo, target: ModelRef, k: int, checks: list[Check]) -> int:
+    """A method that drafts with the target's own layers (MTP: config.json num_nextn_predict_layers): the target
+    declares more than 0 and at least the k asked for; returns k (default: every layer the target declares). Exit 2
+    naming the field, the value and the fix; unchecked where the target's config.json is not readable here."""
+    key = method.target_layers_key
+    field_name = f"{method.section}.{key}" if spec.mtp is not None and spec.mtp.num_nextn_predict_layers else (
+        "max_draft_len")
+    if target.config is None:
+        checks.append(Check(f"{method.name} layers", "unchecked", f"target config.json not readable here; "
+                            f"{key} {k or 1} assumed"))
+        return k or 1
+    declared = target.config.get(key)
+    if isinstance(declared, bool) or not isinstance(declared, int) or declared <= 0:
+        raise ConfigError("target", spec.target, f"declares no {method.name.upper()} layers (config.json {key}="
+                          f"{declared!r}, method {method.name} needs > 0)",
+                          hint=f"use a checkpoint that ships them (DeepSeek-V3/R1: {key}: 1), or method eagle with "
+                               "eagle.eagle3: true and a drafter")
+    if k > declared:
+        raise ConfigError(field_name, k, f"is above the target's config.json {key} {declared}",
+                          hint=f"set {field_name} <= {declared} (or drop it: the target's {declared})")
+    checks.append(Check(f"{method.name} layers", "ok", f"target declares {key} {declared}; {k or declared} draft"))
+    return k or declared
 
 
 def _check_architecture(spec: BuildSpec, method: MethodInfo, models: dict[str, ModelRef], checks: list[Check]) -> str:
@@ -400,6 +459,18 @@ def _refuse_untranslatable_eagle_tree(eagle: EagleSpec) -> None:
                           hint="drop eagle.choices (set max_draft_len), or use backend: torch for a static tree")
 
 
+def _rule_mtp(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
+    """MTP: max_draft_len = num_nextn_predict_layers (TensorRT-LLM sets one from the other); 0 = the target's."""
+    layers = spec.mtp.num_nextn_predict_layers if spec.mtp is not None else None
+    if given == 0:
+        raise ConfigError("max_draft_len", 0, "method mtp drafts at least one token per MTP layer",
+                          hint="drop max_draft_len (the target's num_nextn_predict_layers) or set it >= 1")
+    if given is not None and layers is not None and given != layers:
+        raise ConfigError("max_draft_len", given, f"!= mtp.num_nextn_predict_layers {layers}: MTP drafts one token "
+                          "per layer", hint="give one of them")
+    return layers or given or 0, None, None
+
+
 def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
     from trtspec.config import LookaheadSpec
 
@@ -427,7 +498,7 @@ def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
 
 # each method's rule, by its home's draft_len_rule (suffix: external, torch backend only, the k cap)
 DRAFT_LEN_RULES = {"plain": _rule_none, "external": _rule_external, "heads": _rule_medusa, "layers": _rule_eagle,
-                   "window": _rule_lookahead, "beams": _rule_redrafter}
+                   "window": _rule_lookahead, "beams": _rule_redrafter, "mtp": _rule_mtp}
 
 
 # --- engine flags ---------------------------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ def build(config: Path | None, dry_run: bool, only: str | None, out: Path | None
         trtspec build --list-examples
         trtspec build --example llama3.1-8b-eagle3 > 8b.yaml && trtspec build 8b.yaml --dry-run
         trtspec build --example tiny-torch > tiny-torch.yaml && trtspec build tiny-torch.yaml
+
+    MTP (method: mtp, the target's own MTP layers: DeepSeek-V3/R1 num_nextn_predict_layers, the `mtp:` section) is
+    the PyTorch workflow's only: see the example deepseek-v3-mtp and docs/targets.md, "MTP".
     """
     from trtspec.config import BuildSpec, load_build_spec
     from trtspec.errors import ToolNotFoundError, UsageError

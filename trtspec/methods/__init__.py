@@ -1,6 +1,6 @@
 """THE method table, derived from the method homes: one module per speculative-decoding method in this package.
 
-Each home (none, draft_target, ngram, suffix, medusa, eagle (eagle and eagle3), lookahead, redrafter) declares its
+Each home (none, draft_target, ngram, suffix, medusa, eagle (eagle and eagle3), lookahead, redrafter, mtp) declares its
 `MethodInfo` (base.py): the TensorRT-LLM build flag (`trtllm-build --speculative_decoding_mode`), the Triton
 `tensorrt_llm` model's `decoding_mode` parameter, the LLM-API `speculative_config.decoding_type`, what it needs, its
 engine configuration part and its proposer as a dotted path. Every other module asks the method object instead of
@@ -14,14 +14,14 @@ Sources for the TensorRT-LLM/Triton values: shared/reference/trtllm-specdec.md s
 from __future__ import annotations
 
 from trtspec.errors import ConfigError, UnknownMethodError
-from trtspec.methods import draft_target, eagle, lookahead, medusa, ngram, none, redrafter, suffix
+from trtspec.methods import draft_target, eagle, lookahead, medusa, mtp, ngram, none, redrafter, suffix
 from trtspec.methods.base import MethodInfo
 
 # The lookahead budget has one definition, next to the per-release facts that state it (re-exported here).
 from trtspec.targets import lookahead_max_draft_len, validate_lookahead  # noqa: F401 (re-exported)
 
 # The registered homes, in table order; each declares its methods in DECLARES.
-HOMES = (none, draft_target, ngram, suffix, medusa, eagle, lookahead, redrafter)
+HOMES = (none, draft_target, ngram, suffix, medusa, eagle, lookahead, redrafter, mtp)
 
 METHODS: dict[str, MethodInfo] = {m.name: m for home in HOMES for m in home.DECLARES}
 

@@ -77,6 +77,15 @@ class MethodInfo:
     repository_features: tuple[str, ...] = ()
     # Why a served inflight-batcher model's k cannot change for it (trtspec control); None = it can, or it has no k.
     inflight_k_fixed: str | None = None
+    # Why TensorRT-LLM's engine flow (trtllm-build) cannot build it: `workflow: engine` is refused with this reason
+    # (a form of the LLM API's PyTorch backend only, e.g. MTP); None = the facts decide.
+    engine_flow_unsupported: str | None = None
+    # Why the reference (torch) engine cannot serve it honestly: `backend: torch` and the engine host refuse it with
+    # this reason; None = it runs it, or the generic "no proposer" refusal applies.
+    reference_unsupported: str | None = None
+    # The target config.json key that declares the layers the method drafts with (MTP: num_nextn_predict_layers):
+    # the target must declare more than 0; None = the method needs no layers of the target's own.
+    target_layers_key: str | None = None
 
     def proposer_key(self) -> str:
         """`proposer`, for a method the reference engine runs: the name its proposer class gives itself."""

@@ -28,7 +28,10 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
     from trtspec.models import check_pair, resolve_eagle, resolve_medusa, resolve_model
 
     if config.method not in engine_methods():
-        raise ConfigError(spell("method"), config.method, "is not a method of the reference engine",
+        from trtspec.methods import METHODS
+
+        why = METHODS[config.method].reference_unsupported if config.method in METHODS else None
+        raise ConfigError(spell("method"), config.method, f"is not a method of the reference engine{': ' + why if why else ''}",
                           hint=f"use one of {', '.join(engine_methods())}")
     from trtspec.devices import check_device
 
