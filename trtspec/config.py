@@ -107,11 +107,15 @@ class EagleSpec(_Spec):
     model: PathText = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
     num_layers: int = Field(4, ge=1, le=COUNT_MAX, description="num_eagle_layers: maximum tree depth")
     max_non_leaves_per_layer: int = Field(10, ge=1, le=COUNT_MAX)
-    choices: str | list[list[int]] | None = Field(None, description="static tree; default mc_sim_7b_63")
-    topk: int | None = Field(None, ge=1, le=MAX_TOPK, description="backend torch, EAGLE-3: the dynamic (EAGLE-2) "
-                             "tree's children per expansion (default 4); excludes choices")
-    depth: int | None = Field(None, ge=1, le=MAX_DEPTH, description="backend torch, EAGLE-3: the dynamic tree's "
-                              "levels (default 6); excludes choices")
+    choices: str | list[list[int]] | None = Field(None, description="static tree (a preset, paths, or a `trtspec tune "
+                                                  "tree --out` file); engine flow default mc_sim_7b_63; EAGLE-3 in "
+                                                  "the LLM API: eagle_choices (k = its nodes)")
+    topk: int | None = Field(None, ge=1, le=MAX_TOPK, description="EAGLE-3: the dynamic (EAGLE-2) tree's children per "
+                             "expansion (torch default 4; the LLM API's dynamic_tree_max_topK, with depth); excludes "
+                             "choices")
+    depth: int | None = Field(None, ge=1, le=MAX_DEPTH, description="EAGLE-3: the dynamic tree's levels (torch default "
+                              "6; the LLM API's max_draft_len, with topk; k = max_total_draft_tokens in [depth, topk x "
+                              "depth]); excludes choices")
     eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
                                             "max_draft_len = draft layers (default num_layers), targets with "
                                             "eagle3_llmapi only")

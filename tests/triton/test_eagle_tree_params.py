@@ -134,9 +134,10 @@ def test_trtllm_eagle_parameters_are_what_the_release_reads(tmp_path, tokenized_
         RepoSpec.from_build(build, "tensorrtllm", trtllm_version=version, engine={"eagle_topk": 2})
 
 
-def test_llm_api_eagle3_renders_exactly_the_pinned_fields(random_pair, tmp_path):
-    """1.2.1's EagleDecodingConfig: trtspec writes the linear tree (the fields every stored version reads alike), and
-    refuses the tree options whose state at the tag is not pinned instead of dropping them."""
+def test_llm_api_eagle3_chain_and_trees_render_their_own_fields(random_pair, tmp_path):
+    """1.2.1's EagleDecodingConfig: without a tree trtspec writes the linear tree (no tree key); a static or dynamic
+    tree writes its own keys with every value spelled out (the tree options are not pinned to the tag: the stored
+    versions read explicit values alike, tests/build/test_eagle_tree_llm_api.py); half a dynamic shape is refused."""
     facts = load_target("1.2.1").llm_api
     tree = facts.raw["classes"]["EagleDecodingConfig"]["tree"]
     (tmp_path / "eagle3").mkdir()
@@ -147,9 +148,10 @@ def test_llm_api_eagle3_renders_exactly_the_pinned_fields(random_pair, tmp_path)
     assert sorted(rendered) == ["decoding_type", "eagle3_one_model", "max_draft_len", "speculative_model"]
     assert set(facts.decoding_types["Eagle"].required) <= set(rendered)
     assert not tree["pinned"] and not set(rendered) & {*tree["static"], *tree["dynamic"]}
-    bad = [({"choices": [[0], [0, 0]]}, "eagle.choices='set': EAGLE-3 through the LLM API is rendered as a chain"),
-           ({"topk": 4}, "eagle.topk=4: sets the reference engine's dynamic tree"),
-           ({"depth": 4}, "eagle.depth=4: sets the reference engine's dynamic tree")]
+    _, plan = plan_of(eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, "choices": [[0], [0, 0]]}, **fields)
+    assert plan.llm_api["speculative_config"]["eagle_choices"] == [[0], [0, 0]]
+    bad = [({"topk": 4}, "eagle.depth=None: the LLM API's dynamic tree needs both"),
+           ({"depth": 4}, "eagle.topk=None: the LLM API's dynamic tree needs both")]
     for extra, message in bad:
         with pytest.raises(ConfigError) as info:
             plan_of(eagle={"model": str(tmp_path / "eagle3"), "eagle3": True, **extra}, **fields)
@@ -159,6 +161,7 @@ def test_llm_api_eagle3_renders_exactly_the_pinned_fields(random_pair, tmp_path)
 def test_engine_flow_eagle_refuses_a_dynamic_tree(random_pair, tmp_path):
     """EAGLE-1/2 engines served by Triton: the backend has no dynamic-tree parameter (eagle_config.dynamic_tree)."""
     (tmp_path / "eagle").mkdir()
-    with pytest.raises(ConfigError, match="eagle.topk=4: sets the reference engine's dynamic tree"):
+    with pytest.raises(ConfigError, match="eagle.topk=4: sets the reference engine's dynamic tree; TensorRT-LLM's "
+                                          "EAGLE-1/2 engines"):
         plan_of(target=str(random_pair[0]), method="eagle", engine={"max_input_len": 64, "max_seq_len": 128},
                 eagle={"model": str(tmp_path / "eagle"), "topk": 4}, trtllm={"version": "0.19.0"}, dry_run=True)

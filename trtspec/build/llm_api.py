@@ -60,6 +60,10 @@ class Speculation:
     max_batch_size: int = 1  # the engine's: a release that reads schedule keys as upper bounds needs it
     mtp_relaxed: Mapping[str, Any] | None = None  # MTP: relaxed acceptance of thinking tokens (config.MtpSpec.relaxed)
     mtp_one_model: bool = True  # MTP-Eagle in one model (mtp_eagle_one_model)
+    # EAGLE-3 trees (max_draft_len then counts the tree's nodes): a static tree's paths, or the dynamic tree's
+    # (top-k, depth); neither = the chain of max_draft_len draft layers
+    eagle_choices: tuple[tuple[int, ...], ...] | None = None
+    dynamic_tree: tuple[int, int] | None = None
 
 
 def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
@@ -117,10 +121,34 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         raise ConfigError("eagle.one_model", False, f"TensorRT-LLM {facts.version} has no two-model EAGLE-3 (no "
                           "eagle3_one_model field: one model only)", hint="set eagle.one_model: true, or target a "
                           "release with two-model EAGLE-3 (1.2.1)")
+    if eagle and (spec.eagle_choices is not None or spec.dynamic_tree is not None):
+        config.update(_eagle_tree(spec, facts, kind, fields))
     if kind == MTP.llmapi_decoding_type:
         config.update(_mtp(spec, facts, fields))
     config.update(_controls(spec, facts, kind, fields))
     return config
+
+
+def _eagle_tree(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An EAGLE-3 tree in the release's fields, every value written out so each stored version of the class reads it
+    alike (pytorch-workflow.json `tree`): static = eagle_choices with max_draft_len = its depth and
+    max_total_draft_tokens = len(choices) (what the release resets them to); dynamic = use_dynamic_tree,
+    dynamic_tree_max_topK = top-k, max_draft_len = depth, max_total_draft_tokens = the node budget (which the older
+    stored version requires and the later one defaults to top-k x depth)."""
+    if spec.eagle_choices is not None:
+        if "eagle_choices" not in fields:
+            raise ConfigError("eagle.choices", "set", f"TensorRT-LLM {facts.version}'s {kind} has no eagle_choices "
+                              "(static tree)", hint="use the dynamic tree (eagle.topk + eagle.depth) or a release "
+                              "with eagle_choices")
+        paths = [list(path) for path in spec.eagle_choices]
+        return {"max_draft_len": max(map(len, paths)), "max_total_draft_tokens": len(paths), "eagle_choices": paths}
+    assert spec.dynamic_tree is not None
+    topk, depth = spec.dynamic_tree
+    if "use_dynamic_tree" not in fields or "dynamic_tree_max_topK" not in fields:
+        raise ConfigError("eagle.topk", topk, f"TensorRT-LLM {facts.version}'s {kind} has no dynamic tree",
+                          hint="use a static tree (eagle.choices) or a release with use_dynamic_tree")
+    return {"max_draft_len": depth, "max_total_draft_tokens": spec.max_draft_len, "use_dynamic_tree": True,
+            "dynamic_tree_max_topK": topk}
 
 
 def _mtp(spec: Speculation, facts: LlmApiFacts, fields: Mapping[str, Any]) -> dict[str, Any]:

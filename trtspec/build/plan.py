@@ -193,7 +193,8 @@ def _plan_pytorch(r: Resolved) -> BuildPlan:
                                                                                             model, serve)),
                 outputs=(LLM_API_FILE,))
     checkpoints = ", ".join(f"{role} {r.models[role].path}" for role in roles)
-    notes = (f"PyTorch workflow: no checkpoint conversion and no trtllm-build; TensorRT-LLM {target.version} loads the "
+    notes = (*tree_notes(llm_api, target.llm_api),
+             f"PyTorch workflow: no checkpoint conversion and no trtllm-build; TensorRT-LLM {target.version} loads the "
              f"HF checkpoints where they are ({checkpoints}): mount them at these paths in {target.image}",
              "Triton: `trtspec deploy --backend tensorrtllm --build OUT --out DIR` renders NVIDIA's llmapi model with "
              "these options in its model.yaml; Dynamo: `trtspec k8s CONFIG --out DIR` writes them as the workers' "
@@ -201,6 +202,26 @@ def _plan_pytorch(r: Resolved) -> BuildPlan:
     return BuildPlan("tensorrtllm", r.method.name, (step,), checkpoints={role: r.models[role].path for role in roles},
                      llm_api=llm_api, notes=notes, target=target.version, container=target.image, workflow="pytorch",
                      serve={"trtllm-serve": tuple(serve)})
+
+
+def tree_notes(options: dict[str, Any], facts: Any) -> tuple[str, ...]:
+    """What a plan says about an EAGLE-3 tree in the options: the release's tree options unpinned at its tag, or
+    eagle_choices deprecated there (the facts' own words)."""
+    speculative = options.get("speculative_config") or {}
+    kind = speculative.get("decoding_type")
+    if not (speculative.get("eagle_choices") or speculative.get("use_dynamic_tree")) or kind not in facts.decoding_types:
+        return ()
+    cls = facts.raw["classes"][facts.decoding_types[kind].class_name]
+    notes = []
+    if cls.get("tree", {}).get("pinned") is False:
+        notes.append(f"EAGLE-3 tree: TensorRT-LLM {facts.version}'s tree options are not pinned to its tag (stored "
+                     "versions disagree: pytorch-workflow.json tree); every value is written out, so each of them reads "
+                     "this tree alike; check the file inside the container: trtspec doctor --llm-api FILE")
+    status = {f["name"]: f.get("status") for f in cls["fields"]}
+    if speculative.get("eagle_choices") and status.get("eagle_choices") == "deprecated":
+        notes.append(f"EAGLE-3 tree: eagle_choices is deprecated in TensorRT-LLM {facts.version} (removed in 1.4); "
+                     "the dynamic tree (eagle.topk + eagle.depth) is its successor")
+    return tuple(notes)
 
 
 def _eagle3(r: Resolved) -> bool:
@@ -401,7 +422,10 @@ def _speculation(r: Resolved) -> Speculation:
                        controls=spec.llm_api.options() if spec.llm_api is not None else None,
                        max_batch_size=spec.engine.max_batch_size,
                        mtp_relaxed=spec.mtp.relaxed() if spec.mtp is not None else None,
-                       mtp_one_model=spec.mtp.one_model if spec.mtp is not None else True)
+                       mtp_one_model=spec.mtp.one_model if spec.mtp is not None else True,
+                       eagle_choices=tuple(map(tuple, r.choices)) if eagle3 and r.choices else None,
+                       dynamic_tree=(spec.eagle.topk, spec.eagle.depth) if eagle3 and spec.eagle is not None
+                       and spec.eagle.topk is not None and spec.eagle.depth is not None else None)
 
 
 def _llm_api_yaml(options: dict[str, Any], r: Resolved, target: TrtllmTarget) -> str:

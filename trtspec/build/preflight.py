@@ -426,9 +426,7 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
                             + ("static tree)" if tree else "dynamic tree)")))
         return k, tree, None
     if eagle.eagle3:
-        # LLM API (PyTorch backend): max_draft_len counts draft layers (chain steps), not tree nodes
-        checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
-        return given or eagle.num_layers, None, None
+        return _llm_api_eagle_tree(eagle, given, checks)
     tree = tree_choices.validate(_tree(eagle.choices, eagle.num_layers, "eagle.choices"),
                                  max_depth=eagle.num_layers, max_nodes=given, field="eagle.choices")
     max_draft_len = given or len(tree)
@@ -446,17 +444,56 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
 
 def _refuse_untranslatable_eagle_tree(eagle: EagleSpec) -> None:
     """TensorRT-LLM targets: what trtspec renders is what each release reads (the targets' `eagle_tree` facts). The
-    Triton tensorrtllm backend builds EagleConfig(eagle_choices) only: no dynamic tree. The LLM-API EAGLE-3 form is
-    rendered as the linear tree (max_draft_len draft layers): the tree options of the release are not pinned."""
-    if eagle.dynamic_shape():
+    Triton tensorrtllm backend builds EagleConfig(eagle_choices) only: no dynamic tree for EAGLE-1/2 engines. EAGLE-3
+    goes through the LLM API, which takes both trees (`_llm_api_eagle_tree`)."""
+    if eagle.dynamic_shape() and not eagle.eagle3:
         name, value = next(iter(eagle.dynamic_shape().items()))
-        raise ConfigError(name, value, "sets the reference engine's dynamic tree; TensorRT-LLM targets do not take it "
-                          "from trtspec (the Triton backend reads only eagle_choices; the LLM-API form is a chain)",
-                          hint=f"use backend: torch, or drop {' / '.join(eagle.dynamic_shape())}")
-    if eagle.eagle3 and eagle.choices is not None:
-        raise ConfigError("eagle.choices", "set", "EAGLE-3 through the LLM API is rendered as a chain of "
-                          "max_draft_len draft layers; the release's static-tree option is not pinned (docs/eagle.md)",
-                          hint="drop eagle.choices (set max_draft_len), or use backend: torch for a static tree")
+        raise ConfigError(name, value, "sets the reference engine's dynamic tree; TensorRT-LLM's EAGLE-1/2 engines do "
+                          "not take it (the Triton backend reads only eagle_choices)",
+                          hint=f"use backend: torch or eagle.eagle3: true (the LLM API's dynamic tree), or drop "
+                               f"{' / '.join(eagle.dynamic_shape())}")
+
+
+def _llm_api_eagle_tree(eagle: EagleSpec, given: int | None, checks: list[Check]) -> DraftShape:
+    """EAGLE-3 through the LLM API (PyTorch backend). k (max_draft_len in the build config) counts draft-tree nodes,
+    as the reference engine's does, so one config means one tree on both: a static tree (eagle.choices: a preset, a
+    list or `trtspec tune tree --eagle --out` output) is eagle_choices, k = len(choices) (the release sets
+    max_total_draft_tokens = len(choices) and max_draft_len = its depth); a dynamic tree (eagle.topk + eagle.depth)
+    is use_dynamic_tree + dynamic_tree_max_topK = topk, max_draft_len = depth, max_total_draft_tokens = k in
+    [depth, topk x depth] (default topk x depth, the release's); neither is the chain of k draft layers."""
+    if eagle.choices is not None and eagle.dynamic_shape():
+        name, value = next(iter(eagle.dynamic_shape().items()))
+        raise ConfigError(name, value, "sets a dynamic tree but eagle.choices sets a static one (eagle_choices and "
+                          "use_dynamic_tree exclude each other)", hint=f"drop {name} (static tree) or eagle.choices "
+                                                                       "(dynamic tree)")
+    if eagle.choices is not None:
+        tree = tree_choices.validate(_tree(eagle.choices, tree_choices.MAX_DEPTH, "eagle.choices"),
+                                     max_depth=tree_choices.MAX_DEPTH, max_nodes=given, field="eagle.choices")
+        if given is not None and given != len(tree):
+            raise ConfigError("max_draft_len", given, f"!= the static tree's {len(tree)} nodes: eagle_choices sets "
+                              "max_total_draft_tokens = len(choices) in the LLM API",
+                              hint=f"drop max_draft_len (trtspec writes {len(tree)}) or set it to {len(tree)}")
+        checks.append(Check("eagle3", "ok", f"static tree: {len(tree)} nodes, depth {tree_choices.depth(tree)} "
+                            "(LLM API eagle_choices)"))
+        return len(tree), tree, None
+    if eagle.dynamic_shape():
+        if eagle.topk is None or eagle.depth is None:
+            missing, example = ("eagle.depth", 6) if eagle.depth is None else ("eagle.topk", 4)
+            raise ConfigError(missing, None, "the LLM API's dynamic tree needs both eagle.topk "
+                              "(dynamic_tree_max_topK) and eagle.depth (max_draft_len)", hint=f"add {missing}: "
+                              f"{example}, or drop eagle.topk / eagle.depth for a chain")
+        low, high = eagle.depth, eagle.topk * eagle.depth
+        k = given or high
+        if not low <= k <= high:
+            raise ConfigError("max_draft_len", k, f"the dynamic tree's node budget (max_total_draft_tokens) must lie "
+                              f"in [eagle.depth {low}, eagle.topk x eagle.depth {high}]",
+                              hint=f"set max_draft_len between {low} and {high}, or change eagle.topk / eagle.depth")
+        checks.append(Check("eagle3", "ok", f"dynamic tree: top-{eagle.topk} x depth {eagle.depth}, {k} nodes "
+                            "(LLM API use_dynamic_tree)"))
+        return k, None, None
+    # the chain: max_draft_len counts draft layers (chain steps), one node each
+    checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
+    return given or eagle.num_layers, None, None
 
 
 def _rule_mtp(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:

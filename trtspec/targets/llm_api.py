@@ -352,9 +352,46 @@ def _value_rules(spec: Mapping[Any, Any], kind: str, info: DecodingType) -> list
     if "exclude each other" in text and spec.get("eagle_choices") and spec.get("use_dynamic_tree"):
         problems.append(LlmApiProblem("speculative_config.use_dynamic_tree", "eagle_choices and use_dynamic_tree "
                                       "exclude each other", "keep one of them"))
+    problems += _tree_rules(spec, text)
     layers = spec.get("num_nextn_predict_layers")
     if "num_nextn_predict_layers > 0" in text and _is_int(layers) and layers <= 0:
         problems.append(LlmApiProblem("speculative_config.num_nextn_predict_layers", f"{layers}: must be > 0"))
+    return problems
+
+
+def _tree_rules(spec: Mapping[Any, Any], text: str) -> list[LlmApiProblem]:
+    """The EAGLE tree rules a class states: eagle_choices resets max_draft_len to the tree depth and
+    max_total_draft_tokens to len(choices) (a file that says otherwise means another tree than the release runs);
+    use_dynamic_tree needs dynamic_tree_max_topK > 0 (and, where stated, max_total_draft_tokens > 0), with
+    max_total_draft_tokens in [max_draft_len, dynamic_tree_max_topK x max_draft_len] where the class says so."""
+    problems: list[LlmApiProblem] = []
+    path = "speculative_config."
+    draft_len, total = spec.get("max_draft_len"), spec.get("max_total_draft_tokens")
+    choices = spec.get("eagle_choices")
+    if "eagle_choices resets" in text and isinstance(choices, list) and choices and all(
+            isinstance(p, list) and p and all(map(_is_int, p)) for p in choices):
+        depth = max(len(p) for p in choices)
+        if _is_int(draft_len) and draft_len != depth:
+            problems.append(LlmApiProblem(path + "max_draft_len", f"{draft_len}: eagle_choices resets it to the tree "
+                                          f"depth {depth}", f"set max_draft_len: {depth}"))
+        if _is_int(total) and total != len(choices):
+            problems.append(LlmApiProblem(path + "max_total_draft_tokens", f"{total}: eagle_choices resets it to "
+                                          f"len(eagle_choices) {len(choices)}", f"set max_total_draft_tokens: "
+                                          f"{len(choices)}"))
+    if spec.get("use_dynamic_tree") is True and ("use_dynamic_tree needs" in text or "must lie in" in text):
+        topk = spec.get("dynamic_tree_max_topK")
+        if not (_is_int(topk) and topk > 0):
+            problems.append(LlmApiProblem(path + "dynamic_tree_max_topK", f"{_shown(topk)}: use_dynamic_tree needs "
+                                          "dynamic_tree_max_topK > 0", "set dynamic_tree_max_topK, e.g. 4"))
+        elif "use_dynamic_tree needs" in text and not (_is_int(total) and total > 0):
+            problems.append(LlmApiProblem(path + "max_total_draft_tokens", f"{_shown(total)}: use_dynamic_tree needs "
+                                          "max_total_draft_tokens > 0 (the draft tree's nodes)",
+                                          "set max_total_draft_tokens"))
+        elif "must lie in" in text and _is_int(total) and _is_int(draft_len) and not (
+                draft_len <= total <= topk * draft_len):
+            problems.append(LlmApiProblem(path + "max_total_draft_tokens", f"{total}: must lie in [max_draft_len "
+                                          f"{draft_len}, dynamic_tree_max_topK x max_draft_len {topk * draft_len}]",
+                                          f"set it between {draft_len} and {topk * draft_len}"))
     return problems
 
 

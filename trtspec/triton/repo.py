@@ -152,8 +152,16 @@ class RepoSpec:
                               "engine logs prompts; NVIDIA's C++ backend does not)", hint="deploy with --backend "
                               "torch, or leave --log-prompts out")
         dynamic = engine.eagle_tree.dynamic_values() if engine.eagle_tree is not None else {}
-        if self.backend != "torch" and dynamic:
-            name, value = next(iter(dynamic.items()))
+        speculative = (self.llm_api or {}).get("speculative_config") or {}
+        written = {"eagle_topk": speculative.get("dynamic_tree_max_topK"), "eagle_depth": speculative.get(
+            "max_draft_len")} if self.form == "llmapi" and speculative.get("use_dynamic_tree") else {}
+        if self.backend != "torch" and dynamic and any(written.get(k) != v for k, v in dynamic.items()):
+            name, value = next((k, v) for k, v in dynamic.items() if written.get(k) != v)
+            if self.form == "llmapi":  # the build's LLM-API options (model.yaml) hold the tree the release runs
+                raise ConfigError(name, value, "differs from the build's LLM-API tree (model.yaml: "
+                                  f"use_dynamic_tree {bool(written)}, dynamic_tree_max_topK "
+                                  f"{written.get('eagle_topk')}, max_draft_len {written.get('eagle_depth')})",
+                                  hint="rebuild with eagle.topk / eagle.depth, or drop it")
             raise ConfigError(name, value, "shapes the reference engine's dynamic tree; NVIDIA's tensorrtllm backend "
                               "reads only eagle_choices (no dynamic tree)", hint="deploy with --backend torch, or drop "
                               "it")
