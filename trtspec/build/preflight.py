@@ -270,8 +270,8 @@ def _check_target_layers(spec: BuildSpec, method: MethodInfo, target: ModelRef, 
     declares more than 0 and at least the k asked for; returns k (default: every layer the target declares). Exit 2
     naming the field, the value and the fix; unchecked where the target's config.json is not readable here."""
     key = method.target_layers_key
-    field_name = f"{method.section}.{key}" if spec.mtp is not None and spec.mtp.num_nextn_predict_layers else (
-        "max_draft_len")
+    section = getattr(spec, method.section) if method.section else None
+    field_name = f"{method.section}.{key}" if getattr(section, key, None) else "max_draft_len"
     if target.config is None:
         checks.append(Check(f"{method.name} layers", "unchecked", f"target config.json not readable here; "
                             f"{key} {k or 1} assumed"))
