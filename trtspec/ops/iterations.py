@@ -5,7 +5,8 @@ A GET drains the server's buffer (`trtspec.contracts.trtllm_iterations`): the ro
 the previous GET, so one `IterationPage` per URL keeps totals since the monitor started, and never counts an iteration
 twice:
 - 1.3.0rc29 writes one row per attention-DP rank with rank 0's speculation copied into each: only rank 0's rows
-  count; an iteration whose ranks are not 0..N-1 once each is a layout that does not add up (refused);
+  count; an iteration inside a page whose ranks are not 0..N-1 once each is a layout that does not add up (refused;
+  the first and last iterations of a page may be cut);
 - a row whose `iter` and `timestamp` were already counted (a page read twice, a proxy's retry) is skipped;
 - any other row whose `iter` is not past the newest counted is a restarted server's: the totals keep growing (so no
   window loses or double-counts across it) and the restart is noted;
@@ -16,9 +17,10 @@ Counters (keys of `contracts.series` where the meaning is the same): num_drafts 
 num_draft_tokens, num_accepted_tokens, num_target_forwards (requests per iteration), num_emitted_tokens (estimated:
 one token per request per iteration plus its accepted draft tokens; stop strings that cut a draft are not seen),
 requests{completed}, iterations (num_target_forwards / iterations: the mean batch, the window's concurrency; not the
-latencies, which span two loops under the overlap scheduler) and missing_iterations. The served k is the largest draft length per drafting request of the page (TensorRT-LLM counts
-the draft budget, max_draft_len, per request; for a tree, its node count, so the rate and its drift test then
-compare draft budgets, not the paths a trtspec baseline counts: docs/operations.md).
+latencies, which span two loops under the overlap scheduler) and missing_iterations. The served k is the largest
+draft length per drafting request of the page (TensorRT-LLM counts the draft budget, max_draft_len, per request; for
+a tree, its node count, so the rate and its drift test then compare draft budgets, not the paths a trtspec baseline
+counts: docs/operations.md).
 """
 
 from __future__ import annotations
