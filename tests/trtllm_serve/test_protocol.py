@@ -43,7 +43,7 @@ def test_a_completion_maps_to_the_engine_parameters():
     ({"prompt": "a", "n": 2}, "n", "one choice"),
     ({"prompt": "a", "max_tokens": -1}, "max_tokens", ">= 1"),
     ({"prompt": "a", "max_tokens": "8"}, "max_tokens", "whole number"),
-    ({"prompt": "a", "model": "gpt-4"}, "model", "model='tiny'"),
+    ({"prompt": "a", "model": 7}, "model", "not a string"),
     ({"prompt": "a", "temperature": -0.5}, "temperature", ">= 0"),
     ({"prompt": "a", "top_p": 0}, "top_p", "(0, 1]"),
     ({"prompt": "a", "logprobs": 2}, "logprobs", "no log-probs"),
@@ -61,6 +61,16 @@ def test_a_request_that_cannot_be_served_names_the_field_the_value_and_the_fix(b
     assert info.value.field == field and body_json["param"] == field and body_json["code"] == 400
     assert words in body_json["message"] and "(fix: " in body_json["message"]
     assert body_json["object"] == "error" and body_json["type"] == "BadRequestError"
+
+
+def test_any_model_name_is_served_and_answered_back_as_trtllm_serve_does():
+    """trtllm-serve never reads `model` and answers with the request's (postprocess_handlers.py @01bf1923); its
+    request classes require it, a string."""
+    assert parse({"prompt": "a", "model": "TinyLlama-1.1B-Chat-v1.0"}).model == "TinyLlama-1.1B-Chat-v1.0"
+    assert parse({"prompt": "a"}).model == "tiny"
+    with pytest.raises(ConfigError, match="is required") as info:
+        p.parse_request(p.COMPLETION, {"prompt": "a"}, model="tiny", encoder=ENCODER, max_context=128)
+    assert info.value.field == "model" and "model='tiny'" in p.error_body(info.value)["message"]
 
 
 def test_chat_refusals_name_chat_fields():

@@ -6,9 +6,10 @@ NVIDIA's `openai` client against completions and chat, streamed and not: the gre
 target's own (SpecEngine.generate, plain decoding); a stop string ends the text before it. `/metrics` drains (a second
 GET has only the iterations since the first), keeps at most --iter-stats-max-iterations (the newest), and its summed
 numDraftTokens / numAcceptedTokens / numRequestsWithDraftTokens equal the increments of `/trtspec/metrics`'
-counters over the same traffic. Bad requests (n=2, a negative max_tokens, invalid JSON, an unknown model) get 400
-naming the field while the server keeps serving; a client that goes away mid-stream cancels its request; SIGTERM
-ends `trtspec serve` with no process left.
+counters over the same traffic. Bad requests (n=2, a negative max_tokens, invalid JSON, a model that is not a string)
+get 400 naming the field while the server keeps serving, and any model name is served and answered back (as
+trtllm-serve does); a client that goes away mid-stream cancels its request; SIGTERM ends `trtspec serve` with no
+process left.
 """
 
 from __future__ import annotations
@@ -135,12 +136,17 @@ def test_metrics_keep_the_newest_iterations_up_to_the_bound(server, client):
 def test_bad_requests_get_400_naming_the_field_and_the_server_keeps_serving(server, client):
     import openai
 
-    cases = [({"n": 2}, "n"), ({"max_tokens": -1}, "max_tokens"), ({"model": "gpt-4"}, "model")]
+    cases = [({"n": 2}, "n"), ({"max_tokens": -1}, "max_tokens")]
     for extra, field in cases:
         body = {"model": "tiny", "prompt": "def f():", **extra}
         with pytest.raises(openai.BadRequestError) as info:
             client.completions.create(**body)
         assert info.value.status_code == 400 and info.value.body["param"] == field, info.value.body
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt="def f():", extra_body={"model": 7})
+    assert info.value.body["param"] == "model"
+    other = client.completions.create(model="gpt-4", prompt="def f():", max_tokens=2)  # trtllm-serve answers any name
+    assert other.model == "gpt-4" and other.usage.completion_tokens == 2
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], n=2)
     assert info.value.body["param"] == "n"

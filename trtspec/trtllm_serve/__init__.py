@@ -22,13 +22,15 @@ Sources (NVIDIA/TensorRT-LLM, read through the project's source index; no stored
   `/metrics` = the iterations `llm.get_stats_async` hands over since the previous call (a JSON list), errors as
   `ErrorResponse` with status 400 (`create_error_response`), `data: [DONE]` after the last stream chunk, a client that
   disconnects aborts its request (`await_disconnected`), and a request's `model` is never read by `openai_completion`
-  or `openai_chat` (any name is answered; this server refuses another name with 400).
+  or `openai_chat` (any name is answered, here too).
 - tensorrt_llm/serve/openai_protocol.py @0076e9390e1ed11515f149eec356f5a03f4a00d8 (newer than 1.2.1; the classes used
   here are the long-standing ones): ErrorResponse {object "error", message, type, param, code}, ModelCard
   {id, object "model", created, owned_by "tensorrt_llm"}, UsageInfo, StreamOptions (include_usage defaults to true
   once stream_options is given; stream_options without stream is refused), CompletionRequest / ChatCompletionRequest
   fields and defaults (extra fields forbidden; temperature and top_p unset mean 1.0; top_k 0 is off; n 1).
-- tensorrt_llm/serve/postprocess_handlers.py @01bf19231d29d8f0766e31c117d1cf39ed00d3d5: stream chunks (completions:
+- tensorrt_llm/serve/postprocess_handlers.py @01bf19231d29d8f0766e31c117d1cf39ed00d3d5 (index id 57801403953): the
+  `model` of a response and of every chunk is the request's (`ChatPostprocArgs` / `CompletionPostprocArgs`
+  `.from_request` take `model=request.model`; only several prompts merged get the served name), stream chunks (completions:
   every field; chat: none-valued fields left out, a first chunk with the role), the usage-only last chunk with
   `choices: []` when stream_options.include_usage, response ids `cmpl-...` / `chatcmpl-...`.
 - iteration statistics (trtspec/targets/iteration-stats.json has the facts and their sources; each row is written by

@@ -8,6 +8,9 @@ GET  /trtspec/metrics        trtspec's spec-decode series (contracts/series.py) 
 POST /v1/completions         OpenAI completions, non-streaming or SSE (`data: ...`, then `data: [DONE]`)
 POST /v1/chat/completions    OpenAI chat completions, likewise
 
+A request's `model` may name any model (trtllm-serve never reads it); the response's `model` is that name, as
+trtllm-serve answers.
+
 A request runs on the engine loop through a `spec.serving.QueueSink` (each delta handed to the asyncio loop). A bad
 request gets an ErrorResponse with status 400 before anything runs (an engine refusal too: a stream starts only after
 the engine has taken the request); the server keeps serving. A client that goes away (the handler is cancelled, or a stream
@@ -218,12 +221,12 @@ class _Run:
 
     def body(self) -> dict[str, Any]:
         make = p.completion_body if self.kind == p.COMPLETION else p.chat_body
-        return make(self.rid, self.app.model, self.request.echo + self.text.shown, self.reason, self.stop,
+        return make(self.rid, self.request.model, self.request.echo + self.text.shown, self.reason, self.stop,
                     self.usage(), p.decoded_per_iteration(self.stats))
 
     def opening(self) -> list[dict[str, Any]]:
         """The chunks before any text: chat's role chunk; a completion's echo."""
-        model = self.app.model
+        model = self.request.model
         if self.kind == p.CHAT:
             return [p.chat_chunk(self.rid, self.created, model, {"role": "assistant"}, use=self._running_usage())]
         if self.request.echo:
@@ -234,7 +237,7 @@ class _Run:
         """The chunks of the latest delta (none when it shows nothing and is not the last), then the usage chunk."""
         if not self.piece and not done:
             return []
-        model, reason = self.app.model, self.reason if done else None
+        model, reason = self.request.model, self.reason if done else None
         stop, per_iter = (self.stop, p.decoded_per_iteration(self.stats)) if done else (None, None)
         if self.kind == p.COMPLETION:
             out = [p.completion_chunk(self.rid, self.created, model, self.piece, reason, stop, per_iter,

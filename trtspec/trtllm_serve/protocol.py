@@ -97,6 +97,7 @@ class ServeRequest:
     include_stop_str: bool
     echo: str  # text put before the output (completions' echo), else ""
     end_id: int | None  # the model's end token (not part of the output)
+    model: str = ""  # the request's `model`, answered in the response's `model` as trtllm-serve does
 
 
 def parse_request(kind: str, body: Any, *, model: str, encoder: Encoder, max_context: int) -> ServeRequest:
@@ -111,10 +112,14 @@ def parse_request(kind: str, body: Any, *, model: str, encoder: Encoder, max_con
     for key, (neutral, fix) in NEUTRAL.items():
         if key in body and not any(body[key] == v and type(body[key]) is type(v) or body[key] is v for v in neutral):
             raise ConfigError(key, _short(body[key]), "is not supported by this server", hint=fix)
+    # Any name is answered, and echoed in the response, as trtllm-serve does: its `openai_completion` /
+    # `openai_chat` never read `model` (openai_server.py @e7f7345e) and its post-processors answer with
+    # `request.model` (postprocess_handlers.py @01bf1923: `ChatPostprocArgs` / `CompletionPostprocArgs.from_request`).
+    # Its request classes require the field as a string (`model: str`).
     name = body.get("model")
-    if name != model:
-        raise ConfigError("model", _short(name), "is not a model this server serves" if name is not None
-                          else "is required", hint=f"send model={model!r} (GET /v1/models lists it)")
+    if not isinstance(name, str):
+        raise ConfigError("model", _short(name), "is required (a string)" if name is None else "is not a string",
+                          hint=f"send a model name, e.g. model={model!r} (GET /v1/models lists it)")
     n = _int(body, "n", 1)
     if n != 1:
         raise ConfigError("n", n, "the reference engine returns one choice per request", hint="send n=1, or several "
@@ -158,7 +163,7 @@ def parse_request(kind: str, body: Any, *, model: str, encoder: Encoder, max_con
     except ConfigError as exc:
         raise renamed(exc, kind) from None
     return ServeRequest(kind, prompt_ids, sampling, stream, include_usage, continuous, tuple(stops),
-                        _bool(body, "include_stop_str_in_output", False), echo, encoder.end_id)
+                        _bool(body, "include_stop_str_in_output", False), echo, encoder.end_id, name)
 
 
 def renamed(exc: ConfigError, kind: str) -> ConfigError:
