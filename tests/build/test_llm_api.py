@@ -29,6 +29,7 @@ from trtspec.build.llm_api import (
 from trtspec.build.plan import engine_config, plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
+from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError
 from trtspec.methods import METHODS
 from trtspec.targets import SUPPORTED_TARGETS, diff_llm_api, load_target
@@ -41,28 +42,35 @@ MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3
 # a release's own tag for a mapped type where its facts have it (1.3.0rc29: EAGLE-3's own class; the pydantic
 # discriminator spells draft-target with an underscore, pytorch-workflow.json invalid_decoding_types)
 LATER_TAG = {"Eagle": "Eagle3", "DraftTarget": "Draft_Target"}
-REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "suffix": "ngram", "eagle": "eagle"}
+REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "eagle": "eagle"}
+# mapped where the release has the decoding type, else refused naming the nearest method (suffix: SA from 1.3)
+LATER = {"suffix": ("SA", "ngram")}
+# suffix options whose behaviour SA has (tree false, nothing pruned, a cap that never binds; docs/suffix.md)
+SA_READY = SuffixConfig(tree=False, min_token_prob=0.0, max_spec_offset=4.0, max_cached_requests=100)
 
 
 def test_every_method_is_mapped_or_refused():
-    assert set(MAPPED) | set(REFUSED) == set(METHODS)
+    assert set(MAPPED) | set(REFUSED) | set(LATER) == set(METHODS)
 
 
 @pytest.mark.parametrize("version", facts_versions())
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_each_method_maps_to_a_pytorch_decoding_type_or_is_refused(method, version):
     facts = load_target_facts(version)
-    if method in REFUSED:
+    refused = REFUSED.get(method) or (LATER[method][1] if method in LATER and LATER[method][0] not in
+                                      facts.decoding_types else None)
+    if refused:
         with pytest.raises(LlmApiRefusal) as err:
             decoding_type(method, facts)
         assert err.value.exit_code == 2 and err.value.field == "method" and err.value.value == method
-        assert f"TensorRT-LLM {version}" in err.value.message and f"nearest: {REFUSED[method]}" in err.value.message
+        assert f"TensorRT-LLM {version}" in err.value.message and f"nearest: {refused}" in err.value.message
         return
-    expected = MAPPED[method]
+    expected = MAPPED[method] if method in MAPPED else LATER[method][0]
     if LATER_TAG.get(expected) in facts.decoding_types:
         expected = LATER_TAG[expected]
     assert decoding_type(method, facts) == expected
-    spec = Speculation(method, 4, "/m/target", draft_model="/m/draft" if method in ("draft_target", "eagle3") else None)
+    spec = Speculation(method, 4, "/m/target", draft_model="/m/draft" if method in ("draft_target", "eagle3") else None,
+                       suffix=SA_READY if method == "suffix" else None)
     config = speculative_config(spec, facts)
     if config is None:
         assert method == "none"

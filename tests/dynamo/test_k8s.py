@@ -26,7 +26,8 @@ from trtspec.resources import data_dir
 from trtspec.targets import SUPPORTED_TARGETS, diff_llm_api
 
 EXAMPLES = sorted(data_dir("build_configs").glob("*.yaml"))
-LLM_API_METHODS = {"draft_target", "ngram", "none", "mtp"}  # the others run on the engine flow only (build/plan.py)
+# the others run on the engine flow only (build/plan.py); suffix renders as SA for 1.3.0rc29 (1.2.1 has none)
+LLM_API_METHODS = {"draft_target", "ngram", "none", "mtp", "suffix"}
 
 
 PIN = dynamo_facts()["trtllm_pin"]["tensorrt_llm"]  # the TensorRT-LLM inside Dynamo's runtime image (1.3.0rc29)
@@ -41,14 +42,17 @@ def rendered(config: Path, mode: str, version: str = PIN, api_version: str = "v1
     build_version = version if version in SUPPORTED_TARGETS else "1.2.1"
     spec = spec.model_copy(update={"trtllm": spec.trtllm.model_copy(update={"version": build_version}),
                                    "backend": "tensorrtllm"})
-    resolved = run_preflight(spec, dry_run=True)
-    plan = plan_build(resolved)
-    options, note = plan.llm_api, "; ".join(plan.notes)
-    if version != build_version:
+    if version != build_version:  # the release's facts decide the decoding type (suffix: SA, which 1.2.1 lacks)
         try:
-            options = llm_api_for_release(resolved, version)
+            resolved = run_preflight(spec, dry_run=True, release=version)
+            options, note = llm_api_for_release(resolved, version), ""
         except LlmApiRefusal as refusal:
+            resolved = run_preflight(spec, dry_run=True)
             options, note = None, refusal.note()
+    else:
+        resolved = run_preflight(spec, dry_run=True)
+        plan = plan_build(resolved)
+        options, note = plan.llm_api, "; ".join(plan.notes)
     result = render(options, name=nearest_name(spec.name), model_path=resolved.models["target"].path,
                     served_model_name=spec.name, tp_size=spec.engine.tp_size, trtllm_version=version, mode=mode,
                     api_version=api_version, llm_api_note=note, image=image)
@@ -73,8 +77,12 @@ def test_every_example_renders_or_names_why_not(config, mode, api_version):
     spec = load_build_spec(config)
     method = spec.method
     eagle3 = spec.eagle is not None and spec.eagle.eagle3  # EAGLE-3 drafters run through the LLM API
-    if resolve(method).trtllm_unsupported:  # suffix: refused for TensorRT-LLM before any rendering, with the reason
+    if resolve(method).trtllm_unsupported:  # refused for TensorRT-LLM before any rendering, with the reason
         with pytest.raises(ConfigError, match=f"method='{method}': cannot be built for TensorRT-LLM"):
+            rendered(config, mode, api_version=api_version)
+        return
+    if method == "suffix" and (spec.suffix is None or spec.suffix.tree):  # SA drafts chains: trees refused by name
+        with pytest.raises(ConfigError, match="suffix.tree='true.*SA has no counterpart"):
             rendered(config, mode, api_version=api_version)
         return
     if method not in LLM_API_METHODS and not eagle3:  # 1.2.1's default workflow is pytorch: the method is refused

@@ -59,11 +59,12 @@ class SpySuffix(SuffixProposer):
 # the proposer
 
 
-def test_registered_as_a_tree_method_without_a_tensorrt_llm_path():
+def test_registered_as_a_tree_method_whose_tensorrt_llm_form_is_sa():
     info = resolve("suffix")
     assert PROPOSERS[info.proposer] is SuffixProposer and info.tree and not info.needs_draft_model
-    assert info.trtllm_build_mode is None and info.llmapi_decoding_type is None
-    assert "UserProvided" in info.trtllm_unsupported and "draft_tokens_external" in info.trtllm_unsupported
+    # no trtllm-build mode; the LLM API's SA (1.3) where a release has it (tests/build/test_suffix_build.py)
+    assert info.trtllm_build_mode is None and info.llmapi_decoding_type == "SA" and info.trtllm_unsupported is None
+    assert "draft_tokens_external" in info.engine_flow_unsupported and "trtspec k8s" in info.llmapi_hint
 
 
 def test_draft_from_the_request_and_sized_by_the_match():

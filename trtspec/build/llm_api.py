@@ -22,11 +22,13 @@ from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.methods.eagle import EAGLE, EAGLE3
 from trtspec.methods.mtp import MTP
+from trtspec.methods.suffix import SUFFIX, sa_form
 from trtspec.targets import TrtllmTarget, load_target
 from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
 
 if TYPE_CHECKING:
     from trtspec.contracts.schedule import SpecSchedule
+    from trtspec.contracts.suffix import SuffixConfig
 
 LLM_API_FILE = "llm-api/extra_llm_api_options.yaml"
 
@@ -34,10 +36,10 @@ class LlmApiRefusal(ConfigError):
     """A method without a PyTorch decoding type on the target (exit 2): names the method, the target, the nearest
     method that has one (`reason`, `nearest`: the parts, for a plan note)."""
 
-    def __init__(self, method: str, version: str, reason: str, nearest: str) -> None:
+    def __init__(self, method: str, version: str, reason: str, nearest: str, hint: str | None = None) -> None:
         super().__init__("method", method, f"has no LLM-API (PyTorch workflow) form on TensorRT-LLM {version}: "
                          f"{reason}; nearest: {nearest}",
-                         hint=f"use method {nearest}, or the engine flow (trtllm-build) where the target has it")
+                         hint=hint or f"use method {nearest}, or the engine flow (trtllm-build) where the target has it")
         self.reason, self.nearest = reason, nearest
 
     def note(self) -> str:
@@ -64,6 +66,7 @@ class Speculation:
     # (top-k, depth); neither = the chain of max_draft_len draft layers
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
     dynamic_tree: tuple[int, int] | None = None
+    suffix: SuffixConfig | None = None  # suffix -> SA: the build's suffix: section (None: the defaults)
 
 
 def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> str | None:
@@ -88,7 +91,9 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
 
         kind = release(facts.version).tag(kind) if has_release(facts.version) else kind  # 1.3's pydantic tags
     if kind is None or kind not in facts.decoding_types:
-        reason = info.llmapi_unsupported or f"TensorRT-LLM {facts.version} has no {kind} decoding type"
+        why = facts.invalid_decoding_types.get(kind) if kind is not None else None  # the facts' own words
+        reason = info.llmapi_unsupported or (f"TensorRT-LLM {facts.version} has no {kind} decoding type"
+                                             + (f" ({why})" if why else ""))
         raise _refusal(method, facts, reason)
     if not facts.decoding_types[kind].runs_on_pytorch:
         backends = ", ".join(facts.decoding_types[kind].backends)
@@ -99,8 +104,10 @@ def decoding_type(method: str, facts: LlmApiFacts, *, eagle3: bool = False) -> s
 
 def _refusal(method: str, facts: LlmApiFacts, reason: str) -> LlmApiRefusal:
     """The refusal of `method` on the facts' target, naming the nearest method its home says has a decoding type."""
-    nearest = resolve(method).llmapi_nearest
-    return LlmApiRefusal(method, facts.version, reason, nearest[1] if nearest else "none")
+    info = resolve(method)
+    nearest = info.llmapi_nearest
+    hint = None if info.llmapi_hint is None else f"{info.llmapi_hint}; or use method {nearest[0] if nearest else 'none'}"
+    return LlmApiRefusal(method, facts.version, reason, nearest[1] if nearest else "none", hint=hint)
 
 
 def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] | None:
@@ -125,6 +132,8 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
         config.update(_eagle_tree(spec, facts, kind, fields))
     if kind == MTP.llmapi_decoding_type:
         config.update(_mtp(spec, facts, fields))
+    if kind == SUFFIX.llmapi_decoding_type:
+        config.update(_sa(spec, facts, fields).fields)
     config.update(_controls(spec, facts, kind, fields))
     return config
 
@@ -149,6 +158,22 @@ def _eagle_tree(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mappin
                           hint="use a static tree (eagle.choices) or a release with use_dynamic_tree")
     return {"max_draft_len": depth, "max_total_draft_tokens": spec.max_draft_len, "use_dynamic_tree": True,
             "dynamic_tree_max_topK": topk}
+
+
+def _sa(spec: Speculation, facts: LlmApiFacts, fields: Mapping[str, Any]) -> Any:
+    """trtspec's suffix options as the release's SA keys (methods/suffix.py `sa_form`: what maps, what is dropped with
+    a note, what is refused by name)."""
+    return sa_form(spec.suffix, max_draft_len=spec.max_draft_len, max_batch_size=spec.max_batch_size,
+                   version=facts.version, fields=fields)
+
+
+def speculation_notes(spec: Speculation, facts: LlmApiFacts) -> tuple[str, ...]:
+    """What a plan says about how `spec` became the release's speculative_config: suffix -> SA's mapping and the options
+    dropped because SA behaves the same; () for every other form."""
+    kind = decoding_type(spec.method, facts, eagle3=spec.eagle3)
+    if kind != SUFFIX.llmapi_decoding_type:
+        return ()
+    return _sa(spec, facts, facts.fields_of(kind)).notes
 
 
 def _mtp(spec: Speculation, facts: LlmApiFacts, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from trtspec.build.llm_api import (
     llm_api_options,
     llm_api_yaml,
     serve_argv,
+    speculation_notes,
 )
 from trtspec.build.memory import LLM_API
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
@@ -193,7 +194,7 @@ def _plan_pytorch(r: Resolved) -> BuildPlan:
                                                                                             model, serve)),
                 outputs=(LLM_API_FILE,))
     checkpoints = ", ".join(f"{role} {r.models[role].path}" for role in roles)
-    notes = (*tree_notes(llm_api, target.llm_api),
+    notes = (*tree_notes(llm_api, target.llm_api), *speculation_notes(_speculation(r), target.llm_api),
              f"PyTorch workflow: no checkpoint conversion and no trtllm-build; TensorRT-LLM {target.version} loads the "
              f"HF checkpoints where they are ({checkpoints}): mount them at these paths in {target.image}",
              "Triton: `trtspec deploy --backend tensorrtllm --build OUT --out DIR` renders NVIDIA's llmapi model with "
@@ -396,6 +397,14 @@ def llm_api_for_release(r: Resolved, version: str) -> dict[str, Any] | None:
     return _options(r, facts)
 
 
+def llm_api_notes_for_release(r: Resolved, version: str) -> tuple[str, ...]:
+    """What `llm_api_for_release` says about its speculative_config (suffix -> SA: the mapping, the options dropped
+    because SA behaves the same); () when it maps as it is."""
+    from trtspec.targets.llm_api import llm_api_facts
+
+    return speculation_notes(_speculation(r), llm_api_facts(version))
+
+
 def _options(r: Resolved, facts: Any) -> dict[str, Any]:
     spec = r.spec
     kv: dict[str, Any] = {"enable_block_reuse": spec.kv_cache.enable_block_reuse}
@@ -420,7 +429,7 @@ def _speculation(r: Resolved) -> Speculation:
                        eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,
                        max_matching_ngram_size=(spec.ngram or NgramSpec()).max_matching_ngram_size,
                        controls=spec.llm_api.options() if spec.llm_api is not None else None,
-                       max_batch_size=spec.engine.max_batch_size,
+                       max_batch_size=spec.engine.max_batch_size, suffix=spec.suffix,
                        mtp_relaxed=spec.mtp.relaxed() if spec.mtp is not None else None,
                        mtp_one_model=spec.mtp.one_model if spec.mtp is not None else True,
                        eagle_choices=tuple(map(tuple, r.choices)) if eagle3 and r.choices else None,

@@ -86,13 +86,15 @@ class Resolved:
         return self.spec.workflow_name() if self.spec.backend == "tensorrtllm" else None
 
 
-def run_preflight(spec: BuildSpec, *, dry_run: bool = False) -> Resolved:
-    """Check `spec` and derive the plan's inputs; raise on the first problem (see module docstring)."""
+def run_preflight(spec: BuildSpec, *, dry_run: bool = False, release: str | None = None) -> Resolved:
+    """Check `spec` and derive the plan's inputs; raise on the first problem (see module docstring). `release`: the
+    TensorRT-LLM release whose LLM API will run the PyTorch workflow's options when it is not the build target
+    (`trtspec k8s`: Dynamo 1.6.1's 1.3.0rc29, which has LLM-API facts only); its facts decide the decoding type."""
     method = resolve(spec.method)
     checks: list[Check] = []
     _check_backend(spec, method)
     _check_sections(spec, method)
-    _check_target(spec, method, checks)
+    _check_target(spec, method, checks, release)
     # the PyTorch workflow refers to checkpoints by their path where TensorRT-LLM runs and converts nothing: a host
     # without them renders the deployment, the checks that read the files pending (as a dry run's are)
     authoring = spec.backend == "tensorrtllm" and spec.workflow_name() == "pytorch"
@@ -139,7 +141,7 @@ def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
                           hint=f"use backend: tensorrtllm, or one of: {', '.join(engine_methods())}")
 
 
-def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> None:
+def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check], release: str | None = None) -> None:
     """The TensorRT-LLM target has every feature the method needs (EAGLE-3: its LLM API); else a ConfigError naming
     the target, the feature and the nearest target with it. The PyTorch workflow needs the target's LLM-API facts and
     a PyTorch decoding type for the method instead (`_check_pytorch_workflow`)."""
@@ -147,16 +149,17 @@ def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> N
         return
     target = spec.trtllm.target()
     if spec.workflow_name() == "pytorch":
-        _check_pytorch_workflow(spec, method, target, checks)
+        _check_pytorch_workflow(spec, method, target, checks, release)
         return
     if method.engine_flow_unsupported:
-        having = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified]
-        near = nearest_target(target.version, having)
+        having = [v for v in SUPPORTED_TARGETS if load_target(v).llm_api.verified
+                  and method.llmapi_decoding_type in load_target(v).llm_api.decoding_types]
         where = (f"TensorRT-LLM {target.version}'s default workflow is engine (it has no verified LLM-API facts)"
                  if not target.llm_api.verified else f"TensorRT-LLM {target.version}")
+        hint = (f"set workflow: pytorch with trtllm.version: {nearest_target(target.version, having)} (the nearest "
+                "target whose LLM API has it)" if having else method.llmapi_hint or "use backend: torch")
         raise ConfigError("workflow", "engine", f"method {method.name} on {where}: {method.engine_flow_unsupported}",
-                          hint=f"set workflow: pytorch with trtllm.version: {near} (the nearest target whose LLM API "
-                               "has it)")
+                          hint=hint)
     features = list(method.target_features)
     if spec.eagle is not None and spec.eagle.eagle3:
         features = ["eagle3_llmapi"]  # EAGLE-3 runs through the LLM API only: no engine-flow EAGLE
@@ -167,7 +170,8 @@ def _check_target(spec: BuildSpec, method: MethodInfo, checks: list[Check]) -> N
                         + (f" has {', '.join(features)}" if features else "")))
 
 
-def _check_pytorch_workflow(spec: BuildSpec, method: MethodInfo, target: TrtllmTarget, checks: list[Check]) -> None:
+def _check_pytorch_workflow(spec: BuildSpec, method: MethodInfo, target: TrtllmTarget, checks: list[Check],
+                            release: str | None = None) -> None:
     """`workflow: pytorch` needs a target whose LLM-API facts trtspec has and a PyTorch decoding type for the method
     there: else exit 2 naming `workflow` (the target, the nearest target with facts, or workflow: engine) or the
     method (LlmApiRefusal: the reason and the nearest method that has one)."""
@@ -181,6 +185,13 @@ def _check_pytorch_workflow(spec: BuildSpec, method: MethodInfo, target: TrtllmT
                           hint=f"set trtllm.version: {near}, or workflow: engine for {target.version}'s trtllm-build "
                                "engines")
     eagle3 = spec.eagle is not None and spec.eagle.eagle3
+    if release is not None and release != target.version:  # the options are that release's (trtspec k8s)
+        from trtspec.targets.llm_api import llm_api_facts
+
+        kind = decoding_type(method.name, llm_api_facts(release), eagle3=eagle3)  # LlmApiRefusal when it has none
+        checks.append(Check("target", "ok", f"TensorRT-LLM {release} (LLM API), PyTorch workflow: "
+                            + (f"decoding_type {kind}" if kind else "no speculative_config")))
+        return
     kind = decoding_type(method.name, target.llm_api, eagle3=eagle3)  # LlmApiRefusal (exit 2) when it has none
     checks.append(Check("target", "ok", f"TensorRT-LLM {target.version} ({target.image}), PyTorch workflow: "
                         + (f"decoding_type {kind}" if kind else "no speculative_config")))

@@ -81,7 +81,7 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
         raise ConfigError("name", None, "is required: it is the DynamoGraphDeployment's metadata.name",
                           hint=f"add `name: {suggestion}` to {inline(config)}, or pass --name {suggestion}")
     from trtspec.build.llm_api import LlmApiRefusal
-    from trtspec.build.plan import llm_api_for_release
+    from trtspec.build.plan import llm_api_for_release, llm_api_notes_for_release
     from trtspec.dynamo.k8s import dynamo_facts
     from trtspec.targets import SUPPORTED_TARGETS
 
@@ -91,19 +91,24 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
     derived = None
     if deployment_name is None and "\n" not in name and "\0" not in name:  # the config's name, made a k8s name
         name, derived = k8s_name(name, mode)
-    resolved = run_preflight(spec, dry_run=True)
-    # a release with LLM-API facts only (Dynamo's 1.3.0rc29): the build is planned for its own target without the
-    # llm_api controls, which are the image's release's to read (llm_api_for_release)
+    # a release with LLM-API facts only (Dynamo's 1.3.0rc29): its facts decide the method's decoding type (suffix:
+    # SA, which the build target 1.2.1 lacks), and the options are that release's (llm_api_for_release)
     other = release != spec.trtllm.version
-    plan = plan_build(run_preflight(spec.model_copy(update={"llm_api": None}), dry_run=True) if other else resolved)
-    note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
-    options = plan.llm_api
+    extra: tuple[str, ...] = ()
     if other:
         try:
+            resolved = run_preflight(spec, dry_run=True, release=release)
             with spelled(lambda field: "--trtllm-version" if field == "trtllm.version" else None):
-                options = llm_api_for_release(resolved, release)
+                options, note = llm_api_for_release(resolved, release), ""
+            extra = llm_api_notes_for_release(resolved, release)
         except LlmApiRefusal as refusal:
+            resolved = run_preflight(spec, dry_run=True)
             options, note = None, refusal.note()
+    else:
+        resolved = run_preflight(spec, dry_run=True)
+        plan = plan_build(resolved)
+        note = "; ".join(n for n in plan.notes if "LLM-API" in n) or "no LLM-API form"
+        options = plan.llm_api
     if served_model_name is not None:
         served, served_field = served_model_name, "--served-model-name"
     elif spec.name is not None:
@@ -126,7 +131,7 @@ def k8s(config: Path, out: Path, mode: str, trtllm_version: str | None, api_vers
                        "or --discovery-backend file on one host):"), nl=False)
     for command in result.commands:
         click.echo(command + " &")
-    for n in ([derived] if derived else []) + result.notes:
+    for n in ([derived] if derived else []) + list(extra) + result.notes:
         click.echo(comment(f"note: {n}"), nl=False)
     for rel in result.files:
         click.echo(comment(f"{'would write' if dry_run else 'wrote'} {inline(out / rel)}"), nl=False)

@@ -69,6 +69,9 @@ class MethodInfo:
     llmapi_unsupported: str | None = None
     # The nearest method with a PyTorch decoding type, and how to say it, for a refusal; None = none named.
     llmapi_nearest: tuple[str, str] | None = None
+    # What to do where a target's LLM API lacks the method's decoding type but a later release has it (suffix: SA from
+    # 1.3, rendered for Dynamo by `trtspec k8s`); None = the generic hint (the nearest method, or the engine flow).
+    llmapi_hint: str | None = None
     # The target's trtllm-build takes --max_draft_len (Medusa and ReDrafter derive it from the checkpoint, 2.2).
     build_max_draft_len: bool = False
     # Its engines need paged context FMHA: without it TensorRT-LLM silently turns KV-cache reuse off.

@@ -41,7 +41,7 @@ from trtspec.config import load_yaml
 from trtspec.contracts.engine import PARTS, EagleTree, Lookahead, Ngram
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
-from trtspec.methods import BASELINE, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
+from trtspec.methods import BASELINE, MethodInfo, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.methods.draft_target import DRAFT_TARGET
 from trtspec.methods.ngram import NGRAM
 from trtspec.sweep.record_fields import MAX_BATCH_SIZE, MAX_K
@@ -180,8 +180,9 @@ class SweepSpec(BaseModel):
         allowed = engine_methods() if self.via == "engine" or self.flavour == "torch" else None
         for name in self.methods:
             info = resolve(name)  # UnknownMethodError lists the valid names
-            if allowed is None and info.trtllm_unsupported:
-                raise ConfigError("methods", name, f"has no TensorRT-LLM form: {info.trtllm_unsupported}",
+            why = info.trtllm_unsupported or (info.engine_flow_unsupported if not _llm_api_target(info) else None)
+            if allowed is None and why:
+                raise ConfigError("methods", name, f"has no TensorRT-LLM form: {why}",
                                   hint="sweep it via engine, or via triton on a torch-flavour repository")
             if allowed is not None and name not in allowed:
                 raise ConfigError("methods", name, "the reference engine has no proposer for this method",
@@ -528,3 +529,11 @@ def _positive(field: str, values: list[int] | list[float], *, allow_zero: bool =
         if isinstance(v, int) and v > most:
             raise ConfigError(field, shown(v), f"must be at most {most}",
                               hint=f"fix {field} in the sweep config or flags")
+
+
+def _llm_api_target(info: MethodInfo) -> bool:
+    """A supported build target's LLM API has the method's decoding type (MTP on 1.2.1; not suffix's SA, 1.3 only)."""
+    from trtspec.targets import SUPPORTED_TARGETS, load_target
+
+    return info.llmapi_decoding_type is not None and any(
+        info.llmapi_decoding_type in load_target(v).llm_api.decoding_types for v in SUPPORTED_TARGETS)
