@@ -15,7 +15,8 @@ from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError
 from trtspec.ports import free_ports
 from trtspec.trtllm_serve import protocol as p
-from trtspec.trtllm_serve.server import BOUND_KEY, HARD_CAP, NVIDIA_DEFAULT, IterationBuffer, IterStatsOptions
+from trtspec.trtllm_serve.app import IterationBuffer
+from trtspec.trtllm_serve.server import BOUND_KEY, HARD_CAP, NVIDIA_DEFAULT, IterStatsOptions
 
 ENCODER = p.Encoder(lambda text, special: ([0] if special else []) + [ord(c) % 50 + 2 for c in text],
                     lambda messages: "\n".join(m["content"] for m in messages), end_id=1)

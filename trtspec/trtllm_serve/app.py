@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -35,10 +37,37 @@ from trtspec.errors import ConfigError, TrtspecError
 from trtspec.methods import BASELINE
 from trtspec.spec.params import SpecParams
 from trtspec.trtllm_serve import protocol as p
-from trtspec.trtllm_serve.server import IterationBuffer
 
 MAX_BODY = 4 * 1024 * 1024  # bytes of one request body (aiohttp's client_max_size)
 FINISH_REASONS = {"abort": "cancelled"}  # the engine's name -> the LLM API's
+
+
+class IterationBuffer:
+    """The iterations since the last drain, at most `max_iterations` (the oldest dropped). `add` is called on the
+    engine loop's thread, `drain` on the server's; both are safe from any thread."""
+
+    def __init__(self, max_iterations: int) -> None:
+        self._items: deque[Any] = deque(maxlen=max_iterations)
+        self._lock = threading.Lock()
+        self.dropped = 0  # iterations pushed out before any GET read them (since the server started)
+
+    def add(self, stats: Any) -> None:
+        with self._lock:
+            if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
+                self.dropped += 1
+            self._items.append(stats)
+
+    def drain(self) -> list[Any]:
+        """Every kept iteration, oldest first; the buffer is empty afterwards."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
 
 
 class TrtllmServeApp:

@@ -13,7 +13,7 @@ line (and a `Hint:`) and exit 2; a model that cannot load exits the same way (3 
 and the release's bounding key (`BOUND_KEY`: 1.2.1 `max_stats_len`, 1.3.0rc29 `iter_stats_max_iterations`) read from
 a build's LLM-API options (the `extra_llm_api_options` file; NVIDIA's defaults when a key is absent: off, 1000), or,
 with no options file, this CPU server's own default (on), a command-line choice winning over either
-(`--iter-stats-max-iterations` sets the release's bounding key). `IterationBuffer` keeps the engine's steps between
+(`--iter-stats-max-iterations` sets the release's bounding key). `app.IterationBuffer` keeps the engine's steps between
 two GETs: the newest `max_iterations`, the oldest dropped; each GET drains it.
 """
 
@@ -23,8 +23,6 @@ import argparse
 import asyncio
 import signal
 import sys
-import threading
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,33 +91,6 @@ class IterStatsOptions:
                 str(self.max_iterations)]
 
 
-class IterationBuffer:
-    """The iterations since the last drain, at most `max_iterations` (the oldest dropped). `add` is called on the
-    engine loop's thread, `drain` on the server's; both are safe from any thread."""
-
-    def __init__(self, max_iterations: int) -> None:
-        self._items: deque[Any] = deque(maxlen=max_iterations)
-        self._lock = threading.Lock()
-        self.dropped = 0  # iterations pushed out before any GET read them (since the server started)
-
-    def add(self, stats: Any) -> None:
-        with self._lock:
-            if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
-                self.dropped += 1
-            self._items.append(stats)
-
-    def drain(self) -> list[Any]:
-        """Every kept iteration, oldest first; the buffer is empty afterwards."""
-        with self._lock:
-            items = list(self._items)
-            self._items.clear()
-        return items
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-
 @dataclass(frozen=True)
 class ServerOptions:
     """Where the server listens and what it says it is (the engine configuration says what it serves)."""
@@ -167,7 +138,7 @@ async def serve(config: EngineConfig, options: ServerOptions) -> None:
     from aiohttp import web
 
     from trtspec.spec.host import EngineHost, check
-    from trtspec.trtllm_serve.app import TrtllmServeApp
+    from trtspec.trtllm_serve.app import IterationBuffer, TrtllmServeApp
 
     if options.threads is not None:
         import torch
