@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from trtspec.cli._types import COUNT, NAME_VALUE, PROBABILITY, FiniteFloat
+from trtspec.cli._types import COUNT, NAME_VALUE, PROBABILITY, FiniteFloat, LiveChoice
 from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, EngineConfig, spelled
 from trtspec.contracts.schedule import CONTROLS
 from trtspec.errors import ConfigError
@@ -45,7 +45,7 @@ FLAGS = {f.flag: f for f in (
     Flag("--draft", "draft", str, "Draft model (method draft_target)."),
     Flag("--medusa", "medusa", str, "Medusa heads (method medusa)."),
     Flag("--eagle", "eagle", str, "EAGLE-3 drafter (method eagle3)."),
-    Flag("--method", "method", click.Choice(engine_methods()), "The speculative method every request runs unless it "
+    Flag("--method", "method", LiveChoice(engine_methods), "The speculative method every request runs unless it "
          "says otherwise."),
     Flag("--k", "default_k", COUNT, "Draft tokens per request when a request does not say."),
     Flag("--max-k", "max_k", click.IntRange(1, 1024), "The largest k a request may ask for."),

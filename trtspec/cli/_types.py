@@ -5,6 +5,7 @@ wraparound (4294967304 tokens becoming 8 over gRPC)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -15,6 +16,24 @@ UINT64_MAX = 2**64 - 1
 COUNT = click.IntRange(0, INT32_MAX)  # e.g. k, top-k: sent as int32 tensors
 POSITIVE_COUNT = click.IntRange(1, INT32_MAX)  # e.g. max-new-tokens
 SEED = click.IntRange(0, UINT64_MAX)  # torch.Generator seeds and Triton's uint64 seed tensors
+
+
+class LiveChoice(click.Choice):
+    """click.Choice whose choices are `current()` at each use (help, parsing, completion), never a copy made when the
+    command was defined: the method choices follow `trtspec.methods.register` (and a deferred, torch-importing
+    `current` runs only when the option is used, not when commands are listed)."""
+
+    def __init__(self, current: Callable[[], Sequence[str]], case_sensitive: bool = True) -> None:
+        self._current = current
+        super().__init__((), case_sensitive=case_sensitive)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._current())
+
+    @choices.setter
+    def choices(self, value: Any) -> None:  # click.Choice.__init__ assigns its argument; the source stays current()
+        pass
 
 
 class FiniteFloat(click.ParamType):

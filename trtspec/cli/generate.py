@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED
+from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED, LiveChoice
 from trtspec.errors import ServerError
 from trtspec.methods import DEFAULT_METHOD, engine_methods, resolve
 
@@ -22,31 +22,11 @@ TREE_MAX_NODES = 64  # default k (node cap) for tree methods: every node of a 63
 
 
 def method_choices() -> list[str]:
-    """Engine methods that have a registered proposer (the registry import is deferred: it pulls in torch)."""
+    """Engine methods that have a registered proposer, at each use (the registry import is deferred: it pulls in torch,
+    and `LiveChoice` calls this only when --method is used, so listing commands stays torch-free)."""
     from trtspec.spec.proposers import runnable_methods
 
     return sorted(m for m in engine_methods() if m in runnable_methods())
-
-
-class _MethodChoice(click.Choice):
-    """click.Choice filled from the proposer registry on first use (help or parsing), so that merely listing
-    commands (`trtspec --help`) does not import torch."""
-
-    def __init__(self) -> None:
-        super().__init__(engine_methods())
-        self._resolved = False
-
-    def _resolve(self) -> None:
-        if not self._resolved:
-            self.choices, self._resolved = method_choices(), True
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
-        self._resolve()
-        return super().get_metavar(param, ctx)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        self._resolve()
-        return super().convert(value, param, ctx)
 
 
 @click.command()
@@ -62,7 +42,7 @@ class _MethodChoice(click.Choice):
               help="With --url: print the text as the server streams it (needs `trtspec deploy --decoupled`).")
 @click.option("--draft", default="tiny-draft", show_default=True,
               help="Draft model for --method draft_target (embedded name or directory).")
-@click.option("--method", type=_MethodChoice(), default=DEFAULT_METHOD, show_default=True,
+@click.option("--method", type=LiveChoice(method_choices), default=DEFAULT_METHOD, show_default=True,
               help="Speculative method (registry: methods with a reference-engine proposer).")
 @click.option("--k", "k", type=COUNT, default=None,
               help="Draft tokens per step (0 = plain decoding) [default: 4; medusa: the whole tree; lookahead: G x (N - 1); with "

@@ -30,7 +30,7 @@ from trtspec import choices as tree_choices
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, shown
-from trtspec.methods import DEFAULT_METHOD, METHODS, resolve
+from trtspec.methods import DEFAULT_METHOD, METHODS, DerivedTable, derived, resolve
 
 MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
@@ -506,10 +506,11 @@ class EngineConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
-# a method's knobs are set only for that method: each part field -> the methods whose home owns it (engine_part)
-METHOD_PARTS: dict[str, tuple[str, ...]] = {
+# a method's knobs are set only for that method: each part field -> the methods whose home owns it (engine_part);
+# derived from the registered homes at each read
+METHOD_PARTS: DerivedTable[str, tuple[str, ...]] = derived(lambda: {
     f.name: owners for f in fields(EngineConfig)
-    if (owners := tuple(m.name for m in METHODS.values() if m.engine_part == f.name))}
+    if (owners := tuple(m.name for m in METHODS.values() if m.engine_part == f.name))})
 
 
 def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Sequence[int]] | None = None,

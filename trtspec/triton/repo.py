@@ -27,7 +27,7 @@ from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, MedusaT
 from trtspec.contracts.repository import REPO_RECORD, RepoRecord
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
-from trtspec.methods import BASELINE, METHODS, lookahead_max_draft_len, resolve
+from trtspec.methods import BASELINE, METHODS, DerivedTable, derived, lookahead_max_draft_len, resolve
 from trtspec.targets import DEFAULT_TARGET, TrtllmTarget, load_target, require_feature
 from trtspec.triton import contract, llmapi
 from trtspec.triton.build_output import EngineInfo, read_build_output
@@ -41,9 +41,9 @@ CODEC = {"text_codec.py": Path(text_codec.__file__)}  # what the tokenizing Pyth
 ENGINE_SHIM = {"model.py": "engine_shim.py"}  # the torch flavour's engine models: 1/model.py -> EngineModel
 LOGITS_DATATYPE = "TYPE_FP32"  # the `${logits_datatype}` of NVIDIA's templates (draft_logits, *_logits outputs)
 # What each method needs from the TensorRT-LLM target (trtspec.targets.FEATURES), on the tensorrtllm flavour: its
-# home's target_features and repository_features, for the methods with an engine-flow form.
-METHOD_FEATURES: dict[str, tuple[str, ...]] = {m.name: m.target_features + m.repository_features
-                                               for m in METHODS.values() if m.trtllm_build_mode is not None}
+# home's target_features and repository_features, for the methods with an engine-flow form (derived at each read).
+METHOD_FEATURES: DerivedTable[str, tuple[str, ...]] = derived(lambda: {
+    m.name: m.target_features + m.repository_features for m in METHODS.values() if m.trtllm_build_mode is not None})
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Proposer registry: `PROPOSERS[methods.resolve(method).proposer]` is the class that drafts for `method`.
 
-The registry is derived from the method homes (trtspec/methods/): each names its proposer class as a dotted path
-("module:Class", `MethodInfo.proposer_class`), imported here, by the engine's side only. A method whose home names a
+The registry is derived from the registered method homes (trtspec/methods/, `trtspec.methods.register`): each names
+its proposer class as a dotted path ("module:Class", `MethodInfo.proposer_class`), imported here, by the engine's side
+only, on the first read after each registration. A method whose home names a
 proposer is runnable by the engine and selectable in the CLI.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from trtspec.methods import METHODS, MethodInfo
+from trtspec.methods import METHODS, DerivedTable, MethodInfo, derived
 from trtspec.spec.proposers.base import AuxBranch, Draft, ProposeInput, Proposer, ProposerContext
 
 
@@ -24,8 +25,9 @@ def load_proposer(method: MethodInfo) -> type[Proposer]:
     return cls
 
 
-PROPOSERS: dict[str, type[Proposer]] = dict(sorted(
-    {m.proposer: load_proposer(m) for m in METHODS.values() if m.proposer is not None and m.proposer_class}.items()))
+# derived at each read after a (un)registration (trtspec.methods.register), so a method registered at run time drafts
+PROPOSERS: DerivedTable[str, type[Proposer]] = derived(lambda: dict(sorted(
+    {m.proposer: load_proposer(m) for m in METHODS.values() if m.proposer is not None and m.proposer_class}.items())))
 
 
 def runnable_methods() -> list[str]:
