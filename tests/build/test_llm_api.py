@@ -426,3 +426,15 @@ def test_iteration_stats_are_written_only_when_asked():
     assert "enable_iter_perf_stats" not in plan_build(run_preflight(spec, dry_run=True)).llm_api
     on = plan_build(run_preflight(spec.model_copy(update={"iteration_stats": True}), dry_run=True)).llm_api
     assert on["enable_iter_perf_stats"] is True and diff_llm_api(on, load_target("1.2.1").llm_api) == []
+
+
+@pytest.mark.parametrize("version", ["1.2.1", "1.3.0rc29"])
+def test_two_model_draft_target_turns_the_overlap_scheduler_off_in_every_release(version):
+    """Two-model speculation runs without the overlap scheduler (trtllm-specdec.md 3.5): written for the method, not
+    for one release's spelling of its decoding type (1.3.0rc29 writes Draft_Target)."""
+    from trtspec.build.plan import llm_api_for_release
+
+    spec = load_build_spec(ROOT / "build_configs" / "llama3.1-8b-draft-target.yaml",
+                           overrides={"workflow": "pytorch"})
+    options = llm_api_for_release(run_preflight(spec, dry_run=True, release=version), version)
+    assert options["disable_overlap_scheduler"] is True

@@ -334,7 +334,7 @@ def llm_api_options(spec: Speculation, target: TrtllmTarget | LlmApiFacts, base:
     speculative = speculative_config(spec, facts)
     if speculative is not None:
         options["speculative_config"] = speculative
-        two_model = speculative["decoding_type"] == "DraftTarget" or False in (
+        two_model = resolve(spec.method).needs_draft_model or False in (
             speculative.get("eagle3_one_model"), speculative.get("mtp_eagle_one_model"))
         if two_model:
             options["disable_overlap_scheduler"] = True
