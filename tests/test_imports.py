@@ -8,7 +8,7 @@ LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "t
          "trtspec.contracts.suffix", "trtspec.contracts.engine", "trtspec.contracts.openai", "trtspec.config",
          "trtspec.triton.served_config", "trtspec.spec.host", "trtspec.cli._engine",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
-         "trtspec.triton.build_output",
+         "trtspec.triton.build_output", "trtspec.contracts.build_output",
          "trtspec.triton.server", "trtspec.triton.client", "trtspec.cli.deploy", "trtspec.cli.serve",
          "trtspec.dynamo.launch", "trtspec.dynamo.worker", "trtspec.dynamo.k8s", "trtspec.dynamo.k8s_yaml",
          "trtspec.cli.k8s", "trtspec.contracts.engine_args",

@@ -81,7 +81,7 @@ def test_an_options_file_without_max_draft_len_serves_k_0(build):
 
 def test_an_edited_serve_command_in_the_manifest_is_refused_naming_the_manifest(build):
     from trtspec.build.change import plan_serve_change
-    from trtspec.build.manifest import MANIFEST
+    from trtspec.contracts.build_output import MANIFEST
 
     manifest = json.loads((build / MANIFEST).read_text())
     manifest["serve"]["trtllm-serve"]["argv"] += ["--no-such-flag", "1"]

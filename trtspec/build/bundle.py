@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trtspec.build.manifest import MANIFEST
 from trtspec.build.plan import BUNDLE_FILE, BUNDLE_FORMAT
+from trtspec.contracts.build_output import MANIFEST
 from trtspec.contracts.engine import CHECKPOINTS, EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, ModelNotFoundError
 

@@ -24,7 +24,7 @@ from trtspec.build.llm_api import (
     options_schedule,
     options_with,
 )
-from trtspec.build.manifest import MANIFEST, read_manifest
+from trtspec.contracts.build_output import MANIFEST, read_manifest
 from trtspec.contracts.control import PlannedChange, ServedSpeculation, SpeculationChange, describe, unified_diff
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError
@@ -80,14 +80,14 @@ def read_serve_deployment(build_dir: Path) -> ServeDeployment:
     manifest = read_manifest(root)
     if manifest is None:
         raise ConfigError("deployment", _where(root), f"has no readable {MANIFEST}: not a trtspec build output", hint=fix)
-    workflow = manifest.get("workflow") or (manifest.get("config") or {}).get("workflow")
-    serve = (manifest.get("serve") or {}).get("trtllm-serve")
-    if manifest.get("backend") != "tensorrtllm" or workflow != "pytorch" or not isinstance(serve, dict):
-        kind = "a torch bundle" if manifest.get("backend") == "torch" else f"an {workflow or 'engine'}-workflow build"
+    workflow = manifest.workflow or manifest.config.get("workflow")
+    serve = manifest.serve.get("trtllm-serve")
+    if manifest.backend != "tensorrtllm" or workflow != "pytorch" or not isinstance(serve, dict):
+        kind = "a torch bundle" if manifest.backend == "torch" else f"an {workflow or 'engine'}-workflow build"
         raise ConfigError("deployment", _where(root), f"is {kind}, which trtllm-serve does not run with LLM-API options",
                           hint="serve an engine-workflow build through Triton (--deployment triton:REPO), or " + fix)
-    version = str(((manifest.get("config") or {}).get("trtllm") or {}).get("version") or "")
-    rel = CHANGED_FILE if (root / CHANGED_FILE).is_file() else str(manifest.get("llm_api") or LLM_API_FILE)
+    version = str((manifest.config.get("trtllm") or {}).get("version") or "")
+    rel = CHANGED_FILE if (root / CHANGED_FILE).is_file() else str(manifest.llm_api or LLM_API_FILE)
     path = root / rel
     try:
         text = path.read_text(encoding="utf-8")
@@ -102,7 +102,7 @@ def read_serve_deployment(build_dir: Path) -> ServeDeployment:
     if OPTIONS_FLAG not in argv[:-1]:
         raise UsageError(f"{root / MANIFEST}: its trtllm-serve command has no {OPTIONS_FLAG} FILE",
                          hint="re-run `trtspec build` with this trtspec")
-    return ServeDeployment(root=root, version=version, method=str(manifest.get("method") or BASELINE), options_file=rel,
+    return ServeDeployment(root=root, version=version, method=str(manifest.method or BASELINE), options_file=rel,
                            options=options, text=text, argv=argv, cwd=str(serve.get("cwd") or root),
                            container=serve.get("container"))
 

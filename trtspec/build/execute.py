@@ -42,9 +42,10 @@ from typing import Any
 from trtspec import __version__
 from trtspec import choices as tree_choices
 from trtspec.atomic import atomic_path, replace_dir, write_json, write_text
-from trtspec.build.manifest import FORMAT, MANIFEST, Hasher, read_manifest
+from trtspec.build.manifest import Hasher
 from trtspec.build.plan import LLM_API_FILE, OWN_CONVERTER, TRTLLM, BuildPlan, Step, engine_config
 from trtspec.build.preflight import Resolved
+from trtspec.contracts.build_output import FORMAT, MANIFEST, Manifest, read_manifest, write_manifest
 from trtspec.errors import BuildError, TrtspecError, UsageError
 
 # Source files of the in-process converter: their hash is part of its steps' keys (a converter fix reconverts).
@@ -80,12 +81,12 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
         _release_validates(plan.llm_api, plan.target)
     check_output_dir(out, plan)
     recover_interrupted(out)
-    previous = read_manifest(out) or {}
-    old_steps = {s["id"]: s for s in previous.get("steps", []) if isinstance(s, dict) and "id" in s}
+    previous = read_manifest(out) or Manifest()
+    old_steps = {s["id"]: s for s in previous.steps if isinstance(s, dict) and "id" in s}
     steps = plan.select(only)
     _check_stage_inputs(steps, plan, out)
 
-    hasher = Hasher(previous.get("file_hashes"))
+    hasher = Hasher(previous.file_hashes)
     result = BuildResult(out_dir=out, manifest={})
     records: dict[str, dict[str, Any]] = {}
     pending_outputs: set[str] = set()
@@ -138,8 +139,9 @@ def execute(plan: BuildPlan, resolved: Resolved, out_dir: Path, *, only: str | N
                 result.pending.append(_pending(step, out, resolved))
         # 5. manifest, then swap the staged directory into place
         ordered = [records[s.id] for s in plan.steps if s.id in records]
-        result.manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm, out)
-        write_json(staging / MANIFEST, result.manifest)
+        manifest = _manifest(plan, resolved, ordered, result.pending, hasher, trtllm, out)
+        write_manifest(staging, manifest)
+        result.manifest = manifest.to_dict()
         replace_dir(staging, out)
         for report in (f"{out.name}.trtspec-failed.json", f"{out.name}.trtspec-failed.log"):
             (out.parent / report).unlink(missing_ok=True)  # an earlier failure's report no longer describes `out`
@@ -403,29 +405,29 @@ def derived_values(resolved: Resolved) -> dict[str, Any]:
 
 
 def _manifest(plan: BuildPlan, resolved: Resolved, steps: list[dict[str, Any]], pending: list[dict[str, Any]],
-              hasher: Hasher, trtllm: bool, out: Path) -> dict[str, Any]:
+              hasher: Hasher, trtllm: bool, out: Path) -> Manifest:
     config = resolved.spec.model_dump(mode="json")
-    return {
-        "format": FORMAT,
-        "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "backend": plan.backend,
-        "workflow": plan.workflow,
-        "method": plan.method,
-        "config": config,
-        "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
-        "versions": _versions(resolved, trtllm),
-        "derived": derived_values(resolved),
-        "engine": engine_config(resolved).to_dict(),  # what the build serves (trtspec.contracts.engine.EngineConfig)
-        "engines": plan.engines,
-        "checkpoints": plan.checkpoints,
-        "llm_api": LLM_API_FILE if plan.llm_api is not None else None,
-        "serve": {form: serve_command(argv, out, plan) for form, argv in plan.serve.items()},
-        "steps": steps,
-        "pending": pending,
-        "pending_checks": pending_checks(resolved),
-        "notes": list(plan.notes),
-        "file_hashes": hasher.used(),
-    }
+    return Manifest(
+        format=FORMAT,
+        updated=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        backend=plan.backend,
+        workflow=plan.workflow,
+        method=plan.method,
+        config=config,
+        config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        versions=_versions(resolved, trtllm),
+        derived=derived_values(resolved),
+        engine=engine_config(resolved).to_dict(),  # what the build serves (trtspec.contracts.engine.EngineConfig)
+        engines=plan.engines,
+        checkpoints=plan.checkpoints,
+        llm_api=LLM_API_FILE if plan.llm_api is not None else None,
+        serve={form: serve_command(argv, out, plan) for form, argv in plan.serve.items()},
+        steps=steps,
+        pending=pending,
+        pending_checks=pending_checks(resolved),
+        notes=list(plan.notes),
+        file_hashes=hasher.used(),
+    )
 
 
 # --- file-system helpers ------------------------------------------------------------------------------------------
@@ -515,7 +517,7 @@ def _fail(staging: Path, out: Path, plan: BuildPlan, resolved: Resolved, records
     """Leave `out` untouched; keep the failure report and the last log beside it (best effort: the disk may be
     full)."""
     try:
-        report = _manifest(plan, resolved, list(records.values()), [], hasher, trtllm, out)
+        report = _manifest(plan, resolved, list(records.values()), [], hasher, trtllm, out).to_dict()
         report["error"] = str(exc)
         write_json(out.parent / f"{out.name}.trtspec-failed.json", report)
         logs = sorted((staging / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)

@@ -1,61 +1,19 @@
-"""`trtspec-manifest.json`: what a build output holds and how it was made. Pure (hashlib + json).
-
-Format (version 1), written atomically into the output directory by the executor:
-
-    {
-      "format": "trtspec-manifest/1",
-      "updated": "2026-11-29T10:00:00Z",
-      "backend": "tensorrtllm" | "torch",
-      "workflow": "pytorch" | "engine" | null (a torch bundle),
-      "method": "draft_target",
-      "config": {...BuildSpec as JSON...},
-      "config_sha256": "...",
-      "versions": {"trtspec", "python", "torch", "tensorrt_llm" (null when absent), "target_tensorrt_llm",
-                   "container"},
-      "derived": {"max_draft_len", "choices": {"json", "triton"} | null, "lookahead": {...} | null,
-                  "kv_cache": {role: {max_tokens_in_paged_kv_cache, kv_cache_free_gpu_mem_fraction, ...}},
-                  "medusa_heads": {...} | null, "checks": [{"name", "status", "detail"}]},
-      "engine": {...EngineConfig.to_dict(): what the build serves: checkpoints, method, k, each method's knobs...},
-      "engines": {"target": "engines/target", ...} ({} in the PyTorch workflow),
-      "checkpoints": {role: converted checkpoint dir (engine workflow) | the HF checkpoint it serves (PyTorch)},
-      "llm_api": "llm-api/...yaml" | null,
-      "serve": {"trtllm-serve": {"argv", "command": "cd OUT && trtllm-serve ..." (shell-quoted), "cwd", "container"}}
-               (PyTorch workflow; {} otherwise),
-      "steps": [{"id", "stage", "kind", "title", "status": "done" | "pending", "runner": "tensorrt_llm" | "trtspec"
-                 | null, "command" (shell-quoted), "inputs": {path: sha256}, "outputs": {path: sha256}, "seconds",
-                 "key" (sha256 of everything the step reads; a re-run skips it only while unchanged), "code" (the
-                 runner's version)}],
-      "pending": [{"id", "command": "cd OUT && ..." (shell-quoted, paste as is), "cwd", "argv", "container"}],
-      "file_hashes": {path: [size, mtime_ns, sha256]}
-    }
-
-Output paths are relative to the output directory; model inputs are absolute.
+"""File hashing for build outputs: `Hasher` (the manifest's `file_hashes` and each step's input/output digests).
+Pure (hashlib). The manifest itself is the build-output contract, trtspec.contracts.build_output.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "trtspec-manifest.json"
-FORMAT = "trtspec-manifest/1"
 # sha256 of files this process has read, by (path, device, inode, size, mtime_ns): a build's inputs (model weights)
 # are hashed once per process, not once per build. The same trust as the manifest's file_hashes (size, mtime_ns),
 # narrowed to one file (its inode: a file replaced, as trtspec writes them, is another file). Not ctime: hard-linking
 # a model into a bundle or a staging directory changes it without changing the content.
 _DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
 _DIGESTS_MAX = 4096
-
-
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
-    path = Path(out_dir) / MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8, not JSON: not a manifest (rebuild)
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 class Hasher:

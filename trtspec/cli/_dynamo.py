@@ -65,7 +65,8 @@ def resolve_engine(base: EngineConfig | None, flags: dict[str, Any]) -> EngineCo
 
 
 def _source_engine(source: Path) -> EngineConfig:
-    from trtspec.triton.build_output import MANIFEST, read_build_output
+    from trtspec.contracts.build_output import MANIFEST
+    from trtspec.triton.build_output import read_build_output
     from trtspec.triton.server import read_repo_record
 
     if (source / MANIFEST).is_file():

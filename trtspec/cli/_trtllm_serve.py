@@ -46,7 +46,8 @@ def trtllm_serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def trtllm_source(source: Path) -> tuple[EngineConfig, dict[str, Any] | None, str | None]:
     """SOURCE's engine configuration, LLM-API options and TensorRT-LLM release; UsageError for anything else."""
-    from trtspec.triton.build_output import MANIFEST, read_build_output
+    from trtspec.contracts.build_output import MANIFEST
+    from trtspec.triton.build_output import read_build_output
 
     if not (source / MANIFEST).is_file():
         raise UsageError(f"SOURCE {source} is not a build output (no {MANIFEST})",

@@ -4,7 +4,7 @@ Facts about each engine come from the engine itself when it is built (`engines/<
 trtllm-build: `build_config.max_draft_len`, `pretrained_config.vocab_size` and `mapping`), else from the manifest
 (the planned `trtllm-build` flags and the derived values). Pure: json, shlex, pathlib.
 
-Manifest fields used (format `trtspec-manifest/1`, see trtspec.build.manifest): backend, method, config.target,
+Manifest fields used (format `trtspec-manifest/1`: the contract trtspec.contracts.build_output, `Manifest`): backend, method, config.target,
 config.engine.{tp_size, pp_size, draft_tp_size, max_batch_size, max_input_len, max_seq_len},
 config.kv_cache.enable_block_reuse, config.trtllm.version (the TensorRT-LLM target the plan was made for), workflow
 (pytorch | engine; older manifests: config.workflow, else pytorch when there are LLM-API options and no engines), derived.{max_draft_len, choices.json, lookahead, kv_cache.<role>,
@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.contracts.build_output import MANIFEST, Manifest
 from trtspec.contracts.engine import EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import BASELINE, resolve
 from trtspec.targets import WORKFLOWS, Workflow
 from trtspec.textfile import load_yaml_text
-
-MANIFEST = "trtspec-manifest.json"  # trtspec.build.manifest.MANIFEST (kept here: reading it needs no pydantic)
 
 
 @dataclass(frozen=True)
@@ -94,12 +93,12 @@ def read_build_output(build_dir: Path) -> BuildOutput:
     if not (root / MANIFEST).is_file():
         raise UsageError(f"{root} has no {MANIFEST}: it is not a trtspec build output",
                          hint="run `trtspec build CONFIG --out DIR` first and deploy DIR")
-    manifest = read_json(root / MANIFEST, "manifest")
-    backend = str(manifest.get("backend", "tensorrtllm"))
-    method = str(manifest.get("method", BASELINE))
-    config = manifest.get("config") or {}
+    manifest = Manifest.from_dict(read_json(root / MANIFEST, "manifest"))
+    backend = str(manifest.backend or "tensorrtllm")
+    method = str(manifest.method or BASELINE)
+    config = manifest.config
     engine_cfg = config.get("engine") or {}
-    derived = manifest.get("derived") or {}
+    derived = manifest.derived
     common: dict[str, Any] = {
         "max_batch_size": int(engine_cfg.get("max_batch_size", 8)),
         "max_input_len": int(engine_cfg.get("max_input_len", 1024)),
@@ -110,17 +109,17 @@ def read_build_output(build_dir: Path) -> BuildOutput:
     }
     if backend == "torch":
         return _read_bundle(root, common)
-    llm_api = _llm_api(root, manifest.get("llm_api"))
-    workflow = str(manifest.get("workflow") or config.get("workflow")
-                   or ("pytorch" if llm_api is not None and not manifest.get("engines") else "engine"))
+    llm_api = _llm_api(root, manifest.llm_api)
+    workflow = str(manifest.workflow or config.get("workflow")
+                   or ("pytorch" if llm_api is not None and not manifest.engines else "engine"))
     if workflow not in WORKFLOWS:
         raise UsageError(f"{root / MANIFEST}: workflow {workflow!r} is not one of {', '.join(WORKFLOWS)}",
                          hint="rebuild with this trtspec")
     heads = (derived.get("medusa_heads") or {}).get("num_heads")
-    steps = {s.get("id"): s for s in manifest.get("steps") or [] if isinstance(s, dict)}
+    steps = {s.get("id"): s for s in manifest.steps if isinstance(s, dict)}
     engine = _manifest_engine(root, manifest, method)
     engines = {}
-    for role, rel in (manifest.get("engines") or {}).items():
+    for role, rel in manifest.engines.items():
         tp = engine_cfg.get("draft_tp_size") if role == "draft" else None
         # Medusa/EAGLE engines take max_draft_len from their checkpoint, not from a trtllm-build flag.
         from_checkpoint = int(derived.get("max_draft_len") or 0) if role == "target" and resolve(method).tree else 0
@@ -152,16 +151,16 @@ def _llm_api(root: Path, rel: Any) -> dict[str, Any] | None:
     return data
 
 
-def _manifest_engine(root: Path, manifest: dict[str, Any], method: str) -> EngineConfig:
+def _manifest_engine(root: Path, manifest: Manifest, method: str) -> EngineConfig:
     """The engine configuration a TensorRT-LLM build's manifest records (`engine`), or, in a manifest written before
     it recorded one, the same derived from `config.target` and `derived` (max_draft_len, choices, lookahead)."""
     try:
-        if isinstance(manifest.get("engine"), dict):
-            return EngineConfig.from_dict(manifest["engine"], "engine")
-        target = (manifest.get("config") or {}).get("target")
+        if isinstance(manifest.engine, dict):
+            return EngineConfig.from_dict(manifest.engine, "engine")
+        target = manifest.config.get("target")
         if not target:
             raise UsageError(f"{root / MANIFEST} names no target model (config.target)", hint="rebuild")
-        derived = manifest.get("derived") or {}
+        derived = manifest.derived
         k = int(derived.get("max_draft_len") or 0)
         choices = (derived.get("choices") or {}).get("json")
         paths = tuple(map(tuple, json.loads(choices) if isinstance(choices, str) else choices)) if choices else None

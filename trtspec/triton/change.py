@@ -180,7 +180,7 @@ def _parameters(text: str, source: str) -> dict[str, str]:
 def _engine_facts(repo: Path, record: RepoRecord) -> tuple[int, Path | None, dict[str, Any] | None, int | None]:
     """(the target engine's max_draft_len, its build output directory, the build config, Medusa heads) from
     config.pbtxt's gpt_model_path and that build's manifest; the repository record's max_k where the build is gone."""
-    from trtspec.build.manifest import read_manifest
+    from trtspec.contracts.build_output import read_manifest
     from trtspec.triton.build_output import read_build_output
 
     root = Path(repo).expanduser().resolve()
@@ -193,7 +193,7 @@ def _engine_facts(repo: Path, record: RepoRecord) -> tuple[int, Path | None, dic
         return record.max_k, None, None, None
     output = read_build_output(build)
     target = output.engines.get("target")
-    return (target.max_draft_len if target is not None else record.max_k, build, manifest.get("config"),
+    return (target.max_draft_len if target is not None else record.max_k, build, manifest.config,
             target.num_medusa_heads if target is not None else None)
 
 
