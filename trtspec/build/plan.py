@@ -188,7 +188,7 @@ def _plan_pytorch(r: Resolved) -> BuildPlan:
     serve = serve_argv(model, tp_size=spec.engine.tp_size, pp_size=spec.engine.pp_size)
     if problems := diff_serve_argv(serve, target.version):
         raise AssertionError("; ".join(problems))  # serve_argv writes only options the release declares
-    roles = [role for role in ("target", "draft", "eagle") if role in r.models]
+    roles = [role for role in ("target", "draft", EAGLE.section) if role in r.models]
     step = Step("write-llm-api", "files", "write", "LLM-API options for trtllm-serve, Triton's llmapi model and "
                 "Dynamo's TensorRT-LLM workers", content=llm_api_yaml(llm_api, header_lines(r.method.name, target,
                                                                                             model, serve)),
@@ -284,7 +284,7 @@ def _convert_plain(r: Resolved) -> list[Step]:
 
 
 def _convert_medusa(r: Resolved) -> list[Step]:
-    spec, model, heads_dir = r.spec, r.models["target"].path, r.models["medusa"].path
+    spec, model, heads_dir = r.spec, r.models["target"].path, r.models[MEDUSA.section].path
     num_heads = spec.medusa.num_heads or (r.medusa.num_heads if r.medusa else tree_choices.depth(r.choices or [[0]]))
     num_layers = spec.medusa.num_layers or (r.medusa.num_layers if r.medusa else 1)
     out = "checkpoints/target"
@@ -306,7 +306,7 @@ def _convert_medusa(r: Resolved) -> list[Step]:
 
 
 def _convert_eagle(r: Resolved) -> list[Step]:
-    spec, model, eagle_dir = r.spec, r.models["target"].path, r.models["eagle"].path
+    spec, model, eagle_dir = r.spec, r.models["target"].path, r.models[EAGLE.section].path
     argv = ("python3", f"{_examples(r, 'eagle')}/convert_checkpoint.py", "--model_dir", model,
             "--eagle_model_dir", eagle_dir, "--output_dir", "checkpoints/target",
             *_common_convert_args(r, spec.engine.tp_size), "--max_draft_len", str(r.max_draft_len),
@@ -317,7 +317,7 @@ def _convert_eagle(r: Resolved) -> list[Step]:
 
 
 def _convert_redrafter(r: Resolved) -> list[Step]:
-    spec, drafter = r.spec, r.models["redrafter"].path
+    spec, drafter = r.spec, r.models[REDRAFTER.section].path
     base = _convert_base(r, "target", "checkpoints/target-base")
     argv = ["python3", f"{_examples(r, 'redrafter')}/convert_checkpoint.py",
             "--base_model_checkpoint_dir", "checkpoints/target-base", "--drafter_model_dir", drafter,
@@ -423,7 +423,7 @@ def _options(r: Resolved, facts: Any) -> dict[str, Any]:
 def _speculation(r: Resolved) -> Speculation:
     """What the LLM-API options take from the resolved build (k = draft layers for EAGLE-3, preflight)."""
     spec, eagle3 = r.spec, _eagle3(r)
-    draft = r.models["eagle"].path if eagle3 else r.models["draft"].path if "draft" in r.models else None
+    draft = r.models[EAGLE.section].path if eagle3 else r.models["draft"].path if "draft" in r.models else None
     return Speculation(method=r.method.name, max_draft_len=r.max_draft_len, target_model=r.models["target"].path,
                        draft_model=draft, eagle3=eagle3,
                        eagle3_one_model=spec.eagle.one_model if spec.eagle is not None else True,

@@ -26,6 +26,10 @@ from trtspec.build.memory import EngineMemory, estimate_kv
 from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import METHOD_SECTIONS, SECTION_MODELS, MethodInfo, lookahead_max_draft_len, resolve
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
+from trtspec.methods.redrafter import REDRAFTER
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target, require_feature
 
@@ -348,8 +352,8 @@ def _padded(vocab: int, tp: int) -> int:
 
 
 def _medusa(spec: BuildSpec, models: dict[str, ModelRef], checks: list[Check]) -> MedusaHeads | None:
-    _section(spec.medusa, "medusa", spec.method)
-    ref = models["medusa"]
+    _section(spec.medusa, MEDUSA.section, spec.method)
+    ref = models[MEDUSA.section]
     if not ref.exists:
         return None
     heads = medusa_heads(Path(ref.path))
@@ -406,7 +410,7 @@ def _rule_external(spec: BuildSpec, given: int | None, heads: MedusaHeads | None
 
 
 def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    _section(spec.medusa, "medusa", spec.method)
+    _section(spec.medusa, MEDUSA.section, spec.method)
     num_heads = spec.medusa.num_heads or (heads.num_heads if heads else None)
     if num_heads is None:
         num_heads = 4
@@ -418,7 +422,7 @@ def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, 
 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    eagle = _section(spec.eagle, "eagle", spec.method)
+    eagle = _section(spec.eagle, EAGLE3.section, spec.method)
     if spec.backend != "torch":
         _refuse_untranslatable_eagle_tree(eagle)
     if eagle.eagle3 and spec.backend == "torch":
@@ -433,7 +437,7 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
             max_nodes=given, field="eagle.choices")
         eagle.tree(tree)  # the engine configuration's own checks
         k = given or (len(tree) if tree else eagle.num_layers)
-        checks.append(Check("eagle3", "ok", f"max_draft_len {k} = draft tree nodes (reference engine, "
+        checks.append(Check(EAGLE3.name, "ok", f"max_draft_len {k} = draft tree nodes (reference engine, "
                             + ("static tree)" if tree else "dynamic tree)")))
         return k, tree, None
     if eagle.eagle3:
@@ -484,7 +488,7 @@ def _llm_api_eagle_tree(eagle: EagleSpec, given: int | None, checks: list[Check]
             raise ConfigError("max_draft_len", given, f"!= the static tree's {len(tree)} nodes: eagle_choices sets "
                               "max_total_draft_tokens = len(choices) in the LLM API",
                               hint=f"drop max_draft_len (trtspec writes {len(tree)}) or set it to {len(tree)}")
-        checks.append(Check("eagle3", "ok", f"static tree: {len(tree)} nodes, depth {tree_choices.depth(tree)} "
+        checks.append(Check(EAGLE3.name, "ok", f"static tree: {len(tree)} nodes, depth {tree_choices.depth(tree)} "
                             "(LLM API eagle_choices)"))
         return len(tree), tree, None
     if eagle.dynamic_shape():
@@ -499,11 +503,11 @@ def _llm_api_eagle_tree(eagle: EagleSpec, given: int | None, checks: list[Check]
             raise ConfigError("max_draft_len", k, f"the dynamic tree's node budget (max_total_draft_tokens) must lie "
                               f"in [eagle.depth {low}, eagle.topk x eagle.depth {high}]",
                               hint=f"set max_draft_len between {low} and {high}, or change eagle.topk / eagle.depth")
-        checks.append(Check("eagle3", "ok", f"dynamic tree: top-{eagle.topk} x depth {eagle.depth}, {k} nodes "
+        checks.append(Check(EAGLE3.name, "ok", f"dynamic tree: top-{eagle.topk} x depth {eagle.depth}, {k} nodes "
                             "(LLM API use_dynamic_tree)"))
         return k, None, None
     # the chain: max_draft_len counts draft layers (chain steps), one node each
-    checks.append(Check("eagle3", "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
+    checks.append(Check(EAGLE3.name, "ok", f"max_draft_len {given or eagle.num_layers} = draft layers (LLM API)"))
     return given or eagle.num_layers, None, None
 
 
@@ -529,14 +533,14 @@ def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
                           "(TensorRT-LLM: (N==1 ? 0 : N-2) + (W-1+G)*(N-1))",
                           hint=f"drop max_draft_len (trtspec derives {derived}) or set it to {derived}")
     if derived == 0:
-        raise ConfigError("lookahead", list(wng), "gives max_draft_len 0 (plain decoding)",
+        raise ConfigError(LOOKAHEAD.section, list(wng), "gives max_draft_len 0 (plain decoding)",
                           hint="use N >= 2, e.g. lookahead: [4, 4, 4]")
-    checks.append(Check("lookahead", "ok", f"(W, N, G)={list(wng)} -> max_draft_len {derived}"))
+    checks.append(Check(LOOKAHEAD.section, "ok", f"(W, N, G)={list(wng)} -> max_draft_len {derived}"))
     return derived, None, wng
 
 
 def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    _section(spec.redrafter, "redrafter", spec.method)
+    _section(spec.redrafter, REDRAFTER.section, spec.method)
     derived = spec.redrafter.num_beams * spec.redrafter.draft_len_per_beam
     if given is not None and given != derived:
         raise ConfigError("max_draft_len", given, f"ReDrafter fixes it to num_beams x draft_len_per_beam = {derived}",
