@@ -98,6 +98,24 @@ def test_rc29_pool_limits_at_their_edges():
     assert llm_api_options(sa(big_k, k=8), llm_api_facts(RC29), BASE)["speculative_config"]["max_draft_len"] == 8
 
 
+def test_rc29_pool_limits_are_read_from_the_facts():
+    facts = llm_api_facts(RC29)
+    sa_type = facts.decoding_types["SA"]
+    pool = sa_type.limits["global_pool"]
+    assert (pool["match_max"], pool["slots_max"]) == (64, 1024) and sa_type.limits["sources"] == ["llm_args_1_3_c1"]
+    # other limits in the facts move the refusals with them (nothing is hard-coded in the suffix home)
+    tighter = dataclasses.replace(sa_type, limits={"global_pool": {"match_max": 16, "slots_max": 200}})
+    narrow = dataclasses.replace(facts, decoding_types={**facts.decoding_types, "SA": tighter})
+    with pytest.raises(ConfigError, match="at most 16 tokens") as err:
+        llm_api_options(sa(SA_READY), narrow, BASE)  # max_tree_depth 24 > 16
+    assert err.value.field == "suffix.max_tree_depth"
+    with pytest.raises(ConfigError, match="at most 200 requests") as err:
+        llm_api_options(sa(dataclasses.replace(SA_READY, max_tree_depth=16, max_cached_requests=193)), narrow, BASE)
+    assert err.value.field == "suffix.max_cached_requests" and "max_cached_requests <= 192" in err.value.hint
+    assert llm_api_options(sa(dataclasses.replace(SA_READY, max_tree_depth=16, max_cached_requests=192)), narrow,
+                           BASE)["speculative_config"]["global_pool_size"] == 200
+
+
 def test_1_2_1_refuses_suffix_naming_the_fact(random_pair):
     fact = load_target("1.2.1").llm_api.invalid_decoding_types["SA"]
     assert "llm_args_sa_later" in fact

@@ -162,9 +162,11 @@ def _eagle_tree(spec: Speculation, facts: LlmApiFacts, kind: str, fields: Mappin
 
 def _sa(spec: Speculation, facts: LlmApiFacts, fields: Mapping[str, Any]) -> Any:
     """trtspec's suffix options as the release's SA keys (methods/suffix.py `sa_form`: what maps, what is dropped with
-    a note, what is refused by name)."""
+    a note, what is refused by name, under the global-pool limits of the release's facts)."""
+    kind = SUFFIX.llmapi_decoding_type
+    limits = facts.decoding_types[kind].limits if kind in facts.decoding_types else {}
     return sa_form(spec.suffix, max_draft_len=spec.max_draft_len, max_batch_size=spec.max_batch_size,
-                   version=facts.version, fields=fields)
+                   version=facts.version, fields=fields, limits=limits)
 
 
 def speculation_notes(spec: Speculation, facts: LlmApiFacts) -> tuple[str, ...]:

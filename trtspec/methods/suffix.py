@@ -9,7 +9,7 @@ docs/suffix.md, "TensorRT-LLM's SA", has the table and the sources.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +42,6 @@ SUFFIX = MethodInfo(
 
 DECLARES = (SUFFIX,)
 
-# SADecodingConfig's own limits with enable_global_pool (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py at
-# 205f8c25d5e278aa761e452168815d560beb7f89, the lower bracket of 1.3.0rc29's facts: validate_sa_config and the
-# field's description): max_matching_ngram_size -1 or in [1, 64]; "at most 1024 concurrent slots".
-SA_POOL_MATCH_MAX = 64
-SA_POOL_SLOTS_MAX = 1024
-
-
 @dataclass(frozen=True)
 class SaForm:
     """The SA keys of a suffix build (besides decoding_type and max_draft_len) and what the plan says about them."""
@@ -58,9 +51,11 @@ class SaForm:
 
 
 def sa_form(options: SuffixConfig | None, *, max_draft_len: int, max_batch_size: int, version: str,
-            fields: Collection[str]) -> SaForm:
+            fields: Collection[str], limits: Mapping[str, Any] | None = None) -> SaForm:
     """`options` (None: the defaults) as TensorRT-LLM `version`'s SA keys (`fields`: the keys its SADecodingConfig
-    reads). Mapped: max_tree_depth -> max_matching_ngram_size (the longest context suffix matched), max_cached_requests
+    reads; `limits`: its global pool's limits from the release's facts, pytorch-workflow.json SADecodingConfig
+    `limits.global_pool`: match_max tokens matched, slots_max requests held; None: none known). Mapped:
+    max_tree_depth -> max_matching_ngram_size (the longest context suffix matched), max_cached_requests
     -> enable_global_pool and global_pool_size (N finished requests kept + max_batch_size running ones; 0: no pool).
     SA has no counterpart for tree, min_token_prob, max_spec_factor / max_spec_offset: each is dropped with a note
     where its value makes the behaviour SA's (a chain; nothing pruned; a cap that never binds), else a ConfigError
@@ -99,20 +94,22 @@ def sa_form(options: SuffixConfig | None, *, max_draft_len: int, max_batch_size:
         if key not in fields:
             name = "max_tree_depth" if key == "max_matching_ngram_size" else "max_cached_requests"
             raise refuse(name, f"its SADecodingConfig has no {key}", "use a release whose SA has it")
-    if pool and config.max_tree_depth > SA_POOL_MATCH_MAX:
+    pool_limits = (limits or {}).get("global_pool", {})
+    match_max, slots_max = pool_limits.get("match_max"), pool_limits.get("slots_max")
+    if pool and match_max is not None and config.max_tree_depth > match_max:
         raise refuse("max_tree_depth", f"with the global pool (max_cached_requests > 0) SA matches at most "
-                     f"{SA_POOL_MATCH_MAX} tokens (max_matching_ngram_size -1 or 1..{SA_POOL_MATCH_MAX})",
-                     f"set suffix.max_tree_depth <= {SA_POOL_MATCH_MAX}, or max_cached_requests: 0")
+                     f"{match_max} tokens (max_matching_ngram_size -1 or 1..{match_max})",
+                     f"set suffix.max_tree_depth <= {match_max}, or max_cached_requests: 0")
     out["max_matching_ngram_size"] = config.max_tree_depth
     mapped.append(f"max_tree_depth {config.max_tree_depth} -> max_matching_ngram_size {config.max_tree_depth} (the "
                   "longest context suffix matched)")
     out["enable_global_pool"] = pool
     if pool:
         slots = config.max_cached_requests + max_batch_size
-        if slots > SA_POOL_SLOTS_MAX:
-            raise refuse("max_cached_requests", f"SA's global pool holds at most {SA_POOL_SLOTS_MAX} requests, running "
+        if slots_max is not None and slots > slots_max:
+            raise refuse("max_cached_requests", f"SA's global pool holds at most {slots_max} requests, running "
                          f"ones included ({config.max_cached_requests} + max_batch_size {max_batch_size} = {slots})",
-                         f"set suffix.max_cached_requests <= {SA_POOL_SLOTS_MAX - max_batch_size}")
+                         f"set suffix.max_cached_requests <= {slots_max - max_batch_size}")
         out["global_pool_size"] = slots
         mapped.append(f"max_cached_requests {config.max_cached_requests} -> enable_global_pool true, global_pool_size "
                       f"{slots} ({config.max_cached_requests} finished + max_batch_size {max_batch_size} running)")

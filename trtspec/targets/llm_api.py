@@ -50,6 +50,8 @@ class DecodingType:
     required: tuple[str, ...]
     backends: tuple[str, ...]
     rules: tuple[str, ...]
+    # the class's own numeric limits by topic, with their sources (SADecodingConfig: its global pool's); {}: none known
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def runs_on_pytorch(self) -> bool:
@@ -126,7 +128,8 @@ def llm_api_facts(version: str, unverified: Mapping[str, Any] | None = None) -> 
         return LlmApiFacts(version, verified=False, why=note, raw=dict(unverified or {}))
     classes = section["classes"]
     types = {kind: DecodingType(kind, cls, tuple(map(_field, classes[cls]["fields"])), tuple(classes[cls]["required"]),
-                                tuple(classes[cls]["backends"]), tuple(classes[cls]["rules"]))
+                                tuple(classes[cls]["backends"]), tuple(classes[cls]["rules"]),
+                                dict(classes[cls].get("limits", {})))
              for kind, cls in section["decoding_types"].items()}
     top = section.get("top_level", {})
     kv = section.get("kv_cache_config", {})
