@@ -27,6 +27,7 @@ Choices = list[list[int]]
 RANK_MAX = 2**31 - 1
 MAX_NODES = 4096
 MAX_DEPTH = 64
+MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_FILE_BYTES = 1 << 20
 
 # Medusa's default 63-node tree (FasterDecoding/Medusa `medusa_choices.py`, also TensorRT-LLM's default):
@@ -208,3 +209,34 @@ class _Problem(ConfigError):
 
     def __init__(self, field: str, value: object, problem: str, *, hint: str | None = None) -> None:
         super().__init__(field, shown(value), problem, hint=hint)
+
+
+def dynamic_tree_file(value: str | Path, field: str = "eagle.dynamic_tree") -> tuple[int, int, int]:
+    """(top-k, depth, nodes) of the `dynamic_tree:` block of a `trtspec tune tree --eagle --out` file: the dynamic
+    (EAGLE-2) tree's shape and its node budget (the LLM API's dynamic_tree_max_topK, max_draft_len and
+    max_total_draft_tokens). ConfigError naming `field` and the file when it has no such block or the block does not
+    describe a tree the LLM API takes (nodes in [depth, top-k x depth])."""
+    path = Path(value)
+    text = read_text_file(path, field, limit=MAX_FILE_BYTES, what="a `trtspec tune tree --eagle --out` file")
+    hint = "write it with `trtspec tune tree --eagle DRAFTER --budget K --out FILE` (it records dynamic_tree)"
+    try:
+        data = _parse_text(text.strip(), field)
+    except ConfigError as exc:
+        raise ConfigError(field, str(path), f"is not a tune-tree file: {exc.problem}", hint=hint) from None
+    block = data.get("dynamic_tree") if isinstance(data, dict) else None
+    if not isinstance(block, dict):
+        raise ConfigError(field, str(path), "has no dynamic_tree block (a Medusa or older tune-tree file, or not one)",
+                          hint=hint)
+    shape = {}
+    for key, limit in (("topk", MAX_TOPK), ("depth", MAX_DEPTH), ("max_total_draft_tokens", MAX_NODES)):
+        number = block.get(key)
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= limit:
+            raise ConfigError(field, str(path), f"dynamic_tree.{key} is {shown(number)}, not an integer in 1..{limit}",
+                              hint=hint)
+        shape[key] = number
+    topk, levels, nodes = shape["topk"], shape["depth"], shape["max_total_draft_tokens"]
+    if not levels <= nodes <= topk * levels:
+        raise ConfigError(field, str(path), f"dynamic_tree's {nodes} nodes lie outside [depth {levels}, top-k x depth "
+                          f"{topk * levels}]: the LLM API's dynamic tree cannot draft them",
+                          hint=f"tune again with --budget >= {levels}, or a smaller --eagle-depth")
+    return topk, levels, nodes

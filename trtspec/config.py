@@ -394,6 +394,35 @@ class BuildSpec(_Spec):
         data["trtllm"] = {**section, "version": version}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _eagle_dynamic_tree_file(cls, data: Any) -> Any:
+        """`eagle.dynamic_tree: FILE` (a `trtspec tune tree --eagle --out` file) -> the dynamic tree it recorded:
+        eagle.topk and eagle.depth, and max_draft_len = its node budget unless given (choices.dynamic_tree_file).
+        Excludes eagle.choices; an eagle.topk / eagle.depth that disagrees with the file is refused by name."""
+        eagle = data.get("eagle") if isinstance(data, dict) else None
+        if not isinstance(eagle, dict) or eagle.get("dynamic_tree") is None:
+            return data
+        from trtspec.choices import dynamic_tree_file
+
+        source = eagle["dynamic_tree"]
+        if not isinstance(source, str):
+            raise ConfigError("eagle.dynamic_tree", shown(source), "is not a file name",
+                              hint="eagle.dynamic_tree: eagle-tree.yaml (`trtspec tune tree --eagle --out` output)")
+        if eagle.get("choices") is not None:
+            raise ConfigError("eagle.dynamic_tree", source, "sets a dynamic tree but eagle.choices sets a static one",
+                              hint="drop eagle.choices (dynamic tree) or eagle.dynamic_tree (static tree)")
+        topk, depth, nodes = dynamic_tree_file(source)
+        for name, value in (("topk", topk), ("depth", depth)):
+            if eagle.get(name) is not None and eagle[name] != value:
+                raise ConfigError(f"eagle.{name}", shown(eagle[name]), f"disagrees with eagle.dynamic_tree {source} "
+                                  f"({name} {value})", hint=f"drop eagle.{name} (the file's shape is used)")
+        data = {**data, "eagle": {**{k: v for k, v in eagle.items() if k != "dynamic_tree"}, "topk": topk,
+                                  "depth": depth}}
+        if data.get("max_draft_len") is None and data.get("k") is None:
+            data["max_draft_len"] = nodes
+        return data
+
     @model_validator(mode="after")
     def _schedule_keys(self) -> BuildSpec:
         """`llm_api.draft_len_schedule` keys are batch sizes this build can run (<= engine.max_batch_size); its other

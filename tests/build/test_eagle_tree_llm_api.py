@@ -69,6 +69,60 @@ def test_tune_tree_output_is_a_static_tree(tmp_path):
     assert options["speculative_config"]["eagle_choices"] == STATIC
 
 
+def tuned_file(tmp_path, best=(4, 3), budget=10, name="eagle-tree.yaml"):
+    """A `trtspec tune tree --eagle --out` file, written by the writer the CLI uses, for a tuning whose best dynamic
+    shape is `best` (top-k, depth) at `budget` nodes."""
+    from trtspec.training.tree_tune import write_choices
+
+    rows = [{"eagle_topk": k, "eagle_depth": d, "tree": f"dynamic:{k}x{d}", "budget": budget,
+             "replayed_acceptance_length": 2.5 if (k, d) == best else 1.5, "draft_s_per_step": 0.01}
+            for k, d in ((1, 2), best)]
+    result = {"eagle_choices": STATIC, "budget": budget, "estimated_acceptance_length": 2.9,
+              "replayed_acceptance_length": 2.8, "triton": "{0}, {1}, {0, 0}, {1, 0}, {0, 0, 0}",
+              "dynamic": {"budget": budget, "shapes": rows, "best": dict(rows[1])}}
+    path = tmp_path / name
+    write_choices(path, result)
+    return path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_tune_tree_output_is_a_dynamic_tree_too(tmp_path, version):
+    """The same file as eagle.dynamic_tree: its recorded best shape, k = its node budget."""
+    tuned = tuned_file(tmp_path)
+    recorded = yaml.safe_load(tuned.read_text())["dynamic_tree"]
+    assert {k: recorded[k] for k in ("topk", "depth", "max_total_draft_tokens")} == {
+        "topk": 4, "depth": 3, "max_total_draft_tokens": 10}
+    options = options_of({"dynamic_tree": str(tuned)}, version)
+    spec = options["speculative_config"]
+    assert (spec["use_dynamic_tree"], spec["dynamic_tree_max_topK"], spec["max_draft_len"],
+            spec["max_total_draft_tokens"]) == (True, 4, 3, 10)
+    assert "eagle_choices" not in spec and diff_llm_api(options, version) == []
+    assert options_of({"choices": str(tuned)}, version)["speculative_config"]["eagle_choices"] == STATIC  # static
+    # a budget the shape cannot fill is recorded as the nodes it drafts (top-k x depth), a given k wins in range
+    small = tuned_file(tmp_path, best=(2, 3), budget=10, name="small.yaml")
+    assert options_of({"dynamic_tree": str(small)}, version)["speculative_config"]["max_total_draft_tokens"] == 6
+    assert options_of({"dynamic_tree": str(tuned)}, version, max_draft_len=8)["speculative_config"][
+        "max_total_draft_tokens"] == 8
+
+
+def test_bad_dynamic_tree_files_are_exit_2_naming_the_field(tmp_path):
+    tuned = tuned_file(tmp_path)
+    medusa = tmp_path / "medusa.yaml"
+    medusa.write_text("medusa_choices:\n  - [0]\nbudget: 1\n")
+    shallow = tuned_file(tmp_path, best=(4, 3), budget=2, name="shallow.yaml")  # 2 nodes < depth 3
+    for eagle, field, words in (
+            ({"dynamic_tree": str(medusa)}, "eagle.dynamic_tree", "has no dynamic_tree block"),
+            ({"dynamic_tree": str(tmp_path / "missing.yaml")}, "eagle.dynamic_tree", ""),
+            ({"dynamic_tree": str(shallow)}, "eagle.dynamic_tree", "outside [depth 3"),
+            ({"dynamic_tree": str(tuned), "choices": STATIC}, "eagle.dynamic_tree", "eagle.choices sets a static one"),
+            ({"dynamic_tree": str(tuned), "topk": 2}, "eagle.topk", "disagrees with eagle.dynamic_tree"),
+            ({"dynamic_tree": 3}, "eagle.dynamic_tree", "is not a file name")):
+        with pytest.raises(ConfigError) as err:
+            resolved_of(eagle)
+        e = err.value
+        assert e.exit_code == 2 and e.field == field and words in str(e) and e.hint and "\n" not in str(e), eagle
+
+
 def test_the_example_renders_a_tree_both_releases_read(tmp_path):
     resolved = run_preflight(load_build_spec(EXAMPLE), dry_run=True)
     plan = plan_build(resolved)

@@ -88,6 +88,18 @@ def test_cli_tunes_static_and_dynamic_and_the_engine_runs_the_result(eagle_targe
     best = max(s["replayed_acceptance_length"] for s in shapes)
     assert report["dynamic"]["best"]["replayed_acceptance_length"] == best
     assert set(report["recommended"]) in ({"eagle_choices"}, {"eagle_topk", "eagle_depth"})
+    # the file records the best dynamic shape, which a build takes as eagle.dynamic_tree (k = the nodes it drafts)
+    import yaml
+
+    from trtspec.config import parse_build_spec
+
+    recorded, best_row = yaml.safe_load(out.read_text())["dynamic_tree"], report["dynamic"]["best"]
+    assert (recorded["topk"], recorded["depth"]) == (best_row["eagle_topk"], best_row["eagle_depth"])
+    assert recorded["max_total_draft_tokens"] == min(6, recorded["topk"] * recorded["depth"])
+    spec = parse_build_spec({"backend": "torch", "method": "eagle", "target": str(eagle_target),
+                             "eagle": {"model": str(trained_eagle[0]), "eagle3": True, "dynamic_tree": str(out)}})
+    assert (spec.eagle.topk, spec.eagle.depth, spec.max_draft_len) == (
+        recorded["topk"], recorded["depth"], recorded["max_total_draft_tokens"])
     engine = SpecEngine.from_pretrained(eagle_target, eagle=trained_eagle[0], max_k=8,
                                         options=ProposerOptions(eagle_tree=EagleTree.parse(str(out))))
     sampling = SamplingParams(max_new_tokens=24)

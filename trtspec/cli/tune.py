@@ -55,8 +55,9 @@ def tree(target: str, medusa_dir: str | None, eagle: str | None, budget: int, ou
 
     Prints the tree in the `{0}, {0, 0}, {1}` form that Triton's `medusa_choices` / `eagle_choices` parameter takes.
     An EAGLE --out file is a build config's `eagle.choices` (with eagle.eagle3: true it becomes the LLM API's
-    eagle_choices for TensorRT-LLM); the best dynamic shape TOPKxDEPTH is `eagle.topk` + `eagle.depth` with k = --budget
-    (use_dynamic_tree): docs/eagle.md, "EAGLE-3 trees in the LLM API".
+    eagle_choices for TensorRT-LLM); its `dynamic_tree` block records the best dynamic shape (topk, depth,
+    max_total_draft_tokens), which a build config takes as `eagle.dynamic_tree: FILE` (use_dynamic_tree):
+    docs/eagle.md, "EAGLE-3 trees in the LLM API".
 
     Examples:
 

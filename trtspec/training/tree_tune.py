@@ -178,6 +178,16 @@ def tune_tree(accuracy: torch.Tensor, ranks: torch.Tensor, budget: int, *,
     return result
 
 
+def dynamic_tree(dynamic: dict[str, Any]) -> dict[str, Any]:
+    """The best dynamic (EAGLE-2) tree of an EAGLE tuning (`tune_dynamic`'s result) as a build reads it
+    (`eagle.dynamic_tree: FILE`): top-k, depth and max_total_draft_tokens, the nodes it drafts at the tuned budget
+    (at most top-k x depth), with the replayed acceptance length it was chosen by."""
+    best = dynamic["best"]  # a replay row: the tree's values by parameter name (EagleTree.values)
+    topk, depth = best["eagle_topk"], best["eagle_depth"]
+    return {"topk": topk, "depth": depth, "max_total_draft_tokens": min(dynamic["budget"], topk * depth),
+            "replayed_acceptance_length": round(best["replayed_acceptance_length"], 4)}
+
+
 def write_choices(path: Path, result: dict[str, Any]) -> None:
     """Write the tuned tree as YAML (.yaml/.yml) or JSON (anything else); `choices.parse` reads either."""
     from trtspec.atomic import write_text
@@ -186,7 +196,8 @@ def write_choices(path: Path, result: dict[str, Any]) -> None:
     doc = {key: result[key], "budget": result["budget"],
            "estimated_acceptance_length": round(result["estimated_acceptance_length"], 4),
            "replayed_acceptance_length": round(result["replayed_acceptance_length"], 4),
-           "triton": result["triton"], **({"dynamic": result["dynamic"]} if "dynamic" in result else {})}
+           "triton": result["triton"], **({"dynamic_tree": dynamic_tree(result["dynamic"]),
+                                           "dynamic": result["dynamic"]} if "dynamic" in result else {})}
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
