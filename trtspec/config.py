@@ -423,6 +423,30 @@ class BuildSpec(_Spec):
             data["max_draft_len"] = nodes
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _unrendered(cls, data: Any) -> Any:
+        """A TensorRT-LLM decoding type or speculative_config option trtspec does not render (`method: pard`,
+        `llm_api.use_rejection_sampling`, ...: methods/unrendered.py) is refused with the target's reason and the
+        nearest valid choice, before the field checks would call it unknown."""
+        if not isinstance(data, dict):
+            return data
+        from trtspec.methods.unrendered import option_refusal, type_refusal
+
+        section = data.get("trtllm")
+        version = data.get("trtllm_version") or (section.get("version") if isinstance(section, dict) else None)
+        version = version if isinstance(version, str) else DEFAULT_TARGET
+        engine = data.get("engine")
+        batch = engine.get("max_batch_size") if isinstance(engine, dict) else None
+        batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else \
+            EngineSpec.model_fields["max_batch_size"].default
+        method, llm_api = data.get("method"), data.get("llm_api")
+        refusal = (type_refusal(method, version, max_batch_size=batch) if isinstance(method, str) else None) or (
+            option_refusal(llm_api, version) if isinstance(llm_api, dict) else None)
+        if refusal is not None:
+            raise refusal
+        return data
+
     @model_validator(mode="after")
     def _schedule_keys(self) -> BuildSpec:
         """`llm_api.draft_len_schedule` keys are batch sizes this build can run (<= engine.max_batch_size); its other
