@@ -6,7 +6,8 @@ One server per module. The client-side speculative loop of e2e_grpc_speculative_
 tensorrt_llm_draft -> tensorrt_llm verifying draft_input_ids -> postprocessing, all unary) returns the target's own
 greedy output; inflight_batcher_llm_client.py's token request returns the prompt and the greedy continuation with
 perf outputs; the HTTP generate quick start answers on the ensemble and the BLS; what needs several responses
-(streaming, batch > 1, num_return_sequences > 1) is refused naming the decoupled mode, and the server keeps serving.
+(streaming, batch > 1, num_return_sequences > 1) is refused naming the decoupled mode, and the server keeps serving;
+unary requests sent together are served together (each arrives before any has its last token).
 """
 
 from __future__ import annotations
@@ -114,6 +115,33 @@ def test_inflight_client_token_request_with_perf_outputs(server, target):
     assert result.as_numpy("total_draft_tokens")[0, 0] > 0 and result.as_numpy("arrival_time_ns")[0, 0] > 0
     excluded = unary(server.grpc_url, "tensorrt_llm", {**request, "exclude_input_in_output": column(True, bool)})
     assert excluded.as_numpy("output_ids")[0, 0].tolist() == want
+
+
+def test_concurrent_unary_requests_are_served_together(server, target):
+    """Unary requests sent together run in the engine loop's batch together (execute() hands them over and returns;
+    each is answered through its response sender, as NVIDIA's llmapi model.py does): every one arrives before any has
+    its last token, and each returns its own greedy output."""
+    import threading
+
+    n, requests = 48, [target.encode(p) for p in PROMPTS]
+    results: list = [None] * len(requests)
+    barrier = threading.Barrier(len(requests))
+
+    def ask(i: int) -> None:
+        barrier.wait()
+        results[i] = unary(server.grpc_url, "tensorrt_llm", token_request(
+            requests[i], n, exclude_input_in_output=column(True, bool), return_perf_metrics=column(True, bool)))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for prompt, result in zip(PROMPTS, results, strict=True):
+        assert result.as_numpy("output_ids")[0, 0].tolist() == target_greedy(target, prompt, n)[:n]
+    arrivals = [int(r.as_numpy("arrival_time_ns")[0, 0]) for r in results]
+    last_tokens = [int(r.as_numpy("last_token_time_ns")[0, 0]) for r in results]
+    assert max(arrivals) < min(last_tokens)  # one execute() at a time would start each after the one before ended
 
 
 def test_http_generate_quick_start(server, target):

@@ -95,15 +95,12 @@ class EngineModel:
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
         self._ids_lock = threading.Lock()
 
-    def execute(self, requests: list[Any]) -> list[Any] | None:
-        """Decoupled: responses go through each request's sender (returns None). Otherwise: blocks until every
-        request's job is done and returns their responses, in order."""
-        replies = [self._submit(request) for request in requests]
-        if self.decoupled:
-            return None
-        for reply in replies:
-            reply.done.wait()
-        return [reply.response for reply in replies]
+    def execute(self, requests: list[Any]) -> None:
+        """Hand each request to the engine loop and return: responses go through each request's sender from the loop
+        thread, decoupled or not (`engine_reply.Reply`), so the next execute() call, and with it the next unary
+        request, is not held up by this one's generation."""
+        for request in requests:
+            self._submit(request)
 
     def _submit(self, request: Any) -> Reply:
         """Parse the request (`_parse`); answer a bad one with its error and a stop request by cancelling; else start
@@ -166,8 +163,7 @@ class EngineModel:
 
     def _cancel_check(self, request: Any, reply: Reply) -> Callable[[], bool] | None:
         """The request's client-went-away check (python backend >= 23.10), if it has one."""
-        owner = reply.sender if reply.sender is not None else request
-        check = getattr(owner, "is_cancelled", None)
+        check = getattr(reply.sender, "is_cancelled", None)
         return check if callable(check) else None
 
     def _get(self, request: Any, name: str) -> np.ndarray | None:

@@ -1,6 +1,6 @@
 """Responses of the torch flavour's engine models: one job's engine deltas -> Triton responses in tensorrtllm_backend's
-shapes (`JobSink`, a `spec.serving.Sink` run on the loop thread), where they go (`Reply`: the decoupled sender or the
-one returned response) and the Triton error that answers a failed request (`triton_error`)."""
+shapes (`JobSink`, a `spec.serving.Sink` run on the loop thread), where they go (`Reply`: the request's response
+sender, decoupled or not) and the Triton error that answers a failed request (`triton_error`)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,12 @@ def triton_error(pb: Any, error: BaseException) -> Any:
 
 
 class Reply:
-    """Where a Triton request's responses go: its decoupled response sender (the last job to finish sends the final
-    flag), or, for a model that is not decoupled, the one response execute() returns once `done` is set.
+    """Where a Triton request's responses go: its response sender (the last job to finish sends the final flag).
+
+    Every model answers through the sender, decoupled or not (python backend >= 24.01 takes one response with the
+    final flag from the sender of a model in the default policy, and execute() returns None, as NVIDIA's llmapi
+    model.py does): execute() hands the requests to the engine loop and returns at once, so unary requests that
+    arrive together are served together in the loop's batch instead of one execute() call at a time.
 
     An error is the request's final response, also when other jobs of it still run: their later responses raise
     ReplyClosed (so the serving loop aborts them): nothing may follow an error on a gRPC stream (in Triton's
@@ -47,10 +51,9 @@ class Reply:
     def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | Any = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
         self.model, self.parsed, self.wanted, self.on_done = model, parsed, wanted, on_done
-        self.sender = request.get_response_sender() if model.decoupled else None
+        self.sender = request.get_response_sender()
         self.pending = len(getattr(parsed, "jobs", None) or ()) or 1  # an llmapi request is one job
         self.arrival_ns = time.monotonic_ns()
-        self.response: Any = None  # not decoupled: the response to return
         self.done = threading.Event()
         self._closed = False
         self._lock = threading.Lock()
@@ -62,10 +65,7 @@ class Reply:
             if last_of_job:
                 self.pending -= 1
             final = self._closed = self.pending == 0 or failed
-        if self.sender is None:
-            self.response = response
-        else:
-            self.sender.send(response, flags=self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        self.sender.send(response, flags=self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
         if final:
             self.done.set()
             if self.on_done is not None:

@@ -3,7 +3,9 @@ llmapi model in, trtspec's reference engine, the same model's tensors out.
 
 `model_repo/common/llmapi_shim.py` (its 1/model.py) hands `pb_utils` to `LlmapiModel`, an `EngineModel` (the same
 engine host, serving loop, stop requests, cancellation, metrics and model parameters) that parses llmapi requests
-(`trtspec.triton.llmapi_request`) and answers as NVIDIA's model.py does (the 2025 stored version the facts name):
+(`trtspec.triton.llmapi_request`) and answers as NVIDIA's model.py does (the 2025 stored version the facts name).
+Like NVIDIA's, execute() returns at once and every request, unary or decoupled, is answered through its response
+sender, so concurrent unary requests run together in the engine loop's batch, as decoupled ones do:
 - text_output [1]: the LLM API's CompletionOutput.text: the prompt followed by the generated text unless
   sampling_param_exclude_input_from_output; a streamed response carries the whole text so far (NVIDIA's model
   sends `output.text`, not its delta). A stop string that ended the request is not part of it (the LLM API's
