@@ -110,17 +110,18 @@ class KVCache:
         if not self._free:
             self._grow()
         slot = self._free.pop(0)
-        self._set_length(slot, 0)
+        self.set_length(slot, 0)
         return slot
 
     def free(self, slot: int) -> None:
-        self._set_length(slot, 0)
+        self.set_length(slot, 0)
         self._free.append(slot)
 
     def length(self, slot: int) -> int:
         return self._host_lengths[slot]
 
-    def _set_length(self, slot: int, new_len: int) -> None:
+    def set_length(self, slot: int, new_len: int) -> None:
+        """lengths[slot] = new_len (a forward's appended tokens, or a rollback)."""
         self.lengths[slot] = new_len
         self._host_lengths[slot] = new_len
 
@@ -134,7 +135,7 @@ class KVCache:
         """Keep the first `new_len` cached tokens of `slot` (an accepted prefix); the rest is overwritten later."""
         if not 0 <= new_len <= self.length(slot):
             raise ValueError(f"rollback(slot={slot}, new_len={new_len}) outside [0, {self.length(slot)}]")
-        self._set_length(slot, new_len)
+        self.set_length(slot, new_len)
 
     def compact(self, slot: int, start: int, keep: list[int]) -> None:
         """Move cached entries start+keep[i] to start+i and truncate there (an accepted tree path).
@@ -146,7 +147,7 @@ class KVCache:
         dst = torch.arange(start, start + len(keep), device=self.key.device)  # [num_keep]
         self.key[:, slot, dst] = self.key[:, slot, src]
         self.value[:, slot, dst] = self.value[:, slot, src]
-        self._set_length(slot, start + len(keep))
+        self.set_length(slot, start + len(keep))
 
     def _grow(self) -> None:
         old = self.num_slots
@@ -226,10 +227,10 @@ class Block(nn.Module):
         keys/values are appended first); returns o_proj's output [batch, T, hidden]."""
         c, (batch, T, _) = self.c, h.shape
         qkv = self.qkv_proj(h).view(batch, T, c.num_heads + 2 * c.num_kv_heads, c.head_dim)
-        q, k, v = qkv.split([c.num_heads, c.num_kv_heads, c.num_kv_heads], dim=2)  # [batch, T, (kv_)heads, head_dim]
+        qk, v = qkv.split([c.num_heads + c.num_kv_heads, c.num_kv_heads], dim=2)  # [batch, T, heads + kv_heads, head_dim]
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [batch, T, 1, head_dim]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        qk = qk * cos + rotate_half(qk) * sin  # RoPE on queries and keys at once (elementwise: the same numbers)
+        q, k = qk.split([c.num_heads, c.num_kv_heads], dim=2)  # [batch, T, (kv_)heads, head_dim]
         # append the valid new tokens to each row's slot, then attend over the slot's first ctx entries
         if write.single is not None:  # one sequence: plain slices (views), no gather
             slot, start, n = write.single
@@ -256,10 +257,10 @@ class Block(nn.Module):
 class _CacheWrite:
     """Where one forward's valid new tokens go in the cache (shared by all layers)."""
 
-    valid: Tensor  # [batch, T] bool, token is not padding
-    slots: Tensor  # [num_valid] slot of each valid token
-    cols: Tensor  # [num_valid] cache position of each valid token
-    row_slots: Tensor  # [batch]
+    valid: Tensor | None  # [batch, T] bool, token is not padding (None: `single`)
+    slots: Tensor | None  # [num_valid] slot of each valid token (None: `single`)
+    cols: Tensor | None  # [num_valid] cache position of each valid token (None: `single`)
+    row_slots: Tensor | None  # [batch] (None: `single`)
     ctx: int  # number of cache entries any row attends over
     single: tuple[int, int, int] | None = None  # (slot, start, num_tokens) when the batch is one sequence
 
@@ -343,11 +344,15 @@ class StepInputs:
     attn_mask: Tensor | None  # [batch, 1, T, ctx] bool; None = one query that sees its whole context
     cos: Tensor  # [batch, T, head_dim]
     sin: Tensor  # [batch, T, head_dim]
-    new_lengths: Tensor  # [batch] cache lengths after the forward
+    new_lengths: Tensor | None  # [batch] cache lengths after the forward (None: write.single has them)
 
     def commit(self, cache: KVCache, slots: Tensor) -> None:
         """Grow the slots by the tokens this forward appended."""
-        cache.set_lengths(slots, self.new_lengths)
+        if self.write.single is not None:  # one sequence: its host-side length, no tensor round trip
+            slot, start, n = self.write.single
+            cache.set_length(slot, start + n)
+        else:
+            cache.set_lengths(slots, self.new_lengths)
 
 
 def prepare_step(cache: KVCache, slots: Tensor, shape: torch.Size | tuple[int, int], inv_freq: Tensor,
@@ -361,6 +366,11 @@ def prepare_step(cache: KVCache, slots: Tensor, shape: torch.Size | tuple[int, i
     """
     batch, T = shape
     device = slots.device
+    if batch == 1 and positions is None and tree_mask is None and attn_mask is None:
+        single = _prepare_single(cache, int(slots[0]), T, T if num_tokens is None else int(num_tokens[0]), inv_freq,
+                                 dtype, device)
+        if single is not None:
+            return single
     if num_tokens is None:
         num_tokens = torch.full((batch,), T, dtype=torch.long, device=device)  # [batch]
     prefix = cache.lengths[slots]  # [batch] tokens already cached per row
@@ -383,6 +393,27 @@ def prepare_step(cache: KVCache, slots: Tensor, shape: torch.Size | tuple[int, i
     emb = torch.cat((freqs, freqs), dim=-1)  # [batch, T, head_dim]
     return StepInputs(write=write, attn_mask=attn_mask, cos=emb.cos().to(dtype), sin=emb.sin().to(dtype),
                       new_lengths=prefix + num_tokens)
+
+
+def _prepare_single(cache: KVCache, slot: int, T: int, n: int, inv_freq: Tensor, dtype: torch.dtype,
+                    device: torch.device) -> StepInputs | None:
+    """`prepare_step` for one sequence of T unpadded new tokens at sequential positions (a drafter's step, plain
+    decoding at batch 1) from the slot's host-side length: no index tensors, and a causal mask only for T > 1. The
+    same mask and RoPE angles as the general path, so the same numerics; None when the row is padded (T > n)."""
+    if n != T:
+        return None
+    start = cache.length(slot)
+    if start + T > cache.max_seq_len:
+        raise ConfigError("context", start + T, f"exceeds the model's context of {cache.max_seq_len} tokens",
+                          hint="use a shorter prompt or fewer max_new_tokens")
+    positions = torch.arange(start, start + T, device=device)  # [T]
+    # query t sees the cached prefix and the new tokens up to itself: key <= start + t
+    attn_mask = None if T == 1 else torch.ones(T, start + T, dtype=torch.bool, device=device).tril(start)[None, None]
+    freqs = positions[None, :, None].float() * inv_freq  # [1, T, head_dim / 2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [1, T, head_dim]
+    write = _CacheWrite(valid=None, slots=None, cols=None, row_slots=None, ctx=start + T, single=(slot, start, T))
+    return StepInputs(write=write, attn_mask=attn_mask, cos=emb.cos().to(dtype), sin=emb.sin().to(dtype),
+                      new_lengths=None)
 
 
 def forward_grouped(model: LlamaModel, input_ids: Tensor, cache: KVCache, slots: Tensor, *, num_tokens: Tensor,

@@ -74,6 +74,8 @@ class DraftModelProposer(Proposer):
         states = [self.states[item.request_id] for item in batch]
         # never run the draft past its context (the last sampled token is not fed, hence + 1)
         ks = [max(0, min(item.k, self.cache.max_seq_len + 1 - len(item.token_ids))) for item in batch]
+        if len(batch) == 1 and ks[0] > 0 and _plain_greedy(batch[0]):
+            return [self._propose_greedy(batch[0], states[0], ks[0])]
         rows = [i for i, k in enumerate(ks) if k > 0]
         tokens: list[list[int]] = [[] for _ in batch]
         probs: list[list[Tensor]] = [[] for _ in batch]  # per item: k x [vocab]
@@ -101,6 +103,23 @@ class DraftModelProposer(Proposer):
         return [Draft(token_ids=torch.tensor(t, dtype=torch.long), draft_probs=torch.stack(p) if p else None)
                 for t, p in zip(tokens, probs, strict=True)]
 
+    def _propose_greedy(self, item: ProposeInput, state: _DraftState, k: int) -> Draft:
+        """One greedy request without logits processors (batch 1): k forwards, the argmax fed back as a tensor (no
+        host round trip, no per-token distributions: a greedy draft is one-hot, which `draft_probs=None` says)."""
+        device = self.model.lm_head.weight.device
+        slots = torch.tensor([state.slot], device=device)  # [1]
+        feed = item.token_ids[len(state.cached_ids):]  # the tokens the cache lacks (at least the last committed one)
+        input_ids = torch.tensor([feed], device=device)  # [1, n]
+        tokens = []  # k x [1, 1] int64
+        for _ in range(k):
+            logits = self.model(input_ids, self.cache, slots).logits[:, -1]  # [1, draft vocab]
+            input_ids = _match_vocab(logits, self.vocab_size).argmax(-1, keepdim=True)  # [1, 1] the next input
+            tokens.append(input_ids)
+        drafted = torch.cat(tokens, dim=1)[0].cpu()  # [k]
+        state.cached_ids.extend(feed)
+        state.cached_ids.extend(drafted[:-1].tolist())  # the last draft token is not fed
+        return Draft(token_ids=drafted, draft_probs=None)
+
     def _forward(self, states: list[_DraftState], feed: list[list[int]]) -> Tensor:
         """Append `feed[i]` to state i's cache; return the logits after each row's last fed token, [rows, vocab]."""
         width = max(len(f) for f in feed)
@@ -118,6 +137,11 @@ class DraftModelProposer(Proposer):
             state.cached_ids.extend(f)
         logits = out.logits[torch.arange(len(feed)), num_tokens.to(device) - 1]  # [rows, draft vocab]
         return _match_vocab(logits, self.vocab_size)
+
+
+def _plain_greedy(item: ProposeInput) -> bool:
+    """Greedy with no logits processor that reads the context: the draft token is the raw logits' argmax."""
+    return item.sampling.greedy and (item.controls is None or not item.controls.active)
 
 
 def _match_vocab(logits: Tensor, vocab_size: int) -> Tensor:

@@ -90,6 +90,7 @@ class EagleProposer(Proposer):
                  max_num_seqs: int = 256, max_seq_len: int = 2048) -> None:
         vocab = drafter.config.draft_vocab_size  # ranks index the draft vocabulary
         self.drafter = drafter
+        self.draft_ids = drafter.draft_ids  # [draft vocab] target id of each draft id
         self.target_taps = taps  # the engine asks the target's forward for the input of these layers
         self.choices = None if tree.choices is None else choices_mod.validate(
             [list(p) for p in tree.choices], max_depth=MAX_DEPTH, max_rank=vocab, field="eagle_choices")
@@ -217,38 +218,42 @@ class EagleProposer(Proposer):
         rows = [r for r, f in enumerate(frontiers) if f]
         width = max(len(frontiers[r]) for r in rows)
         prefix = [self.cache.length(states[r].slot) for r in rows]  # base context + earlier draft nodes
-        ctx = max(p + len(frontiers[r]) for p, r in zip(prefix, rows, strict=True))
-        base = torch.tensor([states[r].fed for r in rows])  # [rows] verified context in the drafter cache
-        input_ids = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
-        positions = torch.zeros(len(rows), width, dtype=torch.long)  # [rows, width]
+        ids, positions = [[0] * width for _ in rows], [[0] * width for _ in rows]  # [rows][width]
         parents_out, seen = [], ([], [], [])  # mask entries (row, query, key) of each node's ancestors and itself
         for j, r in enumerate(rows):
-            tree = trees[r]
+            tree, fed = trees[r], states[r].fed
             for t, node in enumerate(frontiers[r]):
-                input_ids[j, t] = tree.tokens[node]
-                positions[j, t] = int(base[j]) - 1 + tree.depths[node]  # feature position P + depth, P = fed - 1
+                ids[j][t] = tree.tokens[node]
+                positions[j][t] = fed - 1 + tree.depths[node]  # feature position P + depth, P = fed - 1
                 parents_out.append(tree.output[tree.parents[node]])
                 tree.seen[node] = tree.seen[tree.parents[node]] + [prefix[j] + t]
                 seen[0].extend([j] * len(tree.seen[node]))
                 seen[1].extend([t] * len(tree.seen[node]))
                 seen[2].extend(tree.seen[node])
-        counts = torch.tensor([len(frontiers[r]) for r in rows])  # [rows]
-        valid = torch.arange(width)[None, :] < counts[:, None]  # [rows, width]
-        hidden = parents_out[0].new_zeros(len(rows), width, parents_out[0].shape[-1])  # [rows, width, hidden]
-        hidden[valid] = torch.stack(parents_out)
-        mask = torch.arange(ctx)[None, None, :] < base[:, None, None]  # [rows, 1 -> width, ctx]: verified context
-        mask = mask.expand(len(rows), width, ctx).clone()
-        mask[seen] = True
-        mask[~valid] = False
-        mask[..., 0] |= ~valid  # padding queries see key 0 (their outputs are ignored)
-        slots = torch.tensor([states[r].slot for r in rows], device=device)
+        input_ids = torch.tensor(ids, device=device)  # [rows, width]
+        slots = torch.tensor([states[r].slot for r in rows], device=device)  # [rows]
         # a chain (one frontier node per row whose ancestors are every draft entry cached): the default positions
         # (the cache length) and mask (the whole cache) are the tree's, and cheaper to build and attend with
         chain = width == 1 and all(len(trees[r].seen[frontiers[r][0]]) == prefix[j] - states[r].fed + 1
                                    for j, r in enumerate(rows))
-        logits, prenorm = self.drafter(input_ids.to(device), hidden, self.cache, slots, num_tokens=counts.to(device),
-                                       positions=None if chain else positions.to(device),
-                                       attn_mask=None if chain else mask[:, None].to(device))
+        if chain:
+            hidden = torch.stack(parents_out)[:, None]  # [rows, 1, hidden]
+            logits, prenorm = self.drafter(input_ids, hidden, self.cache, slots)
+        else:
+            ctx = max(p + len(frontiers[r]) for p, r in zip(prefix, rows, strict=True))
+            base = torch.tensor([states[r].fed for r in rows])  # [rows] verified context in the drafter cache
+            counts = torch.tensor([len(frontiers[r]) for r in rows])  # [rows]
+            valid = torch.arange(width)[None, :] < counts[:, None]  # [rows, width]
+            hidden = parents_out[0].new_zeros(len(rows), width, parents_out[0].shape[-1])  # [rows, width, hidden]
+            hidden[valid] = torch.stack(parents_out)
+            mask = torch.arange(ctx)[None, None, :] < base[:, None, None]  # [rows, 1 -> width, ctx]: verified context
+            mask = mask.expand(len(rows), width, ctx).clone()
+            mask[seen] = True
+            mask[~valid] = False
+            mask[..., 0] |= ~valid  # padding queries see key 0 (their outputs are ignored)
+            logits, prenorm = self.drafter(input_ids, hidden, self.cache, slots, num_tokens=counts.to(device),
+                                           positions=torch.tensor(positions, device=device),
+                                           attn_mask=mask[:, None].to(device))
         for j, r in enumerate(rows):
             for t, node in enumerate(frontiers[r]):
                 trees[r].output[node] = prenorm[j, t]
@@ -270,7 +275,7 @@ class EagleProposer(Proposer):
         if width == 0:
             return
         top = logp.topk(width, dim=-1)  # values, indices [rows, width, ranks]
-        values, tokens = top.values.tolist(), self.drafter.draft_ids[top.indices].tolist()
+        values, tokens = top.values.tolist(), self.draft_ids[top.indices].tolist()
         for j, (tree, row) in enumerate(zip(trees, nodes, strict=True)):
             for t, node in enumerate(row):
                 base = tree.scores[node] if node >= 0 else 0.0
