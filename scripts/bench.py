@@ -31,6 +31,10 @@ Sections (run all, or pick with --section):
            gRPC stream, decoupled) vs the in-process engine on the same prompts, method and k: interleaved rounds,
            medians, spread and the ratio
 
+  headline issue 42's acceptance line in one command: the engine's plain decoding vs draft_target, EAGLE-3 (chain,
+           dynamic tree), n-gram, suffix (cold cache), any registered hybrid, transformers' greedy / assisted / prompt
+           lookup, and (--headline-baseline REV) the plain decoding of an earlier revision, interleaved per prompt
+
 Every section is a sweep (scripts/benchlib/benchmarks.py: its SweepSpec, run by the sweep runner, and its table); this
 script adds only what a sweep cannot measure (the transformers rows; eagle-cost times the proposers directly) and
 writes the Markdown.
@@ -343,6 +347,18 @@ def bench_ensemble(args: argparse.Namespace) -> Section:
     return benchmarks_ensemble.section(spec, benchmarks_ensemble.measure(spec))
 
 
+def bench_headline(args: argparse.Namespace) -> Section:
+    from benchlib import benchmarks_headline
+
+    spec = benchmarks_headline.HeadlineSpec(
+        model=args.model, draft=args.draft, eagle=args.eagle, num_prompts=args.prompts,
+        prompt_tokens=args.prompt_tokens, new_tokens=args.headline_new_tokens, rounds=args.headline_rounds,
+        draft_k=args.headline_draft_k, eagle_ks=tuple(args.eagle_ks), ngram_k=args.suffix_ngram_k,
+        suffix_k=args.suffix_k, lookup_k=args.suffix_lookup_k, max_ngram=args.max_ngram,
+        baseline_rev=args.headline_baseline, threads=args.threads)
+    return benchmarks_headline.section(spec, *benchmarks_headline.measure(spec))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -362,6 +378,7 @@ def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
+    "headline": bench_headline,
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
@@ -491,6 +508,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="llmapi, ensemble: tokens per request at most")
     parser.add_argument("--ensemble-rounds", type=int, default=5,
                         help="ensemble: interleaved rounds over the prompts (medians, spread)")
+    parser.add_argument("--headline-rounds", type=int, default=3, help="headline: interleaved rounds (medians)")
+    parser.add_argument("--headline-new-tokens", type=int, default=128, help="headline: tokens per prompt")
+    parser.add_argument("--headline-draft-k", type=int, default=4, help="headline: k of the draft_target row")
+    parser.add_argument("--headline-baseline", default=None, metavar="REV",
+                        help="headline: also time the engine's plain decoding of this git revision (no slower check)")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)
