@@ -17,172 +17,51 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, spelled
+from trtspec.contracts.engine import spelled
 from trtspec.contracts.schedule import SpecSchedule
-from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, TrtspecError, shown, shown_text
+from trtspec.methods import METHODS
+
+# The method sections' classes live in their homes (trtspec/methods/<method>.py); re-exported here for their readers.
+from trtspec.methods.eagle import EAGLE, EagleSpec
+from trtspec.methods.lookahead import LookaheadSpec
+from trtspec.methods.medusa import MedusaSpec
+from trtspec.methods.mtp import MtpSpec
+from trtspec.methods.ngram import NgramSpec
+from trtspec.methods.options import COUNT_MAX, NAME_MAX, PATH_MAX, Options, PathText  # noqa: F401 (cli/k8s.py)
+from trtspec.methods.redrafter import RedrafterSpec
+from trtspec.methods.suffix import SuffixConfig
 from trtspec.targets import DEFAULT_TARGET, SUPPORTED_TARGETS, TrtllmTarget, Workflow, default_workflow, load_target
 from trtspec.textfile import load_yaml_text, read_text_file
 
-# Counts go to TensorRT-LLM's C++ runtime as int32 (SizeType32): larger values would wrap, so they are refused here.
-COUNT_MAX = 2**31 - 1
 MAX_GIB = 16384.0  # GPU memory per device, GiB: far above any GPU, finite
 # What a build config file may be: a small UTF-8 YAML mapping (larger, deeper or alias-expanded documents are refused
 # before they are walked, so a hostile file cannot hang or exhaust the loader).
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_DEPTH = 32
 MAX_CONFIG_NODES = 100_000
-PATH_MAX, NAME_MAX = 4096, 255  # Linux limits, in bytes
+# A method's options, as BuildSpec.options returns them: one class per method, each from its home (MethodInfo.options).
+MethodOptions = EagleSpec | LookaheadSpec | MedusaSpec | MtpSpec | NgramSpec | RedrafterSpec | SuffixConfig
+OptionsT = TypeVar("OptionsT")
+# The method sections whose class is not a pydantic model (suffix's SuffixConfig dataclass): each reads its value
+# through the class's own `from_options` (errors name `<section>.<field>`, the value and the fix).
+_PLAIN_SECTIONS = {m.section: m.options for m in METHODS.values()
+                   if m.section and m.options is not None and not issubclass(m.options, BaseModel)}
 
 
-def _path_text(value: str) -> str:
-    """A path-like string the file system can take: non-empty, no NUL, within PATH_MAX / NAME_MAX."""
-    if not value:
-        raise ValueError("is empty; give a path")
-    if "\0" in value:
-        raise ValueError("contains a NUL character")
-    try:
-        encoded = os.fsencode(value)
-    except UnicodeError:
-        raise ValueError("is not encodable as a file name") from None
-    if len(encoded) > PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
-        raise ValueError(f"is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per name)")
-    return value
-
-
-PathText = Annotated[str, AfterValidator(_path_text)]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LookaheadSpec(_Spec):
-    """Server-level lookahead envelope (W, N, G); TensorRT-LLM's executor defaults are (4, 3, 4)."""
-
-    window: int = Field(4, ge=1, le=COUNT_MAX, description="W: lookahead window size")
-    ngram: int = Field(3, ge=1, le=COUNT_MAX, description="N: n-gram size")
-    verification_set: int = Field(4, ge=0, le=COUNT_MAX, description="G: verification set size")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_list(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            if len(value) != 3:
-                raise ValueError("give lookahead as [W, N, G], e.g. [4, 4, 4]")
-            return dict(zip(("window", "ngram", "verification_set"), value, strict=True))
-        return value
-
-    def as_tuple(self) -> tuple[int, int, int]:
-        return (self.window, self.ngram, self.verification_set)
-
-
-class MedusaSpec(_Spec):
-    """Medusa heads (FasterDecoding or ModelOpt/TensorRT-LLM layout) and the verification tree."""
-
-    heads: PathText = Field(description="directory with the Medusa heads (config.json + weights)")
-    num_heads: int | None = Field(None, ge=1, le=COUNT_MAX, description="heads to use (default: all heads in the directory)")
-    num_layers: int | None = Field(None, ge=1, le=COUNT_MAX, description="residual layers per head (default: from config.json)")
-    choices: str | list[list[int]] | None = Field(
-        None, description="tree: preset name (mc_sim_7b_63), list of paths, or a file; default mc_sim_7b_63 "
-                          "pruned to num_heads levels")
-
-
-class EagleSpec(_Spec):
-    """EAGLE-1/2 drafter for the TensorRT-LLM engine flow (Llama-family targets only)."""
-
-    model: PathText = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
-    num_layers: int = Field(4, ge=1, le=COUNT_MAX, description="num_eagle_layers: maximum tree depth")
-    max_non_leaves_per_layer: int = Field(10, ge=1, le=COUNT_MAX)
-    choices: str | list[list[int]] | None = Field(None, description="static tree (a preset, paths, or a `trtspec tune "
-                                                  "tree --out` file); engine flow default mc_sim_7b_63; EAGLE-3 in "
-                                                  "the LLM API: eagle_choices (k = its nodes)")
-    topk: int | None = Field(None, ge=1, le=MAX_TOPK, description="EAGLE-3: the dynamic (EAGLE-2) tree's children per "
-                             "expansion (torch default 4; the LLM API's dynamic_tree_max_topK, with depth); excludes "
-                             "choices")
-    depth: int | None = Field(None, ge=1, le=MAX_DEPTH, description="EAGLE-3: the dynamic tree's levels (torch default "
-                              "6; the LLM API's max_draft_len, with topk; k = max_total_draft_tokens in [depth, topk x "
-                              "depth]); excludes choices")
-    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
-                                            "max_draft_len = draft layers (default num_layers), targets with "
-                                            "eagle3_llmapi only")
-    one_model: bool = Field(True, description="EAGLE-3 in the LLM API: drafter and target in one model "
-                                              "(eagle3_one_model: true, TensorRT-LLM's default) or two (false)")
-
-    def tree(self, choices: list[list[int]] | None = None) -> EagleTree:
-        """The engine configuration's tree: the resolved static `choices`, else the dynamic shape set here (errors name
-        `eagle.<field>`)."""
-        with spelled(lambda name: "eagle." + name.removeprefix("eagle_")):
-            return EagleTree(choices=tuple(map(tuple, choices)) if choices else None, topk=self.topk, depth=self.depth)
-
-    def dynamic_shape(self) -> dict[str, int]:
-        """The dynamic tree's fields set here, by YAML path (`eagle.topk`: value); empty when none is."""
-        return {f"eagle.{name}": value for name in ("topk", "depth") if (value := getattr(self, name)) is not None}
-
-
-class RedrafterSpec(_Spec):
-    """ReDrafter drafter; beams x draft length and greedy/sampling are fixed at conversion."""
-
-    drafter: PathText = Field(description="HF ReDrafter drafter directory (config.json + model.safetensors)")
-    num_beams: int = Field(5, ge=1, le=COUNT_MAX)
-    draft_len_per_beam: int = Field(5, ge=1, le=COUNT_MAX)
-    greedy: bool = True
-
-
-class NgramSpec(_Spec):
-    """Prompt lookup (n-gram) drafts produced on the host."""
-
-    max_matching_ngram_size: int = Field(2, ge=1, le=COUNT_MAX, description="longest n-gram matched against the context")
-
-
-class MtpSpec(_Spec):
-    """MTP (multi-token prediction) with the target's own MTP layers, TensorRT-LLM's PyTorch workflow only
-    (MTPDecodingConfig; trtspec/methods/mtp.py). Preflight checks the layers against the target's config.json."""
-
-    num_nextn_predict_layers: int | None = Field(
-        None, ge=1, le=COUNT_MAX, strict=True, description="MTP layers that draft, one token each: max_draft_len "
-        "(default: all the target's config.json num_nextn_predict_layers; at most that many)")
-    use_relaxed_acceptance_for_thinking: bool = Field(False, strict=True, description="accept any of the top "
-                                                      "relaxed_topk candidates within relaxed_delta of the top one "
-                                                      "during the thinking phase (DeepSeek-R1)")
-    relaxed_topk: int = Field(1, ge=1, le=COUNT_MAX, strict=True, description="relaxed acceptance: candidates kept")
-    relaxed_delta: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="relaxed acceptance: keep "
-                                 "candidates with probability >= top1 - relaxed_delta")
-    one_model: bool = Field(True, strict=True, description="MTP-Eagle in one model (mtp_eagle_one_model: true, "
-                            "TensorRT-LLM's default; 1.3.0rc29 has one-model only)")
-
-    @model_validator(mode="after")
-    def _relaxed(self) -> MtpSpec:
-        if not self.use_relaxed_acceptance_for_thinking:
-            for name in ("relaxed_topk", "relaxed_delta"):
-                if name in self.model_fields_set:
-                    raise ConfigError(f"mtp.{name}", getattr(self, name), "applies only with relaxed acceptance",
-                                      hint="set mtp.use_relaxed_acceptance_for_thinking: true, or drop "
-                                           f"mtp.{name}")
-        return self
-
-    def relaxed(self) -> dict[str, Any]:
-        """The relaxed-acceptance fields by their LLM-API names; empty when relaxed acceptance is off."""
-        if not self.use_relaxed_acceptance_for_thinking:
-            return {}
-        return {"use_relaxed_acceptance_for_thinking": True, "relaxed_topk": self.relaxed_topk,
-                "relaxed_delta": self.relaxed_delta}
-
-
-class LlmApiSpec(_Spec):
+class LlmApiSpec(Options):
     """The LLM API's speculation controls (PyTorch workflow, `speculative_config`) in trtspec's canonical form; unset
     ones are not written. Each target writes them in its own form and refuses what it would ignore
     (trtspec.targets.controls: 1.2.1 reads the schedule as it is and the gate `acceptance_window` +
@@ -240,7 +119,7 @@ class LlmApiSpec(_Spec):
         return {name: value for name, value in self.model_dump().items() if value is not None}
 
 
-class EngineSpec(_Spec):
+class EngineSpec(Options):
     """`trtllm-build` envelope shared by the target and the draft engine."""
 
     dtype: Literal["float16", "bfloat16", "float32"] = "float16"
@@ -265,7 +144,7 @@ class EngineSpec(_Spec):
         return self
 
 
-class KVCacheSpec(_Spec):
+class KVCacheSpec(Options):
     """Runtime KV-cache settings; unset limits are filled by the GPU memory estimate."""
 
     enable_block_reuse: bool = True
@@ -274,14 +153,14 @@ class KVCacheSpec(_Spec):
     dtype: Literal["auto", "fp8", "int8"] = "auto"
 
 
-class GPUSpec(_Spec):
+class GPUSpec(Options):
     memory_gib: float | None = Field(None, gt=0, le=MAX_GIB, allow_inf_nan=False,
                                      description="memory of one GPU; unset = skip the estimate")
     reserve_gib: float = Field(2.0, ge=0, le=MAX_GIB, allow_inf_nan=False,
                                description="activations/workspace reserved per engine")
 
 
-class TRTLLMSpec(_Spec):
+class TRTLLMSpec(Options):
     """The TensorRT-LLM release (target) every artefact is written for: checkpoints, `trtllm-build` flags, LLM-API
     options and the Triton repository follow its data file (trtspec/targets, docs/targets.md), and so does the
     recommended container. A top-level `trtllm_version: X` is accepted as an alias of `trtllm: {version: X}`."""
@@ -328,7 +207,7 @@ def _image_or_supported(version: Any) -> str:
         return f"a supported target's container ({', '.join(SUPPORTED_TARGETS)})"
 
 
-class BuildSpec(_Spec):
+class BuildSpec(Options):
     """One build: target (+ draft or heads) -> TensorRT-LLM checkpoints/engines or a torch bundle."""
 
     name: str | None = None
@@ -400,7 +279,7 @@ class BuildSpec(_Spec):
         """`eagle.dynamic_tree: FILE` (a `trtspec tune tree --eagle --out` file) -> the dynamic tree it recorded:
         eagle.topk and eagle.depth, and max_draft_len = its node budget unless given (choices.dynamic_tree_file).
         Excludes eagle.choices; an eagle.topk / eagle.depth that disagrees with the file is refused by name."""
-        eagle = data.get("eagle") if isinstance(data, dict) else None
+        eagle = data.get(EAGLE.section) if isinstance(data, dict) else None
         if not isinstance(eagle, dict) or eagle.get("dynamic_tree") is None:
             return data
         from trtspec.choices import dynamic_tree_file
@@ -417,7 +296,7 @@ class BuildSpec(_Spec):
             if eagle.get(name) is not None and eagle[name] != value:
                 raise ConfigError(f"eagle.{name}", shown(eagle[name]), f"disagrees with eagle.dynamic_tree {source} "
                                   f"({name} {value})", hint=f"drop eagle.{name} (the file's shape is used)")
-        data = {**data, "eagle": {**{k: v for k, v in eagle.items() if k != "dynamic_tree"}, "topk": topk,
+        data = {**data, EAGLE.section: {**{k: v for k, v in eagle.items() if k != "dynamic_tree"}, "topk": topk,
                                   "depth": depth}}
         if data.get("max_draft_len") is None and data.get("k") is None:
             data["max_draft_len"] = nodes
@@ -475,17 +354,38 @@ class BuildSpec(_Spec):
         A torch bundle has none of its own; it reports the target's default."""
         return self.workflow or default_workflow(self.trtllm.version)
 
-    @field_validator("suffix", mode="before")
+    @property
+    def options(self) -> MethodOptions | None:
+        """The options of the method this config builds: the section its home names (`MethodInfo.section`, an
+        instance of the home's `options` class: `medusa:` for medusa, `eagle:` for eagle), or None when the method has
+        none or the config leaves it unset. The method discriminates, as TensorRT-LLM's decoding_type picks one
+        DecodingConfig class."""
+        section = METHODS[self.method].section
+        return None if section is None else getattr(self, section)
+
+    def method_options(self, kind: type[OptionsT], *, default: bool = False) -> OptionsT:
+        """`options`, typed as `kind` (the class the method's home declares, e.g. MedusaSpec). Unset: `kind()` (its
+        defaults) when `default`, else a ConfigError (exit 2) naming the section the method needs."""
+        info, options = METHODS[self.method], self.options
+        if options is None and info.options is kind:
+            if default:
+                return kind()
+            raise ConfigError(info.section, None, f"method {self.method} needs a `{info.section}:` section",
+                              hint=f"add `{info.section}:` to the config")
+        if not isinstance(options, kind):
+            raise TypeError(f"method {self.method}'s options are {info.options}, not {kind.__name__}")
+        return options
+
+    @field_validator(*_PLAIN_SECTIONS, mode="before")
     @classmethod
-    def _suffix(cls, value: Any) -> SuffixConfig | None:
-        """The section through SuffixConfig's own checks (errors name `suffix.<field>`, the value and the fix)."""
-        return None if value is None else SuffixConfig.from_options(value)
+    def _plain_section(cls, value: Any, info: ValidationInfo) -> Any:
+        """A section whose class is not a pydantic model, through the class's own checks (SuffixConfig's: errors name
+        `suffix.<field>`, the value and the fix)."""
+        return None if value is None else _PLAIN_SECTIONS[info.field_name].from_options(value)
 
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
-        from trtspec.methods import METHODS
-
         if value not in METHODS:
             raise ValueError(f"unknown method; use one of: {', '.join(sorted(METHODS))}")
         if METHODS[value].build_as is not None:  # eagle3, the reference engine's name: one EAGLE section for both

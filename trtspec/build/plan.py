@@ -37,7 +37,7 @@ from trtspec.build.llm_api import (
 from trtspec.build.memory import LLM_API
 from trtspec.build.preflight import OWN_CONVERTER_ARCHS, Resolved
 from trtspec.config import NgramSpec
-from trtspec.contracts.engine import CHECKPOINTS, EngineConfig, method_fields
+from trtspec.contracts.engine import CHECKPOINTS, EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError
 from trtspec.methods.eagle import EAGLE
 from trtspec.methods.medusa import MEDUSA
@@ -465,7 +465,7 @@ def engine_config(r: Resolved) -> EngineConfig:
     return EngineConfig(
         **checkpoints, **method_fields(
             method, r.max_draft_len, reference=torch, choices=r.choices,
-            eagle_tree=lambda: spec.eagle.tree(r.choices) if spec.eagle is not None else None,
+            eagle_tree=lambda: EagleTree.from_section(spec.eagle, r.choices) if spec.eagle is not None else None,
             lookahead=r.lookahead, ngram_size=lambda: spec.ngram.max_matching_ngram_size if spec.ngram else None,
             suffix=spec.suffix),
         dtype=spec.engine.dtype if torch else "float32", max_input_len=spec.engine.max_input_len,

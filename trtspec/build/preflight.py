@@ -24,12 +24,13 @@ from trtspec.build.checkpoint import (
 )
 from trtspec.build.memory import EngineMemory, estimate_kv
 from trtspec.config import COUNT_MAX, BuildSpec, EagleSpec
+from trtspec.contracts.engine import EagleTree
 from trtspec.errors import ConfigError, IncompatibleModelsError, ModelNotFoundError
 from trtspec.methods import METHOD_SECTIONS, SECTION_MODELS, MethodInfo, lookahead_max_draft_len, resolve
 from trtspec.methods.eagle import EAGLE3
-from trtspec.methods.lookahead import LOOKAHEAD
-from trtspec.methods.medusa import MEDUSA
-from trtspec.methods.redrafter import REDRAFTER
+from trtspec.methods.lookahead import LOOKAHEAD, LookaheadSpec
+from trtspec.methods.medusa import MEDUSA, MedusaSpec
+from trtspec.methods.redrafter import RedrafterSpec
 from trtspec.models import check_pair, embedded_path, read_config, resolve_model
 from trtspec.targets import SUPPORTED_TARGETS, TrtllmTarget, load_target, nearest_target, require_feature
 
@@ -410,24 +411,24 @@ def _rule_external(spec: BuildSpec, given: int | None, heads: MedusaHeads | None
 
 
 def _rule_medusa(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    _section(spec.medusa, MEDUSA.section, spec.method)
-    num_heads = spec.medusa.num_heads or (heads.num_heads if heads else None)
+    medusa = spec.method_options(MedusaSpec)
+    num_heads = medusa.num_heads or (heads.num_heads if heads else None)
     if num_heads is None:
         num_heads = 4
         checks.append(Check("medusa tree", "unchecked", "heads not available here; assuming 4 heads"))
-    tree = tree_choices.validate(_tree(spec.medusa.choices, num_heads, "medusa.choices"),
+    tree = tree_choices.validate(_tree(medusa.choices, num_heads, "medusa.choices"),
                                  max_depth=num_heads, max_nodes=given, field="medusa.choices")
     checks.append(Check("medusa tree", "ok", f"{len(tree)} nodes, depth {tree_choices.depth(tree)} <= {num_heads} heads"))
     return given or len(tree), tree, None
 
 
 def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    eagle = _section(spec.eagle, EAGLE3.section, spec.method)
+    eagle = spec.method_options(EagleSpec)
     if spec.backend != "torch":
         _refuse_untranslatable_eagle_tree(eagle)
     if eagle.eagle3 and spec.backend == "torch":
         # the reference engine: max_draft_len is the node budget k; a static tree (eagle.choices) or, without one,
-        # the dynamic EAGLE-2 tree (its shape: EagleSpec.tree)
+        # the dynamic EAGLE-2 tree (its shape: EagleTree.from_section)
         if eagle.choices is not None and eagle.dynamic_shape():
             name, value = next(iter(eagle.dynamic_shape().items()))
             raise ConfigError(name, value, "sets a dynamic tree but eagle.choices sets a static one",
@@ -435,7 +436,7 @@ def _rule_eagle(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, c
         tree = None if eagle.choices is None else tree_choices.validate(
             _tree(eagle.choices, tree_choices.MAX_DEPTH, "eagle.choices"), max_depth=tree_choices.MAX_DEPTH,
             max_nodes=given, field="eagle.choices")
-        eagle.tree(tree)  # the engine configuration's own checks
+        EagleTree.from_section(eagle, tree)  # the engine configuration's own checks
         k = given or (len(tree) if tree else eagle.num_layers)
         checks.append(Check(EAGLE3.name, "ok", f"max_draft_len {k} = draft tree nodes (reference engine, "
                             + ("static tree)" if tree else "dynamic tree)")))
@@ -524,9 +525,7 @@ def _rule_mtp(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, che
 
 
 def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    from trtspec.config import LookaheadSpec
-
-    wng = (spec.lookahead or LookaheadSpec()).as_tuple()
+    wng = spec.method_options(LookaheadSpec, default=True).as_tuple()
     derived = lookahead_max_draft_len(*wng)
     if given is not None and given != derived:
         raise ConfigError("max_draft_len", given, f"lookahead (W, N, G)={list(wng)} needs exactly {derived} "
@@ -540,8 +539,8 @@ def _rule_lookahead(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
 
 
 def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | None, checks: list[Check]) -> DraftShape:
-    _section(spec.redrafter, REDRAFTER.section, spec.method)
-    derived = spec.redrafter.num_beams * spec.redrafter.draft_len_per_beam
+    redrafter = spec.method_options(RedrafterSpec)
+    derived = redrafter.num_beams * redrafter.draft_len_per_beam
     if given is not None and given != derived:
         raise ConfigError("max_draft_len", given, f"ReDrafter fixes it to num_beams x draft_len_per_beam = {derived}",
                           hint="drop max_draft_len; change redrafter.num_beams / draft_len_per_beam instead")

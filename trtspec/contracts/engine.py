@@ -6,7 +6,7 @@ Python model reads it back from its `parameters`, the Dynamo worker from its arg
 proposer receives its own typed part (`ProposerOptions`).
 
 Three forms, each a round trip:
-- typed: `EngineConfig(target="tiny", method="eagle3", eagle="tiny-eagle", eagle_tree=EagleTree(topk=2, depth=4))`;
+- typed: `EngineConfig(target="tiny", method=EAGLE3.name, eagle="tiny-eagle", eagle_tree=EagleTree(topk=2, depth=4))`;
 - flat text parameters (Triton `parameters`, the Dynamo worker's arguments, CLI overrides): `to_parameters` /
   `from_parameters` / `with_parameters`. Each part owns its names (`eagle_choices`, `suffix_max_tree_depth`,
   `lookahead` as "W,N,G", `log_prompts`, ...); a part is rendered only when it is set;
@@ -19,6 +19,7 @@ tree's ranks against the drafter's vocabulary) is the proposer's to check. Pure 
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,9 +29,13 @@ from typing import Any, ClassVar
 
 from trtspec import choices as tree_choices
 from trtspec.contracts.schedule import SpecSchedule
-from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, shown
-from trtspec.methods import DEFAULT_METHOD, METHODS, DerivedTable, derived, resolve
+from trtspec.methods import DEFAULT_METHOD, METHODS, DerivedSequence, DerivedTable, derived, derived_sequence, resolve
+from trtspec.methods.eagle import EAGLE, EagleSpec
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
+from trtspec.methods.ngram import NGRAM
+from trtspec.methods.suffix import SUFFIX, SuffixConfig
 
 MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
@@ -117,9 +122,22 @@ def _parse(kind: str, parameter: str, text: str) -> Any:
 
 
 class _Part:
-    """A typed part of EngineConfig: its fields <-> its own flat parameters (`PARAMETERS`: field -> name)."""
+    """A typed part of EngineConfig: its fields <-> its own flat parameters (`PARAMETERS`: field -> name). EngineConfig
+    calls each part's class (`PARTS`) with the value: `to_parameters(part)`, `from_parameters(values)`,
+    `to_dict(part)`, `from_dict(data, where)`, `checked(part)`, `named_value(part)`; a class whose value is another
+    type (SuffixPart: SuffixConfig) answers the same calls, and names its parameters by `PREFIX`."""
 
     PARAMETERS: ClassVar[dict[str, str]]
+    PREFIX: ClassVar[str | None] = None  # None: the part owns exactly its PARAMETERS names
+
+    @classmethod
+    def checked(cls, part: Any) -> Any:
+        """The part, checked (a _Part checks itself when made)."""
+        return part
+
+    def named_value(self) -> tuple[str, Any]:
+        """One set parameter and its value: what an error about the whole part names."""
+        return next(iter(self.values().items()))
 
     def check(self) -> None:
         """Raise ConfigError naming the parameter, the value and the fix."""
@@ -187,6 +205,13 @@ class EagleTree(_Part):
                                   "sets a static one", hint=f"drop {self.PARAMETERS[name]} (static tree) or "
                                                             "eagle_choices (dynamic tree)")
 
+    @classmethod
+    def from_section(cls, eagle: EagleSpec, choices: Sequence[Sequence[int]] | None = None) -> EagleTree:
+        """The tree a build config's `eagle:` section sets: the resolved static `choices`, else the dynamic shape set
+        there (errors name `eagle.<field>`)."""
+        with spelled(lambda name: f"{EAGLE.section}." + name.removeprefix("eagle_")):
+            return cls(choices=tuple(map(tuple, choices)) if choices else None, topk=eagle.topk, depth=eagle.depth)
+
     def dynamic_values(self) -> dict[str, int]:
         """The dynamic shape's parameters that are set, by name (what only the reference engine reads)."""
         return {name: value for name, value in self.values().items() if name != self.PARAMETERS["choices"]}
@@ -234,9 +259,10 @@ class MedusaTree(_Part):
 @dataclass(frozen=True)
 class Lookahead(_Part):
     """Lookahead decoding's (W, N, G): window, n-gram size, verification set (TensorRT-LLM's legality rules).
-    One parameter, `lookahead` = "W,N,G"."""
+    One parameter, named as the part (`lookahead` = "W,N,G"; every field maps to it, set below the class)."""
 
-    PARAMETERS: ClassVar[dict[str, str]] = {"window": "lookahead", "ngram": "lookahead", "verification_set": "lookahead"}
+    PARAMETER: ClassVar[str] = LOOKAHEAD.engine_part or ""
+    PARAMETERS: ClassVar[dict[str, str]]
 
     window: int = 4
     ngram: int = 4
@@ -246,25 +272,27 @@ class Lookahead(_Part):
         from trtspec.targets import validate_lookahead
 
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.as_tuple()):
-            raise ConfigError("lookahead", self.as_tuple(), "must be three integers W,N,G", hint="e.g. 4,4,4")
+            raise ConfigError(self.PARAMETER, self.as_tuple(), "must be three integers W,N,G", hint="e.g. 4,4,4")
         validate_lookahead(*self.as_tuple())
 
     def as_tuple(self) -> tuple[int, int, int]:
         return (self.window, self.ngram, self.verification_set)
 
     def to_parameters(self) -> dict[str, str]:
-        return {"lookahead": ",".join(map(str, self.as_tuple()))}
+        return {self.PARAMETER: ",".join(map(str, self.as_tuple()))}
 
     @classmethod
     def from_parameters(cls, values: Mapping[str, str]) -> Lookahead:
-        text = values["lookahead"]
+        text = values[cls.PARAMETER]
         try:
             window, ngram, verification_set = (int(p) for p in text.split(","))
         except ValueError:
-            raise ConfigError("parameter lookahead", text, "is not three integers W,N,G",
+            raise ConfigError(f"parameter {cls.PARAMETER}", text, "is not three integers W,N,G",
                               hint="e.g. 4,4,4 (redeploy the repository)") from None
         return cls(window, ngram, verification_set)
 
+
+Lookahead.PARAMETERS = dict.fromkeys((f.name for f in fields(Lookahead)), Lookahead.PARAMETER)
 
 @dataclass(frozen=True)
 class Ngram(_Part):
@@ -305,28 +333,56 @@ class PromptLog(_Part):
                               hint="e.g. 64 (--log-max-mb)")
 
 
-class _SuffixPart:
-    """SuffixConfig (contracts/suffix.py) as a part: its options as `suffix_<name>` parameters."""
+class SuffixPart:
+    """SuffixConfig (the suffix home's options, methods/suffix.py) as a part: its options as `suffix_<name>`
+    parameters, owned by the prefix (an unknown name after it is SuffixConfig's to refuse); _Part's calls."""
 
-    PREFIX = "suffix_"
+    PREFIX: ClassVar[str] = "suffix_"
+    OPTION: ClassVar[str] = "suffix decoding option"  # what follows the prefix (an unknown parameter's hint)
+    PARAMETERS: ClassVar[dict[str, str]] = {}  # no fixed names
 
     @staticmethod
     def to_parameters(config: SuffixConfig) -> dict[str, str]:
-        return {_SuffixPart.PREFIX + k: v for k, v in config.to_strings().items()}
+        return {SuffixPart.PREFIX + k: v for k, v in config.to_strings().items()}
 
     @staticmethod
     def from_parameters(values: Mapping[str, str]) -> SuffixConfig:
-        return SuffixConfig.from_strings({k.removeprefix(_SuffixPart.PREFIX): v for k, v in values.items()
-                                          if k.startswith(_SuffixPart.PREFIX)}, field=f"parameter {_SuffixPart.PREFIX}")
+        return SuffixConfig.from_strings({k.removeprefix(SuffixPart.PREFIX): v for k, v in values.items()
+                                          if k.startswith(SuffixPart.PREFIX)}, field=f"parameter {SuffixPart.PREFIX}")
+
+    @staticmethod
+    def prefixed() -> list[str]:
+        """Every parameter name the prefix owns: `suffix_<option>` for each option."""
+        return [SuffixPart.PREFIX + f.name for f in fields(SuffixConfig)]
+
+    @staticmethod
+    def to_dict(config: SuffixConfig) -> dict[str, Any]:
+        return {f.name: getattr(config, f.name) for f in fields(SuffixConfig)}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any], where: str) -> SuffixConfig:
+        return SuffixConfig.from_options(data)
+
+    @staticmethod
+    def checked(config: SuffixConfig) -> SuffixConfig:
+        return config.validate(SuffixPart.PREFIX)
+
+    @staticmethod
+    def named_value(config: SuffixConfig) -> tuple[str, Any]:
+        """The part's name and its options as far as they differ from the defaults."""
+        default = SuffixConfig()
+        return SUFFIX.engine_part or "", {k: v for k, v in asdict(config).items() if v != getattr(default, k)} or "set"
+
+
+def _prefix(kind: Any) -> str | None:
+    """The prefix a part's class owns its parameters by (SuffixPart's), or None: it owns its PARAMETERS."""
+    return getattr(kind, "PREFIX", None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine configuration
 
 
-PARTS: dict[str, type] = {"eagle_tree": EagleTree, "medusa_tree": MedusaTree, "lookahead": Lookahead, "ngram": Ngram,
-                          "prompt_log": PromptLog, "schedule": SpecSchedule}  # field -> part type (suffix: below)
-CHECKPOINTS = ("target", "draft", "medusa", "eagle")  # the fields that name checkpoints (bundles store them relative)
 
 
 @dataclass(frozen=True)
@@ -364,8 +420,8 @@ class EngineConfig:
     schedule: SpecSchedule | None = None
 
     def __post_init__(self) -> None:
-        for name in PARTS:  # a part that sets nothing is the defaults: unset (so every form round-trips)
-            if getattr(self, name) is not None and not getattr(self, name).to_parameters():
+        for name, kind in PARTS.items():  # a part that sets nothing is the defaults: unset (so every form round-trips)
+            if getattr(self, name) is not None and not kind.to_parameters(getattr(self, name)):
                 object.__setattr__(self, name, None)
         for name in ("target", "method", "device", "dtype"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
@@ -385,19 +441,17 @@ class EngineConfig:
         if not self.drain_timeout_s >= 0 or not math.isfinite(self.drain_timeout_s):
             raise ConfigError("drain_timeout_s", self.drain_timeout_s, "must be a finite number of seconds >= 0",
                               hint="e.g. 30")
-        if self.suffix is not None:
-            self.suffix.validate("suffix_")
+        for name in METHOD_PARTS:  # a method's part held as another type is checked here (SuffixPart: SuffixConfig)
+            if (part := getattr(self, name)) is not None and (kind := PARTS.get(name)) is not None:
+                kind.checked(part)
         if self.schedule is not None:
             self.schedule.check(max_k=self.max_k)
             _check_exact_form(self.method, self.schedule)
         for name, methods in METHOD_PARTS.items():
             part = getattr(self, name)
             if part is not None and self.method not in methods:
-                if name == "suffix":  # its options, as far as they differ from the defaults
-                    parameter, value = "suffix", {k: v for k, v in asdict(part).items()
-                                                  if v != getattr(SuffixConfig(), k)} or "set"
-                else:
-                    parameter, value = next(iter(part.values().items()))
+                kind = PARTS.get(name)
+                parameter, value = kind.named_value(part) if kind is not None else (name, "set")
                 raise ConfigError(parameter, value, f"shapes method {' / '.join(methods)}, but the method is "
                                   f"{self.method}", hint=f"set method {methods[-1]}, or drop {parameter}")
 
@@ -409,10 +463,8 @@ class EngineConfig:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            if f.name == "suffix":
-                out |= _SuffixPart.to_parameters(value)
-            elif f.name in PARTS:
-                out |= value.to_parameters()
+            if (kind := PARTS.get(f.name)) is not None:
+                out |= kind.to_parameters(value)
             else:
                 out[f.name] = _text(value)
         return out
@@ -420,28 +472,29 @@ class EngineConfig:
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> EngineConfig:
         """Parse text parameters (unknown names are refused: typos, or a newer trtspec's); errors name the parameter."""
-        scalars = {f.name: str(f.type) for f in fields(cls) if f.name not in PARTS and f.name != "suffix"}
-        owned = {p: part for part, t in PARTS.items() for p in t.PARAMETERS.values()}
+        parts = dict(PARTS)
+        scalars = {f.name: str(f.type) for f in fields(cls) if f.name not in parts}
+        owned = {p: part for part, t in parts.items() for p in t.PARAMETERS.values()}
+        prefixed = [t for t in parts.values() if _prefix(t)]
         unknown = sorted(k for k in params if k not in scalars and k not in owned
-                         and not k.startswith(_SuffixPart.PREFIX))
+                         and not any(k.startswith(t.PREFIX) for t in prefixed))
         if unknown:
             raise ConfigError(f"parameter {unknown[0]}", params[unknown[0]], "is not an engine parameter",
-                              hint=f"redeploy with this trtspec; known: {', '.join(sorted([*scalars, *owned]))}, "
-                                   f"{_SuffixPart.PREFIX}<suffix decoding option>")
+                              hint=f"redeploy with this trtspec; known: {', '.join(sorted([*scalars, *owned]))}"
+                                   + "".join(f", {t.PREFIX}<{t.OPTION}>" for t in prefixed))
         if not params.get("target"):
             raise ConfigError("parameter target", params.get("target"), "is required",
                               hint="redeploy with `trtspec deploy --backend torch`")
         with spelled(lambda name: f"parameter {name}" if not name.startswith("parameter ") else None):
             values: dict[str, Any] = {name: _parse(kind, name, params[name]) for name, kind in scalars.items()
                                       if name in params}
-            for part, kind in PARTS.items():
-                given = {p: params[p] for p in kind.PARAMETERS.values() if p in params}
+            for part, kind in parts.items():
+                given = {p: v for p, v in params.items() if p.startswith(prefix)} if (prefix := _prefix(kind)) \
+                    else {p: params[p] for p in kind.PARAMETERS.values() if p in params}
                 if part == "prompt_log" and "log_prompts" not in given:
                     continue  # logging off (older repositories list the rate and the size limit anyway)
                 if given:
                     values[part] = kind.from_parameters(given)
-            if any(k.startswith(_SuffixPart.PREFIX) for k in params):
-                values["suffix"] = _SuffixPart.from_parameters(params)
             return cls(**values)
 
     def with_parameters(self, changes: Mapping[str, object]) -> EngineConfig:
@@ -453,9 +506,9 @@ class EngineConfig:
     @classmethod
     def parameter_names(cls) -> list[str]:
         """Every parameter name (suffix options as `suffix_<name>`)."""
-        names = [f.name for f in fields(cls) if f.name not in PARTS and f.name != "suffix"]
+        names = [f.name for f in fields(cls) if f.name not in PARTS]
         names += [p for t in PARTS.values() for p in dict.fromkeys(t.PARAMETERS.values())]
-        return names + [_SuffixPart.PREFIX + f.name for f in fields(SuffixConfig)]
+        return names + [p for t in PARTS.values() if _prefix(t) for p in t.prefixed()]
 
     # -- JSON ------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -463,10 +516,8 @@ class EngineConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "suffix" and value is not None:
-                value = {k: getattr(value, k) for k in (g.name for g in fields(SuffixConfig))}
-            elif f.name in PARTS and value is not None:
-                value = value.to_dict()
+            if value is not None and (kind := PARTS.get(f.name)) is not None:
+                value = kind.to_dict(value)
             out[f.name] = value
         return out
 
@@ -484,8 +535,6 @@ class EngineConfig:
         for name, kind in PARTS.items():
             if values.get(name) is not None:
                 values[name] = kind.from_dict(values[name], f"{where}.{name}")
-        if values.get("suffix") is not None:
-            values["suffix"] = SuffixConfig.from_options(values["suffix"])
         with spelled(lambda name: f"{where}.{name}"):
             return cls(**values)
 
@@ -506,6 +555,27 @@ class EngineConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
+
+
+def _part_class(path: str) -> Any:
+    """The class a home names as "module:Class" (MethodInfo.engine_part_class)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _parts() -> dict[str, Any]:
+    homes = {m.engine_part: _part_class(m.engine_part_class) for m in METHODS.values()
+             if m.engine_part and m.engine_part_class}
+    own = {**homes, "prompt_log": PromptLog, "schedule": SpecSchedule}
+    return {f.name: own[f.name] for f in fields(EngineConfig) if f.name in own}
+
+
+# field -> the class that writes and reads it (_Part's calls), in field order: each home's part (MethodInfo.engine_part,
+# its class MethodInfo.engine_part_class), the prompt log and the schedule; derived from the registered homes
+PARTS: DerivedTable[str, Any] = derived(_parts)
+# the fields that name checkpoints (bundles store them relative): the target's, then each home's (MethodInfo.checkpoint)
+CHECKPOINTS: DerivedSequence[str] = derived_sequence(lambda: ("target", *dict.fromkeys(
+    m.checkpoint for m in METHODS.values() if m.checkpoint and m.checkpoint in _DEFAULTS)))
 # a method's knobs are set only for that method: each part field -> the methods whose home owns it (engine_part);
 # derived from the registered homes at each read
 METHOD_PARTS: DerivedTable[str, tuple[str, ...]] = derived(lambda: {
@@ -551,8 +621,9 @@ def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Seq
         return Ngram(max_size=size) if size is not None else None
 
     part: dict[str, Callable[[], Any]] = {
-        "eagle_tree": lambda: read(eagle_tree), "medusa_tree": medusa_tree, "lookahead": lookahead_part,
-        "ngram": ngram, "suffix": lambda: SuffixConfig.from_options(read(suffix))}
+        EAGLE.engine_part: lambda: read(eagle_tree), MEDUSA.engine_part: medusa_tree,
+        LOOKAHEAD.engine_part: lookahead_part, NGRAM.engine_part: ngram,
+        SUFFIX.engine_part: lambda: SuffixConfig.from_options(read(suffix))}
     owned = {info.engine_part: part[info.engine_part]()} if info.engine_part else {}
     return {"method": method, "max_k": max(k, 1), "default_k": k if reference or info.external_drafts else 0,
             **owned}

@@ -29,6 +29,9 @@ class MethodInfo:
     # The EngineConfig field holding this method's typed knobs (eagle_tree, medusa_tree, lookahead, ngram, suffix);
     # None = the method has none. contracts/engine.py sets that part only for its methods.
     engine_part: str | None = None
+    # The engine part's class as "module:Class" (trtspec.contracts.engine: EagleTree, MedusaTree, Lookahead,
+    # Ngram, SuffixPart): how EngineConfig writes and reads that field; set with engine_part.
+    engine_part_class: str | None = None
     # The EngineConfig field naming the checkpoint the method needs (draft, medusa, eagle), with an embedded example
     # for an error's hint; None = it needs none.
     checkpoint: str | None = None
@@ -57,6 +60,10 @@ class MethodInfo:
     # The key of `section` that names the method's checkpoint (medusa.heads, eagle.model, redrafter.drafter); a
     # method with one needs its section.
     section_model: str | None = None
+    # The class of `section`, declared in the home beside this (MedusaSpec, EagleSpec, ...: a pydantic model, or a
+    # dataclass read by its `from_options`, as suffix's SuffixConfig): config.BuildSpec's field `section` holds one,
+    # and BuildSpec.options returns it for the method a config builds. None = the method has no section.
+    options: type | None = None
     # The method name build configs use for it (eagle3 -> eagle with eagle.eagle3: true); None = its own name.
     build_as: str | None = None
     # The method the reference engine runs for a build of this one with a drafter of the newer generation

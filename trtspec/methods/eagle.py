@@ -7,7 +7,39 @@ generations); the reference engine and the engine configuration name EAGLE-3 `ea
 
 from __future__ import annotations
 
+from pydantic import Field
+
+from trtspec.choices import MAX_DEPTH, MAX_TOPK
 from trtspec.methods.base import MethodInfo
+from trtspec.methods.options import COUNT_MAX, Options, PathText
+
+
+class EagleSpec(Options):
+    """EAGLE-1/2 drafter for the TensorRT-LLM engine flow (Llama-family targets only)."""
+
+    model: PathText = Field(description="HF EAGLE drafter directory (e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)")
+    num_layers: int = Field(4, ge=1, le=COUNT_MAX, description="num_eagle_layers: maximum tree depth")
+    max_non_leaves_per_layer: int = Field(10, ge=1, le=COUNT_MAX)
+    choices: str | list[list[int]] | None = Field(None, description="static tree (a preset, paths, or a `trtspec tune "
+                                                  "tree --out` file); engine flow default mc_sim_7b_63; EAGLE-3 in "
+                                                  "the LLM API: eagle_choices (k = its nodes)")
+    topk: int | None = Field(None, ge=1, le=MAX_TOPK, description="EAGLE-3: the dynamic (EAGLE-2) tree's children per "
+                             "expansion (torch default 4; the LLM API's dynamic_tree_max_topK, with depth); excludes "
+                             "choices")
+    depth: int | None = Field(None, ge=1, le=MAX_DEPTH, description="EAGLE-3: the dynamic tree's levels (torch default "
+                              "6; the LLM API's max_draft_len, with topk; k = max_total_draft_tokens in [depth, topk x "
+                              "depth]); excludes choices")
+    eagle3: bool = Field(False, description="the drafter is an EAGLE-3 head: LLM-API/PyTorch flow only (no engines), "
+                                            "max_draft_len = draft layers (default num_layers), targets with "
+                                            "eagle3_llmapi only")
+    one_model: bool = Field(True, description="EAGLE-3 in the LLM API: drafter and target in one model "
+                                              "(eagle3_one_model: true, TensorRT-LLM's default) or two (false)")
+
+    def dynamic_shape(self) -> dict[str, int]:
+        """The dynamic tree's fields set here, by YAML path (`eagle.topk`: value); empty when none is. The engine
+        configuration's tree from this section: contracts.engine.EagleTree.from_section."""
+        return {f"eagle.{name}": value for name in ("topk", "depth") if (value := getattr(self, name)) is not None}
+
 
 EAGLE = MethodInfo(
     name="eagle",
@@ -17,9 +49,11 @@ EAGLE = MethodInfo(
     llmapi_decoding_type="Eagle",
     proposer=None,
     engine_part="eagle_tree",
+    engine_part_class="trtspec.contracts.engine:EagleTree",
     tree=True,
     section="eagle",
     section_model="model",
+    options=EagleSpec,
     reference_form="eagle3",
     draft_len_rule="layers",
     llmapi_unsupported="EAGLE-1/2 drafters run on the engine flow only: the PyTorch backend's Eagle decoding type "
@@ -42,12 +76,14 @@ EAGLE3 = MethodInfo(
     proposer="eagle",
     proposer_class="trtspec.spec.proposers.eagle:EagleProposer",
     engine_part="eagle_tree",
+    engine_part_class="trtspec.contracts.engine:EagleTree",
     checkpoint="eagle",
     checkpoint_example="tiny-eagle",
     needs_eagle_drafter=True,
     tree=True,
     section="eagle",
     section_model="model",
+    options=EagleSpec,
     build_as="eagle",
     draft_len_rule="layers",
     engine_architectures=("LlamaForCausalLM",),

@@ -3,7 +3,17 @@ LLM-API NGram)."""
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from trtspec.methods.base import MethodInfo
+from trtspec.methods.options import COUNT_MAX, Options
+
+
+class NgramSpec(Options):
+    """Prompt lookup (n-gram) drafts produced on the host."""
+
+    max_matching_ngram_size: int = Field(2, ge=1, le=COUNT_MAX, description="longest n-gram matched against the context")
+
 
 NGRAM = MethodInfo(
     name="ngram",
@@ -14,7 +24,9 @@ NGRAM = MethodInfo(
     proposer="ngram",
     proposer_class="trtspec.spec.proposers.ngram:NgramProposer",
     engine_part="ngram",
+    engine_part_class="trtspec.contracts.engine:Ngram",
     section="ngram",
+    options=NgramSpec,
     target_features=("draft_tokens_external",),
     build_max_draft_len=True,
     needs_paged_context_fmha=True,

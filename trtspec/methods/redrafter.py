@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from trtspec.methods.base import MethodInfo
+from trtspec.methods.options import COUNT_MAX, Options, PathText
+
+
+class RedrafterSpec(Options):
+    """ReDrafter drafter; beams x draft length and greedy/sampling are fixed at conversion."""
+
+    drafter: PathText = Field(description="HF ReDrafter drafter directory (config.json + model.safetensors)")
+    num_beams: int = Field(5, ge=1, le=COUNT_MAX)
+    draft_len_per_beam: int = Field(5, ge=1, le=COUNT_MAX)
+    greedy: bool = True
+
 
 REDRAFTER = MethodInfo(
     name="redrafter",
@@ -13,6 +26,7 @@ REDRAFTER = MethodInfo(
     proposer=None,
     section="redrafter",
     section_model="drafter",
+    options=RedrafterSpec,
     draft_len_rule="beams",
     llmapi_unsupported="ReDrafter has no LLM-API decoding type",
     llmapi_nearest=("eagle", "eagle with eagle.eagle3: true (a learned drafter on target features), or "
