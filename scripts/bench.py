@@ -28,8 +28,12 @@ Sections (run all, or pick with --section):
   llmapi   streamed tokens/s through the torch-flavour llmapi repository (tritonserver on CPU, HTTP generate_stream)
            vs the in-process engine streaming the same prompts with the same method and k, and their ratio
   ensemble streamed tokens/s through the torch-flavour inflight-batcher repository's `ensemble` (tritonserver on CPU,
-           gRPC stream, decoupled) vs the in-process engine on the same prompts, method and k: interleaved rounds,
-           medians, spread and the ratio
+           decoupled; one gRPC stream per request as NVIDIA's end_to_end_grpc_client.py, and one kept open) vs the
+           in-process engine on the same prompts, method and k: interleaved rounds, medians, spread, the ratio and
+           where a per-request stream's time goes (client timestamps, Triton's per-model statistics)
+  llmapi-concurrency
+           N concurrent requests (--llmapi-concurrency) through the torch-flavour llmapi model, unary vs decoupled,
+           both servers running, rounds alternating: seconds, N / 1 and the ratio unary / decoupled
 
   headline issue 42's acceptance line in one command: the engine's plain decoding vs draft_target, EAGLE-3 (chain,
            dynamic tree), n-gram, suffix (cold cache), any registered hybrid, transformers' greedy / assisted / prompt
@@ -51,7 +55,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import benchmarks, benchmarks_controls, benchmarks_eagle, benchmarks_ensemble, benchmarks_schedule
+from benchlib import (
+    benchmarks,
+    benchmarks_controls,
+    benchmarks_eagle,
+    benchmarks_ensemble,
+    benchmarks_llmapi_concurrency,
+    benchmarks_schedule,
+)
 from benchlib.benchmarks import Comparison, Section
 from trtspec.atomic import write_text
 from trtspec.sweep.grid import SweepSpec
@@ -359,6 +370,13 @@ def bench_headline(args: argparse.Namespace) -> Section:
     return benchmarks_headline.section(spec, *benchmarks_headline.measure(spec))
 
 
+def bench_llmapi_concurrency(args: argparse.Namespace) -> Section:
+    spec = benchmarks_llmapi_concurrency.ConcurrencySpec(
+        model=args.model, draft=args.draft, k=args.llmapi_k, new_tokens=args.llmapi_new_tokens,
+        concurrency=args.llmapi_concurrency, rounds=args.llmapi_concurrency_rounds, threads=args.threads)
+    return benchmarks_llmapi_concurrency.section(spec, benchmarks_llmapi_concurrency.measure(spec))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -382,7 +400,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
-    "ensemble": bench_ensemble,
+    "ensemble": bench_ensemble, "llmapi-concurrency": bench_llmapi_concurrency,
 }
 
 
@@ -508,6 +526,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="llmapi, ensemble: tokens per request at most")
     parser.add_argument("--ensemble-rounds", type=int, default=5,
                         help="ensemble: interleaved rounds over the prompts (medians, spread)")
+    parser.add_argument("--llmapi-concurrency", type=int, default=6,
+                        help="llmapi-concurrency: requests sent at once")
+    parser.add_argument("--llmapi-concurrency-rounds", type=int, default=5,
+                        help="llmapi-concurrency: rounds alternating the unary and the decoupled server (medians)")
     parser.add_argument("--headline-rounds", type=int, default=3, help="headline: interleaved rounds (medians)")
     parser.add_argument("--headline-new-tokens", type=int, default=128, help="headline: tokens per prompt")
     parser.add_argument("--headline-draft-k", type=int, default=4, help="headline: k of the draft_target row")
