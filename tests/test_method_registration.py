@@ -152,7 +152,7 @@ def test_the_built_in_homes_register_through_the_same_line():
 
     source = inspect.getsource(methods)
     assert [home.__name__.rsplit(".", 1)[-1] for home in methods.HOMES] == \
-        ["none", "draft_target", "ngram", "suffix", "medusa", "eagle", "lookahead", "redrafter", "mtp"]
+        ["none", "draft_target", "ngram", "suffix", "medusa", "eagle", "lookahead", "redrafter", "mtp", "hybrid"]
     for home in methods.HOMES:
         assert f"\nregister({home.__name__.rsplit('.', 1)[-1]})\n" in source
 

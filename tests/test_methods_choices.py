@@ -107,9 +107,9 @@ def test_method_fields_sets_only_the_methods_own_part(name):
     assert fields["method"] == name and fields["max_k"] == 5
     assert fields["default_k"] == (5 if info.external_drafts else 0)
     assert method_fields(name, 0, reference=True, **values)["max_k"] == 1
-    assert set(fields) - {"method", "max_k", "default_k"} == ({info.engine_part} if info.engine_part else set())
-    assert {part for part, owners in METHOD_PARTS.items() if name in owners} == \
-        ({info.engine_part} if info.engine_part else set())
+    parts = {p for p in (info.engine_part, *info.reads_parts) if p}  # a hybrid reads suffix's and its drafter's
+    assert set(fields) - {"method", "max_k", "default_k"} == parts
+    assert {part for part, owners in METHOD_PARTS.items() if name in owners} == parts
     EngineConfig(target="tiny", **fields)  # each part is accepted for its own method
 
 

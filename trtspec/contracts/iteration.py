@@ -29,6 +29,9 @@ class IterationStats:
     num_draft_tokens: int  # draft tokens verified (sum over those requests)
     num_accepted_tokens: int  # of them, accepted (the target's own token not counted)
     num_emitted_tokens: int  # tokens the step committed (accepted + one per request, minus stop cuts)
+    # hybrid methods (methods/hybrid.py): requests verified with a draft from the suffix tree / the model drafter
+    num_hybrid_suffix_drafts: int = 0
+    num_hybrid_model_drafts: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_accepted_tokens <= self.num_draft_tokens:

@@ -39,6 +39,9 @@ class AcceptanceStats:
     target_time_s: float = 0.0
     overhead_time_s: float = 0.0
     wall_time_s: float = 0.0
+    # hybrid methods (methods/hybrid.py): verified drafts taken from the suffix tree, and from the model drafter
+    num_hybrid_suffix_drafts: int = 0
+    num_hybrid_model_drafts: int = 0
 
     def observe(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
         """Record one verified draft (call only when num_draft_tokens > 0)."""

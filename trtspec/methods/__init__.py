@@ -23,7 +23,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any, Generic, TypeVar, overload
 
 from trtspec.errors import ConfigError, UnknownMethodError
-from trtspec.methods import draft_target, eagle, lookahead, medusa, mtp, ngram, none, redrafter, suffix
+from trtspec.methods import draft_target, eagle, hybrid, lookahead, medusa, mtp, ngram, none, redrafter, suffix
 from trtspec.methods.base import MethodInfo
 
 # The lookahead budget has one definition, next to the per-release facts that state it (re-exported here).
@@ -168,6 +168,7 @@ register(eagle)
 register(lookahead)
 register(redrafter)
 register(mtp)
+register(hybrid)
 
 BASELINE = next(name for name, m in METHODS.items() if m.baseline)  # plain decoding's name ("none")
 DEFAULT_METHOD = draft_target.DRAFT_TARGET.name  # what an engine configuration or request runs unless it says

@@ -32,6 +32,9 @@ class MethodInfo:
     # The engine part's class as "module:Class" (trtspec.contracts.engine: EagleTree, MedusaTree, Lookahead,
     # Ngram, SuffixPart): how EngineConfig writes and reads that field; set with engine_part.
     engine_part_class: str | None = None
+    # Further EngineConfig parts it reads besides `engine_part` (a hybrid: suffix's options and its drafter's tree);
+    # contracts/engine.py lets them be set for it too.
+    reads_parts: tuple[str, ...] = ()
     # The EngineConfig field naming the checkpoint the method needs (draft, medusa, eagle), with an embedded example
     # for an error's hint; None = it needs none.
     checkpoint: str | None = None

@@ -57,7 +57,8 @@ class StepPhases:
                 drafts[i] = Draft(draft.token_ids[: ks[i]].to(self.device),
                                   None if draft.draft_probs is None else draft.draft_probs[: ks[i]].to(self.device),
                                   None if draft.parents is None else draft.parents[: ks[i]],  # parents-first
-                                  draft.aux)
+                                  draft.aux, draft.drafter)
+                sources[i] = draft.drafter or sources[i]  # a hybrid's choice this step
         for request in batch:
             request.external_draft = None
         return drafts, sources

@@ -38,6 +38,7 @@ class Draft:
     draft_probs: Tensor | None = None  # [num_draft, vocab] distributions the tokens were sampled from; None = one-hot
     parents: tuple[int, ...] | None = None  # [num_draft]; None = chain
     aux: AuxBranch | None = None  # tokens forwarded alongside the draft, never verified or committed (lookahead)
+    drafter: str | None = None  # the proposer that made it, where a hybrid chose one (None: the request's proposer)
 
     @property
     def num_tokens(self) -> int:

@@ -116,6 +116,11 @@ class SuffixProposer(Proposer):
         return [self._propose_one(item) for item in batch]
 
     def _propose_one(self, item: ProposeInput) -> Draft:
+        return self.speculate(item)[0]
+
+    def speculate(self, item: ProposeInput) -> tuple[Draft, float, int]:
+        """One request's draft, with arctic-inference's score of it (the sum of its tokens' estimated acceptance
+        probabilities: its expected accepted length) and the length of the context match it grew from."""
         if item.request_id not in self._fed:  # used without the engine's hooks: the context so far is the prompt
             self.observe_prompt(item.request_id, item.token_ids)
         self._feed(item.request_id, item.token_ids)
@@ -125,9 +130,11 @@ class SuffixProposer(Proposer):
                                      min_token_prob=c.min_token_prob, use_tree_spec=c.tree)
         token_ids, parents = list(draft.token_ids)[: item.k], tuple(draft.parents)[: item.k]  # parents-first
         if not token_ids:
-            return Draft.empty()
+            return Draft.empty(), 0.0, 0
         is_chain = all(p == i - 1 for i, p in enumerate(parents))
-        return Draft(token_ids=torch.tensor(token_ids, dtype=torch.long), parents=None if is_chain else parents)
+        score = float(sum(list(draft.probs)[: item.k]))  # arctic's score, of the nodes kept
+        return (Draft(token_ids=torch.tensor(token_ids, dtype=torch.long), parents=None if is_chain else parents),
+                score, int(draft.match_len))
 
     def _feed(self, request_id: int, token_ids: list[int]) -> None:
         """Append the committed tokens the cache has not seen (to the request's tree and its global output)."""
