@@ -41,6 +41,10 @@ MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the prop
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
 Paths = tuple[tuple[int, ...], ...]  # a static tree, as choices paths: ((0,), (0, 0), (1,))
 DTYPES = ("float32", "float16", "bfloat16")  # what the reference engine loads checkpoints as
+DRAFT_RUNTIMES = ("torch", "onnx")  # what runs the draft model (EngineConfig.draft_runtime)
+# fields newer than the bundle / manifest / repository formats: written (both forms) only when not at their default,
+# so the artefacts of configurations that leave them alone stay byte-identical
+WRITTEN_WHEN_SET = ("draft_runtime",)
 
 
 @contextmanager
@@ -97,7 +101,6 @@ _PARSE: dict[str, tuple[Callable[[str], Any], str]] = {  # field annotation -> (
     "int": (int, "an integer"),
     "int | None": (lambda t: int(t) if t else None, "an integer"),
     "float": (float, "a number"),
-    "float | None": (lambda t: float(t) if t else None, "a number"),
     "bool": (_bool, "true or false"),
     "Paths | None": (lambda t: _paths(t) if t else None, "a tree of paths, e.g. {0}, {0, 0}, {1}"),
 }
@@ -312,39 +315,6 @@ class Ngram(_Part):
 
 
 @dataclass(frozen=True)
-class Hybrid(_Part):
-    """Hybrid drafting's choice, per request and per step (methods/hybrid.py): the suffix tree's draft is taken when
-    its score (arctic-inference's: the sum of its tokens' estimated acceptance probabilities) is at least `min_score`
-    (None: the step's model-drafter k, arctic-inference's own rule) and its context match is at least
-    `min_match_len` tokens long (TensorRT-LLM's SA enhancer rule; None: any); else the model drafter drafts, at most
-    `drafter_k` tokens (None: the request's k)."""
-
-    PARAMETERS: ClassVar[dict[str, str]] = {"min_score": "hybrid_min_score", "min_match_len": "hybrid_min_match_len",
-                                            "drafter_k": "hybrid_drafter_k"}
-
-    min_score: float | None = None
-    min_match_len: int | None = None
-    drafter_k: int | None = None
-
-    def check(self) -> None:
-        score = self.min_score
-        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
-                                  or not math.isfinite(score) or score < 0):
-            raise ConfigError("hybrid_min_score", shown(score), "must be a finite number >= 0 (the suffix draft's "
-                              "score: expected accepted tokens)", hint="e.g. hybrid_min_score 4, or unset (the "
-                              "model drafter's k, arctic-inference's rule)")
-        for name, low, example in (("min_match_len", 1, 4), ("drafter_k", 1, 4)):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-                raise ConfigError(self.PARAMETERS[name], shown(value), f"must be an integer >= {low}",
-                                  hint=f"e.g. {self.PARAMETERS[name]} {example}, or unset")
-
-    def threshold(self, drafter_k: int) -> float:
-        """The score a suffix draft needs when the model drafter would draft `drafter_k` tokens."""
-        return float(drafter_k) if self.min_score is None else float(self.min_score)
-
-
-@dataclass(frozen=True)
 class PromptLog(_Part):
     """Prompt logging (contracts/prompt_log.py): a sampled share of the prompts in a size-bounded rotating JSONL under
     `directory`, the input of `trtspec train draft`. The part is unset (None) when logging is off."""
@@ -438,10 +408,10 @@ class EngineConfig:
     lookahead: Lookahead | None = None
     ngram: Ngram | None = None
     suffix: SuffixConfig | None = None
-    hybrid: Hybrid | None = None
     # where and how it runs
     device: str = "cpu"
     dtype: str = "float32"
+    draft_runtime: str = "torch"  # what runs the draft model: trtspec's torch runner, or ONNX Runtime (spec/onnx_draft)
     max_input_len: int = 1024  # prompt tokens at most
     max_output_len: int = 512  # request_output_len at most
     max_queue: int = 256  # requests waiting + running; one more is refused (OverloadedError)
@@ -465,6 +435,13 @@ class EngineConfig:
             raise ConfigError("device", shown(self.device), "is not cpu, cuda or cuda:N", hint="e.g. device cpu")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", shown(self.dtype), f"is not one of {', '.join(DTYPES)}", hint="e.g. float32")
+        if self.draft_runtime not in DRAFT_RUNTIMES:
+            raise ConfigError("draft_runtime", shown(self.draft_runtime), f"is not one of {', '.join(DRAFT_RUNTIMES)}",
+                              hint="e.g. draft_runtime onnx")
+        if self.draft_runtime != "torch" and (self.draft is None or self.dtype != "float32" or self.device != "cpu"):
+            raise ConfigError("draft_runtime", self.draft_runtime, "runs a float32 draft model on the CPU, and this "
+                              f"configuration has draft {self.draft}, dtype {self.dtype}, device {self.device}",
+                              hint="set draft (e.g. tiny-draft), dtype float32 and device cpu, or draft_runtime torch")
         for name in ("max_k", "default_k", "max_input_len", "max_output_len", "max_queue"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "default_k" else 1):
@@ -482,10 +459,9 @@ class EngineConfig:
         if self.schedule is not None:
             self.schedule.check(max_k=self.max_k)
             _check_exact_form(self.method, self.schedule)
-        for name, readers in METHOD_PARTS.items():
+        for name, methods in METHOD_PARTS.items():
             part = getattr(self, name)
-            if part is not None and self.method not in readers:
-                methods = [m for m in readers if resolve(m).engine_part == name] or list(readers)  # its homes
+            if part is not None and self.method not in methods:
                 kind = PARTS.get(name)
                 parameter, value = kind.named_value(part) if kind is not None else (name, "set")
                 raise ConfigError(parameter, value, f"shapes method {' / '.join(methods)}, but the method is "
@@ -497,7 +473,7 @@ class EngineConfig:
         out: dict[str, str] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or (f.name in WRITTEN_WHEN_SET and value == f.default):
                 continue
             if (kind := PARTS.get(f.name)) is not None:
                 out |= kind.to_parameters(value)
@@ -552,6 +528,8 @@ class EngineConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in WRITTEN_WHEN_SET and value == f.default:
+                continue
             if value is not None and (kind := PARTS.get(f.name)) is not None:
                 value = kind.to_dict(value)
             out[f.name] = value
@@ -587,7 +565,7 @@ class EngineConfig:
         """Each proposer's typed part, with the defaults where unset."""
         return ProposerOptions(eagle_tree=self.eagle_tree or EagleTree(), medusa_tree=self.medusa_tree or MedusaTree(),
                                lookahead=self.lookahead or Lookahead(), ngram=self.ngram or Ngram(),
-                               suffix=self.suffix or SuffixConfig(), hybrid=self.hybrid or Hybrid())
+                               suffix=self.suffix or SuffixConfig())
 
 
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
@@ -616,7 +594,7 @@ CHECKPOINTS: DerivedSequence[str] = derived_sequence(lambda: ("target", *dict.fr
 # derived from the registered homes at each read
 METHOD_PARTS: DerivedTable[str, tuple[str, ...]] = derived(lambda: {
     f.name: owners for f in fields(EngineConfig)
-    if (owners := tuple(m.name for m in METHODS.values() if f.name in (m.engine_part, *m.reads_parts)))})
+    if (owners := tuple(m.name for m in METHODS.values() if m.engine_part == f.name))})
 
 
 def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Sequence[int]] | None = None,
@@ -633,8 +611,7 @@ def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Seq
             engine's own k.
         choices, eagle_tree, lookahead, ngram_size, suffix: the build's values, each a value or a function of none
             that reads it (called only for the method that owns it, so another method's section is never read);
-            only the parts the method's home owns or reads (`MethodInfo.engine_part`, `reads_parts`) are set
-            (a hybrid's own part: its defaults): medusa_tree from `choices`,
+            only the part the method's home owns (`MethodInfo.engine_part`) is set: medusa_tree from `choices`,
             eagle_tree as given (an EagleTree or None), lookahead from (W, N, G), ngram from
             max_matching_ngram_size, suffix from its options (always set for its method).
 
@@ -661,7 +638,7 @@ def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Seq
         EAGLE.engine_part: lambda: read(eagle_tree), MEDUSA.engine_part: medusa_tree,
         LOOKAHEAD.engine_part: lookahead_part, NGRAM.engine_part: ngram,
         SUFFIX.engine_part: lambda: SuffixConfig.from_options(read(suffix))}
-    owned = {name: part[name]() if name in part else None for name in (info.engine_part, *info.reads_parts) if name}
+    owned = {info.engine_part: part[info.engine_part]()} if info.engine_part else {}
     return {"method": method, "max_k": max(k, 1), "default_k": k if reference or info.external_drafts else 0,
             **owned}
 
@@ -675,4 +652,3 @@ class ProposerOptions:
     lookahead: Lookahead = Lookahead()
     ngram: Ngram = Ngram()
     suffix: SuffixConfig = SuffixConfig()
-    hybrid: Hybrid = Hybrid()

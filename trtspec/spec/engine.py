@@ -31,7 +31,6 @@ from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
-from trtspec.methods.suffix import SUFFIX
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
@@ -105,8 +104,9 @@ class SpecEngine(StepPhases):
                         *, eagle: str | Path | None = None, max_k: int = 8, device: str = "cpu", dtype: str = "float32",
                         max_num_seqs: int = 256, allow_vocab_padding: bool = False,
                         options: ProposerOptions | None = None, scheduler: SchedulerConfig | None = None,
-                        schedule: SpecSchedule | None = None) -> SpecEngine:
-        """Load a target (and optionally a draft) by embedded name or HF directory.
+                        schedule: SpecSchedule | None = None, draft_runtime: str = "torch") -> SpecEngine:
+        """Load a target (and optionally a draft) by embedded name or HF directory; `draft_runtime` onnx runs the
+        draft in ONNX Runtime (spec.onnx_draft: exported and checked against the checkpoint at load).
 
         Refuses a draft whose vocabulary or tokenizer differs from the target's before anything runs
         (IncompatibleModelsError naming both sizes); `allow_vocab_padding` accepts padding-only differences.
@@ -118,9 +118,17 @@ class SpecEngine(StepPhases):
         if draft_path is not None:
             check_pair(target_path, draft_path, allow_vocab_padding=allow_vocab_padding)
         medusa_path = resolve_medusa(medusa) if medusa is not None else None
+        draft_model = LlamaModel.from_pretrained(draft_path, dtype=dtype, device=device, field="draft") if draft_path else None
+        if draft_runtime != "torch":  # EngineConfig checked the value and that a float32 CPU draft is set
+            from trtspec.spec.onnx_draft import load_onnx_draft
+
+            if draft_path is None or draft_model is None:
+                raise ConfigError("draft_runtime", draft_runtime, "runs the draft model, and no draft is set",
+                                  hint="set draft (e.g. tiny-draft), or draft_runtime torch")
+            draft_model = load_onnx_draft(draft_path, draft_model)  # type: ignore[assignment]
         return cls(
             LlamaModel.from_pretrained(target_path, dtype=dtype, device=device, field="target"),
-            draft=LlamaModel.from_pretrained(draft_path, dtype=dtype, device=device, field="draft") if draft_path else None,
+            draft=draft_model,
             tokenizer=_load_tokenizer(target_path),
             max_k=max_k,
             medusa=medusa_path,
@@ -137,6 +145,7 @@ class SpecEngine(StepPhases):
         each proposer's typed part, its speculation schedule, and a request queue of `max_queue`."""
         return cls.from_pretrained(
             target=config.target, draft=config.draft, medusa=config.medusa, eagle=config.eagle,
+            draft_runtime=config.draft_runtime,
             max_k=max(config.max_k, 1), device=config.device, dtype=config.dtype, options=config.proposer_options(),
             scheduler=scheduler or SchedulerConfig(max_queue_len=config.max_queue).validate(),
             schedule=config.schedule)
@@ -231,10 +240,6 @@ class SpecEngine(StepPhases):
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
                                    overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
                                    max_k=max(ks))
-        # a hybrid's choice per request (its draft names the proposer that made it): the suffix tree or its model
-        hybrid = [s if v.num_draft_tokens and r.proposer is not None and s not in ("", r.proposer.name,
-                                                                                 ExternalProposer.name) else ""
-                  for r, v, s in zip(batch, verdicts, sources, strict=True)]
         if self.schedule_policy is not None:  # a per-iteration gate samples the batch's accepted / drafted
             self.schedule_policy.step(sum(v.num_draft_tokens for v in verdicts), sum(v.num_accepted for v in verdicts))
         self.last_iteration = IterationStats(
@@ -246,15 +251,11 @@ class SpecEngine(StepPhases):
             num_requests_with_draft_tokens=sum(v.num_draft_tokens > 0 for v in verdicts),
             num_draft_tokens=sum(v.num_draft_tokens for v in verdicts),
             num_accepted_tokens=sum(v.num_accepted for v in verdicts),
-            num_emitted_tokens=sum(len(d.token_ids) for d in deltas),
-            num_hybrid_suffix_drafts=sum(h == SUFFIX.proposer for h in hybrid),
-            num_hybrid_model_drafts=sum(h not in ("", SUFFIX.proposer) for h in hybrid))
-        for request, verdict, delta, source, chosen in zip(batch, verdicts, deltas, sources, hybrid, strict=True):
+            num_emitted_tokens=sum(len(d.token_ids) for d in deltas))
+        for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
                 stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
-                stats.num_hybrid_suffix_drafts += chosen == SUFFIX.proposer
-                stats.num_hybrid_model_drafts += chosen not in ("", SUFFIX.proposer)
                 method = request.spec.method if source != ExternalProposer.name else source
                 self.k_policy.observe_draft(request.request_id, method, verdict.num_draft_tokens, verdict.num_accepted)
             stats.num_target_forwards += 1
