@@ -101,6 +101,7 @@ _PARSE: dict[str, tuple[Callable[[str], Any], str]] = {  # field annotation -> (
     "int": (int, "an integer"),
     "int | None": (lambda t: int(t) if t else None, "an integer"),
     "float": (float, "a number"),
+    "float | None": (lambda t: float(t) if t else None, "a number"),
     "bool": (_bool, "true or false"),
     "Paths | None": (lambda t: _paths(t) if t else None, "a tree of paths, e.g. {0}, {0, 0}, {1}"),
 }
@@ -315,6 +316,39 @@ class Ngram(_Part):
 
 
 @dataclass(frozen=True)
+class Hybrid(_Part):
+    """Hybrid drafting's choice, per request and per step (methods/hybrid.py): the suffix tree's draft is taken when
+    its score (arctic-inference's: the sum of its tokens' estimated acceptance probabilities) is at least `min_score`
+    (None: the step's model-drafter k, arctic-inference's own rule) and its context match is at least
+    `min_match_len` tokens long (TensorRT-LLM's SA enhancer rule; None: any); else the model drafter drafts, at most
+    `drafter_k` tokens (None: the request's k)."""
+
+    PARAMETERS: ClassVar[dict[str, str]] = {"min_score": "hybrid_min_score", "min_match_len": "hybrid_min_match_len",
+                                            "drafter_k": "hybrid_drafter_k"}
+
+    min_score: float | None = None
+    min_match_len: int | None = None
+    drafter_k: int | None = None
+
+    def check(self) -> None:
+        score = self.min_score
+        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
+                                  or not math.isfinite(score) or score < 0):
+            raise ConfigError("hybrid_min_score", shown(score), "must be a finite number >= 0 (the suffix draft's "
+                              "score: expected accepted tokens)", hint="e.g. hybrid_min_score 4, or unset (the "
+                              "model drafter's k, arctic-inference's rule)")
+        for name, low, example in (("min_match_len", 1, 4), ("drafter_k", 1, 4)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ConfigError(self.PARAMETERS[name], shown(value), f"must be an integer >= {low}",
+                                  hint=f"e.g. {self.PARAMETERS[name]} {example}, or unset")
+
+    def threshold(self, drafter_k: int) -> float:
+        """The score a suffix draft needs when the model drafter would draft `drafter_k` tokens."""
+        return float(drafter_k) if self.min_score is None else float(self.min_score)
+
+
+@dataclass(frozen=True)
 class PromptLog(_Part):
     """Prompt logging (contracts/prompt_log.py): a sampled share of the prompts in a size-bounded rotating JSONL under
     `directory`, the input of `trtspec train draft`. The part is unset (None) when logging is off."""
@@ -408,6 +442,7 @@ class EngineConfig:
     lookahead: Lookahead | None = None
     ngram: Ngram | None = None
     suffix: SuffixConfig | None = None
+    hybrid: Hybrid | None = None
     # where and how it runs
     device: str = "cpu"
     dtype: str = "float32"
@@ -459,9 +494,10 @@ class EngineConfig:
         if self.schedule is not None:
             self.schedule.check(max_k=self.max_k)
             _check_exact_form(self.method, self.schedule)
-        for name, methods in METHOD_PARTS.items():
+        for name, readers in METHOD_PARTS.items():
             part = getattr(self, name)
-            if part is not None and self.method not in methods:
+            if part is not None and self.method not in readers:
+                methods = [m for m in readers if resolve(m).engine_part == name] or list(readers)  # its homes
                 kind = PARTS.get(name)
                 parameter, value = kind.named_value(part) if kind is not None else (name, "set")
                 raise ConfigError(parameter, value, f"shapes method {' / '.join(methods)}, but the method is "
@@ -565,7 +601,7 @@ class EngineConfig:
         """Each proposer's typed part, with the defaults where unset."""
         return ProposerOptions(eagle_tree=self.eagle_tree or EagleTree(), medusa_tree=self.medusa_tree or MedusaTree(),
                                lookahead=self.lookahead or Lookahead(), ngram=self.ngram or Ngram(),
-                               suffix=self.suffix or SuffixConfig())
+                               suffix=self.suffix or SuffixConfig(), hybrid=self.hybrid or Hybrid())
 
 
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
@@ -594,7 +630,7 @@ CHECKPOINTS: DerivedSequence[str] = derived_sequence(lambda: ("target", *dict.fr
 # derived from the registered homes at each read
 METHOD_PARTS: DerivedTable[str, tuple[str, ...]] = derived(lambda: {
     f.name: owners for f in fields(EngineConfig)
-    if (owners := tuple(m.name for m in METHODS.values() if m.engine_part == f.name))})
+    if (owners := tuple(m.name for m in METHODS.values() if f.name in (m.engine_part, *m.reads_parts)))})
 
 
 def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Sequence[int]] | None = None,
@@ -611,7 +647,8 @@ def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Seq
             engine's own k.
         choices, eagle_tree, lookahead, ngram_size, suffix: the build's values, each a value or a function of none
             that reads it (called only for the method that owns it, so another method's section is never read);
-            only the part the method's home owns (`MethodInfo.engine_part`) is set: medusa_tree from `choices`,
+            only the parts the method's home owns or reads (`MethodInfo.engine_part`, `reads_parts`) are set
+            (a hybrid's own part: its defaults): medusa_tree from `choices`,
             eagle_tree as given (an EagleTree or None), lookahead from (W, N, G), ngram from
             max_matching_ngram_size, suffix from its options (always set for its method).
 
@@ -638,7 +675,7 @@ def method_fields(method: str, k: int, *, reference: bool, choices: Sequence[Seq
         EAGLE.engine_part: lambda: read(eagle_tree), MEDUSA.engine_part: medusa_tree,
         LOOKAHEAD.engine_part: lookahead_part, NGRAM.engine_part: ngram,
         SUFFIX.engine_part: lambda: SuffixConfig.from_options(read(suffix))}
-    owned = {info.engine_part: part[info.engine_part]()} if info.engine_part else {}
+    owned = {name: part[name]() if name in part else None for name in (info.engine_part, *info.reads_parts) if name}
     return {"method": method, "max_k": max(k, 1), "default_k": k if reference or info.external_drafts else 0,
             **owned}
 
@@ -652,3 +689,4 @@ class ProposerOptions:
     lookahead: Lookahead = Lookahead()
     ngram: Ngram = Ngram()
     suffix: SuffixConfig = SuffixConfig()
+    hybrid: Hybrid = Hybrid()

@@ -31,6 +31,7 @@ from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, ToolNotFoundError, UsageError
 from trtspec.methods import resolve
+from trtspec.methods.suffix import SUFFIX
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import fit_aux, hand_back
 from trtspec.spec.detokenize import IncrementalDetokenizer
@@ -240,6 +241,10 @@ class SpecEngine(StepPhases):
                                    draft_steps=max(draft_ks, default=0), draft_rows=len(draft_ks), draft_s=draft_time,
                                    overhead_s=overhead_time, prefill_rows=sum(n > 1 for n in num_pending),
                                    max_k=max(ks))
+        # a hybrid's choice per request (its draft names the proposer that made it): the suffix tree or its model
+        hybrid = [s if v.num_draft_tokens and r.proposer is not None and s not in ("", r.proposer.name,
+                                                                                 ExternalProposer.name) else ""
+                  for r, v, s in zip(batch, verdicts, sources, strict=True)]
         if self.schedule_policy is not None:  # a per-iteration gate samples the batch's accepted / drafted
             self.schedule_policy.step(sum(v.num_draft_tokens for v in verdicts), sum(v.num_accepted for v in verdicts))
         self.last_iteration = IterationStats(
@@ -251,11 +256,15 @@ class SpecEngine(StepPhases):
             num_requests_with_draft_tokens=sum(v.num_draft_tokens > 0 for v in verdicts),
             num_draft_tokens=sum(v.num_draft_tokens for v in verdicts),
             num_accepted_tokens=sum(v.num_accepted for v in verdicts),
-            num_emitted_tokens=sum(len(d.token_ids) for d in deltas))
-        for request, verdict, delta, source in zip(batch, verdicts, deltas, sources, strict=True):
+            num_emitted_tokens=sum(len(d.token_ids) for d in deltas),
+            num_hybrid_suffix_drafts=sum(h == SUFFIX.proposer for h in hybrid),
+            num_hybrid_model_drafts=sum(h not in ("", SUFFIX.proposer) for h in hybrid))
+        for request, verdict, delta, source, chosen in zip(batch, verdicts, deltas, sources, hybrid, strict=True):
             stats = request.stats
             if verdict.num_draft_tokens:
                 stats.observe(verdict.num_draft_tokens, verdict.num_accepted)
+                stats.num_hybrid_suffix_drafts += chosen == SUFFIX.proposer
+                stats.num_hybrid_model_drafts += chosen not in ("", SUFFIX.proposer)
                 method = request.spec.method if source != ExternalProposer.name else source
                 self.k_policy.observe_draft(request.request_id, method, verdict.num_draft_tokens, verdict.num_accepted)
             stats.num_target_forwards += 1
