@@ -287,3 +287,20 @@ def test_metrics_accumulate_requests_and_positions():
     rejected = {m.labels["position"]: m.value for m in family["trtspec_spec_decode_num_rejections_per_pos"].metrics}
     assert rejected == {"0": 1, "1": 0, "2": 1}  # (3, 2) rejected at 2, (3, 0) at 0, (2, 2) accepted all
     assert sum(rejected.values()) == first.num_rejections + second.num_rejections
+
+
+def test_the_cancellation_check_asks_the_sender_at_most_once_per_period():
+    """The loop polls every turn; the sender's is_cancelled() (a round trip to tritonserver) is asked once a period,
+    and a cancellation it reports holds from then on."""
+    import time
+
+    from trtspec.triton.engine_model import PeriodicCheck
+
+    asked, gone = [], [False]
+    check = PeriodicCheck(lambda: asked.append(1) or gone[0], period_s=0.05)
+    assert not any(check() for _ in range(100)) and not asked  # within the first period: not asked
+    time.sleep(0.06)
+    assert not check() and not any(check() for _ in range(100)) and len(asked) == 1
+    gone[0] = True
+    time.sleep(0.06)
+    assert check() and all(check() for _ in range(10)) and len(asked) == 2  # cancelled for good, not asked again
