@@ -6,8 +6,9 @@ method and k.
 Two served paths: one gRPC stream per request, as end_to_end_grpc_client.py and `trtspec generate --url --stream` do
 (a client, start_stream, send, every response to the final one, stop_stream, close; timed from creating the client to
 closing it), and one stream kept open over the run (timed from the send to the final response). The three paths
-alternate prompt by prompt, round after round, so load on the machine hits them alike; each round's tokens/s and their
-ratios give the medians and the spread (min-max). Every served text is compared with the engine's.
+alternate prompt by prompt, round after round, so load on the machine hits them alike, in an order rotated prompt by
+prompt so each path follows each as often; each round's tokens/s and their ratios give the medians and the spread
+(min-max). Every served text is compared with the engine's.
 
 Where a per-request stream's time goes: the client's timestamps (client and stream set-up, send -> first response,
 first -> final response, final response -> stream closed) beside the in-process engine's first token, and Triton's
@@ -103,32 +104,41 @@ def measure(spec: EnsembleSpec) -> EnsembleRun:
             kept.generate(prompts[0], spec.new_tokens)
             _per_request(server.grpc_url, prompts[0], spec.new_tokens)
             before_stats = _model_stats(server.http_url)
-            for _ in range(spec.rounds):
+            for round_index in range(spec.rounds):
                 totals = {name: [0, 0.0] for name in PATHS}
-                for prompt in prompts:
-                    cpu = time.process_time()
-                    tokens, first_s, local_s = local(prompt)
-                    _add(run.cpu, {LOCAL: time.process_time() - cpu})
-                    run.local_first_ms.append(first_s * 1e3)
-                    text = engine.decode(tokens)
-                    before, cpu = _tree_cpu(server.process.pid), time.process_time()
-                    deltas, phases = _per_request(server.grpc_url, prompt, spec.new_tokens)
-                    kept_deltas, kept_first, kept_s = kept.generate(prompt, spec.new_tokens)
-                    after = _tree_cpu(server.process.pid)
-                    _add(run.cpu, {"gRPC client": time.process_time() - cpu}
-                         | {name: after[name] - before.get(name, 0.0) for name in after})
-                    run.kept_first_ms.append(kept_first * 1e3)
-                    for name, ms in phases.items():
-                        run.phases_ms[name].append(ms)
-                    run.requests += 2
-                    run.responses += len(deltas) + len(kept_deltas)
-                    run.mismatches += [prompt for served in (deltas, kept_deltas) if "".join(served) != text]
-                    for name, seconds in ((LOCAL, local_s), (PER_REQUEST, sum(phases.values()) / 1e3),
-                                          (KEPT, kept_s)):
+                for index, prompt in enumerate(prompts):
+                    # the paths in turn, rotated prompt by prompt: each follows each as often
+                    shift = (round_index + index) % len(PATHS)
+                    texts, seconds = {}, {}
+                    for name in PATHS[shift:] + PATHS[:shift]:
+                        cpu = time.process_time()
+                        if name == LOCAL:
+                            tokens, first_s, seconds[name] = local(prompt)
+                            run.local_first_ms.append(first_s * 1e3)
+                            texts[name] = engine.decode(tokens)
+                            _add(run.cpu, {LOCAL: time.process_time() - cpu})
+                            continue
+                        before = _tree_cpu(server.process.pid)
+                        if name == PER_REQUEST:
+                            deltas, phases = _per_request(server.grpc_url, prompt, spec.new_tokens)
+                            seconds[name] = sum(phases.values()) / 1e3
+                            for phase, ms in phases.items():
+                                run.phases_ms[phase].append(ms)
+                        else:
+                            deltas, first_s, seconds[name] = kept.generate(prompt, spec.new_tokens)
+                            run.kept_first_ms.append(first_s * 1e3)
+                        after = _tree_cpu(server.process.pid)
+                        _add(run.cpu, {"gRPC client": time.process_time() - cpu}
+                             | {proc: after[proc] - before.get(proc, 0.0) for proc in after})
+                        texts[name] = "".join(deltas)
+                        run.requests += 1
+                        run.responses += len(deltas)
+                    run.mismatches += [prompt for name in (PER_REQUEST, KEPT) if texts[name] != texts[LOCAL]]
+                    for name in PATHS:
                         totals[name][0] += len(tokens)
-                        totals[name][1] += seconds
-                for name, (count, seconds) in totals.items():
-                    run.rounds[name].append((count, seconds))
+                        totals[name][1] += seconds[name]
+                for name, (count, seconds_sum) in totals.items():
+                    run.rounds[name].append((count, seconds_sum))
             after_stats = _model_stats(server.http_url)
     run.stats = {model: {key: (after_stats[model][key][0] - before_stats.get(model, {}).get(key, (0, 0))[0],
                                after_stats[model][key][1] - before_stats.get(model, {}).get(key, (0, 0))[1])
@@ -151,8 +161,9 @@ def section(spec: EnsembleSpec, run: EnsembleRun) -> Section:
                               in zip(run.rounds[PER_REQUEST], run.rounds[LOCAL], strict=True))
     phases = ", ".join(f"{name} {_median_spread(values)}" for name, values in run.phases_ms.items())
     notes = [f"{spec.model} + {spec.draft}, draft_target k={spec.k}, greedy, {spec.num_prompts} held-out prompts "
-             f"({MIXED}) x {spec.rounds} interleaved round(s) (each prompt through the engine, then through the "
-             f"ensemble on a stream of its own, then on the stream kept open), up to {spec.new_tokens} new tokens "
+             f"({MIXED}) x {spec.rounds} interleaved round(s) (each prompt through the engine, through the ensemble "
+             "on a stream of its own and on the stream kept open, in turn, the order rotated prompt by prompt so each "
+             f"path follows each as often), up to {spec.new_tokens} new tokens "
              "each (the end token ends a request on every path), batch 1, torch threads "
              f"{spec.threads}, one untimed warm-up request each; tokens/s and the ratio to the in-process engine per "
              "round, median and min-max.",
