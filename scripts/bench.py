@@ -34,6 +34,9 @@ Sections (run all, or pick with --section):
   llmapi-concurrency
            N concurrent requests (--llmapi-concurrency) through the torch-flavour llmapi model, unary vs decoupled,
            both servers running, rounds alternating: seconds, N / 1 and the ratio unary / decoupled
+  onnx     the drafters (draft model, EAGLE-3, Medusa heads) exported to ONNX and run in ONNX Runtime vs trtspec's
+           torch runner: parity (logits, argmax per position) and one decode step at batch 1, 4, 16 (--concurrency)
+           after 128 cached tokens, one thread each side, KV cache in and out timed, interleaved, medians and ratios
 
   headline issue 42's acceptance line in one command: the engine's plain decoding vs draft_target, EAGLE-3 (chain,
            dynamic tree), n-gram, suffix (cold cache), any registered hybrid, transformers' greedy / assisted / prompt
@@ -61,6 +64,7 @@ from benchlib import (
     benchmarks_eagle,
     benchmarks_ensemble,
     benchmarks_llmapi_concurrency,
+    benchmarks_onnx,
     benchmarks_schedule,
 )
 from benchlib.benchmarks import Comparison, Section
@@ -377,6 +381,13 @@ def bench_llmapi_concurrency(args: argparse.Namespace) -> Section:
     return benchmarks_llmapi_concurrency.section(spec, benchmarks_llmapi_concurrency.measure(spec))
 
 
+def bench_onnx(args: argparse.Namespace) -> Section:
+    spec = benchmarks_onnx.OnnxSpec(model=args.model, draft=args.draft, eagle=args.eagle, medusa=args.medusa,
+                                    batches=tuple(args.concurrency), past=args.onnx_past, calls=args.onnx_calls,
+                                    rounds=args.onnx_rounds)
+    return benchmarks_onnx.section(spec, benchmarks_onnx.measure(spec))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -400,7 +411,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
-    "ensemble": bench_ensemble, "llmapi-concurrency": bench_llmapi_concurrency,
+    "ensemble": bench_ensemble, "llmapi-concurrency": bench_llmapi_concurrency, "onnx": bench_onnx,
 }
 
 
@@ -535,6 +546,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--headline-draft-k", type=int, default=4, help="headline: k of the draft_target row")
     parser.add_argument("--headline-baseline", default=None, metavar="REV",
                         help="headline: also time the engine's plain decoding of this git revision (no slower check)")
+    parser.add_argument("--onnx-past", type=int, default=128, help="onnx: cached tokens before the timed step")
+    parser.add_argument("--onnx-calls", type=int, default=200, help="onnx: timed calls per runtime per round")
+    parser.add_argument("--onnx-rounds", type=int, default=5, help="onnx: rounds (median, spread)")
     parser.add_argument("--out", type=Path, default=DOCS, help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update the markdown file")
     args = parser.parse_args(argv)
