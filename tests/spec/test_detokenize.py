@@ -68,3 +68,33 @@ def test_per_token_log_probs_are_held_back_with_their_tokens():
     assert [d.log_probs for d in released] == [[], [], [-0.1, -0.2, -0.3, -0.4, -0.5]]
     assert released[1].cum_log_prob is None and released[2].cum_log_prob == pytest.approx(-1.5)
     assert released[2].cum_log_probs == pytest.approx([-0.1, -0.3, -0.6, -1.0, -1.5]) and released[2].text == "a€b"
+
+
+WORDS = ["\u2581the", "\u2581cat", "s", "\u2581.", "\u2581caf", "\u00e9", "!", "\u2581"]
+
+
+def decode_words(ids) -> str:
+    """A SentencePiece-like decoder that looks across tokens: the first token's leading space is dropped, and " ." is
+    cleaned up to "." (as clean_up_tokenization_spaces does)."""
+    text = "".join(WORDS[i] for i in ids).replace("\u2581", " ")
+    return text[1:].replace(" .", ".") if text.startswith(" ") else text.replace(" .", ".")
+
+
+@given(ids=st.lists(st.integers(0, len(WORDS) - 1), max_size=60), cuts=st.lists(st.integers(0, 60), max_size=30))
+def test_decoding_a_window_gives_the_whole_decode(ids, cuts):
+    """Each step decodes from an anchor, not the whole output; the deltas still concatenate to the whole decode with a
+    decoder that rewrites text across tokens."""
+    bounds = sorted({min(c, len(ids)) for c in cuts} | {len(ids)})
+    detok, start, texts = IncrementalDetokenizer(decode_words), 0, []
+    for i, end in enumerate(bounds):
+        texts.append(detok.push(ids[start:end], finished=i == len(bounds) - 1)[1])
+        start = end
+    assert "".join(texts) == decode_words(ids)
+
+
+def test_a_long_output_is_not_decoded_whole_at_every_step():
+    calls: list[int] = []
+    detok = IncrementalDetokenizer(lambda ids: calls.append(len(ids)) or decode(ids))
+    for _ in range(300):
+        detok.push([ord("a"), ord("b"), ord("c")])
+    assert max(calls) <= 3 + 2 * 5 + 3  # a window of a few steps, not the 900 tokens so far
