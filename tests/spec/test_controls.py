@@ -362,8 +362,11 @@ def test_sampling_with_controls_follows_the_processed_target(engine, sampled_joi
 @pytest.mark.slow
 def test_verifying_against_unprocessed_targets_is_detected(engine, sampled_joint, monkeypatch):
     """Mutation: the engine verifies against logits / temperature, ignoring the processors."""
-    monkeypatch.setattr(step_phases, "process_logits",
-                        lambda logits, controls, *a, **k: logits.float() / controls.temperature)
+    def unprocessed(logits, controls, contexts, num_rows, drafts):  # [rows, vocab] logits / each row's temperature
+        temperature = torch.tensor([c.temperature for c in controls]).repeat_interleave(torch.tensor(num_rows))
+        return logits.float() / temperature[:, None]
+
+    monkeypatch.setattr(step_phases, "process_batch", unprocessed)
     n = N_SAMPLED
     samplings = [dataclasses.replace(SAMPLED, seed=i) for i in range(n)]
     counts = Counter(tuple(o.token_ids[:3]) for o in engine.generate([PROMPTS[2]] * n, samplings,
@@ -412,7 +415,10 @@ def test_chain_rejection_sampling_with_context_dependent_target(mutate):
     distinct, which = draft_ids.unique(dim=0, return_inverse=True)  # [D, 2], [TRIALS]
     targets = torch.stack([torch.softmax(process_logits(raw, STRONG, CONTEXT, d, paths), -1) for d in distinct])
     target_probs = targets[which]  # [TRIALS, 3, V]
-    out, num_accepted = rejection_verify(target_probs, draft_probs.expand(TRIALS, 2, VOCAB), draft_ids, gen)
+    verdicts = rejection_verify(target_probs.reshape(-1, VOCAB), draft_probs.repeat(TRIALS, 1), draft_ids.reshape(-1),
+                                [2] * TRIALS, torch.rand(TRIALS * 3, generator=gen))  # TRIALS chains of k = 2, ragged
+    out = torch.tensor([v.token_ids + [-1] * (3 - len(v.token_ids)) for v in verdicts])  # [TRIALS, 3]
+    num_accepted = torch.tensor([v.num_accepted for v in verdicts])  # [TRIALS]
     root = _target(raw[0], [])
     counts = torch.bincount(out[:, 0], minlength=VOCAB).double()
     p_first = _chisquare(counts[root > 0].tolist(), root[root > 0].tolist())

@@ -246,16 +246,17 @@ def test_greedy_tree_drafts_off_the_first_branch_equal_transformers(random_pair,
     engine = SpecEngine.from_pretrained(random_pair[0], max_k=8, scheduler=SchedulerConfig(max_num_seqs=6))
     spy = SpySuffix(SuffixConfig(min_token_prob=0.0, max_spec_factor=2.0))
     engine.proposers["suffix"] = spy
-    verify = engine._verify
+    verify_batch = engine._verify_batch
     off_first = []
 
-    def watch(request, draft, scores):
-        verdict = verify(request, draft, scores)
-        if draft.parents is not None and verdict.accepted_offsets != list(range(len(verdict.accepted_offsets))):
-            off_first.append(verdict.accepted_offsets)
-        return verdict
+    def watch(batch, drafts, logits, num_pending):
+        verdicts, scores = verify_batch(batch, drafts, logits, num_pending)
+        for draft, verdict in zip(drafts, verdicts, strict=True):
+            if draft.parents is not None and verdict.accepted_offsets != list(range(len(verdict.accepted_offsets))):
+                off_first.append(verdict.accepted_offsets)
+        return verdicts, scores
 
-    monkeypatch.setattr(engine, "_verify", watch)
+    monkeypatch.setattr(engine, "_verify_batch", watch)
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=24), [SpecParams("suffix", k) for k in (8, 3) * 20])
     for prompt, out in zip(prompts, outs, strict=True):
         assert out.token_ids == hf_greedy(hf_target, prompt, 24), prompt

@@ -221,12 +221,7 @@ class SpecEngine(StepPhases):
 
         # 4. verify: the target distribution after the last committed token and after each draft token, each row
         #    through the request's logits processors with its own context; the verifier keeps a prefix / root path
-        verdicts, target_scores = [], []
-        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):
-            start = num_pending[i] - 1
-            target_logits = out.logits[i, start : start + draft.num_tokens + 1]  # [k + 1, vocab]
-            target_scores.append(self._target_scores(request, draft, target_logits))  # [k + 1, vocab]
-            verdicts.append(self._verify(request, draft, target_scores[-1]))
+        verdicts, target_scores = self._verify_batch(batch, drafts, out.logits, num_pending)  # one ragged batch
 
         context = [n > 1 or not r.output_ids for r, n in zip(batch, num_pending, strict=True)]  # prefill rows
         # 5. commit: append tokens (cut at a stop), their log-probs, roll target and draft KV back, retire finished

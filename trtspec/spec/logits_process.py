@@ -32,6 +32,7 @@ This module knows nothing about requests, proposers or KV caches.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,7 +87,7 @@ def tree_paths(parents: Sequence[int]) -> Tensor:
 
 def process_logits(logits: Tensor, controls: LogitsControls, context: Sequence[int],
                    draft_token_ids: Tensor | None = None, paths: Tensor | None = None) -> Tensor:
-    """Processed logits of target rows (phases 1-6 of the module docstring).
+    """Processed logits of one request's target rows: `process_batch` with a batch of one.
 
     Args:
         logits: [rows, vocab] raw logits; row r scores the token after `context` + the draft tokens `paths[r]` picks.
@@ -97,54 +98,116 @@ def process_logits(logits: Tensor, controls: LogitsControls, context: Sequence[i
     Returns:
         [rows, vocab] float32 processed logits.
     """
+    draft = None if draft_token_ids is None or paths is None else (draft_token_ids, paths)
+    return process_batch(logits, [controls], [context], [logits.shape[0]], [draft])
+
+
+def process_batch(logits: Tensor, controls: Sequence[LogitsControls], contexts: Sequence[Sequence[int]],
+                  num_rows: Sequence[int], drafts: Sequence[tuple[Tensor, Tensor] | None]) -> Tensor:
+    """Processed logits of a ragged batch of requests' target rows (phases 1-6 of the module docstring).
+
+    Temperature, the three penalties and min_tokens are applied to every row at once with per-row parameters (a
+    request's rows share its controls; a control that is off is an exact no-op: x * 1, x / 1, x - 0). Bad words match
+    token sequences against each row's context, per request that sets them.
+
+    Args:
+        logits: [sum(num_rows), vocab] raw logits, request after request; row r of request i scores the token after
+            contexts[i] + the draft tokens drafts[i][1][r] picks.
+        controls: [batch] each request's LogitsControls.
+        contexts: [batch] committed tokens (prompt + output so far); read only for requests with `active` controls.
+        num_rows: [batch] target rows per request (a chain of k: k + 1; a tree of N: N + 1).
+        drafts: [batch] (draft_token_ids [num_draft] int64, paths [rows, num_draft] bool: draft token j precedes row
+            r, `chain_paths` / `tree_paths`), or None: every row follows the context alone.
+    Returns:
+        [sum(num_rows), vocab] float32 processed logits.
+    """
     # 1. temperature
     scores = logits.float()  # [rows, vocab]
-    if controls.temperature > 0:
-        scores = scores / controls.temperature
-    if not controls.active:
+    device = scores.device
+    temperatures = [c.temperature if c.temperature > 0 else 1.0 for c in controls]
+    if any(t != 1.0 for t in temperatures):
+        per_row = torch.tensor(temperatures, device=device).repeat_interleave(
+            torch.tensor(list(num_rows), device=device))  # [rows]
+        scores = scores / per_row[:, None]
+    active = [i for i, c in enumerate(controls) if c.active]
+    if not active:
         return scores
+    starts = [0, *itertools.accumulate(num_rows)]
+    rows = torch.cat([torch.arange(starts[i], starts[i + 1], device=device) for i in active])  # [active rows]
+    processed = _process_active(scores[rows], [controls[i] for i in active], [contexts[i] for i in active],
+                                [num_rows[i] for i in active], [drafts[i] for i in active])  # [active rows, vocab]
+    return scores.index_copy(0, rows, processed)
+
+
+def _process_active(scores: Tensor, controls: list[LogitsControls], contexts: list[Sequence[int]],
+                    num_rows: list[int], drafts: list[tuple[Tensor, Tensor] | None]) -> Tensor:
+    """Phases 2-6 on the rows of requests whose controls read the context. scores: [rows, vocab] (temperature
+    applied), request after request; the other arguments as in `process_batch`, one entry per request here."""
     rows, vocab = scores.shape
     device = scores.device
-    if draft_token_ids is None or paths is None:
-        draft_token_ids = torch.zeros(0, dtype=torch.long, device=device)
-        paths = torch.zeros(rows, 0, dtype=torch.bool, device=device)
-    draft_token_ids, paths = draft_token_ids.to(device), paths.to(device)
+    counts_row = torch.tensor(num_rows, device=device)  # [batch]
+
+    def per_row(values: Sequence[float]) -> Tensor:  # [rows] a per-request value repeated over the request's rows
+        return torch.tensor(values, device=device).repeat_interleave(counts_row)
+
+    ids = [torch.zeros(0, dtype=torch.long, device=device) if d is None else d[0].to(device) for d in drafts]
+    paths = [torch.zeros(n, 0, dtype=torch.bool, device=device) if d is None else d[1].to(device)
+             for d, n in zip(drafts, num_rows, strict=True)]
+    starts = list(itertools.accumulate(num_rows, initial=0))
     # 2-4. penalties: occurrences in the committed context + the draft tokens on the row's path
-    if controls.penalised:
-        counts = _token_counts(rows, vocab, context, draft_token_ids, paths)  # [rows, vocab]
+    if any(c.penalised for c in controls):
+        counts = _token_counts(vocab, contexts, counts_row, ids, paths, starts)  # [rows, vocab]
         seen = counts > 0  # [rows, vocab]
-        if controls.repetition_penalty != 1.0:
-            penalty = controls.repetition_penalty
-            scores = torch.where(seen, torch.where(scores < 0, scores * penalty, scores / penalty), scores)
-        if controls.presence_penalty != 0.0:
-            scores = scores - controls.presence_penalty * seen.float()
-        if controls.frequency_penalty != 0.0:
-            scores = scores - controls.frequency_penalty * counts
+        if any(c.repetition_penalty != 1.0 for c in controls):
+            repetition = per_row([c.repetition_penalty for c in controls])[:, None]  # [rows, 1]
+            scores = torch.where(seen, torch.where(scores < 0, scores * repetition, scores / repetition), scores)
+        if any(c.presence_penalty != 0.0 for c in controls):
+            scores = scores - per_row([c.presence_penalty for c in controls])[:, None] * seen.float()
+        if any(c.frequency_penalty != 0.0 for c in controls):
+            scores = scores - per_row([c.frequency_penalty for c in controls])[:, None] * counts
     # 5. min tokens: the end ids cannot end an output shorter than min_tokens (no row can once the committed output
     #    alone is long enough: the draft tokens on a path only lengthen it)
-    if controls.min_tokens > 0 and controls.end_ids and len(context) - controls.num_prompt_tokens < controls.min_tokens:
-        num_output = len(context) - controls.num_prompt_tokens + paths.sum(-1)  # [rows]
-        end_mask = _vocab_mask(controls.end_ids, vocab, device)  # [vocab]
-        scores = scores.masked_fill((num_output < controls.min_tokens)[:, None] & end_mask, float("-inf"))
-    # 6. bad words
-    if controls.bad_words:
-        scores = _ban_bad_words(scores, controls.bad_words, context, draft_token_ids, paths)
+    short = [c.min_tokens > 0 and bool(c.end_ids) and len(ctx) - c.num_prompt_tokens < c.min_tokens
+             for c, ctx in zip(controls, contexts, strict=True)]
+    if any(short):
+        committed = per_row([len(ctx) - c.num_prompt_tokens for c, ctx in zip(controls, contexts, strict=True)])
+        num_output = committed + torch.cat([p.sum(-1) for p in paths])  # [rows]
+        limit = per_row([c.min_tokens for c in controls])  # [rows]
+        banning = (num_output < limit) & per_row(short).bool()  # [rows]
+        end_mask = torch.stack([_vocab_mask(c.end_ids, vocab, device) for c in controls])  # [batch, vocab]
+        end_mask = end_mask.repeat_interleave(counts_row, dim=0)  # [rows, vocab]
+        scores = scores.masked_fill(banning[:, None] & end_mask, float("-inf"))
+    # 6. bad words: sequence matching against each row's context, per request that sets them
+    for i, c in enumerate(controls):
+        if c.bad_words:
+            lo, hi = starts[i], starts[i + 1]
+            scores = torch.cat([scores[:lo], _ban_bad_words(scores[lo:hi], c.bad_words, contexts[i], ids[i], paths[i]),
+                                scores[hi:]])
     return scores
 
 
-def _token_counts(rows: int, vocab: int, context: Sequence[int], draft_token_ids: Tensor, paths: Tensor) -> Tensor:
-    """[rows, vocab] float32: occurrences of each token in `context` + the draft tokens on row r's path.
+def _token_counts(vocab: int, contexts: list[Sequence[int]], num_rows: Tensor, draft_token_ids: list[Tensor],
+                  paths: list[Tensor], starts: list[int]) -> Tensor:
+    """[rows, vocab] float32: occurrences of each token in a request's context + the draft tokens on row r's path.
 
     Args:
-        draft_token_ids: [num_draft]; paths: [rows, num_draft].
+        num_rows: [batch] rows per request; draft_token_ids: [batch] x [num_draft]; paths: [batch] x [rows, num_draft];
+        starts: [batch + 1] first row of each request.
     """
-    device = paths.device
-    committed = torch.tensor(context, dtype=torch.long, device=device)  # [context]
-    counts = torch.bincount(committed, minlength=vocab)[:vocab].float()  # [vocab]
-    if draft_token_ids.numel() == 0:
-        return counts.expand(rows, vocab)
+    device = num_rows.device
+    batch = len(contexts)
+    committed = torch.tensor([t for ctx in contexts for t in ctx], dtype=torch.long, device=device)  # [total context]
+    owner = torch.arange(batch, device=device).repeat_interleave(
+        torch.tensor([len(ctx) for ctx in contexts], device=device))  # [total context]
+    per_request = torch.bincount(owner * vocab + committed, minlength=batch * vocab)[: batch * vocab]
+    counts = per_request.view(batch, vocab).float().repeat_interleave(num_rows, dim=0)  # [rows, vocab]
     # row r adds 1 at draft_token_ids[j] for every j on its path (exact small integers in float32)
-    return counts.repeat(rows, 1).scatter_add_(1, draft_token_ids.expand(rows, -1), paths.float())
+    on_path = [(p.nonzero(), ids, start) for p, ids, start in zip(paths, draft_token_ids, starts[:-1], strict=True)]
+    row_index = torch.cat([start + nz[:, 0] for nz, _, start in on_path])  # [pairs]
+    token_index = torch.cat([ids[nz[:, 1]] for nz, ids, _ in on_path])  # [pairs]
+    if row_index.numel():
+        counts.index_put_((row_index, token_index), torch.ones_like(row_index, dtype=counts.dtype), accumulate=True)
+    return counts
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,15 +14,14 @@ import torch
 from torch import Tensor
 
 from trtspec.spec.auxiliary import apply_aux_layout
-from trtspec.spec.logits_process import chain_paths, emitted_log_probs, ends_with, process_logits, tree_paths
+from trtspec.spec.logits_process import chain_paths, emitted_log_probs, ends_with, process_batch, tree_paths
 from trtspec.spec.model import KVCache
 from trtspec.spec.proposers import Draft, ProposeInput, Proposer
 from trtspec.spec.proposers.external import ExternalProposer
 from trtspec.spec.request_state import EngineRequest, RequestDelta
-from trtspec.spec.sampling import scores_to_probs
 from trtspec.spec.scheduler import Scheduler
 from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
-from trtspec.spec.verify import Verdict, verify_chain
+from trtspec.spec.verify import Verdict, verify_chains
 
 
 class StepPhases:
@@ -91,31 +90,53 @@ class StepPhases:
         return (input_ids.to(to), num_tokens.to(to), None if positions is None else positions.to(to),
                 None if tree_mask is None else tree_mask.to(to), num_pending)
 
-    def _target_scores(self, request: EngineRequest, draft: Draft, target_logits: Tensor) -> Tensor:
-        """Processed target logits of every row (logits_process.py): row r's context is the committed tokens plus
-        the draft tokens before it (a chain's prefix, a tree node's root path). Without context-dependent controls
-        this is target_logits / temperature.
+    def _verify_batch(self, batch: list[EngineRequest], drafts: list[Draft], logits: Tensor,
+                      num_pending: list[int]) -> tuple[list[Verdict | TreeVerdict], list[Tensor]]:
+        """Every request's verdict from one target forward, and the processed target logits it was made on.
+
+        The target rows of all requests are gathered into one ragged batch (request after request: k_i + 1 rows
+        for a chain, N + 1 for a tree) and processed at once (logits_process.process_batch: each row with its own
+        context, the committed tokens plus the draft tokens on its path). Chains are verified together in one pass
+        (verify.verify_chains, each request's randomness from its own generator). A tree is verified on its own
+        (tree.verify_tree: its walk is vectorised over its nodes; trees differ in shape per request and step).
 
         Args:
-            target_logits: [k + 1, vocab] (a tree: [root + nodes, vocab] under the tree mask).
+            logits: [batch, T, vocab] the forward's logits; request i's rows start at its last pending token.
         Returns:
-            [k + 1, vocab] float32.
+            verdicts [batch], target_scores [batch] x [k_i + 1, vocab] float32 (views into one tensor).
         """
-        if not request.controls.active:
-            return process_logits(target_logits, request.controls, ())
-        paths = chain_paths(draft.num_tokens) if draft.parents is None else tree_paths(draft.parents)
-        return process_logits(target_logits, request.controls, request.token_ids, draft.token_ids, paths)
-
-    def _verify(self, request: EngineRequest, draft: Draft, target_scores: Tensor) -> Verdict | TreeVerdict:
-        """target_scores: [k + 1, vocab] processed target logits (a tree: [root + nodes, vocab])."""
-        s = request.sampling
-        if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
-            tree = tree_for_parents(tuple(draft.parents))
-            return verify_tree(tree, draft.token_ids, draft.draft_probs, target_scores, s, request.generator,
-                               acceptance=request.spec.acceptance)
-        target_probs = scores_to_probs(target_scores, greedy=s.greedy, top_k=s.top_k, top_p=s.top_p)  # [k + 1, V]
-        return verify_chain(target_probs, draft.token_ids, draft.draft_probs, greedy=s.greedy,
-                            generator=request.generator)
+        width, vocab = logits.shape[1], logits.shape[2]
+        num_rows = [d.num_tokens + 1 for d in drafts]
+        if len(batch) == 1:  # one request: its rows are a slice of the forward's
+            target_logits = logits[0, num_pending[0] - 1 : num_pending[0] - 1 + num_rows[0]]  # [k + 1, vocab]
+        else:
+            index = torch.tensor([i * width + n - 1 + r for i, (n, rows) in enumerate(zip(num_pending, num_rows,
+                                                                                          strict=True))
+                                  for r in range(rows)], device=logits.device)  # [total_draft + batch] forward rows
+            target_logits = logits.reshape(-1, vocab).index_select(0, index)  # [total_draft + batch, vocab]
+        controls = [r.controls for r in batch]
+        paths = [None if not c.active else (d.token_ids, chain_paths(d.num_tokens) if d.parents is None
+                                            else tree_paths(d.parents)) for c, d in zip(controls, drafts, strict=True)]
+        scores = process_batch(target_logits, controls, [r.token_ids for r in batch], num_rows, paths)  # [rows, V]
+        target_scores = list(scores.split(num_rows))  # [batch] x [k_i + 1, vocab]
+        verdicts: list[Verdict | TreeVerdict | None] = [None] * len(batch)
+        chains = [i for i, d in enumerate(drafts) if d.parents is None]
+        if chains:
+            chain_scores = scores if len(chains) == len(batch) else torch.cat([target_scores[i] for i in chains])
+            samplings = [batch[i].sampling for i in chains]
+            chain_verdicts = verify_chains(chain_scores, [drafts[i].token_ids for i in chains],
+                                           [drafts[i].draft_probs for i in chains],
+                                           greedy=[s.greedy for s in samplings], top_k=[s.top_k for s in samplings],
+                                           top_p=[s.top_p for s in samplings],
+                                           generators=[batch[i].generator for i in chains])
+            for i, verdict in zip(chains, chain_verdicts, strict=True):
+                verdicts[i] = verdict
+        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):
+            if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
+                verdicts[i] = verify_tree(tree_for_parents(tuple(draft.parents)), draft.token_ids, draft.draft_probs,
+                                          target_scores[i], request.sampling, request.generator,
+                                          acceptance=request.spec.acceptance)
+        return verdicts, target_scores  # type: ignore[return-value]
 
     def _commit(self, request: EngineRequest, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,
                 target_scores: Tensor, aux: Tensor | None = None) -> RequestDelta:
