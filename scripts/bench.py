@@ -37,6 +37,9 @@ Sections (run all, or pick with --section):
   onnx     the drafters (draft model, EAGLE-3, Medusa heads) exported to ONNX and run in ONNX Runtime vs trtspec's
            torch runner: parity (logits, argmax per position) and one decode step at batch 1, 4, 16 (--concurrency)
            after 128 cached tokens, one thread each side, KV cache in and out timed, interleaved, medians and ratios
+  verify   the host cost of an engine step's logits processing + verification: the batched verifier over the
+           step's ragged batch vs the same verifier once per request, on captured draft_target steps at batch
+           1, 4, 16 (--concurrency), greedy and temperature 1, CPU time, interleaved, paired ratios
 
   headline issue 42's acceptance line in one command: the engine's plain decoding vs draft_target, EAGLE-3 (chain,
            dynamic tree), n-gram, suffix (cold cache), any registered hybrid, transformers' greedy / assisted / prompt
@@ -388,6 +391,14 @@ def bench_onnx(args: argparse.Namespace) -> Section:
     return benchmarks_onnx.section(spec, benchmarks_onnx.measure(spec))
 
 
+def bench_verify(args: argparse.Namespace) -> Section:
+    from benchlib import benchmarks_verify
+
+    bench = benchmarks_verify.VerifyBench(model=args.model, draft=args.draft, batches=tuple(args.concurrency),
+                                          rounds=args.verify_rounds, threads=args.threads)
+    return benchmarks_verify.section(bench, benchmarks_verify.measure(bench))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -409,7 +420,7 @@ def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "headline": bench_headline,
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
-    "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls,
+    "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls, "verify": bench_verify,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,
     "ensemble": bench_ensemble, "llmapi-concurrency": bench_llmapi_concurrency, "onnx": bench_onnx,
 }
@@ -510,6 +521,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eagle", default="tiny-eagle", help="eagle: EAGLE-3 drafter")
     parser.add_argument("--eagle-trees", nargs="+", default=["chain", "dynamic"], help="eagle: EAGLE trees")
     parser.add_argument("--eagle-ks", type=int, nargs="+", default=[4, 8], help="eagle, eagle-cost: node budgets k")
+    parser.add_argument("--verify-rounds", type=int, default=30,
+                        help="verify: passes over the captured steps, both ways each (medians)")
     parser.add_argument("--eagle-cost-rounds", type=int, default=3,
                         help="eagle-cost: interleaved rounds (median)")
     # 16 cases x 2 x 128 tokens a round, 12 shuffled rounds (~13 minutes on the shared 2-core machine): each round
