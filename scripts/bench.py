@@ -399,6 +399,16 @@ def bench_verify(args: argparse.Namespace) -> Section:
     return benchmarks_verify.section(bench, benchmarks_verify.measure(bench))
 
 
+def bench_hybrid(args: argparse.Namespace) -> Section:
+    from benchlib import benchmarks_hybrid
+
+    spec = benchmarks_hybrid.HybridSpec(
+        model=args.model, draft=args.draft, eagle=args.eagle, num_prompts=args.prompts,
+        prompt_tokens=args.prompt_tokens, new_tokens=args.headline_new_tokens, rounds=args.headline_rounds,
+        suffix_k=args.suffix_k, drafter_k=args.headline_draft_k, threads=args.threads)
+    return benchmarks_hybrid.section(spec, benchmarks_hybrid.measure(spec))
+
+
 def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
     """The events of one streamed llmapi request (temperature 0, perf outputs on, the prompt left out)."""
     import json
@@ -418,7 +428,7 @@ def _generate_stream(http_url: str, prompt: str, max_tokens: int) -> list[dict]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
-    "headline": bench_headline,
+    "headline": bench_headline, "hybrid": bench_hybrid,
     "engine": bench_engine, "sweep": bench_sweep, "batching": bench_batching, "lookahead": bench_lookahead,
     "dynamo": bench_dynamo, "schedule": bench_schedule, "controls": bench_controls, "verify": bench_verify,
     "suffix": bench_suffix, "eagle": bench_eagle, "eagle-cost": bench_eagle_cost, "llmapi": bench_llmapi,

@@ -32,9 +32,10 @@ def _home_of(name: str) -> str:
 
 @pytest.mark.parametrize("method", WITH_SECTION, ids=lambda m: m.name)
 def test_each_section_is_its_homes_class(method):
-    """The class is defined in the method's home module, and BuildSpec's field of that section holds it."""
+    """The class is defined in the home module of a method of that section (a hybrid borrows its drafter's: eagle for
+    suffix_eagle3), and BuildSpec's field of that section holds it."""
     assert method.options is not None, f"{method.name} has section {method.section} but declares no options class"
-    assert method.options.__module__ == _home_of(method.name)
+    assert method.options.__module__ in {_home_of(m.name) for m in METHODS.values() if m.section == method.section}
     annotation = typing.get_type_hints(BuildSpec)[method.section]
     assert set(typing.get_args(annotation)) == {method.options, type(None)}
 

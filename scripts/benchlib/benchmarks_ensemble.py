@@ -60,6 +60,7 @@ class EnsembleRun:
     rounds: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: {name: [] for name in PATHS})
     local_first_ms: list[float] = field(default_factory=list)
     kept_first_ms: list[float] = field(default_factory=list)
+    kept_rest_ms: list[float] = field(default_factory=list)  # first -> final response on the kept stream
     phases_ms: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in PHASES})
     cpu: dict[str, float] = field(default_factory=dict)
     requests: int = 0
@@ -127,6 +128,7 @@ def measure(spec: EnsembleSpec) -> EnsembleRun:
                         else:
                             deltas, first_s, seconds[name] = kept.generate(prompt, spec.new_tokens)
                             run.kept_first_ms.append(first_s * 1e3)
+                            run.kept_rest_ms.append((seconds[name] - first_s) * 1e3)
                         after = _tree_cpu(server.process.pid)
                         _add(run.cpu, {"gRPC client": time.process_time() - cpu}
                              | {proc: after[proc] - before.get(proc, 0.0) for proc in after})
@@ -159,6 +161,8 @@ def section(spec: EnsembleSpec, run: EnsembleRun) -> Section:
     timed = run.requests // 2  # requests per served path
     extra = statistics.median(1e3 * (served - local) / spec.num_prompts for (_, served), (_, local)
                               in zip(run.rounds[PER_REQUEST], run.rounds[LOCAL], strict=True))
+    own = [1e3 * (served - kept) / spec.num_prompts for (_, served), (_, kept)
+           in zip(run.rounds[PER_REQUEST], run.rounds[KEPT], strict=True)]
     phases = ", ".join(f"{name} {_median_spread(values)}" for name, values in run.phases_ms.items())
     notes = [f"{spec.model} + {spec.draft}, draft_target k={spec.k}, greedy, {spec.num_prompts} held-out prompts "
              f"({MIXED}) x {spec.rounds} interleaved round(s) (each prompt through the engine, through the ensemble "
@@ -174,9 +178,11 @@ def section(spec: EnsembleSpec, run: EnsembleRun) -> Section:
              "kept open: timed from the send to the final response; in-process: SpecEngine.stream over the same "
              "token ids.",
              f"Per request, one stream each (ms, median and min-max over {timed} requests): {phases}; send -> first "
-             f"response on the kept stream {_median_spread(run.kept_first_ms)}, the in-process engine's first token "
+             f"response on the kept stream {_median_spread(run.kept_first_ms)}, first -> final response on it "
+             f"{_median_spread(run.kept_rest_ms)}, the in-process engine's first token "
              f"{_median_spread(run.local_first_ms)}; a request through its own stream takes {extra:+.0f} ms more "
-             "than in-process (median over rounds of the mean per request).",
+             f"than in-process and {_median_spread(own)} ms more than on the kept stream (per round, the mean per "
+             "request; median and min-max over rounds).",
              "Triton's per-model statistics over the timed requests of both served paths (/v2/models/stats, ms per "
              "request): " + _stats_note(run.stats, run.requests) + ".",
              "CPU seconds over the run: " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in run.cpu.items())

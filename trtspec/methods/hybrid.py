@@ -19,6 +19,7 @@ the build plan, the engine and the sweep; a drafter chosen by an option would ma
 from __future__ import annotations
 
 from trtspec.methods.base import MethodInfo
+from trtspec.methods.eagle import EagleSpec
 
 SA_ON_DRAFTERS = "TensorRT-LLM's SA enhancer (sa_config, 1.3 line) rides on the EAGLE-3, MTP and PARD decoding configs"
 
@@ -62,6 +63,9 @@ SUFFIX_EAGLE3 = MethodInfo(
     needs_eagle_drafter=True,
     tree=True,
     cross_request_cache=True,
+    section="eagle",  # the drafter and its tree, as for eagle3 (eagle.model, eagle.topk / depth / choices)
+    section_model="model",
+    options=EagleSpec,
     engine_architectures=("LlamaForCausalLM",),
     trtllm_unsupported="trtspec does not render TensorRT-LLM's SA enhancer (sa_config on Eagle3DecodingConfig, 1.3 "
                        "line) yet; use method eagle3 or suffix, or backend: torch",

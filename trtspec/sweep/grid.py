@@ -342,6 +342,16 @@ class SweepSpec(BaseModel):
                 "prompt_tokens": self.prompt_tokens}
 
     def _variants(self, method: str) -> list[dict[str, str | int | None]]:
+        """The method's variants; a method with a cross-request cache (suffix, the hybrids) has each of its others
+        at each cache state."""
+        info = resolve(method)
+        variants = self._model_variants(method)
+        if info.cross_request_cache and self.via == "engine":  # a served model's cache is the server's, as it stands
+            return [{**variant, "suffix_cache": state} for variant in variants
+                    for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
+        return variants
+
+    def _model_variants(self, method: str) -> list[dict[str, str | int | None]]:
         info = resolve(method)
         if info.needs_draft_model:
             return [{"draft": d} for d in self.drafts]
@@ -353,8 +363,6 @@ class SweepSpec(BaseModel):
             return [{"lookahead": w} for w in self.lookahead] or [{}]
         if self.max_ngram is not None and PARTS.get(info.engine_part or "") is Ngram:  # n-gram matching's knobs
             return [{"max_ngram": self.max_ngram}]
-        if info.cross_request_cache and self.via == "engine":  # a served model's cache is the server's, as it stands
-            return [{"suffix_cache": state} for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
         return [{}]
 
     def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
