@@ -22,6 +22,10 @@ from trtspec.methods.base import MethodInfo
 from trtspec.methods.eagle import EagleSpec
 
 SA_ON_DRAFTERS = "TensorRT-LLM's SA enhancer (sa_config, 1.3 line) rides on the EAGLE-3, MTP and PARD decoding configs"
+# why suffix_eagle3 has no TensorRT-LLM form yet, though 1.3.0rc29's Eagle3DecodingConfig has sa_config
+SA_GAP = ("TensorRT-LLM's SA enhancer (sa_config on Eagle3DecodingConfig, 1.3 line) chooses by match length alone "
+          "(threshold) from suffix automata of the running requests, while this hybrid chooses by the suffix tree's "
+          "score over finished outputs too, and trtspec does not render sa_config yet")
 
 SUFFIX_DRAFT = MethodInfo(
     name="suffix_draft",
@@ -40,10 +44,10 @@ SUFFIX_DRAFT = MethodInfo(
     needs_draft_model=True,
     tree=True,
     cross_request_cache=True,
-    trtllm_unsupported=f"{SA_ON_DRAFTERS}, not on DraftTarget; use method suffix_eagle3 (SA on EAGLE-3, "
-                       "TensorRT-LLM 1.3.0rc29) or draft_target, or backend: torch",
+    trtllm_unsupported=f"{SA_ON_DRAFTERS}, not on DraftTarget; use method draft_target or suffix, or backend: torch",
     llmapi_unsupported=f"{SA_ON_DRAFTERS}, not on DraftTarget",
-    llmapi_nearest=("suffix_eagle3", "suffix_eagle3 (SA on EAGLE-3) or draft_target"),
+    llmapi_nearest=("draft_target", "draft_target (the draft model alone), or suffix (SA alone)"),
+    llmapi_hint="use backend: torch (the reference engine runs the hybrid)",
 )
 
 SUFFIX_EAGLE3 = MethodInfo(
@@ -67,10 +71,10 @@ SUFFIX_EAGLE3 = MethodInfo(
     section_model="model",
     options=EagleSpec,
     engine_architectures=("LlamaForCausalLM",),
-    trtllm_unsupported="trtspec does not render TensorRT-LLM's SA enhancer (sa_config on Eagle3DecodingConfig, 1.3 "
-                       "line) yet; use method eagle3 or suffix, or backend: torch",
-    llmapi_unsupported="trtspec does not render TensorRT-LLM's SA enhancer (sa_config on Eagle3DecodingConfig) yet",
+    trtllm_unsupported=f"{SA_GAP}; use method eagle3 or suffix, or backend: torch",
+    llmapi_unsupported=SA_GAP,
     llmapi_nearest=("eagle3", "eagle with eagle.eagle3: true (EAGLE-3 alone), or suffix (SA alone)"),
+    llmapi_hint="use backend: torch (the reference engine runs the hybrid)",
 )
 
 DECLARES = (SUFFIX_DRAFT, SUFFIX_EAGLE3)
