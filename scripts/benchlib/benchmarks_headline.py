@@ -10,7 +10,7 @@ plain_worker.py), so "the engine's plain decoding is no slower than before" is m
 
 Timing: per prompt, every configuration in turn (a burst of load from other processes hits all rows alike), the
 prompts in `rounds` rounds; a row's ratio is the median over rounds of (its tokens/s / engine plain's tokens/s in the
-same round), on wall time and on process CPU time (other processes' time slices are not in the CPU clock); spread =
+same round), on wall time and on the timing thread's CPU time (other processes' time slices are not in the CPU clock); spread =
 the lowest and highest round. Greedy, EOS ignored: every row generates the same number of tokens, and each row's
 outputs are checked equal to the engine's plain output. No torch at import; `measure` loads it.
 """
@@ -33,6 +33,8 @@ from benchlib.benchmarks import MIXED, Section, _machine
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = "engine: plain (k=0)"
+BEFORE, NOW = "worker, baseline revision:", "worker, this tree:"  # the engine in a subprocess (plain_worker.py)
+BEFORE_PLAIN, NOW_PLAIN = f"{BEFORE} plain (k=0)", f"{NOW} plain (k=0)"
 # issue 42, acceptance line 1: ratios to the engine's plain decoding
 GOALS = {"best method (hybrids included)": 3.0, "draft_target k=4": 1.8, "EAGLE-3 (best tree and k)": 1.5}
 NO_SLOWER = 0.97  # plain now / plain before at least this (the machine's round-to-round noise is a few percent)
@@ -63,7 +65,7 @@ class Row:
     """One configuration's results, per round: total tokens, wall and CPU seconds, outputs in prompt order."""
 
     name: str
-    group: str  # "engine", "before", "transformers"
+    group: str  # "engine", "worker", "transformers"
     tokens: list[int] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
@@ -111,19 +113,23 @@ def measure(spec: HeadlineSpec) -> tuple[list[Row], dict[str, Any]]:
         runners, resets, engine = _engine_runners(spec)
         prompts = [last_tokens(engine.encode(text), spec.prompt_tokens)
                    for text in load_suite(MIXED, spec.num_prompts).prompts]
-        if spec.baseline_rev:
-            worker = stack.enter_context(_baseline_worker(spec))
-            facts["baseline_package"] = worker.package
-            runners = {PLAIN: runners.pop(PLAIN), f"engine before: plain decoding at {spec.baseline_rev}": worker.run,
+        if spec.baseline_rev:  # both revisions in a worker process each: the same conditions for the two
+            before = stack.enter_context(_worker(spec, spec.baseline_rev))
+            now = stack.enter_context(_worker(spec, None))
+            facts["baseline_package"] = before.package
+            draft_target = f"engine: draft_target k={spec.draft_k}"
+            runners = {PLAIN: runners.pop(PLAIN), BEFORE_PLAIN: before.runner("none", 0), NOW_PLAIN: now.runner("none", 0),
+                       draft_target: runners.pop(draft_target),
+                       f"{BEFORE} draft_target k={spec.draft_k}": before.runner("draft_target", spec.draft_k),
+                       f"{NOW} draft_target k={spec.draft_k}": now.runner("draft_target", spec.draft_k),
                        **runners}
         runners.update(_transformers_runners(spec))
-        rows = {name: Row(name, "before" if "before" in name else "transformers" if name.startswith("transformers")
-                          else "engine") for name in runners}
+        rows = {name: Row(name, "worker" if name.startswith("worker") else "transformers"
+                          if name.startswith("transformers") else "engine") for name in runners}
         for run in runners.values():  # warm-up, untimed
             run(prompts[0][:16] if len(prompts[0]) > 16 else prompts[0])
-        from rich.progress import track
-
-        for _ in track(range(spec.rounds), description="headline rounds"):
+        for round_number in range(spec.rounds):  # no live progress bar: its thread would share the timed core
+            print(f"headline: round {round_number + 1} of {spec.rounds}", file=sys.stderr, flush=True)
             for reset in resets:  # suffix caches cold at the start of every round
                 reset()
             for row in rows.values():
@@ -156,9 +162,9 @@ def _engine_runners(spec: HeadlineSpec) -> tuple[dict[str, Runner], list[Callabl
         params = SpecParams(method=method, k=k)
 
         def run(prompt: list[int]) -> tuple[list[int], float, float, int, int]:
-            start, cpu = time.perf_counter(), time.process_time()
+            start, cpu = time.perf_counter(), time.thread_time()
             out = eng.generate([prompt], sampling, params)[0]
-            wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            wall_s, cpu_s = time.perf_counter() - start, time.thread_time() - cpu
             return out.token_ids, wall_s, cpu_s, out.stats.num_drafts, out.stats.num_accepted_tokens
 
         return run
@@ -194,11 +200,11 @@ def _transformers_runners(spec: HeadlineSpec) -> dict[str, Runner]:
     def runner(**kwargs: Any) -> Runner:
         def run(prompt: list[int]) -> tuple[list[int], float, float, int, int]:
             ids = torch.tensor([prompt])  # [1, prompt]
-            start, cpu = time.perf_counter(), time.process_time()
+            start, cpu = time.perf_counter(), time.thread_time()
             with torch.inference_mode():
                 out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                       max_new_tokens=spec.new_tokens, **kwargs)  # [1, prompt + new]
-            wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            wall_s, cpu_s = time.perf_counter() - start, time.thread_time() - cpu
             return out[0, len(prompt):].tolist(), wall_s, cpu_s, 0, 0
 
         return run
@@ -212,34 +218,39 @@ def _transformers_runners(spec: HeadlineSpec) -> dict[str, Runner]:
 @dataclass
 class _Worker:
     package: str
-    run: Runner
+    runner: Callable[[str, int], Runner]  # (method, k) -> the baseline engine's runner
 
 
 @contextmanager
-def _baseline_worker(spec: HeadlineSpec) -> Iterator[_Worker]:
-    """plain_worker.py over `git archive <baseline_rev> trtspec` unpacked into a temporary directory."""
+def _worker(spec: HeadlineSpec, rev: str | None) -> Iterator[_Worker]:
+    """plain_worker.py over `git archive <rev> trtspec` unpacked into a temporary directory (rev None: this tree)."""
     with tempfile.TemporaryDirectory(prefix="trtspec-baseline-") as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", spec.baseline_rev, "trtspec"],
-                                 check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        env = {**__import__("os").environ, "PYTHONPATH": tmp, "OMP_NUM_THREADS": str(spec.threads)}
+        if rev is not None:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "trtspec"],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        path = tmp if rev is not None else str(ROOT)
+        env = {**__import__("os").environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(spec.threads)}
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("plain_worker.py")), spec.model,
-                                 str(spec.threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                 spec.draft, str(spec.threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                 cwd=tmp)
         try:
             assert proc.stdout is not None and proc.stdin is not None
             package = json.loads(proc.stdout.readline())["trtspec"]
-            if not package.startswith(tmp):
-                raise RuntimeError(f"the baseline worker imported {package}, not the unpacked {spec.baseline_rev}")
+            if not package.startswith(path):
+                raise RuntimeError(f"the worker imported {package}, not the package under {path}")
 
-            def run(prompt: list[int]) -> tuple[list[int], float, float, int, int]:
-                proc.stdin.write(json.dumps({"prompt": prompt, "new_tokens": spec.new_tokens}) + "\n")
-                proc.stdin.flush()
-                reply = json.loads(proc.stdout.readline())
-                return reply["tokens"], reply["wall_s"], reply["cpu_s"], 0, 0
+            def runner(method: str, k: int) -> Runner:
+                def run(prompt: list[int]) -> tuple[list[int], float, float, int, int]:
+                    request = {"prompt": prompt, "new_tokens": spec.new_tokens, "method": method, "k": k}
+                    proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+                    proc.stdin.flush()  # type: ignore[union-attr]
+                    reply = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+                    return reply["tokens"], reply["wall_s"], reply["cpu_s"], reply["drafts"], reply["accepted"]
 
-            yield _Worker(package=f"{spec.baseline_rev} (git archive, {package.removeprefix(tmp).lstrip('/')})",
-                          run=run)
+                return run
+
+            yield _Worker(package=f"{rev or 'this tree'} ({package})", runner=runner)
         finally:
             if proc.stdin is not None:
                 proc.stdin.close()
@@ -288,11 +299,13 @@ def section(spec: HeadlineSpec, rows: list[Row], facts: dict[str, Any]) -> Secti
         wall, cpu = speed[name]
         goals.append(f"{goal} >= {GOALS[goal]:.1f}x: {name} at {cpu:.2f}x CPU time / {wall:.2f}x wall: "
                      f"**{_verdict(wall, cpu, GOALS[goal])}**")
-    before = next((r for r in rows if r.group == "before"), None)
-    if before is not None:
-        wall, cpu = (statistics.median(1 / x for x in ratios(before, plain, clock)) for clock in ("wall", "cpu"))
-        goals.append(f"engine plain decoding no slower than before (now / {spec.baseline_rev} >= {NO_SLOWER}, paired "
-                     f"per round): {cpu:.2f}x CPU time / {wall:.2f}x wall: **{_verdict(wall, cpu, NO_SLOWER)}**")
+    before = next((r for r in rows if r.name == BEFORE_PLAIN), None)
+    now = next((r for r in rows if r.name == NOW_PLAIN), None)
+    if before is not None and now is not None:
+        wall, cpu = (statistics.median(ratios(now, before, clock)) for clock in ("wall", "cpu"))
+        goals.append(f"engine plain decoding no slower than before (this tree / {spec.baseline_rev}, both in a worker "
+                     f"process, >= {NO_SLOWER}, paired per round): {cpu:.2f}x CPU time / {wall:.2f}x wall: "
+                     f"**{_verdict(wall, cpu, NO_SLOWER)}**")
     tf_names = [r.name for r in rows if r.group == "transformers"]
     beside = "; ".join(f"{n.split(' (')[0]} {speed[n][1]:.2f}x" for n in tf_names)
     load = facts["load"]
@@ -303,7 +316,7 @@ def section(spec: HeadlineSpec, rows: list[Row], facts: dict[str, Any]) -> Secti
         f"{spec.new_tokens} new tokens each, greedy, EOS ignored, batch 1, {spec.rounds} round(s). Per prompt every "
         "configuration in turn (interleaved, so load drift hits all rows alike); tokens/s per round = the round's "
         "tokens / its seconds; a ratio is the median over rounds of the row's tokens/s / engine plain's in the same "
-        "round (wall time, and process CPU time, which other processes' time slices do not inflate); spread = the "
+        "round (wall time, and the timing thread's CPU time, which other processes' time slices do not inflate); spread = the "
         "lowest and highest round's CPU-time ratio.",
         f"Suffix decoding (and the hybrids' suffix trees): the cache is emptied at the start of every round, so each "
         f"round starts cold and learns only from that round's earlier requests (vLLM's defaults otherwise); k caps "
@@ -312,9 +325,12 @@ def section(spec: HeadlineSpec, rows: list[Row], facts: dict[str, Any]) -> Secti
         f"transformers rows: `generate()` on the same models and prompts; assisted generation with {spec.draft} "
         f"and its defaults; prompt lookup with max n-gram size {spec.max_ngram}.",
         "Mean acceptance length = 1 + accepted / drafts (vLLM's definition), over the last round.",
-        ("'engine before' is the engine's plain decoding of " + facts["baseline_package"] + " in a subprocess, "
-         "timed inside it, interleaved with the others per prompt.") if "baseline_package" in facts else
-        "No baseline revision measured (--headline-baseline REV runs the plain decoding of that revision beside).",
+        ("'worker' rows: the engine (plain decoding and draft_target k=" + str(spec.draft_k) + ") of "
+         + facts["baseline_package"] + " and of this tree, each in its own worker process (plain_worker.py: one "
+         "engine, nothing else loaded), timed inside it, interleaved with the others per prompt; the no-slower check "
+         "pairs the two workers. Their ratios to the in-process plain row mix processes: a lean worker runs a few "
+         "percent faster than the bench process, which holds every model.") if "baseline_package" in facts else
+        "No baseline revision measured (--headline-baseline REV runs that revision's engine beside).",
         f"Load average {load[0]:.1f} before and {load[-1]:.1f} after the run; {_machine()}.",
     ]
     return Section(
