@@ -170,7 +170,8 @@ def _run(target, draft, *, one_hot: bool = False, seed: int = 0):
     draft_ids = sample(proposal.repeat(NUM_SAMPLES, 1), gen)  # [N * K]
     draft_probs = None if one_hot else draft.repeat(NUM_SAMPLES, 1)  # [N * K, V]
     uniforms = torch.rand(NUM_SAMPLES * (K + 1), generator=gen)  # [N * (K + 1)]
-    return padded(rejection_verify(target.repeat(NUM_SAMPLES, 1), draft_probs, draft_ids, [K] * NUM_SAMPLES, uniforms), K)
+    verdicts = rejection_verify(target.repeat(NUM_SAMPLES, 1), draft_probs, draft_ids, [K] * NUM_SAMPLES, uniforms)
+    return padded(verdicts, K)
 
 
 def padded(verdicts, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,7 +276,7 @@ def test_broken_sampler_is_detected(monkeypatch, mutation):
     if mutation == "residual-is-target":
         monkeypatch.setattr(verify, "residual_probs", lambda target_probs, draft_probs: target_probs)
     else:
-        monkeypatch.setattr(verify, "accepts", lambda uniform, target_at_draft, draft_at_draft: uniform < target_at_draft)
+        monkeypatch.setattr(verify, "accepts", lambda uniform, target_at_draft, _draft_at_draft: uniform < target_at_draft)
     target, draft = _case(1)
     out, _ = _run(target, draft)
     assert _p_value(out[:, 0], target[0]) < 1e-6

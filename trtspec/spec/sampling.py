@@ -16,7 +16,8 @@ from torch import Tensor
 
 from trtspec.spec.params import is_greedy
 
-__all__ = ["is_greedy", "logits_to_probs", "row_argmax", "rows_to_probs", "sample", "sample_inverse_cdf", "scores_to_probs"]
+__all__ = ["is_greedy", "logits_to_probs", "row_argmax", "rows_to_probs", "sample", "sample_inverse_cdf",
+           "scores_to_probs"]
 
 
 def logits_to_probs(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -141,6 +142,7 @@ def sample_inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
     cdf = probs.float().cumsum(-1)  # [rows, vocab]
     threshold = uniforms.to(cdf) * cdf[:, -1]  # [rows]
     token = torch.searchsorted(cdf, threshold[:, None], right=True)[:, 0]  # [rows] first index with cdf > threshold
-    last_positive = torch.searchsorted(cdf, cdf[:, -1:].contiguous())[:, 0]  # [rows] where the mass is complete: p > 0 there
+    # [rows] the first token where the mass is complete: its probability is > 0
+    last_positive = torch.searchsorted(cdf, cdf[:, -1:].contiguous())[:, 0]
     return torch.minimum(token, last_positive)
 

@@ -20,7 +20,7 @@ from trtspec.spec.proposers import Draft, ProposeInput, Proposer
 from trtspec.spec.proposers.external import ExternalProposer
 from trtspec.spec.request_state import EngineRequest, RequestDelta
 from trtspec.spec.scheduler import Scheduler
-from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree
+from trtspec.spec.tree import TreeVerdict, tree_for_parents, tree_layout, verify_tree, verify_trees
 from trtspec.spec.verify import Verdict, verify_chains
 
 
@@ -97,8 +97,9 @@ class StepPhases:
         The target rows of all requests are gathered into one ragged batch (request after request: k_i + 1 rows
         for a chain, N + 1 for a tree) and processed at once (logits_process.process_batch: each row with its own
         context, the committed tokens plus the draft tokens on its path). Chains are verified together in one pass
-        (verify.verify_chains, each request's randomness from its own generator). A tree is verified on its own
-        (tree.verify_tree: its walk is vectorised over its nodes; trees differ in shape per request and step).
+        (verify.verify_chains), sampled trees in one walk over their padded trees (tree.verify_trees), each request's
+        randomness from its own generator. Greedy trees and typical acceptance go one by one (tree.verify_tree:
+        greedy's longest-path rule is vectorised over a tree's root-to-leaf paths, which differ per tree).
 
         Args:
             logits: [batch, T, vocab] the forward's logits; request i's rows start at its last pending token.
@@ -131,11 +132,20 @@ class StepPhases:
                                            generators=[batch[i].generator for i in chains])
             for i, verdict in zip(chains, chain_verdicts, strict=True):
                 verdicts[i] = verdict
-        for i, (request, draft) in enumerate(zip(batch, drafts, strict=True)):
-            if draft.parents is not None:  # a tree draft (possibly chain-shaped): tree verification, incl. typical
-                verdicts[i] = verify_tree(tree_for_parents(tuple(draft.parents)), draft.token_ids, draft.draft_probs,
-                                          target_scores[i], request.sampling, request.generator,
-                                          acceptance=request.spec.acceptance)
+        trees = [i for i, d in enumerate(drafts) if d.parents is not None]  # tree drafts (possibly chain-shaped)
+        walked = [i for i in trees if not batch[i].sampling.greedy and batch[i].spec.acceptance == "exact"]
+        walked = walked if len(walked) > 1 else []  # one sampled tree: verify_tree walks it alone, without padding
+        if walked:  # sampled trees, lossless: one walk over all of them, each request's uniforms its own
+            for i, verdict in zip(walked, verify_trees(
+                    [tree_for_parents(tuple(drafts[i].parents)) for i in walked], [drafts[i].token_ids for i in walked],
+                    [drafts[i].draft_probs for i in walked], [target_scores[i] for i in walked],
+                    [batch[i].sampling for i in walked], [batch[i].generator for i in walked]), strict=True):
+                verdicts[i] = verdict
+        for i in [i for i in trees if i not in walked]:  # greedy trees and typical acceptance (lossy), each on its own
+            request, draft = batch[i], drafts[i]
+            verdicts[i] = verify_tree(tree_for_parents(tuple(draft.parents)), draft.token_ids, draft.draft_probs,
+                                      target_scores[i], request.sampling, request.generator,
+                                      acceptance=request.spec.acceptance)
         return verdicts, target_scores  # type: ignore[return-value]
 
     def _commit(self, request: EngineRequest, verdict: Verdict | TreeVerdict, num_pending: int, hidden: Tensor,

@@ -12,9 +12,12 @@ Verification (all return a `TreeVerdict`: accepted node path, emitted tokens, th
   plausible token (target prob > min(epsilon, alpha * exp(-entropy))), so outputs do NOT follow the target
   distribution at temperature > 0. Offered because Medusa ships it; always labelled lossy.
 
-`verify_tree` (the engine's entry point) takes processed target logits (spec/logits_process.py: temperature and the
-request's logits processors applied, each node with its own root path as context); the `verify_tree_*` functions
-take raw logits and apply temperature / top-k / top-p themselves.
+`verify_trees` verifies the sampled trees of a whole step in one walk (`ragged_rejection_walk`: each row its own tree,
+padded; each request's uniforms drawn up front from its own generator).
+
+`verify_tree` (the engine's entry point for one tree) takes processed target logits (spec/logits_process.py:
+temperature and the request's logits processors applied, each node with its own root path as context); the
+`verify_tree_*` functions take raw logits and apply temperature / top-k / top-p themselves.
 
 Paper letters, for readers of SpecInfer: p = target, q = draft. In code: `target_*` / `draft_*` only.
 `tree_layout` places a batch of drafts (chains and trees) in one target forward: positions and attention masks.
@@ -31,7 +34,7 @@ from typing import Protocol
 import torch
 
 from trtspec import choices as choices_mod
-from trtspec.spec.sampling import is_greedy, logits_to_probs, scores_to_probs
+from trtspec.spec.sampling import is_greedy, logits_to_probs, rows_to_probs, sample_inverse_cdf, scores_to_probs
 
 # Medusa's defaults (`medusa_generate`: posterior_threshold=0.09, posterior_alpha=0.3).
 TYPICAL_POSTERIOR_THRESHOLD = 0.09
@@ -264,16 +267,38 @@ def verify_tree_rejection(tree: TokenTree, draft_token_ids: torch.Tensor, draft_
 
 def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
                    target_probs: torch.Tensor, generator: torch.Generator | None) -> TreeWalk:
-    """Batched recursive rejection sampling over siblings (B independent trials of one tree shape).
+    """Batched recursive rejection sampling over siblings: B independent trials of one tree shape, their uniforms
+    from one generator (`ragged_rejection_walk` on B copies of the tree).
+
+    Args:
+        draft_token_ids: [B, N]; draft_probs: [B, N, vocab] or None (one-hot); target_probs: [B, N + 1, vocab].
+    """
+    batch = target_probs.shape[0]
+    children = tree.children.expand(batch, -1, -1)  # [B, N + 1, max_children]
+    uniforms = torch.rand(batch, tree.num_nodes + 1, generator=generator)  # [B, N + 1]
+    return ragged_rejection_walk(children, tree.max_depth, draft_token_ids, draft_probs, target_probs,
+                                 torch.full((batch,), tree.num_nodes), uniforms)
+
+
+def ragged_rejection_walk(children: torch.Tensor, max_depth: int, draft_token_ids: torch.Tensor,
+                          draft_probs: torch.Tensor | None, target_probs: torch.Tensor, num_nodes: torch.Tensor,
+                          uniforms: torch.Tensor) -> TreeWalk:
+    """Recursive rejection sampling over siblings (SpecInfer), one walk per row, each row its own tree (padded).
 
     At the current node, try its children in sibling order: accept child token x with probability
     min(1, residual(x) / draft(x)); on rejection set residual <- norm(max(0, residual - draft)) and try the next
     sibling (one-hot draft: residual(x) <- 0, renormalised). An accepted child becomes the current node and its
     residual restarts from the target's distribution there. When no child is accepted, the next token is
-    sampled from the residual (recovered); at a leaf, from the target (bonus).
+    sampled from the residual (recovered); at a leaf, from the target (bonus). Each node is tried at most once, so
+    node i's test uses uniforms[:, i - 1] and the last token uniforms[:, N_b]: the walks draw nothing themselves.
 
     Args:
-        draft_token_ids: [B, N]; draft_probs: [B, N, vocab] or None (one-hot); target_probs: [B, N + 1, vocab].
+        children: [B, N_max + 1, max_children] each row's child node indices in sibling order, padded with -1.
+        max_depth: the deepest tree's depth.
+        draft_token_ids: [B, N_max]; draft_probs: [B, N_max, vocab] or None (every draft one-hot);
+        target_probs: [B, N_max + 1, vocab] (rows past a tree's nodes are never read).
+        num_nodes: [B] N_b, each row's node count.
+        uniforms: [B, N_max + 1] in [0, 1), each row's from its own request's generator.
     Returns a TreeWalk whose emitted tokens follow the target distribution exactly.
     """
     batch = target_probs.shape[0]
@@ -281,16 +306,16 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
     current = torch.zeros(batch, dtype=torch.long)  # [B] current node (0 = root)
     residual = target_probs[:, 0].clone()  # [B, vocab]
     searching = torch.ones(batch, dtype=torch.bool)  # [B] still walking down
-    accepted = torch.full((batch, max(1, tree.max_depth)), -1, dtype=torch.long)  # [B, D]
+    accepted = torch.full((batch, max(1, max_depth)), -1, dtype=torch.long)  # [B, D]
     num_accepted = torch.zeros(batch, dtype=torch.long)  # [B]
-    for _ in range(tree.max_depth):
+    for _ in range(max_depth):
         moved = torch.zeros(batch, dtype=torch.bool)  # [B] accepted a child at this level
-        for slot in range(tree.children.shape[1]):
-            child = tree.children[current, slot]  # [B] node index or -1
+        for slot in range(children.shape[2]):
+            child = children[rows, current, slot]  # [B] node index or -1
             trying = searching & ~moved & (child >= 0)  # [B]
             if not trying.any():
                 break  # children are packed left and walkers only drop out: later slots have none either
-            node = child.clamp(min=1) - 1  # [B] index into the N draft nodes
+            node = child.clamp(min=1) - 1  # [B] index into the draft nodes
             token = draft_token_ids[rows, node]  # [B]
             residual_at_token = residual[rows, token]  # [B]
             if draft_probs is None:
@@ -298,8 +323,7 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
             else:
                 draft_at_token = draft_probs[rows, node, token]  # [B]
             accept_prob = (residual_at_token / draft_at_token.clamp(min=1e-30)).clamp(max=1.0)  # [B]
-            uniform = torch.rand(batch, generator=generator)  # [B]
-            accept = trying & (uniform < accept_prob)  # [B]
+            accept = trying & (uniforms[rows, node] < accept_prob)  # [B]
             reject = trying & ~accept  # [B]
             if draft_probs is None:
                 updated = residual.scatter(1, token[:, None], 0.0)  # [B, vocab]
@@ -314,8 +338,48 @@ def rejection_walk(tree: TokenTree, draft_token_ids: torch.Tensor, draft_probs: 
         searching &= moved
         if not searching.any():
             break
-    next_token_ids = torch.multinomial(residual, 1, generator=generator)[:, 0]  # [B]
+    next_token_ids = sample_inverse_cdf(residual, uniforms[rows, num_nodes])  # [B]
     return TreeWalk(accepted, num_accepted, next_token_ids)
+
+
+def verify_trees(trees: Sequence[TokenTree], draft_token_ids: Sequence[torch.Tensor],
+                 draft_probs: Sequence[torch.Tensor | None], target_scores: Sequence[torch.Tensor],
+                 sampling: Sequence[SamplingLike], generators: Sequence[torch.Generator | None]) -> list[TreeVerdict]:
+    """Lossless verification of a batch of tree drafts at temperature > 0 in one walk (each request its own tree,
+    top-k / top-p and generator); the engine's entry point for sampled trees with acceptance "exact".
+
+    Args:
+        trees: [batch]; draft_token_ids: [batch] x [N_b]; draft_probs: [batch] x ([N_b, vocab] or None: one-hot);
+        target_scores: [batch] x [N_b + 1, vocab] processed target logits of [root + nodes].
+        sampling: [batch] top_k, top_p of each request (none greedy); generators: [batch].
+    """
+    batch, vocab = len(trees), target_scores[0].shape[-1]
+    sizes = [tree.num_nodes for tree in trees]
+    width = max(sizes)
+    rows = [n + 1 for n in sizes]
+    flat = rows_to_probs(torch.cat(list(target_scores)), greedy=torch.zeros(sum(rows), dtype=torch.bool),
+                         top_k=torch.tensor([s.top_k for s, r in zip(sampling, rows, strict=True) for _ in range(r)]),
+                         top_p=torch.tensor([float(s.top_p) for s, r in zip(sampling, rows, strict=True)
+                                             for _ in range(r)]))  # [sum(N_b + 1), vocab]
+    target_probs = flat.new_zeros(batch, width + 1, vocab)  # [B, N_max + 1, vocab]
+    tokens = torch.zeros(batch, width, dtype=torch.long)  # [B, N_max]
+    children = torch.full((batch, width + 1, max(t.children.shape[1] for t in trees)), -1, dtype=torch.long)
+    uniforms = torch.zeros(batch, width + 1)  # [B, N_max + 1]
+    with_probs = any(p is not None for p in draft_probs)
+    probs = flat.new_zeros(batch, width, vocab) if with_probs else None  # [B, N_max, vocab]
+    for b, (tree, ids, part, generator) in enumerate(zip(trees, draft_token_ids, flat.split(rows), generators,
+                                                         strict=True)):
+        n = tree.num_nodes
+        target_probs[b, : n + 1] = part
+        tokens[b, :n] = ids
+        children[b, : n + 1, : tree.children.shape[1]] = tree.children
+        uniforms[b, : n + 1] = torch.rand(n + 1, generator=generator)  # [N_b + 1] from the request's own generator
+        if probs is not None:
+            probs[b, :n] = (torch.zeros(n, vocab).scatter_(1, ids[:, None], 1.0) if draft_probs[b] is None
+                            else draft_probs[b])
+    walk = ragged_rejection_walk(children, max(t.max_depth for t in trees), tokens, probs, target_probs,
+                                 torch.tensor(sizes), uniforms)
+    return [walk.verdict(tree, ids, row) for row, (tree, ids) in enumerate(zip(trees, draft_token_ids, strict=True))]
 
 
 def _normalise(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
