@@ -274,15 +274,18 @@ def _verdict(wall: float, cpu: float, goal: float) -> str:
 def section(spec: HeadlineSpec, rows: list[Row], facts: dict[str, Any]) -> Section:
     plain = next(r for r in rows if r.name == PLAIN)
     reference = plain.outputs[0]
-    table, speed = [], {}
+    table, speed, lossless = [], {}, set()
     for row in rows:
         wall, cpu = ratios(row, plain, "wall"), ratios(row, plain, "cpu")
         speed[row.name] = (statistics.median(wall), statistics.median(cpu))
         same = all(outputs == reference for outputs in row.outputs)
+        if same:
+            lossless.add(row.name)
         table.append([row.name, f"{statistics.median(row.rates('wall')):.1f}", f"{speed[row.name][0]:.2f}x",
                       f"{speed[row.name][1]:.2f}x", f"{min(cpu):.2f}-{max(cpu):.2f}",
                       f"{1 + row.accepted / row.drafts:.2f}" if row.drafts else "-", "yes" if same else "NO"])
-    engine_rows = [r.name for r in rows if r.group == "engine" and r.name != PLAIN]
+    # goal candidates: this process's engine rows whose outputs equal plain decoding's (speculation is lossless)
+    engine_rows = [r.name for r in rows if r.group == "engine" and r.name != PLAIN and r.name in lossless]
 
     def best(names: list[str]) -> str:
         return max(names, key=lambda n: min(speed[n]))
