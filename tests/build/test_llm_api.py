@@ -42,7 +42,8 @@ MAPPED = {"none": None, "draft_target": "DraftTarget", "ngram": "NGram", "eagle3
 # a release's own tag for a mapped type where its facts have it (1.3.0rc29: EAGLE-3's own class; the pydantic
 # discriminator spells draft-target with an underscore, pytorch-workflow.json invalid_decoding_types)
 LATER_TAG = {"Eagle": "Eagle3", "DraftTarget": "Draft_Target"}
-REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "eagle": "eagle"}
+REFUSED = {"medusa": "eagle", "lookahead": "ngram", "redrafter": "eagle", "eagle": "eagle",
+           "suffix_draft": "draft_target", "suffix_eagle3": "eagle"}  # hybrids: tests/build/test_hybrid_build.py
 # mapped where the release has the decoding type, else refused naming the nearest method (suffix: SA from 1.3)
 LATER = {"suffix": ("SA", "ngram")}
 # suffix options whose behaviour SA has (tree false, nothing pruned, a cap that never binds; docs/suffix.md)
