@@ -146,14 +146,16 @@ def measure(spec: HeadlineSpec) -> tuple[list[Row], dict[str, Any]]:
 def _engine_runners(spec: HeadlineSpec) -> tuple[dict[str, Runner], list[Callable[[], None]], Any]:
     """The engine rows (one engine with the draft model and the EAGLE-3 drafter as a dynamic tree, one with the
     drafter as a chain, sharing the target's weights), the suffix caches' resets, and the main engine."""
-    from trtspec.contracts.engine import EagleTree, ProposerOptions
+    from trtspec.contracts.engine import EagleTree, Hybrid, ProposerOptions
     from trtspec.methods import METHODS
     from trtspec.models import resolve_eagle
     from trtspec.spec.engine import SpecEngine
     from trtspec.spec.params import SamplingParams, SpecParams
 
     max_k = max(spec.draft_k, *spec.eagle_ks, spec.ngram_k, spec.suffix_k)
-    engine = SpecEngine.from_pretrained(spec.model, draft=spec.draft, eagle=spec.eagle, max_k=max_k)
+    # the hybrids' model drafter drafts draft_k tokens where the suffix tree does not (its k caps the suffix tree)
+    engine = SpecEngine.from_pretrained(spec.model, draft=spec.draft, eagle=spec.eagle, max_k=max_k,
+                                        options=ProposerOptions(hybrid=Hybrid(drafter_k=spec.draft_k)))
     chain = SpecEngine(engine.target, tokenizer=engine.tokenizer, max_k=max_k, eagle=resolve_eagle(spec.eagle),
                        options=ProposerOptions(eagle_tree=EagleTree.parse("chain")))
     sampling = SamplingParams(temperature=0.0, max_new_tokens=spec.new_tokens, ignore_eos=True)
@@ -179,7 +181,8 @@ def _engine_runners(spec: HeadlineSpec) -> tuple[dict[str, Runner], list[Callabl
         runners[f"engine: suffix k={spec.suffix_k} (cold cache)"] = runner(engine, "suffix", spec.suffix_k)
     for name in HYBRID_PROPOSERS:  # another change adds them; measured when registered and runnable here
         if name in METHODS and name in engine.available_methods:
-            runners[f"engine: {name} k={spec.suffix_k} (hybrid, cold cache)"] = runner(engine, name, spec.suffix_k)
+            runners[f"engine: {name} k={spec.suffix_k}, drafter k={spec.draft_k} (hybrid, cold cache)"] = \
+                runner(engine, name, spec.suffix_k)
     resets = [p.reset for p in engine.proposers.values() if hasattr(p, "reset")]
     return runners, resets, engine
 
