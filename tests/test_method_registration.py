@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import torch
 
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 from trtspec.spec.proposers.base import Draft, ProposeInput, Proposer, ProposerContext
 
 ECHO_TEST = MethodInfo(
@@ -41,6 +41,8 @@ ECHO_TEST = MethodInfo(
     proposer="echo_test",
     proposer_class="{module}:EchoProposer",
     trtllm_unsupported="echo_test is a test method: no TensorRT-LLM decoding mode repeats the last token",
+    flags=(FlagRow("--echo-repeat", "echo_repeat", "int", "Method echo_test: how often the last token repeats.",
+                   bounds=(1, 8)),),
 )
 
 DECLARES = (ECHO_TEST,)
@@ -107,6 +109,29 @@ def test_every_table_sees_it_and_forgets_it(echo_home):
         assert "echo_test" not in runnable_methods()
         result = CliRunner().invoke(cli, ["generate", "--method", "echo_test", PROMPT])
         assert result.exit_code == 2 and "echo_test" in result.output
+    finally:
+        methods.register(echo_home)  # the fixture unregisters it
+
+
+def _help(*command: str) -> str:
+    result = CliRunner().invoke(cli, [*command, "--help"], terminal_width=200, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_its_flag_row_shows_in_every_command_that_sets_an_engine(echo_home):
+    """The home's one flag row is an option of `trtspec generate` and `trtspec serve` (registered after the commands
+    were defined), in the methods' knobs after the built-in ones; deploy takes only rows with a deploy note."""
+    generate, serve = _help("generate"), _help("serve")
+    assert "--echo-repeat INTEGER RANGE" in generate and "Method echo_test: how often the last token repeats." in generate
+    assert "[--dynamo, --trtllm-serve] Method echo_test: how often" in serve
+    assert serve.index("--eagle-depth") < serve.index("--echo-repeat") < serve.index("--log-prompts")
+    assert "--echo-repeat" not in _help("deploy")
+    result = CliRunner().invoke(cli, ["generate", "--method", "echo_test", "--echo-repeat", "9", PROMPT])
+    assert result.exit_code == 2 and "--echo-repeat" in result.output and "1<=x<=8" in result.output  # its bounds
+    methods.unregister("echo_test")
+    try:
+        assert "--echo-repeat" not in _help("generate") and "--echo-repeat" not in _help("serve")
     finally:
         methods.register(echo_home)  # the fixture unregisters it
 

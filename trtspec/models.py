@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.medusa import MEDUSA
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 EMBEDDED_MODELS = ASSETS / "models"
@@ -112,7 +114,7 @@ def is_eagle_drafter(path: Path) -> bool:
     return isinstance(config, dict) and any(a in EAGLE3_ARCHITECTURES for a in config.get("architectures") or [])
 
 
-def resolve_eagle(name_or_path: str | Path, *, field: str = "eagle") -> Path:
+def resolve_eagle(name_or_path: str | Path, *, field: str = EAGLE3.checkpoint) -> Path:
     """An EAGLE-3 drafter directory for an embedded name (`tiny-eagle`) or a local path, with complete weights.
 
     Raises ModelNotFoundError naming the path when it does not exist, holds no EAGLE-3 config, or no weights.
@@ -131,7 +133,7 @@ def resolve_eagle(name_or_path: str | Path, *, field: str = "eagle") -> Path:
     return path
 
 
-def resolve_medusa(name_or_path: str | Path, *, field: str = "medusa") -> Path:
+def resolve_medusa(name_or_path: str | Path, *, field: str = MEDUSA.checkpoint) -> Path:
     """A Medusa heads directory for an embedded name (`tiny-medusa`) or a local path.
 
     Raises ModelNotFoundError naming the path when it does not exist or holds no Medusa config.

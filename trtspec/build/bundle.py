@@ -27,6 +27,9 @@ from trtspec.build.plan import BUNDLE_FILE, BUNDLE_FORMAT
 from trtspec.contracts.build_output import MANIFEST
 from trtspec.contracts.engine import CHECKPOINTS, EagleTree, EngineConfig, method_fields
 from trtspec.errors import ConfigError, ModelNotFoundError
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.ngram import NGRAM
+from trtspec.methods.suffix import SUFFIX
 
 FORMAT_V1 = "trtspec-bundle/1"
 
@@ -85,7 +88,7 @@ def _engine_v1(settings: dict[str, Any], manifest: dict[str, Any]) -> EngineConf
     envelope = (manifest.get("config") or {}).get("engine") or {}
     max_input_len = int(envelope.get("max_input_len", 1024))
     choices = tuple(map(tuple, settings["choices"])) if settings.get("choices") else None
-    ngram = settings.get("ngram")
+    ngram = settings.get(NGRAM.section)
     return EngineConfig(
         **{role: settings[role] for role in CHECKPOINTS if settings.get(role)},
         **method_fields(  # the EAGLE-3 dynamic shape was kept under its parameter names
@@ -93,8 +96,8 @@ def _engine_v1(settings: dict[str, Any], manifest: dict[str, Any]) -> EngineConf
             eagle_tree=lambda: replace(EagleTree.from_parameters(
                 {key: str(v) for key, v in settings.items() if v is not None and key in EagleTree.PARAMETERS.values()}),
                 choices=choices),
-            lookahead=settings.get("lookahead"),
+            lookahead=settings.get(LOOKAHEAD.section),
             ngram_size=lambda: int(ngram["max_matching_ngram_size"]) if ngram else None,
-            suffix=lambda: settings["suffix"]),
+            suffix=lambda: settings[SUFFIX.section]),
         dtype=settings.get("dtype", "float32"), max_input_len=max_input_len,
         max_output_len=max(1, int(settings.get("max_seq_len", 2048)) - max_input_len))

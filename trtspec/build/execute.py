@@ -46,7 +46,9 @@ from trtspec.build.manifest import Hasher
 from trtspec.build.plan import LLM_API_FILE, OWN_CONVERTER, TRTLLM, BuildPlan, Step, engine_config
 from trtspec.build.preflight import Resolved
 from trtspec.contracts.build_output import FORMAT, MANIFEST, Manifest, read_manifest, write_manifest
+from trtspec.contracts.engine import Lookahead
 from trtspec.errors import BuildError, TrtspecError, UsageError
+from trtspec.methods.lookahead import LOOKAHEAD
 
 # Source files of the in-process converter: their hash is part of its steps' keys (a converter fix reconverts).
 CONVERTER_SOURCES = ("convert.py", "checkpoint.py")
@@ -394,8 +396,7 @@ def derived_values(resolved: Resolved) -> dict[str, Any]:
     return {
         "max_draft_len": resolved.max_draft_len,
         "choices": {"json": tree_choices.to_json(tree), "triton": tree_choices.to_triton(tree)} if tree else None,
-        "lookahead": dict(zip(("window", "ngram", "verification_set"), resolved.lookahead, strict=True))
-        if resolved.lookahead else None,
+        LOOKAHEAD.section: Lookahead(*resolved.lookahead).to_dict() if resolved.lookahead else None,
         "kv_cache": {role: kv.to_dict() for role, kv in resolved.kv.items()},
         "medusa_heads": {"path": str(heads.path), "layout": heads.layout, "num_heads": heads.num_heads,
                          "num_layers": heads.num_layers, "hidden_size": heads.hidden_size,

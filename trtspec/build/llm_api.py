@@ -22,6 +22,7 @@ from trtspec.errors import ConfigError, shown
 from trtspec.methods import resolve
 from trtspec.methods.eagle import EAGLE, EAGLE3
 from trtspec.methods.mtp import MTP
+from trtspec.methods.ngram import NGRAM
 from trtspec.methods.suffix import SUFFIX, sa_form
 from trtspec.targets import TrtllmTarget, load_target
 from trtspec.targets.llm_api import PYTORCH, LlmApiFacts, diff_llm_api, facts_versions
@@ -119,7 +120,7 @@ def speculative_config(spec: Speculation, facts: LlmApiFacts) -> dict[str, Any] 
     fields = facts.fields_of(kind)
     if spec.draft_model is not None:
         config[facts.draft_model_field or "speculative_model"] = spec.draft_model
-    if kind == "NGram":
+    if kind == NGRAM.llmapi_decoding_type:
         config["max_matching_ngram_size"] = spec.max_matching_ngram_size or 2
     eagle = kind in (EAGLE.llmapi_decoding_type, EAGLE3.llmapi_decoding_type)
     if eagle and "eagle3_one_model" in fields:

@@ -231,8 +231,8 @@ def _eagle3(r: Resolved) -> bool:
     return r.method.reference_form is not None and r.spec.eagle is not None and r.spec.eagle.eagle3
 
 
-def _examples(r: Resolved, name: str) -> str:
-    """The target's examples/<dir> for `name` (a model family, medusa, eagle, redrafter, quantization), under the
+def _examples(r: Resolved, name: str | None) -> str:
+    """The target's examples/<dir> for `name` (a model family, a method's `examples_dir`, quantization), under the
     configured examples checkout: examples/llama up to 0.19.0, examples/models/core/llama in 1.2.1 (target facts)."""
     rel = r.spec.trtllm.target().examples["dirs"][name]
     return f"{r.spec.trtllm.examples_dir.rstrip('/')}/{rel.removeprefix('examples/')}"
@@ -294,7 +294,7 @@ def _convert_medusa(r: Resolved) -> list[Step]:
         # TensorRT-LLM's medusa/convert_checkpoint.py reads FasterDecoding heads only: merge with trtspec's converter.
         return [Step("convert-target", "convert", "command", "merge target + ModelOpt Medusa heads into a "
                      "MedusaForCausalLM checkpoint", argv=own, inputs=(model, heads_dir), outputs=(out,))]
-    argv = ["python3", f"{_examples(r, 'medusa')}/convert_checkpoint.py", "--model_dir", model,
+    argv = ["python3", f"{_examples(r, MEDUSA.examples_dir)}/convert_checkpoint.py", "--model_dir", model,
             "--medusa_model_dir", heads_dir, "--output_dir", out, *_common_convert_args(r, spec.engine.tp_size),
             "--num_medusa_heads", str(num_heads), "--num_medusa_layers", str(num_layers),
             "--max_medusa_token_len", str(r.max_draft_len)]
@@ -307,7 +307,7 @@ def _convert_medusa(r: Resolved) -> list[Step]:
 
 def _convert_eagle(r: Resolved) -> list[Step]:
     spec, model, eagle_dir = r.spec, r.models["target"].path, r.models[EAGLE.section].path
-    argv = ("python3", f"{_examples(r, 'eagle')}/convert_checkpoint.py", "--model_dir", model,
+    argv = ("python3", f"{_examples(r, EAGLE.examples_dir)}/convert_checkpoint.py", "--model_dir", model,
             "--eagle_model_dir", eagle_dir, "--output_dir", "checkpoints/target",
             *_common_convert_args(r, spec.engine.tp_size), "--max_draft_len", str(r.max_draft_len),
             "--num_eagle_layers", str(spec.eagle.num_layers),
@@ -319,7 +319,7 @@ def _convert_eagle(r: Resolved) -> list[Step]:
 def _convert_redrafter(r: Resolved) -> list[Step]:
     spec, drafter = r.spec, r.models[REDRAFTER.section].path
     base = _convert_base(r, "target", "checkpoints/target-base")
-    argv = ["python3", f"{_examples(r, 'redrafter')}/convert_checkpoint.py",
+    argv = ["python3", f"{_examples(r, REDRAFTER.examples_dir)}/convert_checkpoint.py",
             "--base_model_checkpoint_dir", "checkpoints/target-base", "--drafter_model_dir", drafter,
             "--output_dir", "checkpoints/target", "--dtype", spec.engine.dtype, "--tp_size", str(spec.engine.tp_size),
             "--redrafter_num_beams", str(spec.redrafter.num_beams),

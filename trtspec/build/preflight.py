@@ -549,7 +549,7 @@ def _rule_redrafter(spec: BuildSpec, given: int | None, heads: MedusaHeads | Non
 
 # each method's rule, by its home's draft_len_rule (suffix: external, torch backend only, the k cap)
 DRAFT_LEN_RULES = {"plain": _rule_none, "external": _rule_external, "heads": _rule_medusa, "layers": _rule_eagle,
-                   "window": _rule_lookahead, "beams": _rule_redrafter, "mtp": _rule_mtp}
+                   "window": _rule_lookahead, "beams": _rule_redrafter, "own_layers": _rule_mtp}
 
 
 # --- engine flags ---------------------------------------------------------------------------------------------------

@@ -1,32 +1,35 @@
-"""The flags that set or override an engine configuration, declared once.
+"""The flags that set or override an engine configuration: the general ones declared here, each method's as data
+rows in its home (`MethodInfo.flags`, trtspec/methods/), read at each use.
 
 Each flag is one parameter of `trtspec.contracts.engine.EngineConfig` (its flat name, `to_parameters`): `trtspec
 deploy` applies them over the build's configuration, `trtspec serve --dynamo` over the build's, the repository's or
-the defaults. A value is parsed and checked by EngineConfig itself, and its errors name the flag the user typed.
-A new served knob is a field of EngineConfig plus, when users set it, one row here.
+the defaults, `trtspec generate` over its own method options. A value is parsed and checked by EngineConfig itself, and
+its errors name the flag the user typed. A new served knob is a field of EngineConfig plus, when users set it, one row
+here (or, for a method's knob, in its home: a command of class `EngineCommand` lists the rows of every registered home
+where its engine flags have a method slot, so a method registered later brings its flags along).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import click
 
 from trtspec.cli._types import COUNT, NAME_VALUE, PROBABILITY, FiniteFloat, LiveChoice
-from trtspec.contracts.engine import MAX_DEPTH, MAX_TOPK, EagleTree, EngineConfig, spelled
+from trtspec.contracts.engine import EagleTree, EngineConfig, spelled
 from trtspec.contracts.schedule import CONTROLS
 from trtspec.errors import ConfigError
-from trtspec.methods import engine_methods
-
-SUFFIX = "suffix_"  # --suffix NAME=VALUE sets parameter suffix_NAME
+from trtspec.methods import METHODS, DerivedTable, FlagRow, derived, engine_methods
 
 
 @dataclass(frozen=True)
 class Flag:
-    """One command-line flag of an EngineConfig parameter."""
+    """One command-line flag of an EngineConfig parameter (`parameter`; a NAME=VALUE flag's: the prefix of its
+    parameters, e.g. suffix_)."""
 
     flag: str
     parameter: str
@@ -39,26 +42,53 @@ class Flag:
     def dest(self) -> str:
         return "engine_" + self.flag.lstrip("-").replace("-", "_")
 
+    @property
+    def prefix(self) -> bool:
+        """Its values are NAME=VALUE settings, each of the parameter `parameter` + NAME."""
+        return self.type is NAME_VALUE
 
-FLAGS = {f.flag: f for f in (
+
+@cache
+def from_row(row: FlagRow) -> Flag:
+    """The Flag of a method home's row (`MethodInfo.flags`): its kind as a click type."""
+    if row.kind == "int":
+        kind: Any = click.IntRange(*(row.bounds or (None, None)))
+    elif row.kind in ("text", "name_value"):
+        kind = str if row.kind == "text" else NAME_VALUE
+    else:
+        raise ValueError(f"flag {row.flag}: kind {row.kind!r} is not text, int or name_value")
+    return Flag(row.flag, row.field, kind, row.help, metavar=row.metavar, multiple=row.multiple)
+
+
+# Where the registered homes' rows go among the general flags: the methods' checkpoints after the target (--model),
+# their knobs after --device. A command's engine flags name a slot where it lists them.
+CHECKPOINT_FLAGS = "<method checkpoints>"
+METHOD_FLAGS = "<method knobs>"
+DEPLOY_FLAGS = "<method knobs deploy takes>"  # the knobs with a `deploy` note (each followed by it)
+SLOTS: dict[str, Callable[[FlagRow], bool]] = {
+    CHECKPOINT_FLAGS: lambda row: row.checkpoint, METHOD_FLAGS: lambda row: not row.checkpoint,
+    DEPLOY_FLAGS: lambda row: row.deploy is not None}
+
+
+def method_rows(slot: str) -> Iterator[FlagRow]:
+    """The registered homes' flag rows that `slot` lists, in table order."""
+    seen: set[str] = set()
+    for info in METHODS.values():
+        for row in info.flags:
+            if SLOTS[slot](row) and row.flag not in seen:
+                seen.add(row.flag)
+                yield row
+
+
+GENERAL = (
     Flag("--model", "target", str, "Target: embedded name (tiny) or HF checkpoint directory."),
-    Flag("--draft", "draft", str, "Draft model (method draft_target)."),
-    Flag("--medusa", "medusa", str, "Medusa heads (method medusa)."),
-    Flag("--eagle", "eagle", str, "EAGLE-3 drafter (method eagle3)."),
+    CHECKPOINT_FLAGS,
     Flag("--method", "method", LiveChoice(engine_methods), "The speculative method every request runs unless it "
          "says otherwise."),
     Flag("--k", "default_k", COUNT, "Draft tokens per request when a request does not say."),
     Flag("--max-k", "max_k", click.IntRange(1, 1024), "The largest k a request may ask for."),
     Flag("--device", "device", str, "Where the reference engine runs: cpu, cuda, cuda:1."),
-    Flag("--lookahead", "lookahead", str, "Method lookahead: the window, n-gram size and verification set (W, N, G).",
-         metavar="W,N,G"),
-    Flag("--eagle-topk", "eagle_topk", click.IntRange(1, MAX_TOPK), "Method eagle3: the dynamic tree's children per "
-         "expansion (default 4); not with a static tree (eagle.choices)."),
-    Flag("--eagle-depth", "eagle_depth", click.IntRange(1, MAX_DEPTH), "Method eagle3: the dynamic tree's levels "
-         "(default 6). The node budget is k."),
-    Flag("--suffix", SUFFIX, NAME_VALUE, "Method suffix: one suffix decoding option NAME=VALUE (repeatable): "
-         "max_tree_depth, max_cached_requests (the cross-request cache's bound), max_spec_factor, max_spec_offset, "
-         "min_token_prob, tree (true/false).", multiple=True),
+    METHOD_FLAGS,
     Flag("--log-prompts", "log_prompts", click.Path(path_type=Path, file_okay=False), "Log a sample of the prompts "
          "to DIR/prompts.jsonl (rotating JSONL; the input of `trtspec train draft`). Off by default: prompts are user "
          "data, stored in clear text (docs/retrain.md).", metavar="DIR"),
@@ -85,28 +115,82 @@ FLAGS = {f.flag: f for f in (
     Flag("--speculation-controls", "speculation_controls", click.Choice(CONTROLS), "How the engine runs the "
          "schedule, max_concurrency and the gate: trtspec (1.2.1's lookup, a gate that reopens; default) or exactly "
          "as a TensorRT-LLM release does (its lookup and rule, its gate permanent; docs/operations.md)."),
-)}  # fmt: skip
+)  # fmt: skip
+ENGINE_FLAGS = tuple(f if isinstance(f, str) else f.flag for f in GENERAL)  # every engine flag, slots included
+
+
+def _table() -> dict[str, Flag]:
+    out: dict[str, Flag] = {}
+    for f in GENERAL:
+        out |= {row.flag: from_row(row) for row in method_rows(f)} if isinstance(f, str) else {f.flag: f}
+    return out
+
+
+# Every engine flag (the registered homes' rows included) in --help order, current at each read.
+FLAGS: DerivedTable[str, Flag] = derived(_table)
 SCHEDULE = ("--draft-len-schedule", "--max-concurrency", "--acceptance-window", "--acceptance-length-threshold",
             "--acceptance-rate-window-size", "--acceptance-rate-threshold", "--gate-probe-every",
             "--speculation-controls")  # the speculation schedule (contracts/schedule.py)
 
 
-DEPLOY_NOTES = {  # `trtspec deploy`: each engine flag overrides the build's engine configuration
+# `trtspec deploy`'s engine flags, each overriding the build's engine configuration, and the note after each help (the
+# methods' knobs: their rows' `deploy` notes)
+DEPLOY = ("--k", "--max-k", "--device", DEPLOY_FLAGS, "--log-prompts", *SCHEDULE, "--log-sample-rate",
+          "--log-max-mb")
+DEPLOY_NOTES = {
     "--k": "Default: the build's max_draft_len.", "--max-k": "torch flavour; default: the build's max_draft_len.",
-    "--device": "torch flavour; default cpu.", "--eagle-topk": "torch flavour; over the build's eagle.topk.",
-    "--eagle-depth": "torch flavour; over the build's eagle.depth.", "--suffix": "torch flavour; over the build's.",
-    "--log-prompts": "torch flavour.",
-    "--lookahead": "On the tensorrtllm flavour it must match the engine's max_draft_len.",
+    "--device": "torch flavour; default cpu.", "--log-prompts": "torch flavour.",
     **{flag: "torch flavour; over the build's llm_api section (what the tensorrtllm flavour reads)." for flag in SCHEDULE},
 }
 
 
+def _option(f: Flag, tag: str, note: str | None) -> click.Option:
+    text = f"{tag}{f.help}{' ' + note if note else ''}"
+    return click.Option([f.flag, f.dest], type=f.type, default=None, multiple=f.multiple, metavar=f.metavar, help=text)
+
+
+class MethodSlot(click.Option):
+    """A place in a command's options for the registered homes' flag rows (hidden itself): `EngineCommand` lists the
+    rows current at each use there, each help prefixed with `tag` (deploy's knobs: followed by their `deploy` note)."""
+
+    def __init__(self, param_decls: Any, *, slot: str, tag: str = "") -> None:
+        name = "--" + "-".join(slot.strip("<>").replace("'", "").split())  # never listed nor parsed (hidden, no value)
+        super().__init__([name], hidden=True, expose_value=False)
+        self.slot, self.tag = slot, tag
+        self._made: tuple[tuple[FlagRow, ...], list[click.Option]] = ((), [])
+
+    def options(self, declared: set[str]) -> list[click.Option]:
+        """The click options of the slot's rows now, less those the command declares itself (`declared` flags)."""
+        rows = tuple(row for row in method_rows(self.slot) if row.flag not in declared)
+        if rows != self._made[0]:  # a registration changed them: made once per change, so parsing sees one object
+            self._made = rows, [_option(from_row(row), self.tag, row.deploy if self.slot == DEPLOY_FLAGS else None)
+                                for row in rows]
+        return self._made[1]
+
+
+class EngineCommand(click.Command):
+    """A click command whose engine flags include the registered homes' method flags, read at each use (help,
+    parsing, completion) like `LiveChoice`: the flags of a method registered after the command was defined show."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        declared = {opt for p in params if not isinstance(p, MethodSlot) for opt in p.opts}
+        out: list[click.Parameter] = []
+        for p in params:
+            out.extend(p.options(declared) if isinstance(p, MethodSlot) else [p])
+        return out
+
+
 def engine_flags(*names: str, tag: str = "", notes: Mapping[str, str] | None = None) -> Callable[..., Any]:
-    """A decorator adding the flags `names` (e.g. "--k", "--max-k"), each help prefixed with `tag` and followed by
-    `notes[flag]`; their values reach the command as `engine_<name>` keyword arguments (see `overrides`)."""
+    """A decorator adding the flags `names` (e.g. "--k", "--max-k", or a method slot such as METHOD_FLAGS), each help
+    prefixed with `tag` and followed by `notes[flag]`; their values reach the command as `engine_<name>` keyword
+    arguments (see `overrides`). A command with a method slot is an `EngineCommand` (click.command(cls=...))."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         for name in reversed(names):
+            if name in SLOTS:
+                command = click.option(cls=MethodSlot, slot=name, tag=tag)(command)
+                continue
             f = FLAGS[name]
             text = f"{tag}{f.help}{' ' + notes[name] if notes and name in notes else ''}"
             command = click.option(f.flag, f.dest, type=f.type, default=None, multiple=f.multiple,
@@ -125,8 +209,8 @@ def overrides(values: Mapping[str, Any]) -> dict[str, str]:
             continue
         if isinstance(value, str) and not value.strip():
             raise ConfigError(f.flag, value, "is empty", hint=f"give a value, or leave {f.flag} out")
-        if f.parameter == SUFFIX:
-            out |= {SUFFIX + name: text for name, text in value}
+        if f.prefix:
+            out |= {f.parameter + name: text for name, text in value}
         else:
             out[f.parameter] = str(value.resolve()) if isinstance(value, Path) else str(value)
     return out
@@ -145,11 +229,11 @@ def flag_of(field: str) -> str | None:
     if bracket:
         flag = flag_of(name)
         return None if flag is None else f"{flag}[{entry}"
-    if name == "suffix":
-        return "--suffix"
     for f in FLAGS.values():
-        if name == f.parameter or (f.parameter == SUFFIX and name.startswith(SUFFIX)):
-            return f.flag if f.parameter != SUFFIX else f"--suffix {name.removeprefix(SUFFIX)}"
+        if name == f.parameter or (f.prefix and name == f.parameter.removesuffix("_")):  # suffix_: the whole part
+            return f.flag
+        if f.prefix and name.startswith(f.parameter):
+            return f"{f.flag} {name.removeprefix(f.parameter)}"
     return None
 
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import click
 
-from trtspec.cli._engine import DEPLOY_NOTES, engine_flags, flag_of, overrides
+from trtspec.cli._engine import DEPLOY, DEPLOY_NOTES, EngineCommand, engine_flags, flag_of, overrides
 from trtspec.cli._types import FiniteFloat
 from trtspec.contracts.engine import spelled
 from trtspec.triton.llmapi import FORMS
 from trtspec.triton.repo import BACKENDS
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @click.option("--backend", type=click.Choice(BACKENDS), required=True,
               help="tensorrtllm: TensorRT-LLM engines (C++ backend); torch: the reference engine (Python backend).")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), required=True,
@@ -30,7 +30,7 @@ from trtspec.triton.repo import BACKENDS
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Model repository directory to write.")
 @click.option("--max-batch-size", type=click.IntRange(1), default=None,
               help="Triton max_batch_size of every model, in requests (default: the build's max_batch_size).")
-@engine_flags(*DEPLOY_NOTES, "--log-sample-rate", "--log-max-mb", notes=DEPLOY_NOTES)
+@engine_flags(*DEPLOY, notes=DEPLOY_NOTES)
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Hugging Face tokenizer directory for pre/postprocessing (default: the build's target checkpoint).")
 @click.option("--trtllm-version", default=None, metavar="VERSION",

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._engine import CHECKPOINT_FLAGS, METHOD_FLAGS, EngineCommand, apply, engine_flags, overrides
 from trtspec.cli._types import COUNT, HOST_PORT, NON_NEGATIVE, POSITIVE_COUNT, PROBABILITY, SEED, LiveChoice
 from trtspec.errors import ServerError
 from trtspec.methods import DEFAULT_METHOD, engine_methods, resolve
@@ -29,7 +30,7 @@ def method_choices() -> list[str]:
     return sorted(m for m in engine_methods() if m in runnable_methods())
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @click.argument("prompt")
 @click.option("--url", type=HOST_PORT, default=None, metavar="HOST:PORT",
               help="Ask a served model over gRPC (e.g. localhost:8001) instead of running the engine here.")
@@ -52,6 +53,7 @@ def method_choices() -> list[str]:
               help="Medusa heads for --method medusa: embedded name or directory (HF Medusa or TensorRT-LLM layout).")
 @click.option("--eagle", default="tiny-eagle", show_default=True,
               help="EAGLE-3 drafter for --method eagle3: embedded name or directory (HF EAGLE-3 layout).")
+@engine_flags(CHECKPOINT_FLAGS)  # a registered method's checkpoint flag that generate has no option of its own for
 @click.option("--choices", "medusa_choices", default=None,
               help="Static tree for --method medusa / eagle3: preset (mc_sim_7b_63), JSON/YAML file or text, or "
                    "'{0}, {0, 0}' [default: medusa: the heads' tuned tree, else mc_sim_7b_63 cut to the heads; "
@@ -70,8 +72,9 @@ def method_choices() -> list[str]:
               help="Weight and KV-cache dtype.")
 @click.option("--threads", type=click.IntRange(0, 4096), default=1, show_default=True,
               help="torch CPU threads (0 = torch's default). Small models at batch 1 run best on one thread.")
-@click.option("--lookahead", "lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
+@click.option("--lookahead", default="4,4,4", show_default=True, metavar="W,N,G",
               help="Lookahead window size, n-gram size, verification set size (for --method lookahead).")
+@engine_flags(METHOD_FLAGS)  # the registered methods' other flags (--suffix, --eagle-topk, ...), as `trtspec serve`'s
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text, token_ids, stats) instead.")
 @click.option("--tap", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="With --url: append the request's acceptance (the served model's perf outputs) as one line to "
@@ -79,7 +82,7 @@ def method_choices() -> list[str]:
 def generate(prompt: str, url: str | None, model: str | None, stream: bool, draft: str, method: str, k: int | None,
              medusa: str, eagle: str, medusa_choices: str | None, typical: bool, temperature: float, top_k: int, top_p: float,
              max_new_tokens: int, seed: int | None, max_k: int, device: str, dtype: str, threads: int,
-             lookahead: str, as_json: bool, tap: Path | None) -> None:
+             lookahead: str, as_json: bool, tap: Path | None, **engine: Any) -> None:
     """Generate a continuation of PROMPT with speculative decoding on the reference (PyTorch) engine, or, with
     --url, with a model served by Triton (`trtspec serve`).
 
@@ -104,6 +107,11 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
         raise UsageError("--tap records what a served model answers: it needs --url HOST:PORT",
                          hint="add --url (Triton's gRPC port), or leave --tap out")
     if url is not None:
+        given = [flag for flag in (f"--{k.removeprefix('engine_').replace('_', '-')}" for k, v in engine.items()
+                                   if v not in (None, ()))]
+        if given:
+            raise UsageError(f"{given[0]} configures the engine generate runs here; with --url the served model has "
+                             "its own", hint=f"leave {given[0]} out, or drop --url")
         remote = run_remote(prompt, url=url, model=model, k=k, sampling=sampling, stream=stream,
                             on_text=None if as_json else _echo_text)
         if tap is not None:
@@ -130,7 +138,8 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     spec = SpecParams(method=method, k=k if not info.baseline else 0, acceptance="typical_lossy" if typical else "exact")
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa, eagle=eagle,
-                       options=_proposer_options((window, ngram, verification_set), medusa_choices, method))
+                       options=_with_method_flags(_proposer_options((window, ngram, verification_set),
+                                                                    medusa_choices, method), model, method, engine))
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -183,6 +192,22 @@ def _proposer_options(lookahead: tuple[int, int, int], choices: str | None, meth
     elif choices is not None:
         trees["medusa_tree"] = MedusaTree(choices=tuple(map(tuple, tree_choices.parse(choices, field="--choices"))))
     return ProposerOptions(lookahead=Lookahead(*lookahead), **trees)
+
+
+def _with_method_flags(options: Any, model: str, method: str, values: dict[str, Any]) -> Any:
+    """`options` with the method flags generate lists from the homes (--suffix, --eagle-topk, a new method's): engine
+    parameters over the method's own part, checked by EngineConfig as `trtspec serve --dynamo` checks them (a knob of
+    another method is refused), an error naming the flag."""
+    from dataclasses import replace
+
+    from trtspec.contracts.engine import EngineConfig
+
+    if not overrides(values):
+        return options
+    part = resolve(method).engine_part
+    own = {part: getattr(options, part)} if part and hasattr(options, part) else {}
+    config = apply(EngineConfig(target=model, method=method, **own), values)
+    return replace(options, **{part: getattr(config.proposer_options(), part)}) if own else options
 
 
 def run_remote(prompt: str, *, url: str, model: str | None, k: int | None, sampling: Any, stream: bool,

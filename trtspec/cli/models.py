@@ -46,10 +46,11 @@ def models(model: str | None, as_json: bool) -> None:
 
 
 def _describe_heads(name: str, as_json: bool) -> None:
+    from trtspec.methods.medusa import MEDUSA
     from trtspec.models import read_config, resolve_medusa
 
     path = resolve_medusa(name)
-    cfg = read_config(path, field="medusa")
+    cfg = read_config(path, field=MEDUSA.checkpoint)
     info = {
         "model": name,
         "path": str(path),

@@ -14,14 +14,14 @@ from typing import Any
 import click
 
 from trtspec.cli._dynamo import dynamo_options, serve_dynamo
-from trtspec.cli._engine import FLAGS, engine_flags
+from trtspec.cli._engine import ENGINE_FLAGS, FLAGS, EngineCommand, engine_flags
 from trtspec.cli._signals import Stopped, exit_code, stop_signals
 from trtspec.cli._trtllm_serve import OPTIONS as TRTLLM_ONLY
 from trtspec.cli._trtllm_serve import serve_trtllm, trtllm_serve_options
 from trtspec.cli._types import FiniteFloat
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @click.argument("repo", type=click.Path(path_type=Path, exists=True, file_okay=False), required=False)
 @click.option("--grpc-port", type=click.IntRange(1, 65535), default=8001, show_default=True, help="gRPC port.")
 @click.option("--http-port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
@@ -44,7 +44,7 @@ from trtspec.cli._types import FiniteFloat
                    "or --model (docs/trtllm-serve.md).")
 @dynamo_options
 @trtllm_serve_options
-@engine_flags(*FLAGS, tag="[--dynamo, --trtllm-serve] ",
+@engine_flags(*ENGINE_FLAGS, tag="[--dynamo, --trtllm-serve] ",
               notes={"--model": "Default: tiny (with --draft tiny-draft) without REPO."})
 def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, host: str,
           load_models: tuple[str, ...], startup_timeout: float, log_file: Path | None, dry_run: bool,
@@ -87,7 +87,8 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
         serve_dynamo(dynamo_workers, repo, http_port=http_port, startup_timeout=startup_timeout, dry_run=dry_run,
                      **options)
         return
-    given = [FLAGS_BY_DEST[k] for k, v in options.items() if k in FLAGS_BY_DEST and v not in (None, ())]
+    flags_by_dest = {f.dest: f.flag for f in FLAGS.values()}  # the engine flags now (methods register any time)
+    given = [flags_by_dest[k] for k, v in options.items() if k in flags_by_dest and v not in (None, ())]
     given += [f"--{k.replace('_', '-')}" for k, v in options.items() if k in DYNAMO_ONLY and v != DYNAMO_ONLY[k]]
     if given:
         raise UsageError(f"{given[0]} applies to a Dynamo deployment (--dynamo N) or --trtllm-serve; a Triton "
@@ -155,7 +156,6 @@ def serve(repo: Path | None, grpc_port: int, http_port: int, metrics_port: int, 
     click.echo(f"tritonserver exited ({code}).")
 
 
-FLAGS_BY_DEST = {f.dest: f.flag for f in FLAGS.values()}
 DYNAMO_ONLY = {"served_model_name": None, "system_port": 8081, "router_mode": "round-robin", "migration_limit": 3,
                "threads": 1, "log_dir": None}  # --dynamo's own options and their defaults
 TRTLLM_SHARED = ("served_model_name", "threads")  # ... of which --trtllm-serve reads these too

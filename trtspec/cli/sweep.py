@@ -71,17 +71,21 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
         trtspec sweep --via triton --url localhost:8001 --method draft_target --k 0-4 --out served.jsonl
         trtspec sweep --via openai --url localhost:8000 --method draft_target,ngram --k 0-4 --out dynamo.jsonl
     """
+    from trtspec.methods.eagle import EAGLE3
+    from trtspec.methods.medusa import MEDUSA
     from trtspec.sweep.grid import SweepSpec, parse_float_list, parse_int_list, parse_str_list
     from trtspec.sweep.records import latest_by_id, read_records
     from trtspec.sweep.runner import run_sweep
 
     lists = {"methods": lambda v: parse_str_list(v, "method"), "drafts": lambda v: parse_str_list(v, "draft"),
-             "suites": lambda v: parse_str_list(v, "suite"), "medusa": lambda v: parse_str_list(v, "medusa"),
+             "suites": lambda v: parse_str_list(v, "suite"),
+             MEDUSA.sweep_variant: lambda v: parse_str_list(v, MEDUSA.sweep_variant),
              "k": lambda v: parse_int_list(v, "k"), "concurrency": lambda v: parse_int_list(v, "concurrency"),
              "calibration_batch_sizes": lambda v: parse_int_list(v, "calibration-batch-sizes"),
              "temperatures": lambda v: parse_float_list(v, "temperature"),
              "suffix_cache": lambda v: parse_str_list(v, "suffix-cache"),
-             "eagle": lambda v: parse_str_list(v, "eagle"), "eagle_trees": lambda v: parse_str_list(v, "eagle-tree")}
+             EAGLE3.sweep_variant: lambda v: parse_str_list(v, EAGLE3.sweep_variant),
+             "eagle_trees": lambda v: parse_str_list(v, "eagle-tree")}
     overrides = {name: (lists[name](value) if name in lists and value is not None else value)
                  for name, value in flags.items()}
     spec = SweepSpec.from_yaml(config, **overrides) if config else \

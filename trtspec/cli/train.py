@@ -11,6 +11,8 @@ from typing import Any
 import click
 
 from trtspec.cli._types import FiniteFloat
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.medusa import MEDUSA
 from trtspec.training.distill import DistillRecipe
 
 
@@ -42,7 +44,7 @@ def train() -> None:
     """
 
 
-@train.command("medusa")
+@train.command(MEDUSA.train_command)
 @click.option("--model", "target", default="tiny", show_default=True,
               help="Target: embedded name or local HF Llama directory (kept frozen).")
 @click.option("--heads", "num_heads", type=click.IntRange(1, 16), default=4, show_default=True,
@@ -105,7 +107,7 @@ def medusa(target: str, num_heads: int, num_layers: int, steps: int, batch_size:
         click.echo(f"TensorRT-LLM checkpoint: {trtllm_dir} (max_draft_len {max_draft_len})")
 
 
-@train.command("eagle")
+@train.command(EAGLE3.train_command)
 @click.option("--model", "target", default="tiny", show_default=True,
               help="Target: embedded name or local HF Llama directory (kept frozen).")
 @click.option("--taps", default=None, metavar="L,M,H",

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from trtspec.errors import ConfigError, UnknownMethodError
 from trtspec.methods import draft_target, eagle, hybrid, lookahead, medusa, mtp, ngram, none, redrafter, suffix
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FLAG_KINDS, FlagRow, MethodInfo
 
 # The lookahead budget has one definition, next to the per-release facts that state it (re-exported here).
 from trtspec.targets import lookahead_max_draft_len, validate_lookahead  # noqa: F401 (re-exported)
@@ -120,6 +120,14 @@ def _check(infos: tuple[MethodInfo, ...]) -> None:
             raise ValueError(f"method {m.name!r}: proposer_class must be 'module:Class', not {m.proposer_class!r}")
         if m.baseline and any(o.baseline for o in METHODS.values()):
             raise ValueError(f"method {m.name!r}: the table already has its baseline")
+        for row in m.flags:
+            if row.kind not in FLAG_KINDS:
+                raise ValueError(f"method {m.name!r}: flag {row.flag} has kind {row.kind!r}, not one of "
+                                 f"{', '.join(FLAG_KINDS)}")
+            owners = [o.name for o in (*METHODS.values(), *infos) if any(r.flag == row.flag and r != row
+                                                                         for r in o.flags)]  # the same row: shared
+            if owners:
+                raise ValueError(f"method {m.name!r}: flag {row.flag} is method {owners[0]!r}'s, as another row")
 
 
 def _rebuild() -> None:
@@ -217,5 +225,6 @@ def parse_lookahead(value: str, field: str = "lookahead") -> tuple[int, int, int
 
 
 __all__ = ["BASELINE", "DEFAULT_METHOD", "HOMES", "METHODS", "METHOD_SECTIONS", "SECTION_MODELS", "DerivedSequence",
-           "DerivedTable", "MethodInfo", "derived", "derived_sequence", "engine_methods", "lookahead_max_draft_len",
+           "DerivedTable", "FlagRow", "MethodInfo",
+           "derived", "derived_sequence", "engine_methods", "lookahead_max_draft_len",
            "lookahead_trie_nodes", "parse_lookahead", "register", "resolve", "unregister", "validate_lookahead"]

@@ -10,6 +10,34 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class FlagRow:
+    """One command-line flag of a method's engine parameter, as data: cli/_engine.py makes the click option of every
+    registered home's rows at each use (`trtspec serve`, `deploy`, `generate`), so a method's flags come with its home.
+
+    `kind` is "text" (a string), "int" (an integer within `bounds`) or "name_value" (NAME=VALUE, repeatable: each
+    sets the parameter `field` + NAME, so `field` is a prefix such as "suffix_")."""
+
+    flag: str  # "--eagle-topk"
+    field: str  # the EngineConfig parameter it sets (contracts.engine.EngineConfig.to_parameters' flat names)
+    kind: str
+    help: str
+    metavar: str | None = None
+    bounds: tuple[int, int] | None = None  # kind "int": the smallest and largest value (shown in --help)
+    # It names the method's checkpoint: listed after the target's --model; else after --device with the methods' knobs.
+    checkpoint: bool = False
+    # `trtspec deploy` takes it over the build's engine configuration, with this note after its help; None = deploy
+    # does not take it (the build decides).
+    deploy: str | None = None
+
+    @property
+    def multiple(self) -> bool:
+        return self.kind == "name_value"
+
+
+FLAG_KINDS = ("text", "int", "name_value")  # FlagRow.kind
+
+
+@dataclass(frozen=True)
 class MethodInfo:
     """What one method means on each execution path (its home module in trtspec/methods/ declares it)."""
 
@@ -72,7 +100,8 @@ class MethodInfo:
     # The method the reference engine runs for a build of this one with a drafter of the newer generation
     # (eagle -> eagle3 when eagle.eagle3: true); None = the build's method itself.
     reference_form: str | None = None
-    # build.preflight's rule for max_draft_len (DRAFT_LEN_RULES): plain, external, heads, layers, window, beams.
+    # build.preflight's rule for max_draft_len (DRAFT_LEN_RULES): plain, external, heads, layers, window, beams,
+    # own_layers (the target's own draft layers, target_layers_key).
     draft_len_rule: str = "external"
     # Why the LLM API's PyTorch backend has no decoding type for it in any target (a refusal names it); None = the
     # facts decide (llmapi_decoding_type).
@@ -99,6 +128,20 @@ class MethodInfo:
     # The target config.json key that declares the layers the method drafts with (MTP: num_nextn_predict_layers):
     # the target must declare more than 0; None = the method needs no layers of the target's own.
     target_layers_key: str | None = None
+    # Its command-line flags (FlagRow), in --help order; () = none. The engine flags of every command list each
+    # registered home's rows in table order.
+    flags: tuple[FlagRow, ...] = ()
+    # The sweep's name for its variants: the grid's variant key and the case and record field naming one (draft,
+    # medusa, eagle, lookahead, max_ngram, suffix_cache), also the SweepSpec field listing them (but draft_target's
+    # `drafts`); None = the method has no variants beyond k.
+    sweep_variant: str | None = None
+    # `trtspec train <command>` that trains its drafter (eagle3: eagle), and the ModelOpt speculative mode the trainer
+    # converts the target with (`modelopt.torch.speculative.convert(model, [(mode, config)])`); None = none.
+    train_command: str | None = None
+    modelopt_mode: str | None = None
+    # The target facts' examples.dirs key of TensorRT-LLM's examples directory holding the method's
+    # convert_checkpoint.py (engine flow); None = the target family's own converter.
+    examples_dir: str | None = None
 
     def proposer_key(self) -> str:
         """`proposer`, for a method the reference engine runs: the name its proposer class gives itself."""

@@ -3,7 +3,7 @@ LLM-API DraftTarget)."""
 
 from __future__ import annotations
 
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 
 DRAFT_TARGET = MethodInfo(
     name="draft_target",
@@ -20,6 +20,8 @@ DRAFT_TARGET = MethodInfo(
     build_max_draft_len=True,
     needs_paged_context_fmha=True,
     repository_features=("bls_draft_target",),
+    flags=(FlagRow("--draft", "draft", "text", "Draft model (method draft_target).", checkpoint=True),),
+    sweep_variant="draft",
 )
 
 DECLARES = (DRAFT_TARGET,)

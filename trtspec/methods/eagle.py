@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from trtspec.choices import MAX_DEPTH, MAX_TOPK
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 from trtspec.methods.options import COUNT_MAX, Options, PathText
 
 
@@ -63,6 +63,7 @@ EAGLE = MethodInfo(
     target_features=("eagle_engine_flow",),
     build_max_draft_len=True,
     needs_paged_context_fmha=True,
+    examples_dir="eagle",
 )
 
 EAGLE3 = MethodInfo(
@@ -88,6 +89,17 @@ EAGLE3 = MethodInfo(
     draft_len_rule="layers",
     engine_architectures=("LlamaForCausalLM",),
     target_features=("eagle3_llmapi",),
+    flags=(
+        FlagRow("--eagle", "eagle", "text", "EAGLE-3 drafter (method eagle3).", checkpoint=True),
+        FlagRow("--eagle-topk", "eagle_topk", "int", "Method eagle3: the dynamic tree's children per expansion "
+                "(default 4); not with a static tree (eagle.choices).", bounds=(1, MAX_TOPK),
+                deploy="torch flavour; over the build's eagle.topk."),
+        FlagRow("--eagle-depth", "eagle_depth", "int", "Method eagle3: the dynamic tree's levels (default 6). The "
+                "node budget is k.", bounds=(1, MAX_DEPTH), deploy="torch flavour; over the build's eagle.depth."),
+    ),
+    sweep_variant="eagle",
+    train_command="eagle",
+    modelopt_mode="eagle",
 )
 
 DECLARES = (EAGLE, EAGLE3)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 from trtspec.methods.options import COUNT_MAX, Options
 
 
@@ -50,6 +50,10 @@ LOOKAHEAD = MethodInfo(
                       "lookahead_verification_set_size at most the server's draft fewer tokens (live)"),
     target_features=("lookahead_engine", "server_lookahead_params"),
     build_max_draft_len=True,
+    flags=(FlagRow("--lookahead", "lookahead", "text", "Method lookahead: the window, n-gram size and verification "
+                   "set (W, N, G).", metavar="W,N,G",
+                   deploy="On the tensorrtllm flavour it must match the engine's max_draft_len."),),
+    sweep_variant="lookahead",
 )
 
 DECLARES = (LOOKAHEAD,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 from trtspec.methods.options import COUNT_MAX, Options, PathText
 
 
@@ -41,6 +41,11 @@ MEDUSA = MethodInfo(
                              "features)"),
     engine_architectures=("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"),
     target_features=("medusa",),
+    flags=(FlagRow("--medusa", "medusa", "text", "Medusa heads (method medusa).", checkpoint=True),),
+    sweep_variant="medusa",
+    train_command="medusa",
+    modelopt_mode="medusa",
+    examples_dir="medusa",
 )
 
 DECLARES = (MEDUSA,)

@@ -68,7 +68,7 @@ MTP = MethodInfo(
     proposer=None,
     section="mtp",
     options=MtpSpec,
-    draft_len_rule="mtp",
+    draft_len_rule="own_layers",
     target_layers_key="num_nextn_predict_layers",
     engine_flow_unsupported="MTP runs on TensorRT-LLM's PyTorch backend only (the LLM API's MTP decoding type): "
                             "trtllm-build has no speculative mode for it",

@@ -30,6 +30,7 @@ NGRAM = MethodInfo(
     target_features=("draft_tokens_external",),
     build_max_draft_len=True,
     needs_paged_context_fmha=True,
+    sweep_variant="max_ngram",
 )
 
 DECLARES = (NGRAM,)

@@ -34,6 +34,7 @@ REDRAFTER = MethodInfo(
     inflight_k_fixed="ReDrafter's beams and draft length are built into the engine: no runtime knob",
     engine_architectures=("LlamaForCausalLM", "QWenForCausalLM", "Qwen2ForCausalLM"),
     target_features=("redrafter",),
+    examples_dir="redrafter",
 )
 
 DECLARES = (REDRAFTER,)

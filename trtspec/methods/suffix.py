@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from trtspec.errors import ConfigError, shown
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 
 MAX_TREE_DEPTH = 1024  # longest suffix matched; memory and per-step work grow with it
 MAX_CACHED_REQUESTS = 2**31 - 1  # arctic-inference's limit (int32 sequence ids)
@@ -135,6 +135,11 @@ SUFFIX = MethodInfo(
     cross_request_cache=True,
     section="suffix",
     options=SuffixConfig,
+    flags=(FlagRow("--suffix", "suffix_", "name_value", "Method suffix: one suffix decoding option NAME=VALUE "
+                   "(repeatable): max_tree_depth, max_cached_requests (the cross-request cache's bound), "
+                   "max_spec_factor, max_spec_offset, min_token_prob, tree (true/false).",
+                   deploy="torch flavour; over the build's."),),
+    sweep_variant="suffix_cache",
     llmapi_nearest=("ngram", "ngram (also draft-model-free: drafts copied from the context)"),
     llmapi_hint="SA exists from 1.3: render for Dynamo with `trtspec k8s CONFIG` (Dynamo 1.6.1 runs TensorRT-LLM "
                 "1.3.0rc29, whose SA this build maps to), or use backend: torch (the reference engine runs suffix "

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from trtspec.errors import ConfigError, IncompatibleModelsError
+from trtspec.methods.eagle import EAGLE3
 from trtspec.spec.model import DTYPES, Block, KVCache, LlamaConfig, RMSNorm, _rename, _rope_inv_freq, prepare_step
 
 NUM_TAPS = 3  # vLLM sizes fc as 3 x target hidden
@@ -37,7 +38,7 @@ class EagleConfig:
     taps: tuple[int, ...] | None  # target layers whose input is read (vLLM convention); None = vLLM's default
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any], *, field: str = "eagle") -> EagleConfig:
+    def from_hf(cls, cfg: dict[str, Any], *, field: str = EAGLE3.checkpoint) -> EagleConfig:
         if cfg.get("num_hidden_layers", 1) != 1:
             raise ConfigError(f"{field}.num_hidden_layers", cfg["num_hidden_layers"],
                               "the reference runner implements one-layer EAGLE-3 drafters",
@@ -55,7 +56,7 @@ class EagleConfig:
                    draft_vocab_size=cfg.get("draft_vocab_size") or layer.vocab_size,
                    taps=tuple(int(t) for t in taps) if taps else None)
 
-    def resolve_taps(self, target: LlamaConfig, *, field: str = "eagle") -> tuple[int, ...]:
+    def resolve_taps(self, target: LlamaConfig, *, field: str = EAGLE3.checkpoint) -> tuple[int, ...]:
         """The taps checked against the target (three layers in [0, num_layers)); vLLM's default when unset."""
         taps = self.taps or (2, target.num_layers // 2, target.num_layers - 3)
         if len(taps) != NUM_TAPS or not all(0 <= t < target.num_layers for t in taps):
@@ -140,7 +141,7 @@ class EagleDrafter(nn.Module):
 
 def load_drafter(path: str | Path, target: LlamaConfig, target_embed: nn.Embedding, *,
                  dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
-                 field: str = "eagle") -> tuple[EagleDrafter, tuple[int, ...]]:
+                 field: str = EAGLE3.checkpoint) -> tuple[EagleDrafter, tuple[int, ...]]:
     """Load and check an EAGLE-3 drafter for `target`; returns it with the target layers it reads.
 
     Raises IncompatibleModelsError naming both values when the hidden size, the vocabulary or the taps do not fit.

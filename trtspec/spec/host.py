@@ -19,6 +19,8 @@ from typing import Any
 from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.prompt_log import PromptLog
 from trtspec.errors import ConfigError, UsageError
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.medusa import MEDUSA
 
 
 def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name) -> Path:
@@ -45,9 +47,9 @@ def check(config: EngineConfig, spell: Callable[[str], str] = lambda name: name)
     if config.draft is not None:
         check_pair(target, resolve_model(config.draft, field=spell("draft")))
     if config.medusa is not None:
-        resolve_medusa(config.medusa, field=spell("medusa"))
+        resolve_medusa(config.medusa, field=spell(MEDUSA.checkpoint))
     if config.eagle is not None:
-        resolve_eagle(config.eagle, field=spell("eagle"))
+        resolve_eagle(config.eagle, field=spell(EAGLE3.checkpoint))
     if info.proposer_class is not None:  # its optional package (suffix: arctic-inference) is installed
         from trtspec.spec.proposers import load_proposer
 

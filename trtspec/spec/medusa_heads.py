@@ -27,6 +27,7 @@ from torch import nn
 
 from trtspec.atomic import atomic_path, write_json
 from trtspec.errors import IncompatibleModelsError, ModelNotFoundError
+from trtspec.methods.medusa import MEDUSA
 
 HF_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 TRTLLM_WEIGHTS = "rank0.safetensors"
@@ -84,7 +85,7 @@ class MedusaHeads(nn.Module):
 
 def load_medusa_heads(path: str | Path, *, target_hidden_size: int | None = None,
                       target_vocab_size: int | None = None, dtype: torch.dtype = torch.float32,
-                      field: str = "medusa") -> MedusaHeads:
+                      field: str = MEDUSA.checkpoint) -> MedusaHeads:
     """Medusa heads from a directory in either layout; refuses a hidden-size or vocab mismatch with the target.
 
     Raises ModelNotFoundError for a missing/unrecognised directory, IncompatibleModelsError naming both numbers.
@@ -123,7 +124,7 @@ def load_medusa_heads(path: str | Path, *, target_hidden_size: int | None = None
 
 def resolve_heads(name_or_path: str | Path, *, target_hidden_size: int | None = None,
                   target_vocab_size: int | None = None, dtype: torch.dtype = torch.float32,
-                  field: str = "medusa") -> MedusaHeads:
+                  field: str = MEDUSA.checkpoint) -> MedusaHeads:
     """`load_medusa_heads` for an embedded name (e.g. `tiny-medusa`) or a directory."""
     from trtspec.models import resolve_medusa
 

@@ -27,6 +27,11 @@ from typing import Any
 from trtspec.contracts import costmodel
 from trtspec.errors import UsageError
 from trtspec.methods import BASELINE, resolve
+from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
+from trtspec.methods.suffix import SUFFIX
 from trtspec.sweep.record_fields import check_records
 from trtspec.sweep.records import Record, latest_by_id, read_results
 
@@ -75,11 +80,11 @@ class CaseRow:
     def variant(self) -> str:
         """method plus its draft / heads / lookahead W,N,G / suffix cache state (and `adaptive` or `schedule`), the
         unit a recommendation picks."""
-        extra = (self.params.get("draft") or self.params.get("medusa") or self.params.get("lookahead")
-                 or self.params.get("suffix_cache"))
+        extra = (self.params.get(DRAFT_TARGET.sweep_variant) or self.params.get(MEDUSA.sweep_variant)
+                 or self.params.get(LOOKAHEAD.sweep_variant) or self.params.get(SUFFIX.sweep_variant))
         variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
-        if self.params.get("eagle"):  # EAGLE-3 drafter and its tree (grid.SweepSpec.eagle_trees)
-            variant = f"{self.method}:{Path(str(self.params['eagle'])).name}/{self.params.get('tree')}"
+        if drafter := self.params.get(EAGLE3.sweep_variant):  # EAGLE-3 drafter and its tree (SweepSpec.eagle_trees)
+            variant = f"{self.method}:{Path(str(drafter)).name}/{self.params.get('tree')}"
         return variant + (" adaptive" if self.params.get("adaptive") else " schedule" if self.params.get("schedule")
                           else "")
 
@@ -218,15 +223,16 @@ def _median_of(values: Sequence[Any]) -> Any:
 def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: float,
                timing: str = "wall") -> costmodel.StepCosts | None:
     """Calibrated forward costs for a case's model set at a batch size (interpolated between calibrated sizes)."""
-    needs_draft = bool(params.get("draft") or params.get("medusa"))
+    draft, heads = DRAFT_TARGET.checkpoint, MEDUSA.checkpoint  # a calibration's model set (sweep.runner.ModelSet)
+    needs_draft = bool(params.get(draft) or params.get(heads))
     best: Record | None = None
     for rec in calibrations:
         if rec.get("model") != params["model"]:
             continue
-        if needs_draft and (rec.get("draft"), rec.get("medusa")) != (params.get("draft"), params.get("medusa")):
+        if needs_draft and (rec.get(draft), rec.get(heads)) != (params.get(draft), params.get(heads)):
             continue
         best = rec
-        if not needs_draft or rec.get("draft") == params.get("draft"):
+        if not needs_draft or rec.get(draft) == params.get(draft):
             break
     suffix = "cpu_s" if timing == "cpu" else "s"
     if best is None or not best.get(f"target_{suffix}"):

@@ -43,15 +43,20 @@ from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError, UsageError, shown
 from trtspec.methods import BASELINE, MethodInfo, engine_methods, lookahead_trie_nodes, parse_lookahead, resolve
 from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
 from trtspec.methods.ngram import NGRAM
+from trtspec.methods.suffix import SUFFIX
 from trtspec.sweep.record_fields import MAX_BATCH_SIZE, MAX_K
 from trtspec.triton.client import DEFAULT_TIMEOUT_S  # numpy only; tritonclient loads when a client is made
 
 CHAIN_TREE = "chain"  # tree methods without an explicit tree: a chain of depth k
 SUFFIX_CACHES = ("cold", "warm")  # suffix decoding cache states a case starts from (via engine)
 # Options only the in-process engine applies (a served model has its own); refused with another backend.
-ENGINE_ONLY = ("lookahead", "adaptive", "prompt_tokens", "max_ngram", "suffix_cache", "schedules", "ramps",
-               "stagger_start")
+# (the methods' variant fields by their homes' names: lookahead, max_ngram, suffix_cache)
+ENGINE_ONLY = (LOOKAHEAD.sweep_variant, "adaptive", "prompt_tokens", NGRAM.sweep_variant, SUFFIX.sweep_variant,
+               "schedules", "ramps", "stagger_start")
 MAX_CASES = 100_000  # cases one sweep may have (suites x temperatures x concurrency x methods x variants x k x rounds)
 MAX_RANGE = 4096  # values one `lo-hi` list item may span (k, concurrency, batch sizes)
 INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1  # counts are int32 (engine, TensorRT-LLM); seeds uint64 (Triton)
@@ -189,10 +194,10 @@ class SweepSpec(BaseModel):
                                   hint=f"the reference engine runs: {', '.join(allowed)}; "
                                   f"{name} needs a TensorRT-LLM repository (--via triton --flavour tensorrtllm)")
             if info.needs_medusa_heads and not self.medusa:
-                raise ConfigError("medusa", self.medusa, f"method {name} needs Medusa heads",
+                raise ConfigError(MEDUSA.sweep_variant, self.medusa, f"method {name} needs Medusa heads",
                                   hint="pass --medusa DIR (heads trained with `trtspec train medusa`)")
             if info.needs_eagle_drafter and not self.eagle and self.via == "engine":
-                raise ConfigError("eagle", self.eagle, f"method {name} needs an EAGLE-3 drafter",
+                raise ConfigError(EAGLE3.sweep_variant, self.eagle, f"method {name} needs an EAGLE-3 drafter",
                                   hint="pass --eagle tiny-eagle (or a directory from `trtspec train eagle`)")
         _positive("max_draft_len", [self.max_draft_len], most=MAX_K)  # the report reads k up to MAX_K
         for field, values, lowest in (("k", self.k, 0), ("adaptive", self.adaptive, 1)):
@@ -237,7 +242,7 @@ class SweepSpec(BaseModel):
                     check_pair(target, resolve_model(draft, field="drafts"))
             if any(resolve(m).needs_eagle_drafter for m in self.methods):
                 for drafter in self.eagle:
-                    resolve_eagle(drafter, field="eagle")
+                    resolve_eagle(drafter, field=EAGLE3.sweep_variant)
         for suite in self.suites:
             load_suite(suite, self.num_prompts)
 
@@ -257,9 +262,9 @@ class SweepSpec(BaseModel):
             raise ConfigError("schedules", self.schedules, "a schedule needs a speculative method",
                               hint="add a method such as draft_target, or drop schedules")
         for value in self.lookahead:
-            parse_lookahead(value, field="lookahead")
+            parse_lookahead(value, field=LOOKAHEAD.sweep_variant)
         if self.lookahead and not any(resolve(m).jacobi for m in self.methods):
-            raise ConfigError("lookahead", self.lookahead, "lookahead variants need method lookahead",
+            raise ConfigError(LOOKAHEAD.sweep_variant, self.lookahead, "lookahead variants need method lookahead",
                               hint="add lookahead to methods, or drop lookahead")
         if self.suffix_cache is not None:
             if not self.suffix_cache:
@@ -342,34 +347,36 @@ class SweepSpec(BaseModel):
                 "prompt_tokens": self.prompt_tokens}
 
     def _variants(self, method: str) -> list[dict[str, str | int | None]]:
-        """The method's variants; a method with a cross-request cache (suffix, the hybrids) has each of its others
-        at each cache state."""
+        """The method's variants, each keyed as the home of what it varies names it (`sweep_variant`): the draft model
+        (draft), Medusa heads (medusa), EAGLE-3 drafter (eagle), (W, N, G) (lookahead), max_ngram, suffix_cache; a
+        method with a cross-request cache (suffix, the hybrids) has each of its others at each cache state."""
         info = resolve(method)
         variants = self._model_variants(method)
         if info.cross_request_cache and self.via == "engine":  # a served model's cache is the server's, as it stands
-            return [{**variant, "suffix_cache": state} for variant in variants
+            return [{**variant, SUFFIX.sweep_variant: state} for variant in variants
                     for state in dict.fromkeys(self.suffix_cache or SUFFIX_CACHES)]
         return variants
 
     def _model_variants(self, method: str) -> list[dict[str, str | int | None]]:
         info = resolve(method)
         if info.needs_draft_model:
-            return [{"draft": d} for d in self.drafts]
+            return [{DRAFT_TARGET.sweep_variant: d} for d in self.drafts]
         if info.needs_medusa_heads:
-            return [{"medusa": m, "tree": t} for m in self.medusa for t in self.trees]
+            return [{MEDUSA.sweep_variant: m, "tree": t} for m in self.medusa for t in self.trees]
         if info.needs_eagle_drafter and self.via == "engine":  # a served model has its own drafter and tree
-            return [{"eagle": e, "tree": t} for e in self.eagle for t in self.eagle_trees]
+            return [{EAGLE3.sweep_variant: e, "tree": t} for e in self.eagle for t in self.eagle_trees]
         if info.jacobi:
-            return [{"lookahead": w} for w in self.lookahead] or [{}]
+            return [{LOOKAHEAD.sweep_variant: w} for w in self.lookahead] or [{}]
         if self.max_ngram is not None and PARTS.get(info.engine_part or "") is Ngram:  # n-gram matching's knobs
-            return [{"max_ngram": self.max_ngram}]
+            return [{NGRAM.sweep_variant: self.max_ngram}]
         return [{}]
 
     def _ks(self, method: str, variant: dict[str, str | int | None], ks: list[int]) -> list[int]:
         """Sorted distinct k > 0; lookahead's k counts trie nodes and stops at the full trie (a larger k drafts the
         same, see methods.lookahead_trie_nodes)."""
         if resolve(method).jacobi:
-            wng = parse_lookahead(str(variant["lookahead"])) if variant.get("lookahead") else Lookahead().as_tuple()
+            window = variant.get(LOOKAHEAD.sweep_variant)
+            wng = parse_lookahead(str(window)) if window else Lookahead().as_tuple()
             ks = [min(k, lookahead_trie_nodes(*wng)) for k in ks]
         return sorted({k for k in ks if k > 0})
 
@@ -431,8 +438,9 @@ class Case:
         return label + (f" #{self.repeat}" if self.repeat else "")
 
 
-_LATER_FIELDS = {"repeat": 0, "lookahead": None, "max_ngram": None, "adaptive": False, "num_requests": None,
-                 "prompt_tokens": None, "suffix_cache": None, "eagle": None, "schedule": None, "ramp": None}
+_LATER_FIELDS = {"repeat": 0, LOOKAHEAD.sweep_variant: None, NGRAM.sweep_variant: None, "adaptive": False,
+                 "num_requests": None, "prompt_tokens": None, SUFFIX.sweep_variant: None, EAGLE3.sweep_variant: None,
+                 "schedule": None, "ramp": None}
 
 
 def schedule_text(schedule: SpecSchedule) -> str:

@@ -21,6 +21,10 @@ from typing import Any
 
 from trtspec.choices import MAX_NODES
 from trtspec.errors import ConfigError, UnknownMethodError, UsageError, shown, shown_text
+from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
 
 MAX_K = MAX_NODES  # draft tokens per step: a draft tree has at most MAX_NODES nodes (max_draft_len = its nodes)
 MAX_BATCH_SIZE = 4096  # concurrency / batch size; the report's --max-batch-size is at most this
@@ -110,8 +114,9 @@ PARAMS: dict[str, tuple[Rule, bool]] = {  # name -> (rule, required)
     "num_prompts": (optional(integer(1, INT32_MAX)), False), "seed": (optional(integer(0, UINT64_MAX)), False),
     "repeat": (optional(integer(0, INT32_MAX)), False), "num_requests": (optional(integer(1, INT32_MAX)), False),
     "prompt_tokens": (optional(integer(1, INT32_MAX)), False), "max_ngram": (optional(integer(1, INT32_MAX)), False),
-    "adaptive": (flag, False), "draft": (text_or_none, False), "medusa": (text_or_none, False),
-    "eagle": (text_or_none, False), "tree": (text_or_none, False), "lookahead": (text_or_none, False),
+    "adaptive": (flag, False), "draft": (text_or_none, False), MEDUSA.sweep_variant: (text_or_none, False),
+    EAGLE3.sweep_variant: (text_or_none, False), "tree": (text_or_none, False),
+    LOOKAHEAD.sweep_variant: (text_or_none, False),
     "suffix_cache": (text_or_none, False), "schedule": (text_or_none, False), "ramp": (text_or_none, False),
     "via": (text_or_none, False),
 }
@@ -255,7 +260,7 @@ def _key(field: str, key: str, kind: tuple[Rule, str]) -> None:
 
 def _calibration(rec: dict[str, Any]) -> None:
     _field(rec, "model", text, required=True)
-    for name in ("draft", "medusa", "of", "eagle"):
+    for name in (DRAFT_TARGET.checkpoint, MEDUSA.checkpoint, "of", EAGLE3.checkpoint):  # the model set's checkpoints
         _field(rec, name, text_or_none)
     _field(rec, "prompt_tokens", optional(number(0.0, MAX_COUNT)))
     for suffix in ("s", "cpu_s"):

@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trtspec.errors import TrtspecError
+from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.lookahead import LOOKAHEAD
+from trtspec.methods.medusa import MEDUSA
+from trtspec.methods.suffix import SUFFIX
 from trtspec.sweep.grid import Case, SweepSpec, case_id
 from trtspec.sweep.prompts import PromptSuite, load_suite
 from trtspec.sweep.records import Record, ResultsFile, latest_by_id
@@ -62,8 +67,9 @@ class ModelSet:
 
     @property
     def calibration_id(self) -> str:
-        extra = {"eagle": self.eagle} if self.eagle else {}  # ids written before EAGLE stay the same
-        return "calib-" + case_id({"model": self.model, "draft": self.draft, "medusa": self.medusa, **extra})
+        extra = {EAGLE3.checkpoint: self.eagle} if self.eagle else {}  # ids written before EAGLE stay the same
+        return "calib-" + case_id({"model": self.model, DRAFT_TARGET.checkpoint: self.draft,
+                                   MEDUSA.checkpoint: self.medusa, **extra})
 
 
 def model_sets(cases: list[Case]) -> list[ModelSet]:
@@ -178,7 +184,8 @@ def _calibrate(backend: Backend, spec: SweepSpec, model_set: ModelSet, number: i
         slice_fields = {"slice": number, "slices": spec.calibration_slices, "of": model_set.calibration_id} \
             if spec.calibration_slices > 1 else {}
         results.append({"kind": "calibration", "id": _slice_id(model_set, number), "model": model_set.model,
-                        "draft": model_set.draft, "medusa": model_set.medusa, "measured_at": _now(), **slice_fields,
+                        DRAFT_TARGET.checkpoint: model_set.draft, MEDUSA.checkpoint: model_set.medusa,
+                        "measured_at": _now(), **slice_fields,
                         **fields})
         summary.calibrations += 1
 
@@ -188,9 +195,10 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
         "kind": "case", "id": case.case_id, "label": case.label(), "params": case.params(),
         "sampling": {"temperature": case.temperature, "top_k": 0, "top_p": 1.0, "seed": case.seed,
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
-        "spec": {"method": case.method, "k": case.k, "draft": case.draft, "medusa": case.medusa, "tree": case.tree,
-                 **{name: case.params()[name] for name in ("adaptive", "lookahead", "suffix_cache", "eagle")
-                    if name in case.params()}},
+        "spec": {"method": case.method, "k": case.k, "draft": case.draft, MEDUSA.sweep_variant: case.medusa,
+                 "tree": case.tree, **{name: case.params()[name] for name in (
+                     "adaptive", LOOKAHEAD.sweep_variant, SUFFIX.sweep_variant, EAGLE3.sweep_variant)
+                     if name in case.params()}},
         "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),
     }

@@ -22,6 +22,8 @@ from typing import Any
 
 from trtspec.contracts.schedule import SpecSchedule
 from trtspec.errors import ConfigError
+from trtspec.methods.eagle import EAGLE3
+from trtspec.methods.medusa import MEDUSA
 from trtspec.sweep.analysis import Results
 from trtspec.sweep.schedule import DEFAULT_GATE_BATCH, DEFAULT_RELEASE, ScheduleRecommendation, choose
 from trtspec.targets.controls import release
@@ -273,10 +275,11 @@ def _set_method(data: dict[str, Any], rec: ScheduleRecommendation) -> list[str]:
     section = info.section or ""  # the method's own section of the build config (eagle3: eagle's)
     if info.needs_draft_model and params.get("draft"):
         _put(data, "draft", params["draft"])
-    if measured.needs_eagle_drafter and params.get("eagle"):  # the sweep's EAGLE-3 drafter (grid variant "eagle")
-        _put(data, section, {**_section(data, section), info.section_model or "": params["eagle"], "eagle3": True})
-    if info.needs_medusa_heads and params.get("medusa"):  # the sweep's heads (grid variant "medusa")
-        _put(data, section, {**_section(data, section), info.section_model or "": params["medusa"]})
+    drafter, heads = params.get(EAGLE3.sweep_variant), params.get(MEDUSA.sweep_variant)  # the sweep's grid variants
+    if measured.needs_eagle_drafter and drafter:  # the sweep's EAGLE-3 drafter (eagle.eagle3: true)
+        _put(data, section, {**_section(data, section), info.section_model or "": drafter, EAGLE3.name: True})
+    if info.needs_medusa_heads and heads:  # the sweep's heads
+        _put(data, section, {**_section(data, section), info.section_model or "": heads})
     if PARTS.get(info.engine_part or "") is Ngram:
         _put(data, section, {**_section(data, section),
                              "max_matching_ngram_size": params.get("max_ngram") or Ngram().max_size})

@@ -210,9 +210,14 @@ def require_feature(target: TrtllmTarget | str, feature: str, *, needed_by: str 
                       f"TensorRT-LLM {target.version} lacks {feature} ({FEATURES[feature]}){why}; {where}", hint=hint)
 
 
-def validate_lookahead(window: int, ngram: int, verification_set: int, field: str = "lookahead") -> None:
+def validate_lookahead(window: int, ngram: int, verification_set: int, field: str | None = None) -> None:
     """TensorRT-LLM's `LookaheadDecodingConfig::isLegal`: N >= 1, W >= 1, G >= 0, and N == 1 implies W == 1, G == 0.
-    Raises ConfigError naming `field` (e.g. `lookahead` in a build config, `--lookahead` on the command line)."""
+    Raises ConfigError naming `field` (default: the build config's section, `lookahead`; `--lookahead` on the command
+    line)."""
+    if field is None:
+        from trtspec.methods.lookahead import LOOKAHEAD  # its home names the section (trtspec.methods imports this)
+
+        field = LOOKAHEAD.section or ""
     value = (window, ngram, verification_set)
     if window < 1 or ngram < 1 or verification_set < 0:
         raise ConfigError(field, value, "needs W >= 1, N >= 1, G >= 0", hint="e.g. lookahead: [4, 4, 4]")

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
 
 
+def _medusa() -> str:
+    """The checkpoint facts' section of Medusa checkpoints (MedusaForCausalLM): the method's name."""
+    from trtspec.methods.medusa import MEDUSA  # trtspec.methods imports trtspec.targets
+
+    return MEDUSA.name
+
+
 def _target(target: TrtllmTarget | str) -> TrtllmTarget:
     from trtspec.targets import load_target
 
@@ -29,7 +36,7 @@ def checkpoint_keys(target: TrtllmTarget | str, architecture: str) -> frozenset[
     """The config.json keys the release reads for `architecture` (LlamaForCausalLM or MedusaForCausalLM)."""
     facts = _target(target).checkpoint
     keys = set(facts["common_keys"]["keys"]) | set(facts["llama"]["keys"])
-    medusa = facts["medusa"]
+    medusa = facts[_medusa()]
     if architecture == medusa["architecture"]:
         keys |= set(medusa["keys"]) | set(medusa.get("read_keys", []))
     elif architecture != facts["llama"]["architecture"]:
@@ -51,7 +58,7 @@ def checkpoint_tensor_names(config: Mapping[str, Any], target: TrtllmTarget | st
         per_layer += tensors["per_layer_if_mlp_bias"]
     names = set(tensors["global"])
     names |= {name.format(i=i) for i in range(config["num_hidden_layers"]) for name in per_layer}
-    medusa = facts["medusa"]
+    medusa = facts[_medusa()]
     if config.get("architecture") == medusa["architecture"]:
         per_head = medusa["tensors"]["per_head"]
         names |= {name.format(h=h, l=layer) for h in range(config["num_medusa_heads"])

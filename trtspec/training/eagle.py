@@ -4,8 +4,9 @@ Pipeline (deterministic for a seed, interpreter and torch build; resumable from 
   1. prompts     windows of the training corpus (stdlib train files; random token ids for a tokenizer-less target)
   2. generate    the target continues them itself, half greedy and half sampled at T=1 (training.medusa helpers),
                  plus corpus windows of the same length; held-out prompts continued greedily for evaluation
-  3. convert     `modelopt.torch.speculative.convert(model, [("eagle", EAGLE3 config)])`: one decoder layer whose
-                 attention reads cat(norm(embedding of token t+1), norm(fc(low, mid, high target features at t)))
+  3. convert     `modelopt.torch.speculative.convert(model, [(EAGLE3.modelopt_mode, EAGLE3 config)])`: one decoder
+                 layer whose attention reads cat(norm(embedding of token t+1), norm(fc(low, mid, high target
+                 features at t)))
   4. train       ModelOpt's loss: soft labels from the target's next-token distributions, `ttt_steps` training-time-test
                  steps (the drafter's own output features fed back, weights 0.9**step), AdamW with warmup + cosine;
                  a checkpoint (drafter + optimizer + step) is written atomically every `checkpoint_every` steps
@@ -38,6 +39,7 @@ import torch
 
 from trtspec.atomic import atomic_path, write_json
 from trtspec.errors import ConfigError, ToolNotFoundError
+from trtspec.methods.eagle import EAGLE3
 from trtspec.training.recipe import Progress, SelfDistillRecipe, silent
 
 CHECKPOINT_DIR = ".trtspec-train"  # inside OUT: the resumable training state
@@ -124,7 +126,7 @@ def convert_with_modelopt(model: Any, taps: tuple[int, ...], recipe: EagleRecipe
     # ModelOpt initialises the drafter from the global RNG: seed it (in a fork) so that a run is reproducible
     with contextlib.redirect_stdout(sys.stderr), torch.random.fork_rng():
         torch.manual_seed(recipe.seed + 1)
-        model = mtsp.convert(model, [("eagle", eagle3_config(model.config, taps, recipe))])
+        model = mtsp.convert(model, [(EAGLE3.modelopt_mode, eagle3_config(model.config, taps, recipe))])
     module = model.eagle_module
     # ModelOpt 0.47 builds the rotary embedding with a `device=` argument transformers 5.x no longer takes; it only
     # builds one when the attribute is missing, so set it here (the same class, built the transformers-5 way).

@@ -4,8 +4,9 @@ Pipeline (deterministic for a seed, interpreter and torch build):
   1. prompts     windows of the training corpus (stdlib train files; random token ids for a tokenizer-less target)
   2. generate    the target continues them itself, half greedy and half sampled at T=1 (self-distillation data);
                  plus corpus windows of the same length (cheap: no generation), also labelled by the target
-  3. convert     `modelopt.torch.speculative.convert(model, [("medusa", ...)])` adds the heads; each head's LM head
-                 starts as a copy of the target's (Medusa's initialisation), its residual blocks as the identity
+  3. convert     `modelopt.torch.speculative.convert(model, [(MEDUSA.modelopt_mode, ...)])` adds the heads; each
+                 head's LM head starts as a copy of the target's (Medusa's initialisation), its residual blocks as
+                 the identity
   4. features    the target is frozen, so its last hidden states and next-token distributions are computed once
   5. train       head h at position t learns the target's distribution for the token at t + 2 + h (soft labels,
                  KL(target || head), weights 0.8**h as in Medusa/ModelOpt), AdamW with warmup + cosine
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 
 from trtspec.atomic import replace_dir, write_json
 from trtspec.errors import ToolNotFoundError
+from trtspec.methods.medusa import MEDUSA
 from trtspec.spec.medusa_heads import MedusaHeads, MedusaShape, save_medusa_hf
 from trtspec.targets import DEFAULT_TARGET
 from trtspec.training.recipe import Progress, SelfDistillRecipe, silent
@@ -145,7 +147,8 @@ def convert_with_modelopt(model: Any, num_heads: int, num_layers: int) -> Any:
     except ImportError as exc:
         raise ToolNotFoundError(f"NVIDIA ModelOpt is not importable ({exc})",
                                 hint="pip install 'nvidia-modelopt>=0.40' requests") from None
-    model = mtsp.convert(model, [("medusa", {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers})])
+    model = mtsp.convert(model, [(MEDUSA.modelopt_mode, {"medusa_num_heads": num_heads,
+                                                          "medusa_num_layers": num_layers})])
     with torch.no_grad():
         for head in model.medusa_heads:
             head[-1].weight.copy_(model.lm_head.weight)

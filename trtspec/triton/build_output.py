@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.contracts.build_output import MANIFEST, Manifest
-from trtspec.contracts.engine import EagleTree, EngineConfig, method_fields
+from trtspec.contracts.engine import EagleTree, EngineConfig, Lookahead, method_fields
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import BASELINE, resolve
+from trtspec.methods.lookahead import LOOKAHEAD
 from trtspec.targets import WORKFLOWS, Workflow
 from trtspec.textfile import load_yaml_text
 
@@ -164,11 +165,11 @@ def _manifest_engine(root: Path, manifest: Manifest, method: str) -> EngineConfi
         k = int(derived.get("max_draft_len") or 0)
         choices = (derived.get("choices") or {}).get("json")
         paths = tuple(map(tuple, json.loads(choices) if isinstance(choices, str) else choices)) if choices else None
-        window = derived.get("lookahead")
+        window = derived.get(LOOKAHEAD.section)
         return EngineConfig(target=str(target), **method_fields(
             method, k, reference=False, choices=paths,
             eagle_tree=lambda: EagleTree(choices=paths) if paths else None,
-            lookahead=lambda: (int(window["window"]), int(window["ngram"]), int(window["verification_set"]))
+            lookahead=lambda: Lookahead.from_dict(window, f"derived.{LOOKAHEAD.section}").as_tuple()
             if window else None))
     except (ConfigError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{root / MANIFEST}: {exc}", hint="rebuild with this trtspec") from None

@@ -106,7 +106,7 @@ class EagleProposer(Proposer):
     def create(cls, ctx: ProposerContext) -> EagleProposer:
         """Drafter from ctx.eagle, checked against the target; the tree from ctx.options.eagle_tree."""
         if ctx.eagle is None or ctx.target_config is None or ctx.target_embed is None:
-            raise ConfigError("eagle", None, "method eagle3 needs an EAGLE-3 drafter",
+            raise ConfigError(EAGLE3.checkpoint, None, f"method {EAGLE3.name} needs an EAGLE-3 drafter",
                               hint="pass eagle='tiny-eagle' (or a directory from `trtspec train eagle`)")
         weight = ctx.target_embed.weight
         drafter, taps = load_drafter(ctx.eagle, ctx.target_config, ctx.target_embed, dtype=weight.dtype,

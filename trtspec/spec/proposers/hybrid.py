@@ -129,7 +129,7 @@ class SuffixDraftProposer(HybridProposer):
 
     name: ClassVar[str] = SUFFIX_DRAFT.proposer_key()
     drafter_class = DraftModelProposer
-    drafter_field = "draft"
+    drafter_field = SUFFIX_DRAFT.checkpoint or ""
     drafter_example = SUFFIX_DRAFT.checkpoint_example or "tiny-draft"
 
     @staticmethod
@@ -142,7 +142,7 @@ class SuffixEagleProposer(HybridProposer):
 
     name: ClassVar[str] = SUFFIX_EAGLE3.proposer_key()
     drafter_class = EagleProposer
-    drafter_field = "eagle"
+    drafter_field = SUFFIX_EAGLE3.checkpoint or ""
     drafter_example = SUFFIX_EAGLE3.checkpoint_example or "tiny-eagle"
 
     @staticmethod

@@ -49,7 +49,7 @@ class MedusaProposer(Proposer):
         """Heads from ctx.medusa (either layout); tree from options.medusa_tree, the heads' tuned tree, or
         mc_sim_7b_63 cut to the number of heads."""
         if ctx.medusa is None:
-            raise ConfigError("medusa", None, "method medusa needs Medusa heads",
+            raise ConfigError(MEDUSA.checkpoint, None, f"method {MEDUSA.name} needs Medusa heads",
                               hint="pass medusa='tiny-medusa' (or a directory from `trtspec train medusa`)")
         heads = resolve_heads(ctx.medusa, target_hidden_size=ctx.hidden_size, target_vocab_size=ctx.vocab_size)
         given = ctx.options.medusa_tree.choices

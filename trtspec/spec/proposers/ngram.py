@@ -28,7 +28,7 @@ class NgramProposer(Proposer):
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
-            raise ConfigError("ngram", (min_ngram, max_ngram), "needs 1 <= min_ngram <= max_ngram",
+            raise ConfigError(NGRAM.section, (min_ngram, max_ngram), "needs 1 <= min_ngram <= max_ngram",
                               hint="e.g. min_ngram=1, max_ngram=3")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
