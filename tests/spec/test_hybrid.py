@@ -81,11 +81,12 @@ def test_a_strong_suffix_match_drafts_a_weak_one_goes_to_the_model_drafter():
     assert drafts[0].token_ids.tolist() == [7, 8] and drafts[0].drafter == "suffix"  # score 1.0 >= drafter k 1
     assert drafts[1].token_ids.tolist() == [90] and drafts[1].drafter == "fixed"
     assert drafter.asked == [(1, 1)]  # only the weak request, at drafter_k
-    # unset drafter_k: the model drafter would draft k = 4 tokens, and a suffix draft must score 4
+    # unset drafter_k: the model drafter drafts 4 tokens (at most k), and a suffix draft must score that much
     proposer, drafter = hybrid()
     proposer.observe_prompt(0, context)
-    draft = proposer.propose([item(0, context, 4)])[0]
+    draft = proposer.propose([item(0, context, 8)])[0]
     assert draft.drafter == "fixed" and draft.num_tokens == 4 and drafter.asked == [(0, 4)]
+    assert [d.num_tokens for d in proposer.propose([item(0, context, 2)])] == [2] and drafter.asked[-1] == (0, 2)
 
 
 def test_the_threshold_and_the_match_length_are_options():
@@ -300,3 +301,31 @@ def test_suffix_drafts_verified_as_sampled_are_detected(random_pair, near_draft,
     """Any suffix draft wins (min_score 0): the branching drafts from the other requests' outputs are verified at
     the second token, where made-up draft probabilities bias the output."""
     assert _sampled_p_value(random_pair, near_draft, joint, Hybrid(min_score=0.0), mutate=True)[0] < 1e-6
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sweeps
+
+
+def test_the_sweep_grid_runs_each_hybrid_with_its_drafter_at_each_cache_state():
+    from trtspec.sweep.grid import SweepSpec
+
+    spec = SweepSpec.build(methods=["suffix_draft", "suffix_eagle3"], k=[0, 4], suites=["code"], eagle=["tiny-eagle"])
+    cases = {(c.method, c.draft, c.eagle, c.suffix_cache) for c in spec.cases() if c.method != "none"}
+    assert cases == {("suffix_draft", "tiny-draft", None, "cold"), ("suffix_draft", "tiny-draft", None, "warm"),
+                     ("suffix_eagle3", None, "tiny-eagle", "cold"), ("suffix_eagle3", None, "tiny-eagle", "warm")}
+
+
+def test_the_report_shows_each_hybrid_cases_drafts_by_drafter():
+    from types import SimpleNamespace
+
+    from trtspec.sweep.report import _hybrid_section
+
+    def row(method: str, drafts: tuple[int, int]) -> SimpleNamespace:
+        return SimpleNamespace(suite="code", params={"temperature": 0.0, "concurrency": 1}, variant=method, k=8,
+                               hybrid_drafts=drafts)
+
+    lines = _hybrid_section([row("draft_target:tiny-draft", (0, 0)), row("suffix_draft:tiny-draft", (3, 9))])
+    assert lines[0] == "## Hybrid drafting: drafts by drafter"
+    assert [line for line in lines if "suffix_draft" in line] == ["| code | 0 | 1 | suffix_draft:tiny-draft | 8 | 3 | 9 | 25% |"]
+    assert not any("draft_target" in line for line in lines) and _hybrid_section([row("ngram", (0, 0))]) == []

@@ -315,13 +315,18 @@ class Ngram(_Part):
                               "ngram_max_size <= 1024", hint="e.g. ngram_max_size 3, ngram_min_size 1")
 
 
+# the model drafter's k in a hybrid unless hybrid_drafter_k says (EngineConfig.default_k's default; arctic-inference's
+# hybrid pairs a long suffix draft with a short model draft the same way: suffix max_spec_tokens vs n_predict)
+DEFAULT_DRAFTER_K = 4
+
+
 @dataclass(frozen=True)
 class Hybrid(_Part):
     """Hybrid drafting's choice, per request and per step (methods/hybrid.py): the suffix tree's draft is taken when
     its score (arctic-inference's: the sum of its tokens' estimated acceptance probabilities) is at least `min_score`
     (None: the step's model-drafter k, arctic-inference's own rule) and its context match is at least
     `min_match_len` tokens long (TensorRT-LLM's SA enhancer rule; None: any); else the model drafter drafts, at most
-    `drafter_k` tokens (None: the request's k)."""
+    `drafter_k` tokens (None: DEFAULT_DRAFTER_K). The request's k bounds both: the suffix tree drafts up to k."""
 
     PARAMETERS: ClassVar[dict[str, str]] = {"min_score": "hybrid_min_score", "min_match_len": "hybrid_min_match_len",
                                             "drafter_k": "hybrid_drafter_k"}
@@ -342,6 +347,10 @@ class Hybrid(_Part):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(self.PARAMETERS[name], shown(value), f"must be an integer >= {low}",
                                   hint=f"e.g. {self.PARAMETERS[name]} {example}, or unset")
+
+    def drafter_k_for(self, k: int) -> int:
+        """The model drafter's draft length for a request asking k."""
+        return min(k, self.drafter_k or DEFAULT_DRAFTER_K)
 
     def threshold(self, drafter_k: int) -> float:
         """The score a suffix draft needs when the model drafter would draft `drafter_k` tokens."""

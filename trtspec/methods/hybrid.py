@@ -7,8 +7,8 @@ when `result.score >= n_predict`): each step the suffix tree drafts first; its d
 its score (the sum of its tokens' estimated acceptance probabilities, i.e. its expected accepted length) is at least
 `hybrid.min_score` (unset: the model drafter's k this step, arctic-inference's rule) and its context match is at
 least `hybrid.min_match_len` tokens (TensorRT-LLM's `SAEnhancerConfig.threshold`; unset: any); otherwise the model
-drafter drafts at most `hybrid.drafter_k` tokens. Both proposers see every committed token of every request, so
-either is ready at any step. Each draft is verified as its own proposer's would be (one-hot suffix drafts, sampled
+drafter drafts at most `hybrid.drafter_k` tokens (unset: 4; the request's k bounds the suffix tree's draft). Both
+proposers see every committed token of every request, so either is ready at any step. Each draft is verified as its own proposer's would be (one-hot suffix drafts, sampled
 draft-model drafts with their probabilities), so the method is as lossless as its parts at any temperature.
 
 Two methods, not one with a `drafter:` option: what a method needs (a draft model or an EAGLE-3 drafter), its

@@ -100,6 +100,8 @@ class CaseRow:
     per_request_acceptance: list[float] = field(default_factory=list)  # each request's mean acceptance length
     # each request's (drafts, draft tokens, accepted tokens, emitted tokens, target forwards) (engine sweeps)
     per_request_counts: list[tuple[int, ...]] = field(default_factory=list)
+    # a hybrid method's verified drafts (methods/hybrid.py): (from the suffix tree, from its model drafter)
+    hybrid_drafts: tuple[int, int] = (0, 0)
 
     @property
     def predicted_speedup(self) -> float | None:
@@ -410,6 +412,7 @@ def _row(rec: Record, timing: str = "wall") -> CaseRow:
         admission_trace=list(metrics.get("admission_trace") or []),
         per_request_acceptance=[float(x) for x in metrics.get("per_request_mean_acceptance_length") or []],
         per_request_counts=[tuple(int(n) for n in c) for c in metrics.get("per_request_counts") or []],
+        hybrid_drafts=(int(stats.get("num_hybrid_suffix_drafts") or 0), int(stats.get("num_hybrid_model_drafts") or 0)),
         admissions=(metrics["num_admission_steps"] * int(rec["params"]["concurrency"]) / metrics["num_requests"]
                     if metrics.get("num_admission_steps") and metrics.get("num_requests") else None))
 

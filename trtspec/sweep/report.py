@@ -120,6 +120,7 @@ def _markdown(results_path: Path, results: Results, plots: dict[str, Path], recs
                             {True: "yes", False: "**no**", None: "-"}[r.within_tolerance if r.k else None])
                            for r in rows])
 
+    out += _hybrid_section(rows)
     out += _cost_model_section(results)
     if results.errors:
         out += ["## Failed cases", ""]
@@ -148,6 +149,20 @@ def _times(value: float | None, factor: float) -> float | None:
 def _wall_speedup(results: Results, row: Any) -> float | None:
     base = results.baseline_of(row)
     return row.wall_tokens_per_s / base.wall_tokens_per_s if base and base.wall_tokens_per_s else None
+
+
+def _hybrid_section(rows: Sequence[Any]) -> list[str]:
+    """Which drafter a hybrid method's drafts came from (methods/hybrid.py), per case; [] without hybrid cases."""
+    hybrid = [r for r in rows if sum(r.hybrid_drafts)]
+    if not hybrid:
+        return []
+    return ["## Hybrid drafting: drafts by drafter", "",
+            "Verified drafts of each hybrid case from the suffix tree (its score reached the threshold) and from the "
+            "model drafter (the engine's per-request counts, summed over the case's requests).", "",
+            *markdown_table(["suite", "T", "conc", "method", "k", "suffix tree", "model drafter", "suffix share"],
+                            [(r.suite, f"{r.params['temperature']:g}", r.params["concurrency"], r.variant, r.k,
+                              r.hybrid_drafts[0], r.hybrid_drafts[1],
+                              f"{r.hybrid_drafts[0] / sum(r.hybrid_drafts):.0%}") for r in hybrid]), ""]
 
 
 def _cost_model_section(results: Results) -> list[str]:

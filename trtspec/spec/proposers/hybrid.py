@@ -5,7 +5,7 @@ Each step every request first gets the suffix tree's draft (arctic-inference's `
 their estimated acceptance probabilities, match length). It is taken when it is not empty, its score is at least the
 threshold (`Hybrid.min_score`; unset: the model drafter's k this step, arctic-inference's rule `score >= n_predict`)
 and its match at least `Hybrid.min_match_len` tokens long; the other requests go to the model drafter in one batched
-call, each asking at most `Hybrid.drafter_k` tokens. Every Draft names the proposer that made it (`Draft.drafter`),
+call, each asking at most `Hybrid.drafter_k` tokens (unset: 4, capped by the request's k). Every Draft names the proposer that made it (`Draft.drafter`),
 which the engine counts per request and per step (AcceptanceStats / IterationStats `num_hybrid_*_drafts`).
 
 Both parts see every request's whole lifecycle (admission, each commit, the target's taps for EAGLE-3, finish), so a
@@ -105,7 +105,7 @@ class HybridProposer(Proposer):
     # -- proposing -------------------------------------------------------------------------------------------------
     def drafter_k(self, k: int) -> int:
         """The model drafter's draft length for a request asking k."""
-        return min(k, self.options.drafter_k or k)
+        return self.options.drafter_k_for(k)
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         drafts: list[Draft | None] = [None] * len(batch)
