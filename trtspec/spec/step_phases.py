@@ -95,7 +95,7 @@ class StepPhases:
         """Every request's verdict from one target forward, and the processed target logits it was made on.
 
         The target rows of all requests are gathered into one ragged batch (request after request: k_i + 1 rows
-        for a chain, N + 1 for a tree) and processed at once (logits_process.process_batch: each row with its own
+        for a chain, N + 1 for a tree; not when every request is verified on its own) and processed at once (logits_process.process_batch: each row with its own
         context, the committed tokens plus the draft tokens on its path). Chains are verified together in one pass
         (verify.verify_chains), sampled trees in one walk over their padded trees (tree.verify_trees), each request's
         randomness from its own generator. Greedy trees and typical acceptance go one by one (tree.verify_tree:
@@ -108,20 +108,27 @@ class StepPhases:
         """
         width, vocab = logits.shape[1], logits.shape[2]
         num_rows = [d.num_tokens + 1 for d in drafts]
-        if len(batch) == 1:  # one request: its rows are a slice of the forward's
-            target_logits = logits[0, num_pending[0] - 1 : num_pending[0] - 1 + num_rows[0]]  # [k + 1, vocab]
+        chains = [i for i, d in enumerate(drafts) if d.parents is None]
+        trees = [i for i, d in enumerate(drafts) if d.parents is not None]  # tree drafts (possibly chain-shaped)
+        walked = [i for i in trees if not batch[i].sampling.greedy and batch[i].spec.acceptance == "exact"]
+        walked = walked if len(walked) > 1 else []  # one sampled tree: verify_tree walks it alone, without padding
+        controls = [r.controls for r in batch]
+        paths = [None if not c.active else (d.token_ids, chain_paths(d.num_tokens) if d.parents is None
+                                            else tree_paths(d.parents)) for c, d in zip(controls, drafts, strict=True)]
+        if len(batch) == 1 or not (chains or walked):  # every request verified on its own: no batch to gather
+            views = [logits[i, n - 1 : n - 1 + rows] for i, (n, rows) in enumerate(zip(num_pending, num_rows,
+                                                                                       strict=True))]
+            target_scores = [process_batch(view, [c], [r.token_ids], [rows], [path]) for view, c, r, rows, path in
+                             zip(views, controls, batch, num_rows, paths, strict=True)]  # [batch] x [k_i + 1, vocab]
+            scores = target_scores[0]  # [k + 1, vocab] (read only for a single request)
         else:
             index = torch.tensor([i * width + n - 1 + r for i, (n, rows) in enumerate(zip(num_pending, num_rows,
                                                                                           strict=True))
                                   for r in range(rows)], device=logits.device)  # [total_draft + batch] forward rows
             target_logits = logits.reshape(-1, vocab).index_select(0, index)  # [total_draft + batch, vocab]
-        controls = [r.controls for r in batch]
-        paths = [None if not c.active else (d.token_ids, chain_paths(d.num_tokens) if d.parents is None
-                                            else tree_paths(d.parents)) for c, d in zip(controls, drafts, strict=True)]
-        scores = process_batch(target_logits, controls, [r.token_ids for r in batch], num_rows, paths)  # [rows, V]
-        target_scores = list(scores.split(num_rows))  # [batch] x [k_i + 1, vocab]
+            scores = process_batch(target_logits, controls, [r.token_ids for r in batch], num_rows, paths)  # [rows, V]
+            target_scores = list(scores.split(num_rows))  # [batch] x [k_i + 1, vocab]
         verdicts: list[Verdict | TreeVerdict | None] = [None] * len(batch)
-        chains = [i for i, d in enumerate(drafts) if d.parents is None]
         if chains:
             chain_scores = scores if len(chains) == len(batch) else torch.cat([target_scores[i] for i in chains])
             samplings = [batch[i].sampling for i in chains]
@@ -132,9 +139,6 @@ class StepPhases:
                                            generators=[batch[i].generator for i in chains])
             for i, verdict in zip(chains, chain_verdicts, strict=True):
                 verdicts[i] = verdict
-        trees = [i for i, d in enumerate(drafts) if d.parents is not None]  # tree drafts (possibly chain-shaped)
-        walked = [i for i in trees if not batch[i].sampling.greedy and batch[i].spec.acceptance == "exact"]
-        walked = walked if len(walked) > 1 else []  # one sampled tree: verify_tree walks it alone, without padding
         if walked:  # sampled trees, lossless: one walk over all of them, each request's uniforms its own
             for i, verdict in zip(walked, verify_trees(
                     [tree_for_parents(tuple(drafts[i].parents)) for i in walked], [drafts[i].token_ids for i in walked],
