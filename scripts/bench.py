@@ -38,8 +38,9 @@ Sections (run all, or pick with --section):
            torch runner: parity (logits, argmax per position) and one decode step at batch 1, 4, 16 (--concurrency)
            after 128 cached tokens, one thread each side, KV cache in and out timed, interleaved, medians and ratios
   verify   the host cost of an engine step's logits processing + verification: the batched verifier over the
-           step's ragged batch vs the same verifier once per request, on captured draft_target steps at batch
-           1, 4, 16 (--concurrency), greedy and temperature 1, CPU time, interleaved, paired ratios
+           step's ragged batch vs the same verifier once per request, on captured draft_target (chains) and
+           Medusa (trees) steps at batch 1, 4, 16 (--concurrency), greedy and temperature 1, CPU time,
+           interleaved, paired ratios
 
   headline issue 42's acceptance line in one command: the engine's plain decoding vs draft_target, EAGLE-3 (chain,
            dynamic tree), n-gram, suffix (cold cache), any registered hybrid, transformers' greedy / assisted / prompt
@@ -394,8 +395,9 @@ def bench_onnx(args: argparse.Namespace) -> Section:
 def bench_verify(args: argparse.Namespace) -> Section:
     from benchlib import benchmarks_verify
 
-    bench = benchmarks_verify.VerifyBench(model=args.model, draft=args.draft, batches=tuple(args.concurrency),
-                                          rounds=args.verify_rounds, threads=args.threads)
+    bench = benchmarks_verify.VerifyBench(model=args.model, draft=args.draft, medusa=args.medusa,
+                                          batches=tuple(args.concurrency), rounds=args.verify_rounds,
+                                          threads=args.threads)
     return benchmarks_verify.section(bench, benchmarks_verify.measure(bench))
 
 

@@ -10,6 +10,7 @@ as they would in a run; the timing does not depend on the tokens drawn. No torch
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ class VerifyBench:
 
     model: str = "tiny"
     draft: str = "tiny-draft"
-    method: str = "draft_target"
-    k: int = 4
+    medusa: str = "tiny-medusa"
+    cases: tuple[tuple[str, int], ...] = (("draft_target", 4), ("medusa", 8))  # (method, k): chains, then trees
     batches: tuple[int, ...] = (1, 4, 16)
     temperatures: tuple[float, ...] = (0.0, 1.0)
     prompt_tokens: int = 64
@@ -35,7 +36,7 @@ class VerifyBench:
     threads: int = 1
 
 
-Measured = dict[tuple[float, int], tuple[list[float], list[float]]]  # (T, batch) -> (per-request s, batched s)
+Measured = dict[tuple[str, int, float, int], tuple[list[float], list[float]]]  # (method, k, T, batch) -> seconds
 
 
 def measure(bench: VerifyBench) -> Measured:
@@ -47,7 +48,8 @@ def measure(bench: VerifyBench) -> Measured:
     from trtspec.sweep.prompts import load_suite
 
     torch.set_num_threads(bench.threads)
-    engine = SpecEngine.from_pretrained(bench.model, bench.draft, max_k=bench.k)
+    engine = SpecEngine.from_pretrained(bench.model, bench.draft, medusa=bench.medusa,
+                                        max_k=max(k for _, k in bench.cases))
     prompts = [engine.encode(p)[: bench.prompt_tokens] for p in load_suite(MIXED, max(bench.batches)).prompts]
     verify_batch = engine._verify_batch
     captured: list[tuple[Any, ...]] = []
@@ -59,37 +61,36 @@ def measure(bench: VerifyBench) -> Measured:
 
     engine._verify_batch = capture
     out: Measured = {}
-    for temperature in bench.temperatures:
-        for size in bench.batches:
-            captured.clear()
-            samplings = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=bench.new_tokens,
-                                        ignore_eos=True) for i in range(size)]
-            engine.generate([prompts[i % len(prompts)] for i in range(size)], samplings, SpecParams(bench.method, bench.k))
-            steps = [step for step in captured if len(step[0]) == size][: bench.steps]
-            per_request, batched = [], []
-            for round_ in range(bench.rounds):
-                for batch, drafts, logits, num_pending in steps:
-                    one_by_one = [([batch[i]], [drafts[i]], logits[i : i + 1], [num_pending[i]]) for i in range(size)]
-                    for way in (0, 1) if round_ % 2 else (1, 0):  # alternate which goes first
-                        start = time.thread_time()
-                        for args in one_by_one if way == 0 else [(batch, drafts, logits, num_pending)]:
-                            verify_batch(*args)
-                        (per_request if way == 0 else batched).append(time.thread_time() - start)
-            out[temperature, size] = (per_request, batched)
+    for (method, k), temperature, size in itertools.product(bench.cases, bench.temperatures, bench.batches):
+        captured.clear()
+        samplings = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=bench.new_tokens,
+                                    ignore_eos=True) for i in range(size)]
+        engine.generate([prompts[i % len(prompts)] for i in range(size)], samplings, SpecParams(method, k))
+        steps = [step for step in captured if len(step[0]) == size][: bench.steps]
+        per_request, batched = [], []
+        for round_ in range(bench.rounds):
+            for batch, drafts, logits, num_pending in steps:
+                one_by_one = [([batch[i]], [drafts[i]], logits[i : i + 1], [num_pending[i]]) for i in range(size)]
+                for way in (0, 1) if round_ % 2 else (1, 0):  # alternate which goes first
+                    start = time.thread_time()
+                    for args in one_by_one if way == 0 else [(batch, drafts, logits, num_pending)]:
+                        verify_batch(*args)
+                    (per_request if way == 0 else batched).append(time.thread_time() - start)
+        out[method, k, temperature, size] = (per_request, batched)
     return out
 
 
 def section(bench: VerifyBench, measured: Measured) -> Section:
     rows = []
-    for (temperature, size), (per_request, batched) in measured.items():
+    for (method, k, temperature, size), (per_request, batched) in measured.items():
         alone, together = statistics.median(per_request), statistics.median(batched)
         ratios = [b / a for a, b in zip(per_request, batched, strict=True) if a]
-        rows.append([f"{temperature:g}", str(size), f"{1e3 * alone:.3f}", f"{1e3 * together:.3f}",
+        rows.append([f"{method} k={k}", f"{temperature:g}", str(size), f"{1e3 * alone:.3f}", f"{1e3 * together:.3f}",
                      f"{1e3 * together / size:.3f}", f"{statistics.median(ratios):.2f}x"])
     return Section(
-        title=f"Batched verification: host cost of logits processing + verification per step ({bench.method} "
-              f"k={bench.k}, {bench.model} + {bench.draft})",
-        columns=["temperature", "batch", "per-request calls CPU ms / step", "batched CPU ms / step",
+        title=f"Batched verification: host cost of logits processing + verification per step ({bench.model}, "
+              f"{bench.draft}, {bench.medusa})",
+        columns=["method", "temperature", "batch", "per-request calls CPU ms / step", "batched CPU ms / step",
                  "batched CPU ms / request", "batched / per-request"],
         rows=rows,
         notes=[
@@ -100,8 +101,9 @@ def section(bench: VerifyBench, measured: Measured) -> Section:
             f"verifier on one request at a time), interleaved over {bench.rounds} rounds (which goes first "
             "alternates); medians of the thread's CPU time, and the median of the paired ratios.",
             "Temperature 0 is greedy (no randomness drawn); at temperature 1 each request draws its uniforms from its "
-            "own generator. Tree drafts are not in this section: each is still verified on its own after the batched "
-            "logits processing.",
+            "own generator. Medusa drafts trees: sampled trees of a step share one walk over their padded trees "
+            "(tree.verify_trees); greedy trees are verified one by one after the batched logits processing, so "
+            "their rows measure that processing alone.",
             "The per-request code this replaced, timed side by side with it: docs/history/batched-verification.md.",
             _machine() + ".",
         ],
