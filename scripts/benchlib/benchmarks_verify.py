@@ -102,8 +102,8 @@ def section(bench: VerifyBench, measured: Measured) -> Section:
             "alternates); medians of the thread's CPU time, and the median of the paired ratios.",
             "Temperature 0 is greedy (no randomness drawn); at temperature 1 each request draws its uniforms from its "
             "own generator. Medusa drafts trees: sampled trees of a step share one walk over their padded trees "
-            "(tree.verify_trees); greedy trees are verified one by one after the batched logits processing, so "
-            "their rows measure that processing alone.",
+            "(tree.verify_trees); a step of greedy trees verifies each request on its own (logits processing "
+            "included), so those rows compare the same work.",
             "The per-request code this replaced, timed side by side with it: docs/history/batched-verification.md.",
             _machine() + ".",
         ],
