@@ -21,7 +21,8 @@ PROMPT = "def fibonacci(n):"
 
 
 def _rows() -> list[FlagRow]:
-    return [row for info in methods.METHODS.values() for row in info.flags]
+    """Every home's rows in table order; a row shared by several homes (the hybrids' --hybrid) once."""
+    return list(dict.fromkeys(row for info in methods.METHODS.values() for row in info.flags))
 
 
 def _commands(group: click.Group = cli, path: tuple[str, ...] = ()):

@@ -329,3 +329,28 @@ def test_the_report_shows_each_hybrid_cases_drafts_by_drafter():
     assert lines[0] == "## Hybrid drafting: drafts by drafter"
     assert [line for line in lines if "suffix_draft" in line] == ["| code | 0 | 1 | suffix_draft:tiny-draft | 8 | 3 | 9 | 25% |"]
     assert not any("draft_target" in line for line in lines) and _hybrid_section([row("ngram", (0, 0))]) == []
+
+
+@pytest.mark.slow
+def test_generate_cli_takes_hybrid_options_and_reports_the_counts(embedded_pair):
+    """`trtspec generate --method suffix_draft --hybrid NAME=VALUE`: plain greedy's tokens, the drafts by drafter in
+    --json; a bad option or one for another method: exit 2 naming the flag."""
+    from click.testing import CliRunner
+
+    from trtspec.cli.main import cli
+
+    def run(*args: str):
+        return CliRunner().invoke(cli, ["generate", "--max-new-tokens", "32", "--json", *args, "import os\n"])
+
+    plain = json.loads(run("--method", "none").output)
+    result = run("--method", "suffix_draft", "--k", "16", "--hybrid", "drafter_k=3", "--hybrid", "min_score=1")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["token_ids"] == plain["token_ids"] and data["num_drafts"] > 0
+    assert data["num_hybrid_suffix_drafts"] + data["num_hybrid_model_drafts"] == data["num_drafts"]
+    from tests.cli_checks import run_cli
+
+    for args, words in ((("--method", "suffix_draft", "--hybrid", "drafter_k=0"), "--hybrid drafter_k=0: must be"),
+                        (("--method", "draft_target", "--hybrid", "drafter_k=3"), "shapes method suffix_draft")):
+        code, _, err = run_cli(["generate", *args, "import os\n"])
+        assert code == 2 and words in err and len(err.strip().splitlines()) <= 2, err  # Error + Hint lines

@@ -340,13 +340,13 @@ class Hybrid(_Part):
         if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
                                   or not math.isfinite(score) or score < 0):
             raise ConfigError("hybrid_min_score", shown(score), "must be a finite number >= 0 (the suffix draft's "
-                              "score: expected accepted tokens)", hint="e.g. hybrid_min_score 4, or unset (the "
+                              "score: expected accepted tokens)", hint="e.g. hybrid_min_score=4, or unset (the "
                               "model drafter's k, arctic-inference's rule)")
         for name, low, example in (("min_match_len", 1, 4), ("drafter_k", 1, 4)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(self.PARAMETERS[name], shown(value), f"must be an integer >= {low}",
-                                  hint=f"e.g. {self.PARAMETERS[name]} {example}, or unset")
+                                  hint=f"e.g. {self.PARAMETERS[name]}={example}, or unset")
 
     def drafter_k_for(self, k: int) -> int:
         """The model drafter's draft length for a request asking k."""

@@ -18,9 +18,14 @@ the build plan, the engine and the sweep; a drafter chosen by an option would ma
 
 from __future__ import annotations
 
-from trtspec.methods.base import MethodInfo
+from trtspec.methods.base import FlagRow, MethodInfo
 from trtspec.methods.eagle import EagleSpec
 
+# one row, shared by both hybrids: each NAME=VALUE sets the engine parameter hybrid_NAME (contracts.engine.Hybrid)
+HYBRID_FLAG = FlagRow("--hybrid", "hybrid_", "name_value", "Methods suffix_draft / suffix_eagle3: one hybrid option "
+                      "NAME=VALUE (repeatable): min_score (the suffix draft's score it needs; default the model "
+                      "drafter's k), min_match_len, drafter_k (the model drafter's k; default 4).",
+                      deploy="torch flavour; over the build's.")
 SA_ON_DRAFTERS = "TensorRT-LLM's SA enhancer (sa_config, 1.3 line) rides on the EAGLE-3, MTP and PARD decoding configs"
 # why suffix_eagle3 has no TensorRT-LLM form yet, though 1.3.0rc29's Eagle3DecodingConfig has sa_config
 SA_GAP = ("TensorRT-LLM's SA enhancer (sa_config on Eagle3DecodingConfig, 1.3 line) chooses by match length alone "
@@ -48,6 +53,7 @@ SUFFIX_DRAFT = MethodInfo(
     llmapi_unsupported=f"{SA_ON_DRAFTERS}, not on DraftTarget",
     llmapi_nearest=("draft_target", "draft_target (the draft model alone), or suffix (SA alone)"),
     llmapi_hint="use backend: torch (the reference engine runs the hybrid)",
+    flags=(HYBRID_FLAG,),
 )
 
 SUFFIX_EAGLE3 = MethodInfo(
@@ -75,6 +81,7 @@ SUFFIX_EAGLE3 = MethodInfo(
     llmapi_unsupported=SA_GAP,
     llmapi_nearest=("eagle3", "eagle with eagle.eagle3: true (EAGLE-3 alone), or suffix (SA alone)"),
     llmapi_hint="use backend: torch (the reference engine runs the hybrid)",
+    flags=(HYBRID_FLAG,),
 )
 
 DECLARES = (SUFFIX_DRAFT, SUFFIX_EAGLE3)
