@@ -20,7 +20,7 @@ DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 $(STAMP): pyproject.toml Makefile scripts/install_suffix.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,dynamo]'
+	$(PY) -m pip install -q -e '.[dev,dynamo,onnx]'
 	$(PY) -m pip install -q --no-deps $(DYNAMO_PACKAGES)
 	bash scripts/install_suffix.sh $(PY)  # arctic-inference (method suffix), built against the torch just installed
 	@touch $(STAMP)

@@ -80,7 +80,7 @@ class SpecEngine(StepPhases):
             if key is None or key in self.proposers:
                 continue
             try:
-                self.proposers[key] = PROPOSERS[key].create(ctx)
+                self.proposers[key] = ctx.created[key] = PROPOSERS[key].create(ctx)
             except ToolNotFoundError as exc:
                 self.unavailable[m] = exc
         self.available_methods = tuple(m for m in loadable if m not in self.unavailable)

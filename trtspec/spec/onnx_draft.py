@@ -14,7 +14,8 @@ each layer's past for the rows' slots, runs the session at one thread, and write
 draft-model proposer drives it exactly as it drives LlamaModel.
 
 A file that does not match its checkpoint (format, opset, digest, vocabulary, shapes, or a parity run against the
-torch runner) is refused with a ConfigError naming the file and the fix; a missing onnx / onnxruntime likewise.
+torch runner) is refused with a ConfigError naming the file and the fix; a missing onnx / onnxruntime (the optional
+extra `trtspec[onnx]`) likewise.
 Speculation stays lossless whatever the drafter computes: verification is the torch target's.
 """
 
@@ -46,7 +47,7 @@ def import_onnxruntime(field: str = "draft_runtime") -> Any:
         import onnxruntime
     except ImportError as exc:
         raise ConfigError(field, "onnx", f"needs the onnxruntime package, which is not installed ({exc})",
-                          hint="pip install onnxruntime, or set draft_runtime torch") from None
+                          hint="pip install 'trtspec[onnx]' (onnx, onnxruntime), or set draft_runtime torch") from None
     return onnxruntime
 
 
@@ -355,7 +356,7 @@ def load_onnx_draft(checkpoint: str | Path, model: LlamaModel, *, path: str | Pa
         import onnx  # noqa: F401
     except ImportError as exc:
         raise ConfigError("draft_runtime", "onnx", f"needs the onnx package, which is not installed ({exc})",
-                          hint="pip install onnx, or set draft_runtime torch") from None
+                          hint="pip install 'trtspec[onnx]' (onnx, onnxruntime), or set draft_runtime torch") from None
     weight = model.lm_head.weight
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         raise ConfigError("draft_runtime", "onnx", f"runs float32 CPU drafts; this one is {weight.dtype} on "

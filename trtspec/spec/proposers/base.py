@@ -102,6 +102,9 @@ class ProposerContext:
     eagle: Path | None = None  # EAGLE-3 drafter directory
     target_config: LlamaConfig | None = None  # the target's shape (an EAGLE drafter is checked against it)
     target_embed: nn.Embedding | None = None  # the target's embeddings, shared with an EAGLE drafter (vLLM does too)
+    # the proposers the engine has created so far, by key: a composite (a hybrid's model drafter) shares one instead
+    # of loading its weights again (per-request state is keyed by request id, so one instance serves both)
+    created: dict[str, Proposer] = field(default_factory=dict)
 
 
 class Proposer:

@@ -56,7 +56,8 @@ class HybridProposer(Proposer):
                               "match is weak, and none is given",
                               hint=f"pass {cls.drafter_field}={cls.drafter_example!r} (--{cls.drafter_field} "
                                    f"{cls.drafter_example}), or use method suffix alone")
-        return cls(SuffixProposer(ctx.options.suffix), cls.drafter_class.create(ctx), ctx.options.hybrid)
+        drafter = ctx.created.get(cls.drafter_class.name) or cls.drafter_class.create(ctx)  # the engine's own, if made
+        return cls(SuffixProposer(ctx.options.suffix), drafter, ctx.options.hybrid)
 
     @staticmethod
     def drafter_given(ctx: ProposerContext) -> bool:
