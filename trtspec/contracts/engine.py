@@ -37,7 +37,7 @@ from trtspec.methods.medusa import MEDUSA
 from trtspec.methods.ngram import NGRAM
 from trtspec.methods.suffix import SUFFIX, SuffixConfig
 
-MAX_TOPK = 64  # children per node of a dynamic (EAGLE-2) tree at most (the proposer also caps it at its vocabulary)
+MAX_TOPK = tree_choices.MAX_TOPK  # children per node of a dynamic (EAGLE-2) tree at most
 MAX_DEPTH = tree_choices.MAX_DEPTH  # levels of an EAGLE tree at most
 Paths = tuple[tuple[int, ...], ...]  # a static tree, as choices paths: ((0,), (0, 0), (1,))
 DTYPES = ("float32", "float16", "bfloat16")  # what the reference engine loads checkpoints as
