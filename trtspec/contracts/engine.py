@@ -44,7 +44,7 @@ DTYPES = ("float32", "float16", "bfloat16")  # what the reference engine loads c
 DRAFT_RUNTIMES = ("torch", "onnx")  # what runs the draft model (EngineConfig.draft_runtime)
 # fields newer than the bundle / manifest / repository formats: written (both forms) only when not at their default,
 # so the artefacts of configurations that leave them alone stay byte-identical
-WRITTEN_WHEN_SET = ("draft_runtime",)
+WRITTEN_WHEN_SET = ("draft_runtime", "hybrid")
 
 
 @contextmanager
