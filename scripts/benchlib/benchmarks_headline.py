@@ -296,7 +296,7 @@ def section(spec: HeadlineSpec, rows: list[Row], facts: dict[str, Any]) -> Secti
     goals = []
     candidates = {"best method (hybrids included)": engine_rows,
                   "draft_target k=4": [n for n in engine_rows if n == f"engine: draft_target k={spec.draft_k}"],
-                  "EAGLE-3 (best tree and k)": [n for n in engine_rows if "eagle3" in n]}
+                  "EAGLE-3 (best tree and k)": [n for n in engine_rows if n.startswith("engine: eagle3 ")]}
     for goal, names in candidates.items():
         if not names:
             goals.append(f"{goal} >= {GOALS[goal]:.1f}x: not measured")
