@@ -304,3 +304,36 @@ def test_the_cancellation_check_asks_the_sender_at_most_once_per_period():
     gone[0] = True
     time.sleep(0.06)
     assert check() and all(check() for _ in range(10)) and len(asked) == 2  # cancelled for good, not asked again
+
+
+def test_the_responder_sends_in_order_off_the_loop_thread_and_a_failed_send_closes_the_reply():
+    """Responses go out from the Responder's thread in the order they were put; a send that fails there (the client
+    went away) closes the reply: its next response raises ReplyClosed, so the serving loop aborts the request."""
+    import threading
+
+    from trtspec.triton.engine_reply import Responder
+
+    class Model(FakeModel):
+        responder = Responder()
+
+    class GoneSender(FakeSender):
+        def send(self, response=None, flags=0):
+            raise RuntimeError("the client went away")
+
+    request = FakeRequest()
+    threads: set[str] = set()
+    send = request.sender.send
+    request.sender.send = lambda response=None, flags=0: threads.add(threading.current_thread().name) or send(
+        response, flags)
+    reply = Reply(Model(), request, parse_request(tensors(), PARAMS, VOCAB))
+    for i in range(50):
+        reply.send(FakeResponse([str(i)]), last_of_job=i == 49)
+    gone = FakeRequest()
+    gone.sender = GoneSender()
+    broken = Reply(Model(), gone, parse_request(tensors(), PARAMS, VOCAB))
+    broken.send(FakeResponse(["a"]), last_of_job=False)
+    Model.responder.close()
+    assert [r.output_tensors for r, _ in request.sender.sent] == [[str(i)] for i in range(50)]
+    assert [flags for _, flags in request.sender.sent][-2:] == [0, 1] and threads == {"trtspec-responder"}
+    with pytest.raises(ReplyClosed):
+        broken.send(FakeResponse(["b"]), last_of_job=True)

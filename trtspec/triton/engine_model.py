@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from trtspec.errors import RequestError, TrtspecError
-from trtspec.triton.engine_reply import JobSink, Reply, ReplyClosed, requested_outputs, triton_error
+from trtspec.triton.engine_reply import JobSink, Reply, ReplyClosed, Responder, requested_outputs, triton_error
 from trtspec.triton.engine_request import Job, ParsedRequest, engine_features, parse_request, word_lists
 from trtspec.triton.served_config import for_version, from_model_config
 from trtspec.triton.spec_metrics import SpecMetrics
@@ -93,6 +93,7 @@ class EngineModel:
         self.features = engine_features()
         self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k, gate=lambda: self.engine.gate_state)
         self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
+        self.responder = Responder()  # sends the responses off the engine loop's thread
         self._ids_lock = threading.Lock()
 
     def execute(self, requests: list[Any]) -> None:
@@ -174,6 +175,7 @@ class EngineModel:
     def close(self) -> None:
         """Unload: running requests finish within drain_timeout_s, then the rest fail. The metrics are kept."""
         self.host.close()
+        self.responder.close()  # the responses of what the drain finished
         # Not deleted: a reload of this version (`trtspec set-k`) loads the new instance before this one goes, and
         # Triton hands both the same Prometheus series (same labels); deleting ours would free it under the new
         # instance (tritonserver 2.51 crashes at its next increment). Kept, the counters run on without a reset;
