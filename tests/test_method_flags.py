@@ -110,3 +110,49 @@ def test_generate_refuses_a_rows_value_for_another_method_naming_the_flag(capsys
     assert code == 2 and err.startswith("Error: --suffix=") and "the method is ngram" in err
     code, err = _exit(["generate", "--url", "localhost:8001", "--eagle-topk", "2", PROMPT], capsys)
     assert code == 2 and err.startswith("Error: --eagle-topk") and "--url" in err and "Traceback" not in err
+
+
+def test_draft_runtime_is_draft_targets_row_shared_by_suffix_draft():
+    """--draft-runtime runs the draft model: draft_target's knob, the same row in suffix_draft (its model drafter),
+    listed once after --device; deploy takes it (torch flavour)."""
+    row = next(row for row in methods.METHODS["draft_target"].flags if row.flag == "--draft-runtime")
+    assert row.field == "draft_runtime" and not row.checkpoint and row.deploy is not None
+    assert row in methods.METHODS["suffix_draft"].flags
+    assert [r for r in methods.METHODS["suffix_eagle3"].flags if r.flag == "--draft-runtime"] == []
+    assert list(FLAGS).count("--draft-runtime") == 1 and flag_of("parameter draft_runtime") == "--draft-runtime"
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--method", "draft_target", "--draft-runtime", "tvm", PROMPT],
+    ["serve", "--dynamo", "1", "--dry-run", "--draft-runtime", "tvm"],
+])
+def test_a_bad_draft_runtime_is_one_line_naming_the_flag_and_the_choices(argv, capsys):
+    code, err = _exit(argv, capsys)
+    first, *rest = err.strip().splitlines()
+    assert code == 2 and first == "Error: --draft-runtime='tvm': is not one of torch, onnx", err
+    assert all(line.startswith("Hint:") for line in rest) and "Traceback" not in err
+
+
+def test_draft_runtime_onnx_needs_a_float32_cpu_draft_naming_the_flag(capsys):
+    code, err = _exit(["generate", "--method", "eagle3", "--draft-runtime", "onnx", PROMPT], capsys)
+    assert code == 2 and err.startswith("Error: --draft-runtime='onnx': runs a float32 draft model on the CPU")
+    assert "draft None" in err and "--draft-runtime torch" in err
+    code, err = _exit(["generate", "--method", "draft_target", "--dtype", "float16", "--draft-runtime", "onnx",
+                       PROMPT], capsys)
+    assert code == 2 and "dtype float16" in err
+
+
+@pytest.mark.parametrize("method", ["draft_target", "suffix_draft"])
+def test_generate_draft_runtime_onnx_runs_the_draft_in_onnx_runtime_with_the_same_output(method, monkeypatch,
+                                                                                         tmp_path):
+    """The same greedy tokens and the same drafts accepted as the torch runner's (the hybrid's model drafter too); the
+    draft's ONNX export is made in the (temporary) cache, which shows the ONNX runner ran."""
+    pytest.importorskip("onnxruntime", reason="draft_runtime onnx needs the optional extra trtspec[onnx]")
+    pytest.importorskip("onnx", reason="draft_runtime onnx needs the optional extra trtspec[onnx]")
+    monkeypatch.setenv("TRTSPEC_CACHE_DIR", str(tmp_path))
+    torch_run = _generate("--method", method, "--k", "4")
+    assert not list(tmp_path.rglob("*.onnx"))
+    onnx_run = _generate("--method", method, "--k", "4", "--draft-runtime", "onnx")
+    assert list(tmp_path.rglob("*.onnx"))
+    assert onnx_run["token_ids"] == torch_run["token_ids"]
+    assert onnx_run["num_accepted_tokens_per_pos"] == torch_run["num_accepted_tokens_per_pos"]

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.triton.helpers import trt_manifest, write_manifest
-from trtspec.cli.main import cli
+from trtspec.cli.main import cli, main
 from trtspec.triton.server import Ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +134,27 @@ def test_serve_dry_run_checks_what_a_start_would(tmp_path, tokenized_pair):
     (repo / "trtspec-repo.json").write_text("{")
     proc = run_cli(*base)
     assert proc.returncode == 2 and "is not UTF-8 JSON" in proc.stderr and not proc.stdout, proc.stderr
+
+
+def test_deploy_draft_runtime_reaches_the_torch_flavours_engine_and_is_refused_on_tensorrtllm(tmp_path, random_pair,
+                                                                                            tokenized_pair, capsys):
+    from tests.triton.helpers import torch_bundle
+    from trtspec.triton.repo import RepoSpec, plan_repository
+
+    bundle = torch_bundle(tmp_path / "bundle", *random_pair)
+    plain = plan_repository(RepoSpec.from_build(bundle, "torch"))
+    onnx = plan_repository(RepoSpec.from_build(bundle, "torch", engine={"draft_runtime": "onnx"}))
+    assert 'key: "draft_runtime"' not in plain["tensorrt_llm/config.pbtxt"].text  # unset: the repository reads the same
+    assert 'key: "draft_runtime"' in onnx["tensorrt_llm/config.pbtxt"].text
+    assert 'string_value: "onnx"' in onnx["tensorrt_llm/config.pbtxt"].text.split('key: "draft_runtime"')[1][:80]
+    # the BLS's draft model runs the draft as its target, in torch: unchanged
+    assert onnx["tensorrt_llm_draft/config.pbtxt"].text == plain["tensorrt_llm_draft/config.pbtxt"].text
+    build = write_manifest(tmp_path / "build", trt_manifest("draft_target", tokenized_pair[0], max_draft_len=4,
+                                                            draft=True))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deploy", "--backend", "tensorrtllm", "--build", str(build), "--out", str(tmp_path / "repo"),
+              "--draft-runtime", "onnx"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and not (tmp_path / "repo").exists() and "Traceback" not in err
+    assert err.startswith("Error: --draft-runtime='onnx': chooses what runs the reference engine's draft model")
+    assert "Hint: deploy with --backend torch, or leave --draft-runtime out" in err

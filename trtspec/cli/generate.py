@@ -136,10 +136,13 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
     if by_nodes:
         max_k = max(max_k, k)
     spec = SpecParams(method=method, k=k if not info.baseline else 0, acceptance="typical_lossy" if typical else "exact")
+    options = _proposer_options((window, ngram, verification_set), medusa_choices, method)
+    config = _engine_config(model, method, options, engine, draft=draft if info.needs_draft_model else None,
+                            device=device, dtype=dtype)
     result = run_local(prompt, model=model, draft=draft, sampling=sampling, spec=spec, max_k=max_k, device=device,
                        dtype=dtype, on_text=None if as_json else _echo_text, medusa=medusa, eagle=eagle,
-                       options=_with_method_flags(_proposer_options((window, ngram, verification_set),
-                                                                    medusa_choices, method), model, method, engine))
+                       options=_with_method_flags(options, method, config),
+                       draft_runtime=config.draft_runtime if config is not None else "torch")
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -149,11 +152,12 @@ def generate(prompt: str, url: str | None, model: str | None, stream: bool, draf
 
 def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, max_k: int, device: str, dtype: str,
               on_text: Any = None, options: Any = None,
-              medusa: str | None = None, eagle: str | None = None) -> dict[str, Any]:
+              medusa: str | None = None, eagle: str | None = None, draft_runtime: str = "torch") -> dict[str, Any]:
     """Load the engine, stream one request, and return {text, token_ids, finish_reason, **stats}.
 
     Args:
         on_text: called with each decoded text delta as it is produced (None = silent).
+        draft_runtime: what runs the draft model (EngineConfig.draft_runtime: torch, or onnx for ONNX Runtime).
     """
     from trtspec.methods import resolve
     from trtspec.spec.engine import SpecEngine
@@ -166,7 +170,7 @@ def run_local(prompt: str, *, model: str, draft: str, sampling: Any, spec: Any, 
     engine = SpecEngine.from_pretrained(model, draft if info.needs_draft_model else None,
                                         medusa if info.needs_medusa_heads else None,
                                         eagle=eagle if info.needs_eagle_drafter else None, max_k=max_k, device=device,
-                                        dtype=dtype, options=options)
+                                        dtype=dtype, options=options, draft_runtime=draft_runtime)
     token_ids: list[int] = []
     final = None
     for delta in engine.stream(prompt, sampling, spec):
@@ -194,20 +198,29 @@ def _proposer_options(lookahead: tuple[int, int, int], choices: str | None, meth
     return ProposerOptions(lookahead=Lookahead(*lookahead), **trees)
 
 
-def _with_method_flags(options: Any, model: str, method: str, values: dict[str, Any]) -> Any:
-    """`options` with the method flags generate lists from the homes (--suffix, --eagle-topk, a new method's): engine
-    parameters over the method's own part, checked by EngineConfig as `trtspec serve --dynamo` checks them (a knob of
-    another method is refused), an error naming the flag."""
-    from dataclasses import replace
-
+def _engine_config(model: str, method: str, options: Any, values: dict[str, Any], *, draft: str | None, device: str,
+                   dtype: str) -> Any:
+    """The EngineConfig of the method flags generate lists from the homes (--suffix, --eagle-topk, --draft-runtime, a
+    new method's) over generate's own model, method, draft, device, dtype and the method's part of `options`, checked
+    by EngineConfig as `trtspec serve --dynamo` checks them (a knob of another method is refused), an error naming the
+    flag; None when no such flag is given."""
     from trtspec.contracts.engine import EngineConfig
 
     if not overrides(values):
-        return options
+        return None
     part = resolve(method).engine_part
     own = {part: getattr(options, part)} if part and hasattr(options, part) else {}
-    config = apply(EngineConfig(target=model, method=method, **own), values)
-    return replace(options, **{part: getattr(config.proposer_options(), part)}) if own else options
+    return apply(EngineConfig(target=model, method=method, draft=draft, device=device, dtype=dtype, **own), values)
+
+
+def _with_method_flags(options: Any, method: str, config: Any) -> Any:
+    """`options` with the method's own part as `config` (`_engine_config`) sets it; `options` when it sets none."""
+    from dataclasses import replace
+
+    part = resolve(method).engine_part
+    if config is None or not part or not hasattr(options, part):
+        return options
+    return replace(options, **{part: getattr(config.proposer_options(), part)})
 
 
 def run_remote(prompt: str, *, url: str, model: str | None, k: int | None, sampling: Any, stream: bool,

@@ -19,6 +19,7 @@ the build plan, the engine and the sweep; a drafter chosen by an option would ma
 from __future__ import annotations
 
 from trtspec.methods.base import FlagRow, MethodInfo
+from trtspec.methods.draft_target import DRAFT_RUNTIME_FLAG
 from trtspec.methods.eagle import EagleSpec
 
 # one row, shared by both hybrids: each NAME=VALUE sets the engine parameter hybrid_NAME (contracts.engine.Hybrid)
@@ -53,7 +54,7 @@ SUFFIX_DRAFT = MethodInfo(
     llmapi_unsupported=f"{SA_ON_DRAFTERS}, not on DraftTarget",
     llmapi_nearest=("draft_target", "draft_target (the draft model alone), or suffix (SA alone)"),
     llmapi_hint="use backend: torch (the reference engine runs the hybrid)",
-    flags=(HYBRID_FLAG,),
+    flags=(DRAFT_RUNTIME_FLAG, HYBRID_FLAG),
 )
 
 SUFFIX_EAGLE3 = MethodInfo(

@@ -114,6 +114,11 @@ class RepoSpec:
         the build's engine configuration and `overrides` over the repository's own fields; checked."""
         if backend not in BACKENDS:
             raise ConfigError("backend", backend, f"is not one of {', '.join(BACKENDS)}", hint="--backend torch")
+        runtime = (engine or {}).get("draft_runtime", "torch")
+        if backend != "torch" and runtime != "torch":  # before the build's engine takes it (its checks would speak)
+            raise ConfigError("draft_runtime", runtime, "chooses what runs the reference engine's draft model; "
+                              "NVIDIA's tensorrtllm backend runs its own draft engine", hint="deploy with --backend "
+                              "torch, or leave --draft-runtime out")
         build = read_build_output(build_dir)
         if build.backend != backend:
             raise UsageError(f"{build.root} was built for backend {build.backend!r}, not {backend!r}",
@@ -315,7 +320,7 @@ def _engine_values(spec: RepoSpec, name: str) -> dict[str, object]:
 def engine_parameters(spec: RepoSpec) -> dict[str, EngineConfig]:
     """The torch flavour's engine models and their configurations: `tensorrt_llm` runs the repository's engine (and
     verifies a caller's draft_input_ids); `tensorrt_llm_draft`, when there is a draft model, runs the draft alone with
-    plain decoding."""
+    plain decoding (as its target, in torch: draft_runtime chooses what runs `tensorrt_llm`'s draft proposer)."""
     engine = spec.engine
     # suffix decoding: every option written out, so config.pbtxt says them all
     if resolve(engine.method).cross_request_cache and engine.suffix is None:
@@ -323,10 +328,11 @@ def engine_parameters(spec: RepoSpec) -> dict[str, EngineConfig]:
     models = {"tensorrt_llm": engine}
     if spec.has_draft_model:
         assert engine.draft is not None
+        # plain decoding: no speculation to schedule, and no draft model of its own to run in ONNX Runtime
         models["tensorrt_llm_draft"] = replace(engine, target=engine.draft, draft=None, medusa=None, eagle=None,
                                                method=BASELINE, default_k=0, eagle_tree=None, medusa_tree=None,
                                                lookahead=None, ngram=None, suffix=None, prompt_log=None,
-                                               schedule=None)  # plain decoding: no speculation to schedule
+                                               schedule=None, draft_runtime="torch")
     return models
 
 
