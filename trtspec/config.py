@@ -219,6 +219,10 @@ class BuildSpec(Options):
                           "pytorch where trtspec has its LLM-API facts (1.2.1), else engine (0.18.0, 0.19.0)")
     target: PathText = Field(description="embedded model name (tiny) or HF checkpoint directory")
     draft: PathText | None = Field(None, description="draft model for draft_target (embedded name or HF directory)")
+    draft_runtime: Literal["torch", "onnx"] = Field(
+        "torch", description="backend torch: what runs the draft model of draft_target / suffix_draft: trtspec's "
+                             "torch runner, or onnx (ONNX Runtime, float32 on the CPU; needs trtspec[onnx]). The "
+                             "engine configuration's draft_runtime")
     method: str = Field("none", description="draft_target, medusa, eagle, lookahead, ngram, suffix, redrafter, mtp, "
                                             "none")
     max_draft_len: int | None = Field(None, ge=0, le=COUNT_MAX, validation_alias=AliasChoices("max_draft_len", "k"),

@@ -15,6 +15,7 @@ from trtspec.build.memory import MIN_FRACTION
 from trtspec.build.plan import plan_build
 from trtspec.build.preflight import run_preflight
 from trtspec.config import load_build_spec
+from trtspec.errors import ConfigError
 from trtspec.targets import DEFAULT_TARGET, load_target
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,6 +226,39 @@ def test_torch_plan_is_a_bundle(random_pair):
                       engine={"max_input_len": 64, "max_seq_len": 128})
     assert [s.id for s in plan.steps] == ["copy-target", "copy-draft", "write-bundle"]
     assert all(s.tool is None for s in plan.steps)
+
+
+def _bundle_engine(plan) -> dict:
+    return json.loads(next(s.content for s in plan.steps if s.id == "write-bundle"))["engine"]
+
+
+def test_draft_runtime_reaches_the_torch_bundles_engine_only_when_set(random_pair):
+    target, draft = random_pair
+    fields = {"target": str(target), "draft": str(draft), "method": "draft_target", "backend": "torch",
+              "engine": {"max_input_len": 64, "max_seq_len": 128, "dtype": "float32"}}
+    _, plain = plan_of(**fields)
+    assert "draft_runtime" not in _bundle_engine(plain)  # unset: the bundle reads as before
+    _, onnx = plan_of(**fields, draft_runtime="onnx")
+    assert _bundle_engine(onnx) == {**_bundle_engine(plain), "draft_runtime": "onnx"}
+    _, hybrid = plan_of(**{**fields, "method": "suffix_draft"}, draft_runtime="onnx")
+    assert _bundle_engine(hybrid)["draft_runtime"] == "onnx"
+
+
+@pytest.mark.parametrize(("fields", "message", "hint"), [
+    ({"draft_runtime": "tvm"}, "draft_runtime='tvm': Input should be 'torch' or 'onnx'", "trtspec build --schema"),
+    ({"backend": "tensorrtllm"}, "backend tensorrtllm runs TensorRT-LLM's own draft engine", "set backend: torch"),
+    ({"method": "ngram", "draft": None}, "method ngram has none", "method: draft_target"),
+    ({"engine": {"max_input_len": 64, "max_seq_len": 128, "dtype": "float16"}}, "engine.dtype is float16",
+     "engine.dtype: float32"),
+])
+def test_draft_runtime_refusals_name_the_field_and_the_fix(random_pair, fields, message, hint):
+    target, draft = random_pair
+    base = {"target": str(target), "draft": str(draft), "method": "draft_target", "backend": "torch",
+            "draft_runtime": "onnx", "engine": {"max_input_len": 64, "max_seq_len": 128, "dtype": "float32"}}
+    with pytest.raises(ConfigError) as err:
+        plan_of(**{**base, **fields})
+    assert err.value.exit_code == 2 and str(err.value).startswith("draft_runtime") and "\n" not in str(err.value)
+    assert message in str(err.value) and hint in (err.value.hint or ""), (str(err.value), err.value.hint)
 
 
 @pytest.mark.parametrize("module", ["trtspec.build.plan", "trtspec.config", "trtspec.build.preflight",

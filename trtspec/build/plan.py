@@ -457,7 +457,8 @@ def _plan_torch(r: Resolved) -> BuildPlan:
 
 def engine_config(r: Resolved) -> EngineConfig:
     """The engine configuration this build serves (written into the bundle and the manifest): checkpoints (a torch
-    bundle's copies, relative to it; the HF inputs of a TensorRT-LLM build), method, k and each method's knobs."""
+    bundle's copies, relative to it; the HF inputs of a TensorRT-LLM build), method, k, each method's knobs and, in
+    a torch bundle, what runs the draft model (draft_runtime)."""
     method = r.method.reference_form if _eagle3(r) and r.spec.backend == "torch" else r.method.name
     torch = r.spec.backend == "torch"
     checkpoints = {role: role if torch else r.models[role].path for role in CHECKPOINTS if role in r.models}
@@ -468,7 +469,8 @@ def engine_config(r: Resolved) -> EngineConfig:
             eagle_tree=lambda: EagleTree.from_section(spec.eagle, r.choices) if spec.eagle is not None else None,
             lookahead=r.lookahead, ngram_size=lambda: spec.ngram.max_matching_ngram_size if spec.ngram else None,
             suffix=spec.suffix),
-        dtype=spec.engine.dtype if torch else "float32", max_input_len=spec.engine.max_input_len,
+        dtype=spec.engine.dtype if torch else "float32", draft_runtime=spec.draft_runtime if torch else "torch",
+        max_input_len=spec.engine.max_input_len,
         max_output_len=max(1, spec.engine.max_seq_len - spec.engine.max_input_len), schedule=spec.schedule())
 
 

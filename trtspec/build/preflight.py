@@ -126,7 +126,26 @@ def run_preflight(spec: BuildSpec, *, dry_run: bool = False, release: str | None
 # --- method and inputs ---------------------------------------------------------------------------------------------
 
 
+def _check_draft_runtime(spec: BuildSpec, method: MethodInfo) -> None:
+    """`draft_runtime` other than torch: a torch bundle whose method runs a draft model, in float32 (ONNX Runtime runs
+    it on the CPU; the engine configuration checks the device where it is served)."""
+    runtime = spec.draft_runtime
+    if runtime == "torch":
+        return
+    if spec.backend != "torch":
+        raise ConfigError("draft_runtime", runtime, "chooses what runs the reference engine's draft model; backend "
+                          f"{spec.backend} runs TensorRT-LLM's own draft engine", hint="set backend: torch, or drop "
+                          "draft_runtime")
+    if not method.needs_draft_model:
+        raise ConfigError("draft_runtime", runtime, f"runs the draft model, and method {method.name} has none",
+                          hint="use method: draft_target (or suffix_draft) with draft:, or drop draft_runtime")
+    if spec.engine.dtype != "float32":
+        raise ConfigError("draft_runtime", runtime, f"runs a float32 draft model, and engine.dtype is "
+                          f"{spec.engine.dtype}", hint="set engine.dtype: float32, or drop draft_runtime")
+
+
 def _check_backend(spec: BuildSpec, method: MethodInfo) -> None:
+    _check_draft_runtime(spec, method)
     if spec.backend == "tensorrtllm" and method.trtllm_unsupported:
         raise ConfigError("method", method.name, f"cannot be built for TensorRT-LLM: {method.trtllm_unsupported}",
                           hint="use backend: torch (Triton's Python backend serves the reference engine, which runs it)")
