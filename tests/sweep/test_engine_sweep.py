@@ -158,3 +158,34 @@ def test_a_staggered_closed_loop_admits_its_first_requests_one_per_step(random_p
     assert [step[1] for step in together.admission_trace] == [4, 4, 4]  # rows admitted per admission step
     assert [step[1] for step in spread.admission_trace] == [1] * 12
     assert together.outputs == spread.outputs  # the same requests, the same tokens
+
+
+def test_draft_runtime_onnx_sweeps_into_the_same_file_at_equal_acceptance(random_pair, tmp_path, monkeypatch):
+    """A torch sweep, then the same with draft_runtime onnx into the same results file: the onnx run adds its own
+    draft-model cases and calibration (the baseline is resumed), its greedy acceptance equals torch's, and the report
+    shows both variants, each priced by its own calibration."""
+    pytest.importorskip("onnxruntime", reason="draft_runtime onnx needs the optional extra trtspec[onnx]")
+    pytest.importorskip("onnx", reason="draft_runtime onnx needs the optional extra trtspec[onnx]")
+    monkeypatch.setenv("TRTSPEC_CACHE_DIR", str(tmp_path / "cache"))  # the draft's export, not the user's cache
+    target, draft = random_pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "abcabcabcabc abc"}\n{"prompt": "the cat the cat the"}\n')
+    kwargs = dict(model=str(target), drafts=[str(draft)], methods=["draft_target"], k=[0, 2], suites=[str(prompts)],
+                  max_new_tokens=8, num_prompts=2, max_draft_len=2, calibration_batch_sizes=[1], threads=1)
+    out = tmp_path / "results.jsonl"
+    assert run_sweep(SweepSpec.build(**kwargs), out, show_progress=False).errors == 0
+    summary = run_sweep(SweepSpec.build(**kwargs, draft_runtime="onnx"), out, show_progress=False)
+    assert summary.errors == 0 and (summary.ran, summary.skipped) == (1, 1), summary.error_messages
+    records = read_records(out)
+    cases = {r["params"].get("draft_runtime", "torch"): r for r in records
+             if r["kind"] == "case" and r["params"]["method"] == "draft_target"}
+    assert set(cases) == {"torch", "onnx"} and "draft_runtime" not in cases["torch"]["params"]
+    stats = {runtime: rec["metrics"]["stats"] for runtime, rec in cases.items()}
+    assert stats["onnx"]["num_accepted_tokens_per_pos"] == stats["torch"]["num_accepted_tokens_per_pos"]
+    assert cases["onnx"]["metrics"]["output_sha256"] == cases["torch"]["metrics"]["output_sha256"]
+    calibrations = [r for r in records if r["kind"] == "calibration"]
+    assert [c.get("draft_runtime") for c in calibrations] == [None, "onnx"]
+    made = render_report(out, tmp_path / "report", plots=False)
+    variants = {r.variant for r in made.results.rows if r.k}
+    assert variants == {f"draft_target:{draft.name}", f"draft_target:{draft.name}@onnx"}
+    assert all(r.prediction is not None for r in made.results.rows)

@@ -299,3 +299,31 @@ def test_schedule_text_round_trips(draft_len, k1, max_concurrency, window, thres
                             acceptance_window=window, acceptance_length_threshold=threshold if window else None,
                             probe_every=probe_every)
     assert parse_schedule(schedule_text(schedule)) == schedule
+
+
+def test_draft_runtime_onnx_cases_are_other_cases_and_the_torch_ids_stay(spec_kwargs):
+    """draft_runtime onnx marks the draft-model cases (params, id, label); the baseline and model-free cases keep
+    their ids, and the default (torch) writes nothing, so results files of earlier sweeps resume."""
+    grid = {"methods": ["draft_target", "suffix_draft", "ngram"], "k": [0, 2], "suffix_cache": ["cold"]}
+    plain = SweepSpec.build(**spec_kwargs, **grid).cases()
+    onnx = SweepSpec.build(**spec_kwargs, **grid, draft_runtime="onnx").cases()
+    assert all("draft_runtime" not in c.params() for c in plain)
+    for a, b in zip(plain, onnx, strict=True):
+        if a.method in ("draft_target", "suffix_draft"):
+            assert b.params() == {**a.params(), "draft_runtime": "onnx"} and a.case_id != b.case_id
+            assert b.label() == a.label().replace(f"/{a.draft} ", f"/{a.draft}@onnx ")
+        else:
+            assert b == a
+    assert SweepSpec.build(**spec_kwargs, **grid, draft_runtime="torch").cases() == plain
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"draft_runtime": "tvm"}, "Input should be 'torch' or 'onnx'"),
+    ({"methods": ["ngram"]}, "no method of the sweep has one"),
+    ({"dtype": "float16"}, "dtype float16, device cpu"),
+    ({"via": "triton", "url": "localhost:8001"}, "in-process engine only"),
+])
+def test_a_draft_runtime_the_sweep_cannot_run_is_refused_naming_the_field(spec_kwargs, changes, words):
+    with pytest.raises(ConfigError, match=words) as exc:
+        SweepSpec.build(**{**spec_kwargs, "draft_runtime": "onnx", **changes})
+    assert exc.value.field == "draft_runtime" and exc.value.hint and exc.value.exit_code == 2

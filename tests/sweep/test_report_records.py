@@ -137,6 +137,7 @@ def test_a_huge_k_is_refused_quickly_in_bounded_memory(tmp_path_factory, tmp_pat
     (case(), "params.method", "warp", "params.method='warp': is not a method trtspec knows"),
     (case(), "params.suite", ["code"], "params.suite=['code']: must be a string"),
     (case(), "params.draft", 3, "params.draft=3: must be a string or null"),
+    (case(), "params.draft_runtime", "tvm", "params.draft_runtime='tvm': must be onnx"),  # torch is never written
     (case(), "metrics.cpu_time_s", -2, "metrics.cpu_time_s=-2: must be a finite number of seconds"),
     (case(), "metrics.wall_time_s", 1e300, "metrics.wall_time_s=1e+300: must be a finite number of seconds at least "
                                            "1e-09 and at most 1e+09"),
@@ -176,6 +177,7 @@ def test_a_huge_k_is_refused_quickly_in_bounded_memory(tmp_path_factory, tmp_pat
     (calibration, "proposer_s", {"ngram": {"1": -1}}, "proposer_s.ngram.1=-1: must be a finite number of seconds"),
     (calibration, "model", None, "model=None: must be a string"),
     (calibration, "of", 7, "of=7: must be a string or null"),
+    (calibration, "draft_runtime", "torch", "draft_runtime='torch': must be onnx"),
     (lambda rec: rec["kind"] == "sweep", "spec", "x", "spec='x': must be an object"),
 ])  # fmt: skip
 def test_every_field_read_is_checked(records, tmp_path, where, field, value, problem):

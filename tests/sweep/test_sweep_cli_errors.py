@@ -22,6 +22,9 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
     (["--k", "1,,2"], "--k='1,,2' has an empty item"),
     (["--method", ""], "--method='' has an empty item"),
     (["--suite", "code,"], "--suite='code,' has an empty item"),
+    (["--draft-runtime", "tvm"], "'tvm' is not one of 'torch', 'onnx'"),
+    (["--method", "ngram", "--draft-runtime", "onnx"],
+     "draft_runtime='onnx': runs the draft model, and no method of the sweep has one"),
 ])  # fmt: skip
 def test_bad_lists_are_refused(tmp_path, capsys, flags, message):
     code, out = run(["sweep", "--out", str(tmp_path / "r.jsonl"), *flags], capsys)

@@ -20,6 +20,10 @@ from trtspec.methods import METHODS
 @click.option("--concurrency", help="Comma list of requests in flight, e.g. 1,4.")
 @click.option("--model", help="Target model: embedded name (tiny) or HF directory.")
 @click.option("--draft", "drafts", help="Comma list of draft models for draft_target.")
+@click.option("--draft-runtime", type=click.Choice(["torch", "onnx"]),
+              help="What runs the draft models (via engine): torch, or onnx (ONNX Runtime, float32 on the CPU; needs "
+                   "trtspec[onnx]). Its cases are other cases: a sweep of each into one --out compares the runtimes' "
+                   "speed at equal acceptance [default: torch].")
 @click.option("--medusa", help="Comma list of Medusa heads directories (method medusa).")
 @click.option("--eagle", help="Comma list of EAGLE-3 drafters (method eagle3): embedded name or directory.")
 @click.option("--eagle-tree", "eagle_trees",
@@ -68,6 +72,7 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
 
     \b
         trtspec sweep --method draft_target,ngram --k 0-8 --temperature 0,1 --suite code,grounded --out results.jsonl
+        trtspec sweep --method draft_target --k 0-4 --draft-runtime onnx --out results.jsonl
         trtspec sweep --via triton --url localhost:8001 --method draft_target --k 0-4 --out served.jsonl
         trtspec sweep --via openai --url localhost:8000 --method draft_target,ngram --k 0-4 --out dynamo.jsonl
     """

@@ -78,11 +78,13 @@ class CaseRow:
 
     @property
     def variant(self) -> str:
-        """method plus its draft / heads / lookahead W,N,G / suffix cache state (and `adaptive` or `schedule`), the
-        unit a recommendation picks."""
+        """method plus its draft (@ its runtime unless torch) / heads / lookahead W,N,G / suffix cache state (and
+        `adaptive` or `schedule`), the unit a recommendation picks."""
         extra = (self.params.get(DRAFT_TARGET.sweep_variant) or self.params.get(MEDUSA.sweep_variant)
                  or self.params.get(LOOKAHEAD.sweep_variant) or self.params.get(SUFFIX.sweep_variant))
         variant = f"{self.method}:{Path(str(extra)).name}" if extra else self.method
+        if runtime := self.params.get("draft_runtime"):  # onnx: another variant than the same draft in torch
+            variant += f"@{runtime}"
         if drafter := self.params.get(EAGLE3.sweep_variant):  # EAGLE-3 drafter and its tree (SweepSpec.eagle_trees)
             variant = f"{self.method}:{Path(str(drafter)).name}/{self.params.get('tree')}"
         return variant + (" adaptive" if self.params.get("adaptive") else " schedule" if self.params.get("schedule")
@@ -231,7 +233,8 @@ def step_costs(calibrations: Iterable[Record], params: dict[str, Any], batch: fl
     for rec in calibrations:
         if rec.get("model") != params["model"]:
             continue
-        if needs_draft and (rec.get(draft), rec.get(heads)) != (params.get(draft), params.get(heads)):
+        if needs_draft and (rec.get(draft), rec.get(heads), rec.get("draft_runtime")) != (
+                params.get(draft), params.get(heads), params.get("draft_runtime")):
             continue
         best = rec
         if not needs_draft or rec.get(draft) == params.get(draft):

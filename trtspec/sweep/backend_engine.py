@@ -285,7 +285,7 @@ class EngineBackend:
         with the case's W,N,G)."""
         lookahead = parse_lookahead(case.lookahead) if case.lookahead else None
         if case.draft or case.medusa or case.eagle:
-            return self._engine(spec, ModelSet(case.model, case.draft, case.medusa, case.eagle),
+            return self._engine(spec, ModelSet(case.model, case.draft, case.medusa, case.eagle, case.draft_runtime),
                                 eagle_tree=case.tree if case.eagle else None)
         for model_set, options, tree in self._engines:
             if model_set.model == case.model and lookahead in (None, options):
@@ -308,7 +308,8 @@ class EngineBackend:
                 eagle_tree=EagleTree.parse(eagle_tree) if eagle_tree is not None else EagleTree())
             engine = SpecEngine.from_pretrained(model_set.model, draft=model_set.draft, medusa=model_set.medusa,
                                                 eagle=model_set.eagle, max_k=spec.max_draft_len, device=spec.device,
-                                                dtype=spec.dtype, options=options)
+                                                dtype=spec.dtype, options=options,
+                                                draft_runtime=model_set.draft_runtime or "torch")
             # untimed warm-up; a short prompt, so that a too-long one is reported by check_model_set
             warm_prompt = last_tokens(encode_prompt(engine, load_suite(spec.suites[0], 1).prompts[0], spec.chat_template), 32)
             engine.generate([warm_prompt], SamplingParams(max_new_tokens=8, seed=0), SpecParams(method=BASELINE, k=0))

@@ -76,6 +76,10 @@ class SweepSpec(BaseModel):
     methods: list[str] = Field([DRAFT_TARGET.name, NGRAM.name], description="methods from trtspec.methods")
     k: list[int] = Field(list(range(0, 9)), description="draft lengths; 0 = plain decoding (the baseline)")
     drafts: list[str] = Field(["tiny-draft"], description="draft models, for methods that need one")
+    draft_runtime: Literal["torch", "onnx"] = Field(
+        "torch", description="what runs the draft models (via engine): torch (trtspec's runner) or onnx (ONNX "
+        "Runtime, float32 on the CPU; needs trtspec[onnx]); its cases are other cases (params.draft_runtime), so a "
+        "sweep of each into one results file compares the runtimes' speed at equal acceptance")
     medusa: list[str] = Field([], description="Medusa heads directories, for medusa")
     trees: list[str] = Field([CHAIN_TREE], description="tree choices (preset, JSON, file) for tree methods")
     eagle: list[str] = Field([], description="EAGLE-3 drafters (embedded name or directory), for eagle3")
@@ -280,6 +284,24 @@ class SweepSpec(BaseModel):
         if given and self.via != "engine":
             raise ConfigError(given[0], getattr(self, given[0]), "is applied by the in-process engine only",
                               hint="sweep via engine, or configure the served model instead")
+        self._validate_draft_runtime()
+
+    def _validate_draft_runtime(self) -> None:
+        """A draft runtime other than torch: via engine (a served model runs its own draft), with a method that runs
+        a draft model, in float32 on the CPU (what ONNX Runtime runs: EngineConfig.draft_runtime's rule)."""
+        runtime = self.draft_runtime
+        if runtime == "torch":
+            return
+        if self.via != "engine":
+            raise ConfigError("draft_runtime", runtime, "is applied by the in-process engine only", hint="sweep via "
+                              "engine, or deploy with --draft-runtime and sweep the served model")
+        if not any(resolve(m).needs_draft_model for m in self.methods):
+            raise ConfigError("draft_runtime", runtime, "runs the draft model, and no method of the sweep has one",
+                              hint="add draft_target (or suffix_draft) to methods, or drop draft_runtime")
+        if self.dtype != "float32" or self.device != "cpu":
+            raise ConfigError("draft_runtime", runtime, f"runs a float32 draft model on the CPU; the sweep has dtype "
+                              f"{self.dtype}, device {self.device}", hint="set dtype float32 and device cpu, or drop "
+                              "draft_runtime")
 
     def _check_grid_size(self) -> None:
         """Refuse a grid of more than MAX_CASES cases, from an upper bound computed without listing them."""
@@ -348,7 +370,7 @@ class SweepSpec(BaseModel):
 
     def _variants(self, method: str) -> list[dict[str, str | int | None]]:
         """The method's variants, each keyed as the home of what it varies names it (`sweep_variant`): the draft model
-        (draft), Medusa heads (medusa), EAGLE-3 drafter (eagle), (W, N, G) (lookahead), max_ngram, suffix_cache; a
+        (draft; and draft_runtime unless torch), Medusa heads (medusa), EAGLE-3 drafter (eagle), (W, N, G) (lookahead), max_ngram, suffix_cache; a
         method with a cross-request cache (suffix, the hybrids) has each of its others at each cache state."""
         info = resolve(method)
         variants = self._model_variants(method)
@@ -359,8 +381,9 @@ class SweepSpec(BaseModel):
 
     def _model_variants(self, method: str) -> list[dict[str, str | int | None]]:
         info = resolve(method)
-        if info.needs_draft_model:
-            return [{DRAFT_TARGET.sweep_variant: d} for d in self.drafts]
+        if info.needs_draft_model:  # a runtime other than torch is part of the case (left out at torch: ids stay)
+            runtime = {"draft_runtime": self.draft_runtime} if self.draft_runtime != "torch" else {}
+            return [{DRAFT_TARGET.sweep_variant: d, **runtime} for d in self.drafts]
         if info.needs_medusa_heads:
             return [{MEDUSA.sweep_variant: m, "tree": t} for m in self.medusa for t in self.trees]
         if info.needs_eagle_drafter and self.via == "engine":  # a served model has its own drafter and tree
@@ -413,6 +436,7 @@ class Case:
     eagle: str | None = None  # EAGLE-3 drafter (eagle3 via engine; its tree in `tree`)
     schedule: str | None = None  # a speculation schedule (schedule_text) capping k by batch size, and its gate
     ramp: str | None = None  # concurrency phases "1,4,16,4,1" of one closed loop (concurrency = the largest)
+    draft_runtime: str | None = None  # what runs the draft model when not torch (onnx); None = torch
 
     @property
     def case_id(self) -> str:
@@ -430,6 +454,8 @@ class Case:
 
     def label(self) -> str:
         extra = self.draft or self.medusa or self.lookahead or self.suffix_cache or ""
+        if self.draft_runtime:
+            extra = f"{extra}@{self.draft_runtime}"
         if self.eagle:
             extra = f"{self.eagle}/{self.tree}"
         k = f"k<={self.k} adaptive" if self.adaptive else f"schedule {self.schedule}" if self.schedule else f"k={self.k}"
@@ -440,7 +466,7 @@ class Case:
 
 _LATER_FIELDS = {"repeat": 0, LOOKAHEAD.sweep_variant: None, NGRAM.sweep_variant: None, "adaptive": False,
                  "num_requests": None, "prompt_tokens": None, SUFFIX.sweep_variant: None, EAGLE3.sweep_variant: None,
-                 "schedule": None, "ramp": None}
+                 "schedule": None, "ramp": None, "draft_runtime": None}
 
 
 def schedule_text(schedule: SpecSchedule) -> str:

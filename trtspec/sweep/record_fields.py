@@ -89,6 +89,12 @@ def optional(rule: Rule) -> Rule:
     return lambda v: None if v is None else rule(v)
 
 
+def choice(*names: str) -> Rule:
+    """One of `names` (strings)."""
+    problem = f"must be {' or '.join(names)}"
+    return lambda v: None if isinstance(v, str) and v in names else problem
+
+
 def method(v: Any) -> str | None:
     from trtspec.methods import resolve
 
@@ -118,7 +124,7 @@ PARAMS: dict[str, tuple[Rule, bool]] = {  # name -> (rule, required)
     EAGLE3.sweep_variant: (text_or_none, False), "tree": (text_or_none, False),
     LOOKAHEAD.sweep_variant: (text_or_none, False),
     "suffix_cache": (text_or_none, False), "schedule": (text_or_none, False), "ramp": (text_or_none, False),
-    "via": (text_or_none, False),
+    "via": (text_or_none, False), "draft_runtime": (optional(choice("onnx")), False),  # only when not torch
 }
 # metrics: what the runner measured (backend_*.run_case)
 METRICS: dict[str, tuple[Rule, bool]] = {
@@ -262,6 +268,7 @@ def _calibration(rec: dict[str, Any]) -> None:
     _field(rec, "model", text, required=True)
     for name in (DRAFT_TARGET.checkpoint, MEDUSA.checkpoint, "of", EAGLE3.checkpoint):  # the model set's checkpoints
         _field(rec, name, text_or_none)
+    _field(rec, "draft_runtime", optional(choice("onnx")))  # what ran its draft model, when not torch
     _field(rec, "prompt_tokens", optional(number(0.0, MAX_COUNT)))
     for suffix in ("s", "cpu_s"):
         for role in CALIBRATION_BY_BATCH_AND_TOKENS:

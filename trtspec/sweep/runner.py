@@ -64,10 +64,12 @@ class ModelSet:
     draft: str | None = None
     medusa: str | None = None
     eagle: str | None = None
+    draft_runtime: str | None = None  # what runs the draft model when not torch (Case.draft_runtime)
 
     @property
     def calibration_id(self) -> str:
         extra = {EAGLE3.checkpoint: self.eagle} if self.eagle else {}  # ids written before EAGLE stay the same
+        extra |= {"draft_runtime": self.draft_runtime} if self.draft_runtime else {}  # likewise before draft_runtime
         return "calib-" + case_id({"model": self.model, DRAFT_TARGET.checkpoint: self.draft,
                                    MEDUSA.checkpoint: self.medusa, **extra})
 
@@ -77,7 +79,7 @@ def model_sets(cases: list[Case]) -> list[ModelSet]:
     seen: dict[ModelSet, None] = {}
     for case in cases:
         if case.draft or case.medusa or case.eagle:
-            seen.setdefault(ModelSet(case.model, case.draft, case.medusa, case.eagle))
+            seen.setdefault(ModelSet(case.model, case.draft, case.medusa, case.eagle, case.draft_runtime))
     if not seen and cases:
         seen[ModelSet(cases[0].model)] = None
     return list(seen)
@@ -185,6 +187,7 @@ def _calibrate(backend: Backend, spec: SweepSpec, model_set: ModelSet, number: i
             if spec.calibration_slices > 1 else {}
         results.append({"kind": "calibration", "id": _slice_id(model_set, number), "model": model_set.model,
                         DRAFT_TARGET.checkpoint: model_set.draft, MEDUSA.checkpoint: model_set.medusa,
+                        **({"draft_runtime": model_set.draft_runtime} if model_set.draft_runtime else {}),
                         "measured_at": _now(), **slice_fields,
                         **fields})
         summary.calibrations += 1
@@ -197,7 +200,7 @@ def _run_one(backend: Backend, case: Case, suite: PromptSuite, spec: SweepSpec, 
                      "seed_rule": "request i uses seed + i", "max_new_tokens": case.max_new_tokens},
         "spec": {"method": case.method, "k": case.k, "draft": case.draft, MEDUSA.sweep_variant: case.medusa,
                  "tree": case.tree, **{name: case.params()[name] for name in (
-                     "adaptive", LOOKAHEAD.sweep_variant, SUFFIX.sweep_variant, EAGLE3.sweep_variant)
+                     "adaptive", LOOKAHEAD.sweep_variant, SUFFIX.sweep_variant, EAGLE3.sweep_variant, "draft_runtime")
                      if name in case.params()}},
         "chat_template": spec.chat_template, "prompts": suite.describe(), "via_info": backend.info(),
         "host": platform.node(), "started_at": _now(),
