@@ -71,8 +71,9 @@ def sweep(config: str | None, out: str, retry_errors: bool, dry_run: bool, no_pr
     Examples:
 
     \b
-        trtspec sweep --method draft_target,ngram --k 0-8 --temperature 0,1 --suite code,grounded --out results.jsonl
-        trtspec sweep --method draft_target --k 0-4 --draft-runtime onnx --out results.jsonl
+        trtspec sweep --method draft_target,ngram --k 0-8 --temperature 0,1 --suite code,grounded --out results.jsonl \\
+            && trtspec sweep --method draft_target --k 0-8 --temperature 0,1 --suite code,grounded \\
+            --draft-runtime onnx --out results.jsonl
         trtspec sweep --via triton --url localhost:8001 --method draft_target --k 0-4 --out served.jsonl
         trtspec sweep --via openai --url localhost:8000 --method draft_target,ngram --k 0-4 --out dynamo.jsonl
     """
