@@ -5,7 +5,8 @@ import pytest
 from tests.fresh_imports import heavy_modules_loaded_by
 
 LIGHT = ["trtspec", "trtspec.cli.main", "trtspec.methods", "trtspec.choices", "trtspec.models", "trtspec.errors",
-         "trtspec.contracts.suffix", "trtspec.contracts.engine", "trtspec.contracts.openai", "trtspec.config",
+         "trtspec.contracts.suffix", "trtspec.contracts.engine", "trtspec.contracts.engine_parts",
+         "trtspec.contracts.openai", "trtspec.config",
          "trtspec.triton.served_config", "trtspec.spec.host", "trtspec.cli._engine",
          "trtspec.doctor", "trtspec.resources", "trtspec.triton.render", "trtspec.triton.repo",
          "trtspec.triton.build_output", "trtspec.contracts.build_output",

@@ -57,8 +57,8 @@ class MethodInfo:
     # The EngineConfig field holding this method's typed knobs (eagle_tree, medusa_tree, lookahead, ngram, suffix);
     # None = the method has none. contracts/engine.py sets that part only for its methods.
     engine_part: str | None = None
-    # The engine part's class as "module:Class" (trtspec.contracts.engine: EagleTree, MedusaTree, Lookahead,
-    # Ngram, SuffixPart): how EngineConfig writes and reads that field; set with engine_part.
+    # The engine part's class as "module:Class" (trtspec.contracts.engine_parts: EagleTree, MedusaTree, Lookahead,
+    # Ngram, Hybrid, SuffixPart): how EngineConfig writes and reads that field; set with engine_part.
     engine_part_class: str | None = None
     # Further EngineConfig parts it reads besides `engine_part` (a hybrid: suffix's options and its drafter's tree);
     # contracts/engine.py lets them be set for it too.
