@@ -8,7 +8,7 @@ Formats:
 - JSON/YAML/Python list of lists (`run.py`, LLM API, trtspec build configs);
 - TensorRT-LLM's C++/Triton parameter form `{0}, {0, 0}, {1}` (`medusa_choices` / `eagle_choices` in config.pbtxt).
 
-`trtspec.spec.tree` turns validated choices into masks, positions and retrieve indices (torch).
+`trtspec.spec.tree_build` turns validated choices into masks, positions and retrieve indices (torch).
 """
 
 from __future__ import annotations
