@@ -570,7 +570,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--headline-new-tokens", type=int, default=128, help="headline: tokens per prompt")
     parser.add_argument("--headline-draft-k", type=int, default=4, help="headline: k of the draft_target row")
     parser.add_argument("--headline-baseline", default=None, metavar="REV",
-                        help="headline: also time the engine's plain decoding of this git revision (no slower check)")
+                        help="headline: also time this git revision's engine (plain decoding and draft_target at "
+                             "--headline-draft-k) beside this tree's, each in a worker process: the no-slower check")
     parser.add_argument("--onnx-past", type=int, default=128, help="onnx: cached tokens before the timed step")
     parser.add_argument("--onnx-calls", type=int, default=200, help="onnx: timed calls per runtime per round")
     parser.add_argument("--onnx-rounds", type=int, default=5, help="onnx: rounds (median, spread)")
