@@ -77,6 +77,11 @@ class OverloadedError(TrtspecError):
     """The engine's queue is full: the request was rejected, never silently dropped."""
 
 
+class SinkClosed(RuntimeError):
+    """Raised by a serving sink's deliver() when its request has already ended (an error answered it, or its client
+    went away): the serving loop aborts the request and tells the sink nothing more (`spec.serving.EngineLoop`)."""
+
+
 # --- values in messages ----------------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tests.spec.conftest import hf_greedy
-from trtspec.errors import ConfigError, OverloadedError, ServerError
+from trtspec.errors import ConfigError, OverloadedError, ServerError, SinkClosed
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.scheduler import SchedulerConfig
@@ -117,8 +117,9 @@ def test_shutdown_drains_or_aborts(engine):
 class ListSink:
     """A push Sink that records what the loop delivered."""
 
-    def __init__(self, raise_on: int | None = None) -> None:
+    def __init__(self, raise_on: int | None = None, error: type[Exception] = ConnectionError) -> None:
         self.deltas: list = []
+        self._error = error
         self.errors: list[BaseException] = []
         self.done = threading.Event()
         self._raise_on = raise_on
@@ -128,7 +129,7 @@ class ListSink:
         if delta.finished:
             self.done.set()
         if self._raise_on is not None and len(self.deltas) == self._raise_on:
-            raise ConnectionError("client went away")
+            raise self._error("client went away")
 
     def fail(self, error: BaseException) -> None:
         self.errors.append(error)
@@ -138,18 +139,22 @@ class ListSink:
         return [t for d in self.deltas for t in d.token_ids]
 
 
-def test_push_sinks_get_their_own_outputs_and_a_raising_sink_loses_only_its_request(engine, hf_target):
+@pytest.mark.parametrize("error", [SinkClosed, ConnectionError])
+def test_push_sinks_get_their_own_outputs_and_a_raising_sink_loses_only_its_request(engine, hf_target, error):
+    """A sink whose deliver() raises loses only its request, aborted at once: SinkClosed (its request has already
+    ended) tells it nothing more; any other error fails it (sink.fail), so its client gets an answer."""
     with EngineLoop(engine) as loop:
         sinks = [ListSink() for _ in PROMPTS]
         for prompt, spec, sink in zip(PROMPTS, SPECS, sinks, strict=True):
             loop.submit_to(sink, prompt, SamplingParams(max_new_tokens=16), spec)
-        broken = ListSink(raise_on=1)
+        broken = ListSink(raise_on=1, error=error)
         loop.submit_to(broken, PROMPTS[0], SamplingParams(max_new_tokens=200, ignore_eos=True))
         for sink in sinks:
             assert sink.done.wait(120)
         assert [s.token_ids() for s in sinks] == [hf_greedy(hf_target, p, 16) for p in PROMPTS]
         assert len(loop.submit(PROMPTS[1], SamplingParams(max_new_tokens=3, ignore_eos=True)).token_ids()) == 3
-    assert len(broken.deltas) == 1 and not broken.errors  # aborted at once: no more deltas, no more steps for it
+    assert len(broken.deltas) == 1  # aborted at once: no more deltas, no more steps for it
+    assert [type(e) for e in broken.errors] == ([] if error is SinkClosed else [ConnectionError])
     assert not engine.has_unfinished() and engine.cache.num_free_slots == engine.cache.max_slots
 
 

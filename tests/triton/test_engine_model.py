@@ -337,3 +337,157 @@ def test_the_responder_sends_in_order_off_the_loop_thread_and_a_failed_send_clos
     assert [flags for _, flags in request.sender.sent][-2:] == [0, 1] and threads == {"trtspec-responder"}
     with pytest.raises(ReplyClosed):
         broken.send(FakeResponse(["b"]), last_of_job=True)
+
+
+class FailingSender(FakeSender):
+    """A sender whose first `failures` sends raise (a stub-side error: shared memory exhausted, a closed sender)."""
+
+    def __init__(self, failures=1):
+        super().__init__()
+        self.failures = failures
+
+    def send(self, response=None, flags=0):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("shared memory pool exhausted")
+        super().send(response, flags)
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_failed_send_ends_the_request_with_a_final_error(failures):
+    """A non-final response that the Responder cannot send ends the request with an error response flagged FINAL
+    (its client does not hang); the loop's next response raises ReplyClosed. When the error cannot be sent either,
+    it is logged and the request still ends (done, on_done)."""
+    from trtspec.triton.engine_reply import Responder
+
+    class Model(FakeModel):
+        responder = Responder()
+
+    request, ended = FakeRequest(), []
+    request.sender = FailingSender(failures)
+    reply = Reply(Model(), request, parse_request(tensors(streaming=[True]), PARAMS, VOCAB),
+                  on_done=lambda: ended.append(1))
+    reply.send(FakeResponse(["t0"]), last_of_job=False)
+    assert reply.done.wait(5) and ended == [1]
+    with pytest.raises(ReplyClosed):
+        reply.send(FakeResponse(["t1"]), last_of_job=True)  # what the serving loop does at the next delta
+    Model.responder.close()
+    if failures == 1:
+        ((response, flags),) = request.sender.sent
+        assert flags == FakePb.TRITONSERVER_RESPONSE_COMPLETE_FINAL and response.error.code == "INTERNAL"
+        assert "shared memory pool exhausted" in response.error.message
+    else:
+        assert request.sender.sent == []
+
+
+def test_a_response_that_cannot_be_built_fails_the_request():
+    """A sink's deliver() that raises anything but ReplyClosed (here the metrics, building the final response) fails
+    the request: the serving loop calls sink.fail, and the client gets an error flagged FINAL."""
+    from trtspec.spec.detokenize import IncrementalDetokenizer
+    from trtspec.spec.engine import RequestDelta
+    from trtspec.spec.serving import EngineLoop, _Entry
+    from trtspec.triton.engine_reply import JobSink
+
+    class Metrics:
+        calls = 0
+
+        def finished(self, *args, **kwargs):
+            Metrics.calls += 1
+            if Metrics.calls == 1:
+                raise ValueError("a histogram refused the latency")
+
+    class Model(FakeModel):
+        metrics = Metrics()
+
+    request = FakeRequest()
+    parsed = parse_request(tensors(streaming=[True]), PARAMS, VOCAB)
+    reply = Reply(Model(), request, parsed)
+    loop = object.__new__(EngineLoop)
+    loop._entries, loop._by_handle = {}, {}
+    loop.engine = type("Engine", (), {"abort": lambda self, request_id: None})()
+    entry = _Entry(1, JobSink(reply, parsed.jobs[0]), None, IncrementalDetokenizer(None), request_id=0)
+    loop._entries[0], loop._by_handle[1] = entry, entry
+    loop._deliver(entry, RequestDelta(request_id=0, token_ids=[9], finished=True, finish_reason="length"))
+    ((response, flags),) = request.sender.sent
+    assert flags == FakePb.TRITONSERVER_RESPONSE_COMPLETE_FINAL and "histogram refused" in response.error.message
+    assert reply.done.is_set() and not loop._entries
+
+
+def test_no_response_follows_the_final_one_across_threads():
+    """The final flag is decided and the response queued under the same lock: a job's response that the loop thread
+    sends while another thread answers the request with an error is queued before the error, never after it."""
+    import threading
+    import time
+
+    from trtspec.triton.engine_reply import Responder
+
+    class SlowPut(Responder):
+        def put(self, reply, response, flags):
+            if threading.current_thread().name == "loop":
+                time.sleep(0.05)  # the loop thread is preempted between deciding the flags and queueing
+            super().put(reply, response, flags)
+
+    class Model(FakeModel):
+        responder = SlowPut()
+
+    request = FakeRequest()
+    reply = Reply(Model(), request, parse_request(tensors(input_ids=[[5, 6, 7], [5, 6, 8]], input_lengths=[3, 3],
+                                                          request_output_len=[4, 4], streaming=[True, True]),
+                                                  PARAMS, VOCAB))
+    loop = threading.Thread(target=lambda: reply.send(FakeResponse(["job 0"]), last_of_job=False), name="loop")
+    loop.start()
+    time.sleep(0.01)
+    reply.error(ServerError("the engine loop is shut down"))  # the second job refused on the execute thread
+    loop.join()
+    Model.responder.close()
+    assert [(response.error is None, flags) for response, flags in request.sender.sent] == [(True, 0), (False, 1)]
+
+
+def test_a_reused_request_id_stops_every_request_with_it():
+    """Triton request ids are the client's, not unique: two running requests with one id each keep their handles;
+    the first one ending forgets only its own, and a stop request cancels the other."""
+    import threading
+
+    from trtspec.spec.engine import RequestDelta
+    from trtspec.triton.engine_model import EngineModel
+
+    class Host:
+        def __init__(self):
+            self.sinks, self.cancelled = [], []
+
+        def submit_to(self, sink, *args, **kwargs):
+            self.sinks.append(sink)
+            return len(self.sinks)
+
+        def cancel(self, handle):
+            self.cancelled.append(handle)
+
+    class Request(FakeRequest):
+        def __init__(self, request_id, **values):
+            super().__init__()
+            self.id, self.get = request_id, tensors(**values)
+
+        def request_id(self):
+            return self.id
+
+    class Pb(FakePb):
+        Tensor = staticmethod(lambda name, value: (name, value))
+
+        @staticmethod
+        def get_input_tensor_by_name(request, name):
+            value = request.get(name)
+            return None if value is None else type("T", (), {"as_numpy": lambda self: value})()
+
+    model = object.__new__(EngineModel)
+    model.pb, model.params, model.vocab_size, model.features, model.decoupled = (
+        Pb, PARAMS, VOCAB, engine_features(), True)
+    model.host, model._by_request_id, model._ids_lock, model.responder = Host(), {}, threading.Lock(), None
+    model.metrics = type("Metrics", (), {"finished": lambda self, *args, **kwargs: None})()
+    first = model._submit(Request("42", streaming=[True]))
+    second = model._submit(Request("42", streaming=[True]))
+    assert model._by_request_id == {"42": [[1], [2]]}
+    model.host.sinks[0].deliver(RequestDelta(request_id=0, token_ids=[9], finished=True, finish_reason="length"))
+    assert first.done.is_set() and model._by_request_id == {"42": [[2]]}
+    stop = model._submit(Request("42", stop=[True]))
+    assert model.host.cancelled == [2] and stop.done.is_set() and not second.done.is_set()
+    assert model._by_request_id == {}

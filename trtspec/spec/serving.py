@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trtspec.contracts.iteration import IterationStats
-from trtspec.errors import ServerError, TrtspecError
+from trtspec.errors import ServerError, SinkClosed, TrtspecError
 from trtspec.spec.detokenize import IncrementalDetokenizer
 from trtspec.spec.engine import Prompt, RequestDelta, SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -39,7 +39,8 @@ class Sink(Protocol):
     """Where one request's results go. Called from the loop thread only; must not block for long."""
 
     def deliver(self, delta: RequestDelta) -> None:
-        """A delta (tokens and text already held back as needed); `delta.finished` marks the last one."""
+        """A delta (tokens and text already held back as needed); `delta.finished` marks the last one. SinkClosed:
+        the request has ended; any other exception fails the request (`fail`)."""
 
     def fail(self, error: BaseException) -> None:
         """The request failed (refused, step error, shutdown); nothing more follows."""
@@ -231,9 +232,13 @@ class EngineLoop:
             self._forget(entry)
         try:
             entry.sink.deliver(delta)
-        except Exception:  # the sink's client is gone: stop generating for it, nothing else is affected
+        except SinkClosed:  # the request has already ended: stop generating for it, nothing else is affected
             if not delta.finished:
                 self._abort(entry)
+        except Exception as exc:  # the sink could not deliver (building or sending the response): fail the request
+            if not delta.finished:
+                self._abort(entry)
+            self._fail(entry, error=exc)
 
     def _cancel(self, entry: _Entry | None) -> None:
         if entry is None or entry.request_id is None:

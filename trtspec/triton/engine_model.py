@@ -92,7 +92,9 @@ class EngineModel:
         self.vocab_size = int(vocab) if vocab else None
         self.features = engine_features()
         self.metrics = SpecMetrics(pb_utils, labels, default_k=params.default_k, gate=lambda: self.engine.gate_state)
-        self._by_request_id: dict[str, list[int]] = {}  # Triton request id -> loop handles (for stop requests)
+        # Triton request id -> the loop handles of each running request with that id (for stop requests); a client
+        # may reuse an id, so each request keeps its own list, removed when it ends (`_forget`)
+        self._by_request_id: dict[str, list[list[int]]] = {}
         self.responder = Responder()  # sends the responses off the engine loop's thread
         self._ids_lock = threading.Lock()
 
@@ -105,7 +107,8 @@ class EngineModel:
 
     def _submit(self, request: Any) -> Reply:
         """Parse the request (`_parse`); answer a bad one with its error and a stop request by cancelling; else start
-        its engine requests (`_start`) and remember their handles under the request id (for stop requests)."""
+        its engine requests (`_start`), their handles remembered under the request id (for stop requests) from before
+        the start, so that a request that ends at once forgets its own handles, and another with the same id keeps its."""
         try:
             parsed = self._parse(request)
         except RequestError as exc:
@@ -115,12 +118,14 @@ class EngineModel:
         request_id = request.request_id() if callable(getattr(request, "request_id", None)) else ""
         if parsed.stop:
             return self._stop(request, request_id)
-        forget = (lambda: self._forget(request_id)) if request_id else None
-        reply = Reply(self, request, parsed, requested_outputs(request), on_done=forget)
-        handles = self._start(reply, parsed, self._cancel_check(request, reply))
-        if request_id and not reply.done.is_set():
+        handles: list[int] = []
+        forget = None
+        if request_id:
             with self._ids_lock:
-                self._by_request_id[request_id] = handles
+                self._by_request_id.setdefault(request_id, []).append(handles)
+            forget = lambda: self._forget(request_id, handles)  # noqa: E731
+        reply = Reply(self, request, parsed, requested_outputs(request), on_done=forget)
+        handles += self._start(reply, parsed, self._cancel_check(request, reply))
         return reply
 
     def _parse(self, request: Any) -> Any:
@@ -152,15 +157,19 @@ class EngineModel:
                                      "has none; send the id of the request to stop"))
             return reply
         with self._ids_lock:
-            handles = self._by_request_id.pop(request_id, [])
-        for handle in handles:
+            running = self._by_request_id.pop(request_id, [])
+        for handle in [handle for handles in running for handle in handles]:
             self.host.cancel(handle)
         reply.send(self.pb.InferenceResponse(output_tensors=[]), last_of_job=True)
         return reply
 
-    def _forget(self, request_id: str) -> None:
+    def _forget(self, request_id: str, handles: list[int]) -> None:
+        """Drop one ended request's handles (`handles`, that very list) from those under its request id."""
         with self._ids_lock:
-            self._by_request_id.pop(request_id, None)
+            running = self._by_request_id.get(request_id, [])
+            running[:] = [other for other in running if other is not handles]
+            if not running:
+                self._by_request_id.pop(request_id, None)
 
     def _cancel_check(self, request: Any, reply: Reply) -> Callable[[], bool] | None:
         """The request's client-went-away check (python backend >= 23.10), if it has one, asked at most every

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtspec.contracts.metrics import AcceptanceStats
-from trtspec.errors import OverloadedError, TrtspecError, UsageError, tag_bad_input
+from trtspec.errors import OverloadedError, ServerError, SinkClosed, TrtspecError, UsageError, tag_bad_input
 from trtspec.triton.engine_request import Job, ParsedRequest, with_hint
 
 if TYPE_CHECKING:
@@ -53,8 +53,9 @@ class Reply:
     triton_grpc_error mode the error closed it, and tritonserver 2.51 crashes on a later send).
 
     Where the model has a `responder` (a `Responder`), the responses are sent from its thread, in order, and the engine
-    loop goes on stepping meanwhile; a send that fails there (the client went away) closes the reply, so the request's
-    next response raises ReplyClosed and the loop aborts it."""
+    loop goes on stepping meanwhile; a non-final send that fails there (a stub-side error: a closed sender, shared
+    memory exhausted) ends the request with an error response flagged FINAL (`end_broken`) and closes the reply, so
+    the request's next response raises ReplyClosed and the loop aborts it."""
 
     def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | Any = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
@@ -74,13 +75,32 @@ class Reply:
             if last_of_job:
                 self.pending -= 1
             final = self._closed = self.pending == 0 or failed
-        flags = self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
-        responder = getattr(self.model, "responder", None)
-        if responder is None:
-            self.sender.send(response, flags=flags)
-        else:
-            responder.put(self, response, flags)
+            flags = self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
+            responder = getattr(self.model, "responder", None)
+            # under the lock, so that no response of this request is sent (or queued) after its final one
+            if responder is None:
+                self.sender.send(response, flags=flags)
+            else:
+                responder.put(self, response, flags)
         if final:
+            self.done.set()
+            if self.on_done is not None:
+                self.on_done()
+
+    def end_broken(self, cause: BaseException) -> None:
+        """A non-final response could not be sent (the Responder's thread): end the request with an error response
+        flagged FINAL, so that its client does not wait for one; if that send fails too, it is logged."""
+        with self._lock:
+            self.broken = True
+            ended, self._closed = self._closed, True
+        pb = self.model.pb
+        error = ServerError(f"a response could not be sent ({type(cause).__name__}: {cause}); the request is aborted")
+        try:
+            self.sender.send(pb.InferenceResponse(output_tensors=[], error=triton_error(pb, error)),
+                             flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:  # noqa: BLE001 - nobody left to answer
+            logger.warning("the error ending a request could not be sent either (%s: %s)", type(exc).__name__, exc)
+        if not ended:  # else the final response's send() has already marked the request done
             self.done.set()
             if self.on_done is not None:
                 self.on_done()
@@ -95,7 +115,7 @@ class Reply:
             pass
 
 
-class ReplyClosed(RuntimeError):
+class ReplyClosed(SinkClosed):
     """A response for a Triton request that an error has already ended."""
 
 
@@ -120,12 +140,17 @@ class Responder:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             reply, response, flags = item
+            if reply.broken:  # an earlier send failed and an error ended the request: nothing follows it
+                continue
             try:
                 reply.sender.send(response, flags=flags)
-            except Exception as exc:  # noqa: BLE001 - its client went away: the loop aborts the request at its next response
-                reply.broken = True
+            except Exception as exc:  # noqa: BLE001 - the loop aborts the request at its next response
                 logger.warning("a response could not be sent (%s: %s); its request is aborted",
                                type(exc).__name__, exc)
+                if flags & reply.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                    reply.broken = True  # the final one: the request has ended
+                else:
+                    reply.end_broken(exc)
 
 
 @dataclass
@@ -174,8 +199,8 @@ class JobSink:
         return timings(self.reply.arrival_ns, self.first_token_ns, self.last_token_ns, num_tokens)
 
     def fail(self, error: BaseException) -> None:
+        self.reply.error(error)  # first: the client's final response does not wait on the metrics
         self.reply.model.metrics.finished("abort")
-        self.reply.error(error)
 
     def _response(self, ids: list[int], log_probs: list[float], delta: Any) -> Any:
         """One response in tensorrtllm_backend's shapes: output_ids [1, 1, len], sequence_length [1, 1], ..."""
