@@ -49,12 +49,15 @@ class TextCodec:
             pad = _token_text(config.get("pad_token") or special.get("pad_token"))
             self.eos_token_id = None if eos is None else self._fast.token_to_id(eos)
             self.pad_token_id = None if pad is None else self._fast.token_to_id(pad)
+            self.clean_up_tokenization_spaces = False
         else:
             from transformers import AutoTokenizer
 
             self._hf = AutoTokenizer.from_pretrained(path)
             self.eos_token_id = self._hf.eos_token_id
             self.pad_token_id = self._hf.pad_token_id
+            # decode cleans up tokenization spaces (" 's" -> "'s"): a streamed detokenizer decodes whole outputs then
+            self.clean_up_tokenization_spaces = bool(getattr(self._hf, "clean_up_tokenization_spaces", False))
 
     @property
     def vocab_size(self):

@@ -3,11 +3,13 @@ text, however a byte-level token stream is cut into steps (a multi-byte characte
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from trtspec.spec.detokenize import IncrementalDetokenizer
+from trtspec.spec.detokenize import IncrementalDetokenizer, decodes_whole
 
 
 def decode(ids) -> str:
@@ -100,3 +102,57 @@ def test_a_long_output_is_not_decoded_whole_at_every_step():
     for _ in range(300):
         detok.push([ord("a"), ord("b"), ord("c")])
     assert max(calls) <= 3 + 2 * 5 + 3  # a window of a few steps, not the 900 tokens so far
+
+
+WORDPIECES = ["[UNK]", "[CLS]", "[SEP]", "s", "'", "the", "a", ".", ",", "n't", "##s", "'s", "?", "!", "m", "'m",
+              "##a", "b", "re", "'re"]
+
+
+@pytest.fixture(scope="module")
+def cleanup_codec(tmp_path_factory):
+    """A WordPiece tokenizer whose tokenizer_config asks for clean_up_tokenization_spaces, loaded as the served models
+    load it (TextCodec: through transformers' AutoTokenizer, which cleans up after a WordPiece decode)."""
+    from tokenizers import Tokenizer, decoders, models
+
+    from trtspec.text_codec import TextCodec
+
+    tokenizer = Tokenizer(models.WordPiece(vocab={word: i for i, word in enumerate(WORDPIECES)}, unk_token="[UNK]"))
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tokenizer.add_special_tokens(["[CLS]", "[SEP]"])
+    path = tmp_path_factory.mktemp("cleanup_tokenizer")
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": True, "unk_token": "[UNK]",
+        "cls_token": "[CLS]", "sep_token": "[SEP]"}))
+    codec = TextCodec(path)
+    assert codec.decode([3, 4]) == "s '" and codec.decode([3, 4, 5]) == "s'the"  # " ' " -> "'": it cleans up
+    return codec
+
+
+def whole_output_deltas(decode_ids, ids, bounds):
+    """What a streamer that decodes the whole output at every step emits: each step's decode minus the previous one's."""
+    previous, deltas = "", []
+    for end in bounds:
+        text = decode_ids(ids[:end])
+        deltas.append(text[len(previous):])
+        previous = text
+    return deltas
+
+
+@settings(deadline=None, max_examples=300)
+@given(ids=st.lists(st.integers(0, len(WORDPIECES) - 1), max_size=30), cuts=st.lists(st.integers(0, 30), max_size=15))
+@example(ids=[3, 2, 4, 2, 2, 1, 14, 5, 6], cuts=[0, 1, 4, 6, 7, 8])
+def test_a_tokenizer_that_cleans_up_spaces_is_decoded_whole(cleanup_codec, ids, cuts):
+    """With clean_up_tokenization_spaces (" ' " -> "'", " n't" -> "n't", " ." -> ".") a decode rewrites text across
+    any anchor, so the detokenizer decodes the whole output: its deltas are a whole-output streamer's, and they join to
+    the full decode wherever no later token rewrites text an earlier step already emitted (no streamer can undo that)."""
+    assert decodes_whole(cleanup_codec)
+    bounds = sorted({min(c, len(ids)) for c in cuts} | {len(ids)})
+    detok, start, deltas = IncrementalDetokenizer(cleanup_codec.decode, decodes_whole(cleanup_codec)), 0, []
+    for i, end in enumerate(bounds):
+        deltas.append(detok.push(ids[start:end], finished=i == len(bounds) - 1)[1])
+        start = end
+    assert deltas == whole_output_deltas(cleanup_codec.decode, ids, bounds)
+    steps = [cleanup_codec.decode(ids[:end]) for end in bounds]
+    if all(later.startswith(earlier) for earlier, later in zip(steps, steps[1:], strict=False)):
+        assert "".join(deltas) == cleanup_codec.decode(ids)

@@ -34,7 +34,7 @@ from trtspec.methods import resolve
 from trtspec.methods.suffix import SUFFIX
 from trtspec.spec.adaptive import AdaptiveK, KRequest, cpu_clock
 from trtspec.spec.auxiliary import fit_aux, hand_back
-from trtspec.spec.detokenize import IncrementalDetokenizer
+from trtspec.spec.detokenize import IncrementalDetokenizer, decodes_whole
 from trtspec.spec.logits_process import LogitsControls
 from trtspec.spec.model import LlamaModel, forward_grouped
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -317,7 +317,8 @@ class SpecEngine(StepPhases):
         Tokens of an incomplete multi-byte character are held back until it completes (`IncrementalDetokenizer`),
         so a delta may carry no tokens; the last one carries the rest and the stats."""
         rid = self.add_request(prompt, sampling, spec)
-        detokenizer = IncrementalDetokenizer(self.decode if self.tokenizer is not None else None)
+        detokenizer = IncrementalDetokenizer(self.decode if self.tokenizer is not None else None,
+                                             decodes_whole(self.tokenizer))
         while True:
             for delta in self.step():
                 if delta.request_id != rid:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trtspec.contracts.iteration import IterationStats
 from trtspec.errors import ServerError, SinkClosed, TrtspecError
-from trtspec.spec.detokenize import IncrementalDetokenizer
+from trtspec.spec.detokenize import IncrementalDetokenizer, decodes_whole
 from trtspec.spec.engine import Prompt, RequestDelta, SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 
@@ -141,12 +141,13 @@ class EngineLoop:
                   spec: SpecParams | None = None, *, is_cancelled: Callable[[], bool] | None = None) -> int:
         """Queue a request whose results are pushed into `sink` from the loop thread; returns its handle (for
         `cancel`). `is_cancelled` is polled every loop turn: True aborts the request (a client that went away)."""
-        decode = self.engine.decode if self.engine.tokenizer is not None else None
+        tokenizer = self.engine.tokenizer
+        decode = self.engine.decode if tokenizer is not None else None
         with self._lock:
             if self._closed:
                 raise ServerError("the engine loop is shut down", hint="create a new EngineLoop")
             handle = next(self._handles)
-            entry = _Entry(handle, sink, is_cancelled, IncrementalDetokenizer(decode))
+            entry = _Entry(handle, sink, is_cancelled, IncrementalDetokenizer(decode, decodes_whole(tokenizer)))
             self._inbox.put(("submit", (entry, prompt, sampling, spec)))
         return handle
 
