@@ -112,7 +112,8 @@ def test_logits_to_probs_filters():
 
 def _filtered(row: torch.Tensor, greedy: bool, top_k: int, top_p: float) -> torch.Tensor:
     """The definition, one row with plain sorting: one-hot argmax; else keep the top_k largest scores (ties with the
-    k-th stay), then the smallest most likely set whose mass reaches top_p, and softmax. [vocab] -> [vocab]."""
+    k-th stay), then the smallest most likely set whose mass reaches top_p (tied scores in ascending token id), and
+    softmax. [vocab] -> [vocab]."""
     if greedy:
         return torch.nn.functional.one_hot(row.argmax(), row.numel()).float()
     keep = torch.ones_like(row, dtype=torch.bool)
@@ -121,7 +122,7 @@ def _filtered(row: torch.Tensor, greedy: bool, top_k: int, top_p: float) -> torc
     masked = row.masked_fill(~keep, float("-inf"))
     probs = masked.softmax(-1)
     before = 0.0
-    for token in masked.sort(descending=True).indices.tolist():
+    for token in masked.sort(descending=True, stable=True).indices.tolist():  # ties: the lower token id first
         if before >= top_p:
             keep[token] = False
         before += float(probs[token])
@@ -141,6 +142,77 @@ def test_rows_to_probs_applies_each_rows_own_parameters():
         assert torch.allclose(probs[row], expected, atol=1e-6), row
         single = scores_to_probs(scores[row], greedy=bool(greedy[row]), top_k=int(top_k[row]), top_p=float(top_p[row]))
         assert torch.allclose(single, expected, atol=1e-6), row
+
+
+def _tie_row() -> torch.Tensor:
+    """[50] one token at 3.0 (id 1), five tied at 2.0 (ids 3, 7, 11, 20, 30), the rest at -5."""
+    row = torch.full((50,), -5.0)
+    row[[3, 7, 11, 20, 30]] = 2.0
+    row[1] = 3.0
+    return row
+
+
+def test_top_p_keeps_tied_tokens_by_id_whatever_the_neighbours():
+    """top_k=6, top_p=0.5 keeps the top token and two of the five tied ones, the lowest ids: alone, beside a
+    top-p-only row (the full-sort path) and beside a larger top-k (the top-k slice path)."""
+    row = _tie_row()[None]  # [1, 50]
+
+    def kept(rows, top_k, top_p):
+        n = len(top_k)
+        probs = rows_to_probs(rows.expand(n, -1), greedy=torch.zeros(n, dtype=torch.bool),
+                              top_k=torch.tensor(top_k), top_p=torch.tensor(top_p))  # [n, 50]
+        return (probs[0] > 0).nonzero()[:, 0].tolist()
+
+    assert kept(row, [6], [0.5]) == [1, 3, 7]
+    assert kept(row, [6, 0], [0.5, 0.5]) == [1, 3, 7]
+    assert kept(row, [6, 40], [0.5, 1.0]) == [1, 3, 7]
+    assert (scores_to_probs(row[0], greedy=False, top_k=6, top_p=0.5) > 0).nonzero()[:, 0].tolist() == [1, 3, 7]
+
+
+@st.composite
+def _tied_rows(draw):
+    """A row and its filters, and 1-4 neighbours with theirs: integer scores in a small range (many ties)."""
+    def one():
+        scores = draw(st.lists(st.integers(-3, 3), min_size=24, max_size=24))
+        return (scores, draw(st.sampled_from([0, 0, 1, 3, 6, 12, 30])),
+                draw(st.sampled_from([1.0, 0.3, 0.5, 0.75, 0.9])), draw(st.sampled_from([False, False, False, True])))
+    return one(), [one() for _ in range(draw(st.integers(1, 4)))], draw(st.integers(0, 4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_tied_rows())
+def test_a_rows_filtered_distribution_does_not_depend_on_its_neighbours(case):
+    """The same row with the same filters gets bit-identical probabilities (and so the same kept set) alone and at
+    any position beside any other rows, and they are the definition's."""
+    (scores, top_k, top_p, greedy), neighbours, at = case
+    at = min(at, len(neighbours))
+    rows = neighbours[:at] + [(scores, top_k, top_p, greedy)] + neighbours[at:]
+
+    def probs(batch):
+        return rows_to_probs(torch.tensor([r[0] for r in batch], dtype=torch.float32),
+                             greedy=torch.tensor([r[3] for r in batch]), top_k=torch.tensor([r[1] for r in batch]),
+                             top_p=torch.tensor([r[2] for r in batch]))  # [rows, 24]
+
+    alone = probs(rows[at:at + 1])[0]
+    assert torch.equal(probs(rows)[at], alone)
+    assert torch.equal(alone > 0, _filtered(torch.tensor(scores, dtype=torch.float32), greedy, top_k, top_p) > 0)
+
+
+def test_a_sampled_token_with_tied_scores_does_not_depend_on_its_neighbours():
+    """k = 0 (a plain step) through verify_chains with a fixed seed: the tie row draws the same token alone and
+    beside a top-p-only request, for every seed; the draws are the kept tokens, not always the same one."""
+    row = _tie_row()
+    empty = torch.zeros(0, dtype=torch.long)
+    tokens = set()
+    for seed in range(200):
+        alone = verify_chains(row[None], [empty], [None], greedy=[False], top_k=[6], top_p=[0.5],
+                              generators=[torch.Generator().manual_seed(seed)])[0]
+        beside = verify_chains(torch.stack([row, row]), [empty, empty], [None, None], greedy=[False, False],
+                               top_k=[6, 0], top_p=[0.5, 0.9],
+                               generators=[torch.Generator().manual_seed(seed), torch.Generator().manual_seed(99)])[0]
+        assert beside == alone, seed
+        tokens.update(alone.token_ids)
+    assert tokens == {1, 3, 7}
 
 
 def test_inverse_cdf_sampling_follows_the_distribution_and_never_picks_zero_mass():

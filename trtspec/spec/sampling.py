@@ -65,7 +65,8 @@ def rows_to_probs(scores: Tensor, *, greedy: Tensor, top_k: Tensor, top_p: Tenso
         scores: [rows, vocab] processed logits (temperature already applied).
         greedy: [rows] bool; one-hot on the argmax (first index on ties).
         top_k: [rows] int64; keep the row's k most likely tokens (0 = off; ties with the k-th stay).
-        top_p: [rows] float; keep the smallest most likely set whose mass reaches it (1.0 = off; the top token stays).
+        top_p: [rows] float; keep the smallest most likely set whose mass reaches it (1.0 = off; the top token stays;
+            tied scores count in ascending token id, so a row keeps the same set whatever rows share its batch).
     Returns:
         [rows, vocab] float32 probabilities.
     """
@@ -86,18 +87,25 @@ def rows_to_probs(scores: Tensor, *, greedy: Tensor, top_k: Tensor, top_p: Tenso
         kth = top.values.gather(-1, (k.clamp(max=top.values.shape[-1]) - 1)[:, None])  # [rows, 1]
         scores = scores.masked_fill(use_k[:, None] & (scores < kth), float("-inf"))
     if bool(use_p.any()):
+        # Each row's nucleus is its own: tokens in one order on either path (score descending, ties by ascending
+        # token id), and its mass summed so that the -inf tail (the slice length, set by the batch) adds exact zeros.
         nucleus = use_p.nonzero()[:, 0]  # [p rows] only these are sorted
         kept = scores.index_select(0, nucleus)  # [p rows, vocab]
         if top is not None and bool(use_k[nucleus].all()) and bool(
                 ((kept > float("-inf")).sum(-1) <= top.values.shape[-1]).all()):
-            # every token top-k kept is in `top`, in descending order: the nucleus needs no sort of the vocabulary
-            sorted_scores = top.values[nucleus].masked_fill(top.values[nucleus] < kth[nucleus], float("-inf"))
-            order = top.indices[nucleus]  # [p rows, max k]
+            # every token top-k kept is in `top`: the nucleus needs no sort of the vocabulary, only of the slice
+            # (topk orders tied scores arbitrarily): by token id, then stably by score
+            order, by_id = top.indices[nucleus].sort(dim=-1)  # [p rows, max k] ascending token ids
+            values = top.values[nucleus].gather(-1, by_id)  # [p rows, max k]
+            values = values.masked_fill(values < kth[nucleus], float("-inf"))
+            sorted_scores, by_score = values.sort(dim=-1, descending=True, stable=True)  # [p rows, max k]
+            order = order.gather(-1, by_score)  # [p rows, max k] token ids, kept ones first
         else:
-            sorted_scores, order = kept.sort(dim=-1, descending=True)  # [p rows, vocab]
-        sorted_probs = sorted_scores.softmax(-1)
+            sorted_scores, order = kept.sort(dim=-1, descending=True, stable=True)  # [p rows, vocab]
+        weights = (sorted_scores - sorted_scores[:, :1]).exp()  # [p rows, sorted] the top token's weight is 1
+        mass = weights.cumsum(-1)  # [p rows, sorted] (a prefix's sum does not depend on what follows it)
         # drop a token when the mass strictly before it already reaches top_p (the top token always stays)
-        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p[nucleus, None]  # [p rows, sorted]
+        drop_sorted = (mass - weights) >= top_p[nucleus, None] * mass[:, -1:]  # [p rows, sorted]
         drop = torch.zeros_like(scores, dtype=torch.bool)  # [rows, vocab]
         drop[nucleus] = torch.zeros_like(kept, dtype=torch.bool).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
@@ -106,12 +114,15 @@ def rows_to_probs(scores: Tensor, *, greedy: Tensor, top_k: Tensor, top_p: Tenso
 
 
 def row_argmax(scores: Tensor) -> Tensor:
-    """[rows] int64 the first index of each row's maximum (torch.argmax's choice on ties; `max` is faster on CPU).
+    """[rows] int64 the first index of each row's maximum.
+
+    torch.argmax is documented to return the first maximal index; `max(-1).indices` is not (its docs say a tie may
+    go to any of them, device-specific), though it is 2.5-4x faster on CPU (8 x 32000 rows: 0.07 ms against 0.2 ms).
 
     Args:
         scores: [rows, vocab].
     """
-    return scores.max(-1).indices
+    return scores.argmax(-1)
 
 
 def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
