@@ -229,3 +229,40 @@ def test_a_draft_catching_up_does_not_pad_the_one_token_rows(random_pair):
         alone.add_request(rid)
         assert alone.propose([ProposeInput(rid, ctx, 2, greedy, None)])[0].token_ids.tolist() == \
             drafts[rid].token_ids.tolist()
+
+
+def _near_the_context_end(engine: SpecEngine, spec: SpecParams | list[SpecParams], left: range,
+                          prompt: list[int]) -> None:
+    """A prompt that leaves `n` tokens of context for each n in `left`: speculation emits plain greedy decoding's
+    tokens exactly, finish reason included, and the context ends at max_context, never past it (accepting a whole
+    draft adds the bonus token: k + 1 new tokens)."""
+    sampling = SamplingParams(max_new_tokens=50)
+    for n in left:
+        long = (prompt * engine.max_context)[: engine.max_context - n]
+        plain = engine.generate([long], sampling, SpecParams("none", 0))[0]
+        assert len(plain.token_ids) == n and plain.finish_reason == "length"
+        specs = spec if isinstance(spec, list) else [spec]
+        for one in specs:
+            if one.method == "draft_target" and one.draft_token_ids == ():  # the caller's draft: plain's own output
+                one = SpecParams("draft_target", one.k, draft_token_ids=tuple(plain.token_ids[: one.k]))
+            outs = engine.generate([long, long], sampling, one)
+            for out in outs:
+                assert (out.token_ids, out.finish_reason) == (plain.token_ids, "length"), (n, one)
+                assert len(long) + len(out.token_ids) == engine.max_context
+
+
+def test_chain_speculation_stops_at_the_context_end(engine):
+    """draft_target with a caller's draft that is all accepted (plain's own output: the step that reaches the end
+    drafts everything left) and with the near draft model."""
+    _near_the_context_end(engine, [SpecParams("draft_target", 8, draft_token_ids=()), SpecParams("draft_target", 8)],
+                          range(1, 10), PROMPTS_RANDOM[0])
+
+
+def test_tree_speculation_stops_at_the_context_end(embedded_pair):
+    """eagle3 trees (the embedded drafter) near the context end."""
+    from trtspec.models import EMBEDDED_MODELS
+
+    if not (EMBEDDED_MODELS / "tiny-eagle" / "config.json").is_file():
+        pytest.skip("embedded EAGLE drafter not present")
+    engine = SpecEngine.from_pretrained(embedded_pair[0], eagle=EMBEDDED_MODELS / "tiny-eagle", max_k=8)
+    _near_the_context_end(engine, SpecParams("eagle3", 8), range(2, 10), [5, 6, 7, 8])

@@ -359,7 +359,8 @@ class SpecEngine(StepPhases):
 
     def _step_k(self, request: EngineRequest) -> int:
         """Draft length this step: the request's k (its first step: the caller's draft length), capped so that
-        neither max_new_tokens nor the context overflow."""
+        neither max_new_tokens nor the context overflow: k accepted drafts and the bonus token make k + 1 new
+        tokens, so k is at most max_context - len(token_ids) - 1 (plain decoding ends at exactly max_context)."""
         if request.external_draft is not None:
             k = len(request.external_draft)
         elif request.proposer is None:
@@ -367,7 +368,7 @@ class SpecEngine(StepPhases):
         else:
             k = request.spec.k
         remaining = request.sampling.max_new_tokens - len(request.output_ids)
-        room = self.max_context - len(request.token_ids)
+        room = self.max_context - len(request.token_ids) - 1
         return max(0, min(k, remaining - 1, room))
 
     # -- helpers -----------------------------------------------------------------------------------------------

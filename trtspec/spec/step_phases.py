@@ -188,6 +188,9 @@ class StepPhases:
             if len(request.output_ids) + len(new_ids) >= request.sampling.max_new_tokens:
                 finish_reason = "length"
                 break
+            if len(request.token_ids) + len(new_ids) >= self.max_context:  # the context is full: cut here
+                finish_reason = "length"
+                break
         log_probs = cum_log_probs = None
         if request.sampling.return_log_probs:  # token t was verified at row 0 (t = 0) or at accepted node t - 1
             rows = [0] + [offset + 1 for offset in verdict.accepted_offsets]
@@ -195,8 +198,6 @@ class StepPhases:
             cum_log_probs = list(itertools.accumulate(raw, initial=request.cum_log_prob))[1:]
             request.cum_log_prob = cum_log_probs[-1]
         request.output_ids.extend(new_ids)
-        if finish_reason is None and len(request.token_ids) >= self.max_context:
-            finish_reason = "length"
         finished = finish_reason is not None
         if finished:
             if request.proposer is not None:
