@@ -26,52 +26,22 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from benchlib.benchmarks import MIXED, Section, _machine
+from benchlib.benchmarks_onnx_cases import (
+    ORT_BIND,
+    ORT_RUN,
+    ORT_SLOTS,
+    TORCH,
+    VARIANTS,
+    Calls,
+    Measured,
+    OnnxSpec,
+    Timing,
+)
 
-TORCH, ORT_RUN, ORT_BIND, ORT_SLOTS = "torch runner", "ORT run", "ORT IO binding", "ORT on the slot cache"
-VARIANTS = (TORCH, ORT_RUN, ORT_BIND, ORT_SLOTS)
-Calls = dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]]  # variant -> (timed call, untimed reset)
-Case = tuple[str, int, Calls]  # (drafter, batch, its calls)
 GOAL = 0.5  # issue 42: ONNX Runtime's step cost <= 0.5 x the torch drafter's at batch 1, 4 and 16
-
-
-@dataclass(frozen=True)
-class OnnxSpec:
-    model: str = "tiny"
-    draft: str = "tiny-draft"
-    eagle: str = "tiny-eagle"
-    medusa: str = "tiny-medusa"
-    batches: tuple[int, ...] = (1, 4, 16)
-    past: int = 128  # cached tokens before the timed step
-    decode: int = 32  # teacher-forced decode steps of the parity run (after a `past`-token prefill)
-    calls: int = 200  # timed calls per variant per round (interleaved one by one)
-    rounds: int = 5  # rounds (median per round, then median and spread over rounds)
-    opset: int = 17
-    tolerance: float = 1e-3  # largest |logit difference| accepted by the parity check
-
-
-@dataclass
-class Timing:
-    """Per round: median wall and thread-CPU seconds per call, and the paired ratio to the torch runner's."""
-
-    wall: list[float]
-    cpu: list[float]
-
-
-@dataclass
-class Measured:
-    """Per drafter: parity lines, export notes, and timings per (batch, variant)."""
-
-    parity: dict[str, str]
-    exports: dict[str, str]
-    timings: dict[tuple[str, int, str], Timing]
-    ort: str | None  # onnxruntime's version; None when absent
-    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -2,18 +2,59 @@
 
 The draft model goes through trtspec.spec.onnx_draft (the engine's `draft_runtime: onnx`: its export, checks and
 runner); the EAGLE-3 drafter and the Medusa heads through this module's own exports (EagleStep: the drafter's step
-over an explicit KV cache, HF layout, the presents returned whole; the heads as they are). No torch at import.
+over an explicit KV cache, HF layout, the presents returned whole; the heads as they are), and the section's shared
+types (the variants, OnnxSpec, Timing, Measured). No torch at import.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchlib.benchmarks import MIXED
-from benchlib.benchmarks_onnx import ORT_BIND, ORT_RUN, ORT_SLOTS, TORCH, VARIANTS, Calls, Case, Measured, OnnxSpec
+
+TORCH, ORT_RUN, ORT_BIND, ORT_SLOTS = "torch runner", "ORT run", "ORT IO binding", "ORT on the slot cache"
+VARIANTS = (TORCH, ORT_RUN, ORT_BIND, ORT_SLOTS)
+Calls = dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]]  # variant -> (timed call, untimed reset)
+Case = tuple[str, int, Calls]  # (drafter, batch, its calls)
+
+
+@dataclass(frozen=True)
+class OnnxSpec:
+    model: str = "tiny"
+    draft: str = "tiny-draft"
+    eagle: str = "tiny-eagle"
+    medusa: str = "tiny-medusa"
+    batches: tuple[int, ...] = (1, 4, 16)
+    past: int = 128  # cached tokens before the timed step
+    decode: int = 32  # teacher-forced decode steps of the parity run (after a `past`-token prefill)
+    calls: int = 200  # timed calls per variant per round (interleaved one by one)
+    rounds: int = 5  # rounds (median per round, then median and spread over rounds)
+    opset: int = 17
+    tolerance: float = 1e-3  # largest |logit difference| accepted by the parity check
+
+
+@dataclass
+class Timing:
+    """Per round: median wall and thread-CPU seconds per call, and the paired ratio to the torch runner's."""
+
+    wall: list[float]
+    cpu: list[float]
+
+
+@dataclass
+class Measured:
+    """Per drafter: parity lines, export notes, and timings per (batch, variant)."""
+
+    parity: dict[str, str]
+    exports: dict[str, str]
+    timings: dict[tuple[str, int, str], Timing]
+    ort: str | None  # onnxruntime's version; None when absent
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and the end
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # export wrappers: the runners' weights as pure functions of an explicit KV cache
