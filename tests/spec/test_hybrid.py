@@ -18,6 +18,8 @@ from trtspec.contracts.engine import EngineConfig, Hybrid, ProposerOptions
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
 from trtspec.methods import resolve
+from trtspec.methods.draft_target import DRAFT_TARGET
+from trtspec.methods.hybrid import SUFFIX_DRAFT
 from trtspec.models import PROMPTS as PROMPT_SUITES
 from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
@@ -134,6 +136,18 @@ def test_a_hybrid_without_its_drafter_is_refused_by_name(random_pair):
     with pytest.raises(UsageError, match="draft is required by method suffix_draft") as usage:
         check(EngineConfig(target=str(random_pair[0]), method="suffix_draft"))
     assert "tiny-draft" in usage.value.hint and usage.value.exit_code == 2
+
+
+def test_the_hybrid_and_the_engine_share_one_drafter_whoever_makes_it_first(random_pair, near_draft):
+    from trtspec.spec.model import LlamaModel
+
+    draft = LlamaModel.from_pretrained(near_draft)
+    hybrid_first = ProposerContext(vocab_size=draft.config.vocab_size, max_k=8, draft_model=draft)
+    made = SuffixDraftProposer.create(hybrid_first)  # before the engine's draft_target proposer
+    key = PROPOSERS[DRAFT_TARGET.proposer_key()].name
+    assert hybrid_first.created[key] is made.drafter
+    engine = SpecEngine.from_pretrained(random_pair[0], near_draft)  # draft_target first, then the hybrid
+    assert engine.proposers[SUFFIX_DRAFT.proposer_key()].drafter is engine.proposers[key]
 
 
 @pytest.mark.parametrize(("parameters", "match"), [

@@ -80,7 +80,9 @@ class SpecEngine(StepPhases):
             if key is None or key in self.proposers:
                 continue
             try:
-                self.proposers[key] = ctx.created[key] = PROPOSERS[key].create(ctx)
+                # one instance per key, whoever made it first (a hybrid may have made its drafter's already)
+                self.proposers[key] = ctx.created.get(key) or PROPOSERS[key].create(ctx)
+                ctx.created[key] = self.proposers[key]
             except ToolNotFoundError as exc:
                 self.unavailable[m] = exc
         self.available_methods = tuple(m for m in loadable if m not in self.unavailable)

@@ -56,8 +56,11 @@ class HybridProposer(Proposer):
                               "match is weak, and none is given",
                               hint=f"pass {cls.drafter_field}={cls.drafter_example!r} (--{cls.drafter_field} "
                                    f"{cls.drafter_example}), or use method suffix alone")
-        drafter = ctx.created.get(cls.drafter_class.name) or cls.drafter_class.create(ctx)  # the engine's own, if made
-        return cls(SuffixProposer(ctx.options.suffix), drafter, ctx.options.hybrid)
+        # the engine's own drafter proposer, made before or after this one: one instance, loaded once
+        key = cls.drafter_class.name
+        if key not in ctx.created:
+            ctx.created[key] = cls.drafter_class.create(ctx)
+        return cls(SuffixProposer(ctx.options.suffix), ctx.created[key], ctx.options.hybrid)
 
     @staticmethod
     def drafter_given(ctx: ProposerContext) -> bool:
