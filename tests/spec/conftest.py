@@ -60,3 +60,17 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
         if t in eos:
             return ids[: i + 1]
     return ids
+
+
+def two_token_joint(model, prompt: list[int], temperature: float, top_k: int) -> dict[tuple[int, int], float]:
+    """transformers' exact distribution of the first two tokens after `prompt` at `temperature` and top-k: the
+    reference a sampled speculative method's chi-square test compares with."""
+    from trtspec.spec.sampling import logits_to_probs
+
+    with torch.no_grad():
+        first = logits_to_probs(model(torch.tensor([prompt])).logits[0, -1], temperature, top_k)
+        out = {}
+        for t1 in first.nonzero().flatten().tolist():
+            second = logits_to_probs(model(torch.tensor([prompt + [t1]])).logits[0, -1], temperature, top_k)
+            out.update({(t1, t2): float(first[t1] * second[t2]) for t2 in second.nonzero().flatten().tolist()})
+    return out

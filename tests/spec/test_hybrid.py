@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from tests.spec.conftest import hf_greedy
+from tests.spec.conftest import hf_greedy, two_token_joint
 from trtspec.contracts.engine import EngineConfig, Hybrid, ProposerOptions
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, UsageError
@@ -26,7 +26,6 @@ from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, Draft, ProposeInput, Proposer, ProposerContext
 from trtspec.spec.proposers.hybrid import HybridProposer, SuffixDraftProposer, SuffixEagleProposer
 from trtspec.spec.proposers.suffix import SuffixProposer
-from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
 from trtspec.sweep.prompts import shipped_suites
 
@@ -258,13 +257,7 @@ SAMPLING_HYBRID = Hybrid(min_score=1.0, drafter_k=3)  # a suffix draft of expect
 @pytest.fixture(scope="module")
 def joint(hf_target) -> dict[tuple[int, int], float]:
     """The target's exact distribution of the first two tokens (top-k 3 at temperature 1)."""
-    with torch.no_grad():
-        first = logits_to_probs(hf_target(torch.tensor([PROMPT])).logits[0, -1], TEMPERATURE, TOP_K)
-        out = {}
-        for t1 in first.nonzero().flatten().tolist():
-            second = logits_to_probs(hf_target(torch.tensor([PROMPT + [t1]])).logits[0, -1], TEMPERATURE, TOP_K)
-            out.update({(t1, t2): float(first[t1] * second[t2]) for t2 in second.nonzero().flatten().tolist()})
-    return out
+    return two_token_joint(hf_target, PROMPT, TEMPERATURE, TOP_K)
 
 
 class SuffixFrequenciesAsProbabilities(SuffixDraftProposer):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from tests.spec.conftest import hf_greedy
+from tests.spec.conftest import hf_greedy, two_token_joint
 from trtspec.contracts.engine import EngineConfig
 from trtspec.contracts.suffix import SuffixConfig
 from trtspec.errors import ConfigError, ToolNotFoundError
@@ -24,7 +24,6 @@ from trtspec.spec.engine import SpecEngine
 from trtspec.spec.params import SamplingParams, SpecParams
 from trtspec.spec.proposers import PROPOSERS, ProposeInput
 from trtspec.spec.proposers.suffix import SuffixProposer
-from trtspec.spec.sampling import logits_to_probs
 from trtspec.spec.scheduler import SchedulerConfig
 from trtspec.sweep.prompts import shipped_suites
 
@@ -291,13 +290,7 @@ TEMPERATURE, TOP_K, N = 1.0, 3, 500
 @pytest.fixture(scope="module")
 def joint(hf_target) -> dict[tuple[int, int], float]:
     """The target's exact distribution of the first two tokens (top-k 3 at temperature 1)."""
-    with torch.no_grad():
-        first = logits_to_probs(hf_target(torch.tensor([PROMPT])).logits[0, -1], TEMPERATURE, TOP_K)
-        out = {}
-        for t1 in first.nonzero().flatten().tolist():
-            second = logits_to_probs(hf_target(torch.tensor([PROMPT + [t1]])).logits[0, -1], TEMPERATURE, TOP_K)
-            out.update({(t1, t2): float(first[t1] * second[t2]) for t2 in second.nonzero().flatten().tolist()})
-    return out
+    return two_token_joint(hf_target, PROMPT, TEMPERATURE, TOP_K)
 
 
 class FrequencyAsProbability(SpySuffix):
