@@ -97,6 +97,22 @@ class Row:
 Runner = Callable[[list[int]], tuple[list[int], float, float, int, int]]
 
 
+def run_rounds(runners: dict[str, Runner], rows: dict[str, Row], prompts: list[list[int]], rounds: int,
+               resets: list[Callable[[], None]], label: str | None = None) -> None:
+    """Every runner on every prompt, interleaved per prompt, `rounds` times; `resets` before each round (suffix
+    caches cold at the start of every round). No live progress bar: its thread would share the timed core."""
+    for round_number in range(rounds):
+        if label:
+            print(f"{label}: round {round_number + 1} of {rounds}", file=sys.stderr, flush=True)
+        for reset in resets:
+            reset()
+        for row in rows.values():
+            row.start_round()
+        for prompt in prompts:
+            for name, run in runners.items():
+                rows[name].add(*run(prompt))
+
+
 def measure(spec: HeadlineSpec) -> tuple[list[Row], dict[str, Any]]:
     """Run every configuration on every prompt, interleaved, in `spec.rounds` rounds; rows in table order and facts
     for the notes (prompt count, load averages, the baseline's package path)."""
@@ -128,15 +144,7 @@ def measure(spec: HeadlineSpec) -> tuple[list[Row], dict[str, Any]]:
                           if name.startswith("transformers") else "engine") for name in runners}
         for run in runners.values():  # warm-up, untimed
             run(prompts[0][:16] if len(prompts[0]) > 16 else prompts[0])
-        for round_number in range(spec.rounds):  # no live progress bar: its thread would share the timed core
-            print(f"headline: round {round_number + 1} of {spec.rounds}", file=sys.stderr, flush=True)
-            for reset in resets:  # suffix caches cold at the start of every round
-                reset()
-            for row in rows.values():
-                row.start_round()
-            for prompt in prompts:
-                for name, run in runners.items():
-                    rows[name].add(*run(prompt))
+        run_rounds(runners, rows, prompts, spec.rounds, resets, label="headline")
     facts["load"].append(os.getloadavg()[0])
     facts["num_prompts"] = len(prompts)
     facts["model_path"] = str(resolve_model(spec.model))

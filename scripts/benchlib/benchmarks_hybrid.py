@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from benchlib.benchmarks import MIXED, Section
-from benchlib.benchmarks_headline import PLAIN, Row, Runner, ratios
+from benchlib.benchmarks_headline import PLAIN, Row, Runner, ratios, run_rounds
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,7 @@ def measure(spec: HybridSpec) -> list[Row]:
     for counts in used.values():
         counts[:] = [0, 0]
     resets = [p.reset for p in engine.proposers.values() if hasattr(p, "reset")]
-    for _ in range(spec.rounds):
-        for reset in resets:  # suffix caches cold at the start of every round
-            reset()
-        for row in rows.values():
-            row.start_round()
-        for prompt in prompts:
-            for name, run in runners.items():
-                rows[name].add(*run(prompt))
+    run_rounds(runners, rows, prompts, spec.rounds, resets)
     out = list(rows.values())
     for row, (_, method, _) in zip(out, configs, strict=True):
         row.used = used[method]  # type: ignore[attr-defined]
