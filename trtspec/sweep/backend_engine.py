@@ -33,9 +33,9 @@ from typing import Any
 
 from trtspec.methods import parse_lookahead, resolve
 from trtspec.sweep.grid import BASELINE, Case, SweepSpec, parse_schedule, ramp_limits
+from trtspec.sweep.model_set import ModelSet
 from trtspec.sweep.prompts import PromptSuite, last_tokens, load_suite
 from trtspec.sweep.records import output_digest
-from trtspec.sweep.runner import ModelSet
 
 WARMUP_TOKENS = 16  # per request of a path's warm-up loop (at most a case's max_new_tokens)
 HOST_TOKENS = 8  # per request of the calibration's host-time loops
