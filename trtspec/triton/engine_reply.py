@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,8 +18,13 @@ from trtspec.contracts.metrics import AcceptanceStats
 from trtspec.errors import OverloadedError, ServerError, SinkClosed, TrtspecError, UsageError, tag_bad_input
 from trtspec.triton.engine_request import Job, ParsedRequest, with_hint
 
-if TYPE_CHECKING:
-    from trtspec.triton.engine_model import EngineModel
+
+class ReplyHost(Protocol):
+    """What a reply reads of the engine model that made it (triton.engine_model.EngineModel): the Python backend's
+    `pb_utils` (responses, tensors, flags) and the model's metrics (SpecMetrics)."""
+
+    pb: Any
+    metrics: Any
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ class Reply:
     memory exhausted) ends the request with an error response flagged FINAL (`end_broken`) and closes the reply, so
     the request's next response raises ReplyClosed and the loop aborts it."""
 
-    def __init__(self, model: EngineModel, request: Any, parsed: ParsedRequest | Any = None,
+    def __init__(self, model: ReplyHost, request: Any, parsed: ParsedRequest | Any = None,
                  wanted: frozenset[str] | None = None, on_done: Callable[[], None] | None = None) -> None:
         self.model, self.parsed, self.wanted, self.on_done = model, parsed, wanted, on_done
         self.sender = request.get_response_sender()
