@@ -26,6 +26,7 @@ class ReplyHost(Protocol):
     pb: Any
     metrics: Any
 
+
 logger = logging.getLogger(__name__)
 
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
