@@ -18,7 +18,7 @@ Pure: no torch; yaml is imported by the function that writes model.yaml.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from trtspec.contracts.engine import EngineConfig
 from trtspec.errors import ConfigError, UsageError
@@ -27,8 +27,17 @@ from trtspec.targets.triton_llmapi import LlmapiFacts, llmapi_facts, llmapi_vers
 from trtspec.triton.contract import Decl, ModelDecls, decls_block
 from trtspec.triton.render import Block, RepoFile, RepoPlan, model_files, pbtxt_parameters
 
-if TYPE_CHECKING:
-    from trtspec.triton.repo import RepoSpec
+
+class LlmapiSpec(Protocol):
+    """What the llmapi model's plan reads of the repository's spec (triton.repo.RepoSpec, whose form is llmapi)."""
+
+    backend: str  # "torch" (trtspec's shim) | "tensorrtllm" (NVIDIA's model.py)
+    engine: EngineConfig
+    trtllm_version: str
+    decoupled: bool
+    llm_api: dict[str, Any] | None
+    parallel: tuple[int, int]
+
 
 FORMS = ("inflight", "llmapi")  # the inflight-batcher model set (engine workflow) | the llmapi model (PyTorch workflow)
 TEMPLATE = "llmapi"  # model_repo/llmapi/config.pbtxt.tmpl
@@ -64,7 +73,7 @@ def _instance_group(facts: LlmapiFacts) -> str:
     return f"instance_group [ {groups} ]"
 
 
-def model_yaml(spec: RepoSpec, facts: LlmapiFacts) -> dict[str, Any]:
+def model_yaml(spec: LlmapiSpec, facts: LlmapiFacts) -> dict[str, Any]:
     """model.yaml of the TensorRT-LLM flavour: the template's keys, then the build's LLM-API options, then
     triton_config; ConfigError when a key is neither the template's nor an LLM() argument of the target."""
     if spec.llm_api is None:
@@ -103,7 +112,7 @@ def _yaml_text(data: Mapping[str, Any], facts: LlmapiFacts) -> str:
     return header + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
 
 
-def plan(spec: RepoSpec, engine: EngineConfig) -> RepoPlan:
+def plan(spec: LlmapiSpec, engine: EngineConfig) -> RepoPlan:
     """The llmapi model's files for `spec` (`engine`: what the torch flavour's model serves, as parameters)."""
     facts = facts_for(spec.trtllm_version)
     torch = spec.backend == "torch"
